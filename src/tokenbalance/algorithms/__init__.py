@@ -1,0 +1,71 @@
+"""Pure algorithm core: tensors and frozen hyper-parameter objects in, tensors and metrics out.
+
+Imports only the standard library, numpy and torch (a test enforces it). The stages:
+
+* :mod:`~tokenbalance.algorithms.advantages` - GRPO, Dr. GRPO, RLOO, REINFORCE++;
+* :mod:`~tokenbalance.algorithms.weights` - Advantage Reweighting, TR-GRPO weights;
+* :mod:`~tokenbalance.algorithms.nthr` - NTHR negative-token weights;
+* :mod:`~tokenbalance.algorithms.passes` - single pass, Lopti;
+* :mod:`~tokenbalance.algorithms.surrogate` - clipped surrogate, KL estimators, entropy;
+* :mod:`~tokenbalance.algorithms.aggregate` - loss aggregation with explicit normalisers;
+* :mod:`~tokenbalance.algorithms.loss` - the loss of one pass on one micro-batch;
+* :mod:`~tokenbalance.algorithms.methods` - the composition and the presets.
+"""
+
+from tokenbalance.algorithms.advantages import (
+    dr_grpo_advantages,
+    grpo_advantages,
+    outcome_token_rewards,
+    reinforce_pp_advantages,
+    rloo_advantages,
+)
+from tokenbalance.algorithms.aggregate import AGG_MODES, aggregate, loss_normaliser
+from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
+from tokenbalance.algorithms.methods import (
+    METHOD_PRESETS,
+    AdvantageConfig,
+    KLConfig,
+    Method,
+    NTHRInputs,
+    build_update_passes,
+    compute_advantages,
+    get_method,
+)
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
+from tokenbalance.algorithms.surrogate import ClipConfig, clipped_surrogate, entropy_from_logits, kl_penalty
+from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, tr_grpo_token_weights
+
+__all__ = [
+    "AGG_MODES",
+    "ARConfig",
+    "AdvantageConfig",
+    "ClipConfig",
+    "KLConfig",
+    "LoptiConfig",
+    "METHOD_PRESETS",
+    "Method",
+    "NTHRConfig",
+    "NTHRInputs",
+    "TRGRPOConfig",
+    "advantage_reweight",
+    "aggregate",
+    "build_update_passes",
+    "clipped_surrogate",
+    "compute_advantages",
+    "dr_grpo_advantages",
+    "entropy_from_logits",
+    "get_method",
+    "grpo_advantages",
+    "kl_penalty",
+    "loss_normaliser",
+    "lopti_passes",
+    "nthr_token_weights",
+    "outcome_token_rewards",
+    "pass_loss",
+    "pass_normaliser",
+    "reinforce_pp_advantages",
+    "rloo_advantages",
+    "single_pass",
+    "tr_grpo_token_weights",
+]

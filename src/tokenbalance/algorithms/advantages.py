@@ -1,0 +1,247 @@
+"""Advantage estimators: GRPO, Dr. GRPO (mean-only), RLOO and REINFORCE++.
+
+All estimators take outcome scores (one per response) or token-level rewards and return a
+``[B, T]`` float advantage tensor that is 0 at every padded position and carries no gradient.
+Groups are defined by ``group_ids_B`` (one id per prompt instance, repeated for its G samples),
+never by prompt text (methods spec §2.1).
+
+Reference: ``compute_grpo_outcome_advantage`` and ``compute_reinforce_plus_plus_outcome_advantage``
+in verl's ``trainer/ppo/core_algos.py`` as forked by AR-Lopti (spec §2.2, §2.3). Differences:
+
+* a singleton group gets the reference's mean 0 / std 1 (so A = s / (1 + eps)) with
+  ``singleton="reference"`` (default, with a warning) or an advantage of 0 with
+  ``singleton="zero"``;
+* REINFORCE++ on a batch with fewer than two valid tokens returns zeros instead of raising.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
+from tokenbalance.algorithms.registry import Registry
+
+SINGLETON_RULES = ("reference", "zero")
+
+
+def _check_outcome_inputs(
+    scores_B: torch.Tensor, group_ids_B: torch.Tensor, response_mask_BT: torch.Tensor
+) -> None:
+    check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
+    batch = response_mask_BT.shape[0]
+    check_shape("scores_B", scores_B, (batch,))
+    check_shape("group_ids_B", group_ids_B, (batch,))
+    check_finite("scores_B", scores_B)
+
+
+def group_statistics(
+    scores_B: torch.Tensor, group_ids_B: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per-response statistics of its group: (size_B, mean_B, unbiased std_B), float64.
+
+    The std of a singleton group is returned as 0 (callers decide what a singleton means).
+    """
+    _, inverse_B = torch.unique(group_ids_B, return_inverse=True)
+    num_groups = int(inverse_B.max().item()) + 1 if inverse_B.numel() else 0
+    scores = scores_B.detach().to(torch.float64)
+    size_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(
+        0, inverse_B, torch.ones_like(scores)
+    )
+    mean_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, scores) / size_P
+    centred_B = scores - mean_P[inverse_B]
+    sq_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, centred_B**2)
+    var_P = sq_P / (size_P - 1).clamp(min=1)
+    return size_P[inverse_B], mean_P[inverse_B], var_P.sqrt()[inverse_B]
+
+
+def _baseline_and_scale(
+    scores_B: torch.Tensor, group_ids_B: torch.Tensor, singleton: str
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    check_choice("singleton", singleton, SINGLETON_RULES)
+    size_B, mean_B, std_B = group_statistics(scores_B, group_ids_B)
+    lonely_B = size_B == 1
+    if bool(lonely_B.any()) and singleton == "reference":
+        warnings.warn(
+            "group of size 1: using the reference's mean 0 / std 1, so its advantage is its score "
+            "(pass singleton='zero' for an advantage of 0)",
+            stacklevel=3,
+        )
+    mean_B = torch.where(lonely_B, torch.zeros_like(mean_B), mean_B)
+    std_B = torch.where(lonely_B, torch.ones_like(std_B), std_B)
+    return size_B, mean_B, std_B
+
+
+def _broadcast(adv_B: torch.Tensor, response_mask_BT: torch.Tensor, like: torch.Tensor):
+    dtype = like.dtype if like.is_floating_point() else torch.float32
+    adv_BT = adv_B.to(dtype)[:, None].expand(response_mask_BT.shape)
+    return masked_fill_invalid(adv_BT, response_mask_BT)
+
+
+def grpo_advantages(
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    *,
+    eps: float = 1e-6,
+    singleton: str = "reference",
+) -> torch.Tensor:
+    """GRPO: ``A_i = (s_i - mean_g) / (std_g + eps)`` with the unbiased (Bessel) group std.
+
+    Args:
+        scores_B: [B] float outcome scores.
+        group_ids_B: [B] integer group ids.
+        response_mask_BT: [B, T] bool / 0-1 response mask (EOS included).
+        eps: added to the std (reference 1e-6); an all-equal group gets exactly 0.
+        singleton: ``"reference"`` (mean 0, std 1: A = s / (1 + eps)) or ``"zero"``.
+
+    Returns:
+        [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding.
+    """
+    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
+    check_range("eps", eps, 0.0, float("inf"))
+    size_B, mean_B, std_B = _baseline_and_scale(scores_B, group_ids_B, singleton)
+    adv_B = (scores_B.detach().double() - mean_B) / (std_B + eps)
+    if singleton == "zero":
+        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
+    return _broadcast(adv_B, response_mask_BT, scores_B)
+
+
+def dr_grpo_advantages(
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    *,
+    singleton: str = "reference",
+) -> torch.Tensor:
+    """Dr. GRPO (arXiv 2503.20783): the mean-only baseline ``A_i = s_i - mean_g`` (no std)."""
+    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
+    size_B, mean_B, _ = _baseline_and_scale(scores_B, group_ids_B, singleton)
+    adv_B = scores_B.detach().double() - mean_B
+    if singleton == "zero":
+        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
+    return _broadcast(adv_B, response_mask_BT, scores_B)
+
+
+def rloo_advantages(
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    *,
+    singleton: str = "reference",
+) -> torch.Tensor:
+    """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - mean_g)``.
+
+    A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s),
+    ``"zero"`` gives 0.
+    """
+    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
+    size_B, mean_B, _ = _baseline_and_scale(scores_B, group_ids_B, singleton)
+    scale_B = torch.where(size_B > 1, size_B / (size_B - 1).clamp(min=1), torch.ones_like(size_B))
+    adv_B = (scores_B.detach().double() - mean_B) * scale_B
+    if singleton == "zero":
+        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
+    return _broadcast(adv_B, response_mask_BT, scores_B)
+
+
+def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
+    """Place each outcome score at its response's last valid token ([B, T], 0 elsewhere).
+
+    Rows without a valid token receive nothing (spec §1.1, "outcome reward placement").
+    """
+    check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
+    check_shape("scores_B", scores_B, (response_mask_BT.shape[0],))
+    mask_BT = response_mask_BT.bool()
+    length_B = mask_BT.sum(dim=1)
+    positions_T = torch.arange(mask_BT.shape[1], device=mask_BT.device)
+    # index of the last valid token: the largest position where the mask is set
+    last_B = torch.where(mask_BT, positions_T, torch.full_like(positions_T, -1)).max(dim=1).values
+    dtype = scores_B.dtype if scores_B.is_floating_point() else torch.float32
+    rewards_BT = torch.zeros(mask_BT.shape, dtype=dtype, device=scores_B.device)
+    rows_B = torch.nonzero(length_B > 0).squeeze(1)
+    rewards_BT[rows_B, last_B[rows_B]] = scores_B.detach().to(dtype)[rows_B]
+    return rewards_BT
+
+
+def discounted_returns(
+    token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0
+) -> torch.Tensor:
+    """Reverse discounted cumulative sum that restarts after every masked position (spec §2.3)."""
+    check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
+    check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
+    check_range("gamma", gamma, 0.0, 1.0)
+    mask_BT = response_mask_BT.bool()
+    rewards_BT = masked_fill_invalid(token_rewards_BT.detach(), mask_BT)
+    returns_BT = torch.zeros_like(rewards_BT)
+    running_B = torch.zeros_like(rewards_BT[:, 0])
+    for t in range(rewards_BT.shape[1] - 1, -1, -1):
+        running_B = rewards_BT[:, t] + gamma * running_B
+        returns_BT[:, t] = running_B
+        running_B = running_B * mask_BT[:, t]
+    return returns_BT
+
+
+def reinforce_pp_advantages(
+    token_rewards_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    *,
+    gamma: float = 1.0,
+    eps: float = 1e-8,
+) -> torch.Tensor:
+    """REINFORCE++ (arXiv 2501.03262): discounted returns whitened over all valid batch tokens.
+
+    ``A = (G - mu) / sqrt(var + eps) * mask`` with mu and the unbiased var over the M valid tokens
+    of the whole batch (no grouping; long responses weigh more). With M < 2 the reference raises;
+    here the advantages are 0.
+
+    Args:
+        token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly
+            minus a KL penalty (:func:`kl_in_reward`).
+        response_mask_BT: [B, T] response mask.
+    """
+    check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
+    mask_BT = response_mask_BT.bool()
+    returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma)
+    count = int(mask_BT.sum().item())
+    if count < 2:
+        return torch.zeros_like(returns_BT)
+    values = returns_BT[mask_BT].double()
+    mean = values.mean()
+    var = ((values - mean) ** 2).sum() / (count - 1)
+    adv_BT = ((returns_BT.double() - mean) / torch.sqrt(var + eps)).to(returns_BT.dtype)
+    return masked_fill_invalid(adv_BT, mask_BT)
+
+
+def kl_in_reward(
+    token_scores_BT: torch.Tensor,
+    kl_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    coef: float,
+) -> torch.Tensor:
+    """``token_rewards = token_scores - coef * kl`` at valid tokens (spec §2.3, ``apply_kl_penalty``).
+
+    ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the
+    reference uses this only when the KL loss is off.
+    """
+    check_shape("kl_BT", kl_BT, tuple(token_scores_BT.shape))
+    check_range("coef", coef, 0.0, float("inf"))
+    check_finite("kl_BT", kl_BT, response_mask_BT)
+    rewards_BT = token_scores_BT - coef * masked_fill_invalid(kl_BT.detach(), response_mask_BT)
+    return masked_fill_invalid(rewards_BT, response_mask_BT)
+
+
+# Outcome estimators share one signature: (scores_B, group_ids_B, response_mask_BT, **options).
+OUTCOME_ESTIMATORS: Registry = Registry("advantage estimator")
+OUTCOME_ESTIMATORS.add("grpo", grpo_advantages)
+OUTCOME_ESTIMATORS.add("dr_grpo", dr_grpo_advantages)
+OUTCOME_ESTIMATORS.add("rloo", rloo_advantages)
+# REINFORCE++ works on token rewards, not grouped scores; methods.py dispatches to it by name.
+ADVANTAGE_ESTIMATOR_NAMES = (*OUTCOME_ESTIMATORS.names(), "reinforce_pp")

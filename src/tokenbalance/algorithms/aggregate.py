@@ -1,0 +1,105 @@
+"""Loss aggregation: from a per-token loss matrix to a scalar, with an explicit denominator.
+
+Modes (methods spec §2.7), for a loss ``L`` [B, T], numerator mask ``M`` and denominator mask ``D``
+(``D = M`` unless given; Lopti passes count *all* valid tokens in ``D``):
+
+============================  =====================================================  ====================
+mode                          value                                                  default normaliser
+============================  =====================================================  ====================
+``token-mean``                sum(M L) / N                                           N = sum(D)
+``seq-mean-token-sum``        sum_i sum_t M L / N                                    N = rows with D
+``seq-mean-token-mean``       sum_i (sum_t M L / sum_t D) / N                        N = rows with D
+``seq-mean-token-sum-norm``   sum(M L) / N                                           N = rows with D * C
+============================  =====================================================  ====================
+
+``C`` is ``max_response_len`` (default: the padded length T). The Dr. GRPO mode divides by the
+number of sequences times C, as the Dr. GRPO paper and TRL's ``dr_grpo`` do; upstream verl
+divides by C alone (a constant factor B apart).
+
+Micro-batches and data-parallel ranks share one global denominator by passing the same
+``normaliser`` (computed with :func:`loss_normaliser` over the whole mini-batch, summed over
+ranks): the sum of the micro-batch losses then equals the full-batch loss exactly. Rows whose
+denominator mask is empty are excluded from every ``seq-mean`` mode (upstream verl's behaviour;
+the AR-Lopti reference divides by zero there).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
+
+AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+
+
+def loss_normaliser(
+    denominator_mask_BT: torch.Tensor, mode: str, *, max_response_len: int | None = None
+) -> float:
+    """The denominator ``aggregate`` uses for ``mode`` on this (mini-)batch, as a float.
+
+    Sum it over micro-batches / ranks to get a global normaliser.
+    """
+    check_choice("loss_agg_mode", mode, AGG_MODES)
+    check_ndim("denominator_mask_BT", denominator_mask_BT, 2, "BT")
+    mask_BT = denominator_mask_BT.bool()
+    if mode == "token-mean":
+        return float(mask_BT.sum().item())
+    rows = float(mask_BT.any(dim=1).sum().item())
+    if mode == "seq-mean-token-sum-norm":
+        length = mask_BT.shape[1] if max_response_len is None else max_response_len
+        check_range("max_response_len", length, 1, float("inf"))
+        return rows * float(length)
+    return rows
+
+
+def aggregate(
+    loss_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    mode: str = "token-mean",
+    *,
+    normaliser: float | None = None,
+    denominator_mask_BT: torch.Tensor | None = None,
+    max_response_len: int | None = None,
+) -> torch.Tensor:
+    """Reduce ``loss_BT`` to a scalar with ``mode`` (see the module table).
+
+    Args:
+        loss_BT: [B, T] per-token loss (may carry gradient; padding may hold anything).
+        mask_BT: [B, T] tokens whose loss enters the numerator.
+        mode: one of :data:`AGG_MODES`.
+        normaliser: the denominator; default :func:`loss_normaliser` of ``denominator_mask_BT``.
+            A non-positive normaliser (nothing valid) gives a loss of exactly 0 that still
+            back-propagates (zero gradients).
+        denominator_mask_BT: [B, T] tokens counted in denominators (row lengths for
+            ``seq-mean-token-mean``, the token count for ``token-mean``); default ``mask_BT``.
+        max_response_len: the constant C of ``seq-mean-token-sum-norm`` (default T).
+
+    Returns:
+        A 0-d tensor.
+    """
+    check_choice("loss_agg_mode", mode, AGG_MODES)
+    check_ndim("loss_BT", loss_BT, 2, "BT")
+    check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
+    if denominator_mask_BT is None:
+        denominator_mask_BT = mask_BT
+    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(loss_BT.shape))
+    if normaliser is None:
+        normaliser = loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
+    else:
+        check_range("normaliser", float(normaliser), 0.0, float("inf"))
+
+    masked_BT = masked_fill_invalid(loss_BT, mask_BT)
+    if mode == "seq-mean-token-mean":
+        lengths_B = denominator_mask_BT.bool().sum(dim=1).clamp(min=1).to(masked_BT.dtype)
+        total = (masked_BT.sum(dim=1) / lengths_B).sum()
+    else:
+        total = masked_BT.sum()
+    if normaliser <= 0:
+        return total * 0.0
+    return total / normaliser

@@ -1,0 +1,149 @@
+"""The loss of one update pass on one (micro-)batch: surrogate + KL + entropy, aggregated.
+
+This is the function every runner calls inside its mini-/micro-batch loop (our trainer, the TRL
+subclass, the verl hook). It needs the method (frozen hyper-parameters), the pass (masks and
+advantages), the current log-probs (with gradient) and the stored old / reference log-probs.
+
+Total loss (spec §2.8): ``policy - entropy_coeff * entropy + kl_coef * kl``. The policy term sums
+the pass's policy tokens, the KL and entropy terms its KL / entropy tokens, and all three divide
+by the pass's normaliser (all valid tokens for Lopti, spec §4.4).
+
+Weights that depend on the *current* policy are applied here, detached: TR-GRPO (default
+``prob_source="current"``) and AR with ``prob_source="current_detached"``. Weights that depend on
+the old policy only (AR by default, NTHR) are already inside ``update_pass.advantages_BT``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tokenbalance.algorithms._checks import check_shape
+from tokenbalance.algorithms.aggregate import aggregate, loss_normaliser
+from tokenbalance.algorithms.surrogate import clipped_surrogate, kl_penalty
+from tokenbalance.algorithms.weights import ar_token_weights, tr_grpo_token_weights
+from tokenbalance.types import LossNormaliser, LossOutput, UpdatePass
+
+
+def pass_normaliser(method, update_pass: UpdatePass) -> LossNormaliser:
+    """Denominators of ``update_pass``'s loss terms over the rows it holds.
+
+    Call it on the whole mini-batch (and sum over data-parallel ranks) for a global token-mean;
+    call it on each micro-batch to reproduce the reference's per-micro-batch scope (then divide
+    each micro-batch loss by the number of accumulation steps).
+    """
+    mask_BT = update_pass.normaliser_mask_BT
+    length = method.max_response_len
+    return LossNormaliser(
+        policy=loss_normaliser(mask_BT, method.policy_agg_mode, max_response_len=length),
+        regulariser=loss_normaliser(mask_BT, method.loss_agg_mode, max_response_len=length),
+    )
+
+
+def _masked_mean(values_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
+    count = int(mask_BT.sum().item())
+    return float(values_BT[mask_BT].double().sum().item()) / count if count else 0.0
+
+
+def pass_loss(
+    method,
+    update_pass: UpdatePass,
+    logp_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None = None,
+    entropy_BT: torch.Tensor | None = None,
+    normaliser: LossNormaliser | None = None,
+) -> LossOutput:
+    """Loss of ``update_pass`` on the rows given (a whole batch or a micro-batch of it).
+
+    Args:
+        method: a :class:`tokenbalance.algorithms.methods.Method`.
+        update_pass: the pass, restricted to the same rows as the tensors
+            (:meth:`UpdatePass.select_rows`).
+        logp_BT: [B, T] current log-probs of the sampled tokens at the log-prob temperature,
+            with gradient.
+        old_logp_BT: [B, T] rollout-policy log-probs (no gradient).
+        ref_logp_BT: [B, T] reference-policy log-probs; required when the method has a KL loss.
+        entropy_BT: [B, T] per-token entropy (with gradient if ``entropy_coeff != 0``); required
+            when ``entropy_coeff != 0``, otherwise only logged.
+        normaliser: global denominators (:func:`pass_normaliser` over the mini-batch, summed over
+            ranks); default: computed from these rows.
+
+    Returns:
+        :class:`LossOutput` with the scalar loss and ``loss/*``, ``clip/*`` (and ``tr_grpo/*``)
+        metrics.
+    """
+    shape = tuple(update_pass.policy_mask_BT.shape)
+    check_shape("logp_BT", logp_BT, shape)
+    check_shape("old_logp_BT", old_logp_BT, shape)
+    policy_BT = update_pass.policy_mask_BT.bool()
+    regular_BT = update_pass.kl_entropy_mask_BT.bool()
+    valid_BT = policy_BT | regular_BT | update_pass.normaliser_mask_BT.bool()
+    if normaliser is None:
+        normaliser = pass_normaliser(method, update_pass)
+    metrics: dict[str, float] = {}
+
+    advantages_BT = update_pass.advantages_BT
+    if method.ar is not None and method.ar.prob_source == "current_detached":
+        advantages_BT = advantages_BT * ar_token_weights(logp_BT, valid_BT, method.ar)
+    ratio_weight_BT = None
+    kl_weight_BT = None
+    tr = method.tr_grpo
+    if tr is not None:
+        source_BT = logp_BT if tr.prob_source == "current" else old_logp_BT
+        weights_BT = tr_grpo_token_weights(source_BT, valid_BT, tr)
+        if tr.placement == "loss_multiplier":
+            advantages_BT = advantages_BT * weights_BT
+        else:
+            ratio_weight_BT = weights_BT
+        if tr.weight_kl:
+            kl_weight_BT = weights_BT
+        w_valid = weights_BT[policy_BT]
+        if w_valid.numel():
+            metrics["tr_grpo/w_mean"] = float(w_valid.double().mean().item())
+            metrics["tr_grpo/w_min"] = float(w_valid.min().item())
+            metrics["tr_grpo/w_max"] = float(w_valid.max().item())
+            metrics["tr_grpo/w_at_upper_frac"] = float((w_valid >= tr.upper).double().mean().item())
+
+    surrogate = clipped_surrogate(
+        logp_BT, old_logp_BT, advantages_BT, valid_BT, method.clip, ratio_weight_BT=ratio_weight_BT
+    )
+    agg = dict(denominator_mask_BT=update_pass.normaliser_mask_BT, max_response_len=method.max_response_len)
+    policy_loss = aggregate(
+        surrogate.loss_BT, policy_BT, method.policy_agg_mode, normaliser=normaliser.policy, **agg
+    )
+    total = policy_loss
+    metrics["loss/policy"] = float(policy_loss.detach().item())
+
+    if method.kl.placement == "loss" and method.kl.coef > 0:
+        if ref_logp_BT is None:
+            raise ValueError(f"ref_logp_BT: required by method {method.name!r} (KL loss coef {method.kl.coef})")
+        kl_BT = kl_penalty(
+            logp_BT,
+            ref_logp_BT,
+            valid_BT,
+            method.kl.estimator,
+            log_ratio_clamp=method.kl.log_ratio_clamp,
+            ref_weight_BT=kl_weight_BT,
+        )
+        kl_loss = aggregate(kl_BT, regular_BT, method.loss_agg_mode, normaliser=normaliser.regulariser, **agg)
+        total = total + method.kl.coef * kl_loss
+        metrics["loss/kl"] = float(kl_loss.detach().item())
+
+    if entropy_BT is not None:
+        check_shape("entropy_BT", entropy_BT, shape)
+        entropy = aggregate(entropy_BT, regular_BT, method.loss_agg_mode, normaliser=normaliser.regulariser, **agg)
+        if method.entropy_coeff != 0:
+            total = total - method.entropy_coeff * entropy
+        metrics["loss/entropy"] = float(entropy.detach().item())
+    elif method.entropy_coeff != 0:
+        raise ValueError(f"entropy_BT: required by method {method.name!r} (entropy_coeff {method.entropy_coeff})")
+
+    metrics["loss/total"] = float(total.detach().item())
+    adv_BT = advantages_BT.detach()
+    metrics["clip/frac"] = _masked_mean(surrogate.clipped_BT.double(), policy_BT)
+    metrics["clip/frac_pos_adv"] = _masked_mean(surrogate.clipped_BT.double(), policy_BT & (adv_BT > 0))
+    metrics["clip/frac_neg_adv"] = _masked_mean(surrogate.clipped_BT.double(), policy_BT & (adv_BT < 0))
+    metrics["clip/dual_frac"] = _masked_mean(surrogate.dual_clipped_BT.double(), policy_BT)
+    metrics["policy/approx_kl_old"] = _masked_mean(-surrogate.log_ratio_BT, policy_BT)
+    metrics["policy/ratio_mean"] = _masked_mean(surrogate.ratio_BT, policy_BT)
+    return LossOutput(loss=total, metrics=metrics)

@@ -1,0 +1,370 @@
+"""Methods: a named composition of the stages, and the presets that cite their sources.
+
+A :class:`Method` is a frozen bundle of small hyper-parameter objects:
+
+    advantage estimator -> [NTHR weights] -> [AR weights] -> update passes (single or Lopti)
+    -> per pass: clipped surrogate [x TR-GRPO weights] + KL + entropy -> aggregation
+
+:func:`build_update_passes` runs the first four stages once per RL step (they depend only on the
+rollout); :func:`tokenbalance.algorithms.loss.pass_loss` runs the last ones per micro-batch.
+
+Every preset shares the GRPO base of the AR-Lopti K&K scripts (methods spec §9.1) so that
+methods differ only in their token-level stage, and cites the paper section for each of its own
+hyper-parameters. ``tokenbalance list-methods`` prints them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+import torch
+
+from tokenbalance.algorithms._checks import check_choice, check_range, check_shape
+from tokenbalance.algorithms.advantages import (
+    ADVANTAGE_ESTIMATOR_NAMES,
+    OUTCOME_ESTIMATORS,
+    SINGLETON_RULES,
+    kl_in_reward,
+    outcome_token_rewards,
+    reinforce_pp_advantages,
+)
+from tokenbalance.algorithms.aggregate import AGG_MODES
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
+from tokenbalance.algorithms.registry import Registry
+from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
+from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight
+from tokenbalance.types import UpdatePass
+
+KL_PLACEMENTS = ("loss", "reward", "none")
+
+
+@dataclass(frozen=True)
+class AdvantageConfig:
+    """Advantage estimator and its options.
+
+    Attributes:
+        estimator: ``grpo``, ``dr_grpo`` (mean-only), ``rloo`` or ``reinforce_pp``.
+        eps: GRPO's std epsilon (1e-6, reference).
+        gamma: REINFORCE++ discount (1.0, reference).
+        singleton: what a group of size 1 gets: ``"reference"`` (A = s) or ``"zero"``.
+    """
+
+    estimator: str = "grpo"
+    eps: float = 1e-6
+    gamma: float = 1.0
+    singleton: str = "reference"
+
+    def __post_init__(self) -> None:
+        check_choice("advantage.estimator", self.estimator, ADVANTAGE_ESTIMATOR_NAMES)
+        check_range("advantage.eps", self.eps, 0.0, float("inf"))
+        check_range("advantage.gamma", self.gamma, 0.0, 1.0)
+        check_choice("advantage.singleton", self.singleton, SINGLETON_RULES)
+
+
+@dataclass(frozen=True)
+class KLConfig:
+    """Where the KL to the reference policy enters, and how it is estimated.
+
+    Attributes:
+        coef: coefficient (K&K reference 0.001).
+        estimator: ``k1``/``kl``, ``abs``, ``k2``/``mse``, ``k3``/``low_var_kl`` (+ ``k1+``/``k3+``
+            straight-through). K&K reference: k3.
+        log_ratio_clamp: k3's inner clamp C (5 in the AR-Lopti reference, 20 upstream verl).
+        placement: ``"loss"`` (a KL loss term, the K&K scripts), ``"reward"`` (subtract
+            coef * KL(old, ref) from the token rewards before the advantage, verl's
+            ``apply_kl_penalty``) or ``"none"``.
+    """
+
+    coef: float = 0.001
+    estimator: str = "k3"
+    log_ratio_clamp: float = 5.0
+    placement: str = "loss"
+
+    def __post_init__(self) -> None:
+        check_range("kl.coef", self.coef, 0.0, float("inf"))
+        check_choice("kl.estimator", self.estimator, KL_ESTIMATORS)
+        check_range("kl.log_ratio_clamp", self.log_ratio_clamp, 0.0, float("inf"), low_open=True)
+        check_choice("kl.placement", self.placement, KL_PLACEMENTS)
+
+    @property
+    def active(self) -> bool:
+        return self.placement != "none" and self.coef > 0
+
+
+@dataclass(frozen=True)
+class Method:
+    """A complete RL objective: estimator, token weights, update schedule and loss.
+
+    Attributes:
+        name: preset or user label.
+        advantage, clip, kl: the stage configurations.
+        entropy_coeff: entropy bonus coefficient (0.0 in the reference: logged only).
+        loss_agg_mode: aggregation of the KL and entropy terms (and of the policy term unless
+            ``policy_loss_agg_mode`` is set).
+        policy_loss_agg_mode: aggregation of the policy term; ``None`` = ``loss_agg_mode``.
+            The AR-Lopti reference always uses ``"token-mean"`` here, whatever its config says.
+        max_response_len: the constant C of ``seq-mean-token-sum-norm`` (None = padded length).
+        ar, tr_grpo, nthr, lopti: the token-level stages; ``None`` switches a stage off.
+        description: one line for ``list-methods``.
+        citations: (hyper-parameter, source) pairs.
+    """
+
+    name: str = "custom"
+    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
+    clip: ClipConfig = field(default_factory=ClipConfig)
+    kl: KLConfig = field(default_factory=KLConfig)
+    entropy_coeff: float = 0.0
+    loss_agg_mode: str = "token-mean"
+    policy_loss_agg_mode: str | None = None
+    max_response_len: int | None = None
+    ar: ARConfig | None = None
+    tr_grpo: TRGRPOConfig | None = None
+    nthr: NTHRConfig | None = None
+    lopti: LoptiConfig | None = None
+    description: str = ""
+    citations: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        check_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
+        check_choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
+        if self.policy_loss_agg_mode is not None:
+            check_choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
+        if self.max_response_len is not None:
+            check_range("max_response_len", self.max_response_len, 1, float("inf"))
+
+    @property
+    def policy_agg_mode(self) -> str:
+        return self.policy_loss_agg_mode or self.loss_agg_mode
+
+    @property
+    def needs_ref_logp(self) -> bool:
+        """Whether the runner must compute reference-policy log-probs."""
+        return self.kl.active
+
+    @property
+    def needs_hidden_states(self) -> bool:
+        """Whether the old log-prob pass must return last-layer hidden states (NTHR)."""
+        return self.nthr is not None
+
+    def replace(self, **changes) -> Method:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class NTHRInputs:
+    """What NTHR needs from the old policy's forward pass (all without gradient).
+
+    Attributes:
+        tokens_BT: [B, T] int64 sampled response tokens.
+        hidden_BTD: [B, T, D] last-layer hidden states (after the final norm) at the positions
+            that predict ``tokens_BT``.
+        unembed_VD: [V, D] the ``lm_head`` weight.
+        temperature: the log-prob temperature used for ``old_logp_BT``.
+        unembed_bias_V: [V] ``lm_head`` bias, if the model has one.
+    """
+
+    tokens_BT: torch.Tensor
+    hidden_BTD: torch.Tensor
+    unembed_VD: torch.Tensor
+    temperature: float = 1.0
+    unembed_bias_V: torch.Tensor | None = None
+
+
+def _masked_stats(values_BT: torch.Tensor, mask_BT: torch.Tensor, prefix: str) -> dict[str, float]:
+    values = values_BT[mask_BT].double()
+    if not values.numel():
+        return {f"{prefix}/mean": 0.0, f"{prefix}/abs_mean": 0.0, f"{prefix}/pos_frac": 0.0}
+    return {
+        f"{prefix}/mean": float(values.mean().item()),
+        f"{prefix}/abs_mean": float(values.abs().mean().item()),
+        f"{prefix}/pos_frac": float((values > 0).double().mean().item()),
+    }
+
+
+def compute_advantages(
+    method: Method,
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor | None = None,
+    ref_logp_BT: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """The method's advantage estimator, with the KL-in-reward penalty when configured ([B, T])."""
+    config = method.advantage
+    mask_BT = response_mask_BT.bool()
+    token_rewards_BT = outcome_token_rewards(scores_B, mask_BT)
+    if method.kl.placement == "reward" and method.kl.coef > 0:
+        if old_logp_BT is None or ref_logp_BT is None:
+            raise ValueError("old_logp_BT / ref_logp_BT: both required for the KL-in-reward penalty")
+        kl_BT = kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, method.kl.estimator,
+                           log_ratio_clamp=method.kl.log_ratio_clamp)
+        token_rewards_BT = kl_in_reward(token_rewards_BT, kl_BT, mask_BT, method.kl.coef)
+    if config.estimator == "reinforce_pp":
+        return reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=config.gamma)
+    estimator = OUTCOME_ESTIMATORS.get(config.estimator)
+    options = {"singleton": config.singleton}
+    if config.estimator == "grpo":
+        options["eps"] = config.eps
+    return estimator(token_rewards_BT.sum(dim=1), group_ids_B, mask_BT, **options)
+
+
+def build_update_passes(
+    method: Method,
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None = None,
+    nthr_inputs: NTHRInputs | None = None,
+) -> tuple[list[UpdatePass], dict[str, float]]:
+    """Advantages, old-policy token weights and the pass schedule for one RL batch.
+
+    Args:
+        method: the :class:`Method`.
+        scores_B: [B] outcome rewards.
+        group_ids_B: [B] int64 group (prompt instance) ids.
+        response_mask_BT: [B, T] valid response tokens (EOS included).
+        old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
+        ref_logp_BT: [B, T] reference log-probs (needed for the KL-in-reward placement).
+        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set).
+
+    Returns:
+        The passes to run in order, and ``adv/*`` (before token weights), ``adv_weighted/*``,
+        ``nthr/*`` and ``lopti/*`` metrics.
+    """
+    mask_BT = response_mask_BT.bool()
+    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
+    metrics = _masked_stats(advantages_BT, mask_BT, "adv")
+
+    if method.nthr is not None:
+        if nthr_inputs is None:
+            raise ValueError(f"nthr_inputs: required by method {method.name!r} (NTHR needs hidden states)")
+        weights_BT, nthr_metrics = nthr_token_weights(
+            advantages_BT,
+            mask_BT,
+            group_ids_B,
+            nthr_inputs.tokens_BT,
+            old_logp_BT,
+            nthr_inputs.hidden_BTD,
+            nthr_inputs.unembed_VD,
+            method.nthr,
+            temperature=nthr_inputs.temperature,
+            unembed_bias_V=nthr_inputs.unembed_bias_V,
+        )
+        advantages_BT = advantages_BT * weights_BT.to(advantages_BT.dtype)
+        metrics.update(nthr_metrics)
+    if method.ar is not None and method.ar.prob_source == "old":
+        advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
+    metrics.update(_masked_stats(advantages_BT, mask_BT, "adv_weighted"))
+
+    if method.lopti is not None:
+        passes, lopti_metrics = lopti_passes(advantages_BT, old_logp_BT, mask_BT, method.lopti)
+        metrics.update(lopti_metrics)
+    else:
+        passes = single_pass(advantages_BT, mask_BT)
+    return passes, metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# Presets
+# ---------------------------------------------------------------------------------------------
+
+_AR_LOPTI = "Yang et al. 2025, arXiv 2505.12929"
+_BASE_CITATIONS = (
+    ("clip.eps_low=0.20, eps_high=0.24, dual_clip_c=10", f"{_AR_LOPTI}, K&K scripts (methods spec §9.1)"),
+    ("kl: k3, coef 0.001, inner clamp 5, as a loss", f"{_AR_LOPTI}, K&K scripts (spec §9.1)"),
+    ("loss_agg_mode=token-mean, entropy_coeff=0", f"{_AR_LOPTI}, K&K scripts (spec §2.7, §2.6)"),
+    ("clip.log_ratio_clamp=20", "upstream verl safety clamp; absent in the AR-Lopti fork (spec §2.4)"),
+)
+
+
+def _base(name: str, estimator: str, description: str, citations=(), **stages) -> Method:
+    advantage_source = (
+        ("advantage=grpo, eps=1e-6, unbiased std", "DeepSeekMath arXiv 2402.03300; verl reference (spec §2.2)")
+        if estimator == "grpo"
+        else ("advantage=reinforce_pp, gamma=1, batch whitening", "Hu, arXiv 2501.03262; verl reference (spec §2.3)")
+    )
+    return Method(
+        name=name,
+        advantage=AdvantageConfig(estimator=estimator),
+        clip=ClipConfig(eps_low=0.2, eps_high=0.24, dual_clip_c=10.0),
+        kl=KLConfig(coef=0.001, estimator="k3", log_ratio_clamp=5.0, placement="loss"),
+        description=description,
+        citations=(advantage_source, *citations, *_BASE_CITATIONS),
+        **stages,
+    )
+
+
+METHOD_PRESETS: Registry = Registry("method")
+
+
+def _add(method: Method) -> None:
+    METHOD_PRESETS.add(method.name, method)
+
+
+def _token_level_presets(prefix: str, estimator: str, alpha: float, alpha_source: str) -> None:
+    base_name = "GRPO" if estimator == "grpo" else "REINFORCE++"
+    ar_cite = ("ar.alpha=%s" % alpha, alpha_source)
+    eta_cite = ("lopti.eta=0.5", f"{_AR_LOPTI}, Figure 4 / Tables 1, 7 (the Lopti-only script uses 0.4)")
+    _add(_base(f"{prefix}ar", estimator, f"{base_name} + Advantage Reweighting",
+               (ar_cite,), ar=ARConfig(alpha=alpha)))
+    _add(_base(f"{prefix}lopti", estimator, f"{base_name} + Low-Probability Token Isolation",
+               (eta_cite,), lopti=LoptiConfig(eta=0.5)))
+    _add(_base(f"{prefix}ar_lopti", estimator, f"{base_name} + Advantage Reweighting + Lopti",
+               (ar_cite, eta_cite), ar=ARConfig(alpha=alpha), lopti=LoptiConfig(eta=0.5)))
+    _add(_base(f"{prefix}tr_grpo", estimator, f"{base_name} + TR-GRPO probability weights (loss multiplier)",
+               (("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
+                 "arXiv 2511.00066 via third-party constants, UNVERIFIED (spec §5.3, §5.6)"),),
+               tr_grpo=TRGRPOConfig()))
+    _add(_base(f"{prefix}nthr", estimator, f"{base_name} + Negative Token Hidden Reward",
+               (("nthr.beta=1, eta=2|0.5-p|", "Deng et al. 2025, arXiv 2505.18830, §7.3 (spec §6.3)"),),
+               nthr=NTHRConfig(beta=1.0, eta="2|0.5-p|")))
+
+
+_add(_base("grpo", "grpo", "GRPO baseline (AR-Lopti K&K settings)"))
+_add(_base("reinforce_pp", "reinforce_pp", "REINFORCE++ baseline (KL as a loss, as the released scripts)"))
+_token_level_presets("", "grpo", 0.3, f"{_AR_LOPTI}, Figure 4 caption (the AR-only script uses 0.2)")
+_add(_base(
+    "tr_grpo_literal", "grpo", "GRPO + TR-GRPO, paper-literal placement per the reviews (w*r inside the clip, weighted KL)",
+    (("tr_grpo: ratio_in_clip + weight_kl", "arXiv 2511.00066 Eq. 9 as described by OpenReview reviewer 4 (spec §5.5)"),
+     ("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4", "third-party constants, UNVERIFIED (spec §5.3)")),
+    tr_grpo=TRGRPOConfig(placement="ratio_in_clip", weight_kl=True)))
+_token_level_presets("reinforce_pp_", "reinforce_pp", 0.1, f"{_AR_LOPTI}, Table 7 (REINFORCE++)")
+
+
+def get_method(name: str) -> Method:
+    """The preset called ``name`` (ValueError listing the valid names otherwise)."""
+    return METHOD_PRESETS.get(name)
+
+
+def _stage_summary(method: Method) -> list[str]:
+    lines = [
+        f"advantage: {method.advantage.estimator} (eps={method.advantage.eps}, gamma={method.advantage.gamma})",
+        f"clip: eps_low={method.clip.eps_low}, eps_high={method.clip.eps_high}, "
+        f"dual_clip_c={method.clip.dual_clip_c}, importance_sampling={method.clip.importance_sampling}",
+        f"kl: {method.kl.estimator} x {method.kl.coef} as {method.kl.placement} (clamp {method.kl.log_ratio_clamp})",
+        f"aggregation: {method.loss_agg_mode} (policy: {method.policy_agg_mode}), entropy_coeff={method.entropy_coeff}",
+    ]
+    for stage in ("ar", "tr_grpo", "nthr", "lopti"):
+        config = getattr(method, stage)
+        if config is not None:
+            values = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
+            lines.append(f"{stage}: {values}")
+    return lines
+
+
+def describe_presets(name: str | None = None) -> str:
+    """Human-readable listing of one preset or all of them (used by ``tokenbalance list-methods``)."""
+    names = [get_method(name).name] if name else METHOD_PRESETS.names()
+    blocks = []
+    for preset_name in names:
+        method = get_method(preset_name)
+        lines = [f"{method.name}: {method.description}"]
+        lines += [f"    {line}" for line in _stage_summary(method)]
+        lines += [f"    source: {what}: {where}" for what, where in method.citations]
+        blocks.append("\n".join(lines))
+    return "\n\n".join(blocks)

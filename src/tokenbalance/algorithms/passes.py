@@ -1,0 +1,149 @@
+"""Update schedules: which tokens each optimizer pass trains on.
+
+* :func:`single_pass` - every valid token in one pass (GRPO, AR, TR-GRPO, NTHR).
+* :func:`lopti_passes` - Low-Probability Token Isolation (Yang et al. 2025, arXiv 2505.12929,
+  Algorithm 1; methods spec §4): split the valid tokens by the old policy's probability, run a
+  complete update on the low-probability tokens, then one on the high-probability tokens.
+
+Reference behaviour kept (``ray_trainer.fit`` of the AR-Lopti fork): the split is computed once
+from the old log-probs with a strict ``p < eta``; each pass masks the advantages *and* the KL /
+entropy terms, while the loss denominators count all valid tokens (no per-stage renormalisation
+unless asked). Differences: the indicator is ANDed with the response mask explicitly (the
+reference relies on padding having p = 1), and the order is a named option (``high_first``)
+instead of a negative threshold.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
+from tokenbalance.types import UpdatePass
+
+LOPTI_ORDERS = ("low_first", "high_first")
+LOPTI_THRESHOLD_MODES = ("prob", "quantile")
+
+
+@dataclass(frozen=True)
+class LoptiConfig:
+    """Lopti hyper-parameters (spec §4.9).
+
+    Attributes:
+        eta: probability threshold in (0, 1); tokens with p_old < eta are "low". Paper 0.5
+            (Figure 4, Tables 1 and 7); the released Lopti-only script uses 0.4.
+        order: ``"low_first"`` (the method) or ``"high_first"`` (the order-reversal ablation,
+            the reference's negative eta).
+        threshold_mode: ``"prob"`` (threshold eta) or ``"quantile"`` (threshold = the
+            ``portion`` quantile of the batch's valid-token probabilities; the reference's
+            eta = 0 "portion" mode).
+        portion: quantile in (0, 1) for ``"quantile"`` mode.
+        renormalize_per_stage: divide each pass by its own token count instead of all valid
+            tokens (not the reference; changes the step size).
+        strict_less: ``p < eta`` (reference) or ``p <= eta`` (the paper's I(pi <= eta)).
+    """
+
+    eta: float = 0.5
+    order: str = "low_first"
+    threshold_mode: str = "prob"
+    portion: float | None = None
+    renormalize_per_stage: bool = False
+    strict_less: bool = True
+
+    def __post_init__(self) -> None:
+        check_range("lopti.eta", self.eta, 0.0, 1.0, low_open=True, high_open=True)
+        check_choice("lopti.order", self.order, LOPTI_ORDERS)
+        check_choice("lopti.threshold_mode", self.threshold_mode, LOPTI_THRESHOLD_MODES)
+        if self.threshold_mode == "quantile":
+            if self.portion is None:
+                raise ValueError("lopti.portion: required (in (0, 1)) when threshold_mode='quantile'")
+            check_range("lopti.portion", self.portion, 0.0, 1.0, low_open=True, high_open=True)
+
+
+def _check_pass_inputs(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
+    check_ndim("advantages_BT", advantages_BT, 2, "BT")
+    check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
+    check_finite("advantages_BT", advantages_BT, response_mask_BT)
+    return response_mask_BT.bool()
+
+
+def single_pass(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> list[UpdatePass]:
+    """One pass over every valid token."""
+    mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
+    return [
+        UpdatePass(
+            name="all",
+            advantages_BT=masked_fill_invalid(advantages_BT.detach(), mask_BT),
+            policy_mask_BT=mask_BT,
+            kl_entropy_mask_BT=mask_BT,
+            normaliser_mask_BT=mask_BT,
+        )
+    ]
+
+
+def lopti_low_mask(
+    old_logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: LoptiConfig
+) -> tuple[torch.Tensor, float]:
+    """The low-probability indicator (valid tokens only) and the threshold used."""
+    mask_BT = response_mask_BT.bool()
+    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    check_finite("old_logp_BT", old_logp_BT, mask_BT)
+    prob_BT = torch.exp(masked_fill_invalid(old_logp_BT.detach(), mask_BT))
+    threshold = config.eta
+    if config.threshold_mode == "quantile":
+        valid = prob_BT[mask_BT].double()
+        threshold = float(torch.quantile(valid, config.portion).item()) if valid.numel() else 0.0
+    low_BT = prob_BT < threshold if config.strict_less else prob_BT <= threshold
+    return low_BT & mask_BT, threshold
+
+
+def lopti_passes(
+    advantages_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    config: LoptiConfig,
+) -> tuple[list[UpdatePass], dict[str, float]]:
+    """Lopti's two passes, low-probability tokens first (or last with ``order="high_first"``).
+
+    Args:
+        advantages_BT: [B, T] advantages (already AR-reweighted if AR is on; no gradient).
+        old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (no gradient).
+        response_mask_BT: [B, T] valid-token mask.
+
+    Returns:
+        The two passes, and metrics ``lopti/threshold`` (eta, or the quantile value) and
+        ``lopti/low_token_frac`` (share of valid tokens in the low group; the reference's
+        ``sep_portion``).
+    """
+    mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
+    low_BT, threshold = lopti_low_mask(old_logp_BT, mask_BT, config)
+    high_BT = mask_BT & ~low_BT
+    groups = {"lopti_low": low_BT, "lopti_high": high_BT}
+    order = ["lopti_low", "lopti_high"] if config.order == "low_first" else ["lopti_high", "lopti_low"]
+    adv_BT = masked_fill_invalid(advantages_BT.detach(), mask_BT)
+    passes = []
+    for name in order:
+        stage_BT = groups[name]
+        passes.append(
+            UpdatePass(
+                name=name,
+                advantages_BT=masked_fill_invalid(adv_BT, stage_BT),
+                policy_mask_BT=stage_BT,
+                kl_entropy_mask_BT=stage_BT,
+                normaliser_mask_BT=stage_BT if config.renormalize_per_stage else mask_BT,
+            )
+        )
+    valid = float(mask_BT.sum().item())
+    metrics = {
+        "lopti/threshold": float(threshold),
+        "lopti/low_token_frac": float(low_BT.sum().item()) / valid if valid else 0.0,
+    }
+    return passes, metrics

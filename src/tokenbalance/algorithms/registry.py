@@ -1,0 +1,54 @@
+"""Exact-name registries.
+
+A registry maps a name to an object (a function or a preset). Lookups are exact: no case folding,
+no prefix matching, so a typo never silently selects another method. An unknown name raises a
+``ValueError`` that lists every valid name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """A named, exact-match mapping from names to objects of one kind (``what``)."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self._items: dict[str, T] = {}
+
+    def add(self, name: str, item: T) -> T:
+        if name in self._items:
+            raise ValueError(f"{self.what} {name!r} is already registered")
+        self._items[name] = item
+        return item
+
+    def register(self, name: str) -> Callable[[T], T]:
+        """Decorator form of :meth:`add`."""
+
+        def decorate(item: T) -> T:
+            return self.add(name, item)
+
+        return decorate
+
+    def get(self, name: str) -> T:
+        try:
+            return self._items[name]
+        except (KeyError, TypeError):
+            valid = ", ".join(sorted(self._items))
+            raise ValueError(f"unknown {self.what} {name!r}; valid names: {valid}") from None
+
+    def names(self) -> list[str]:
+        return list(self._items)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._items
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._items)
+
+    def __len__(self) -> int:
+        return len(self._items)

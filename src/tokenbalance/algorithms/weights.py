@@ -1,0 +1,192 @@
+"""Per-token weights that rebalance low- and high-probability tokens: AR and TR-GRPO.
+
+(NTHR, which needs hidden states, lives in :mod:`tokenbalance.algorithms.nthr`.)
+
+* **Advantage Reweighting** (Yang et al. 2025, arXiv 2505.12929, Eq. 4; methods spec §3):
+  ``A <- (alpha * pi + tau) * A`` with ``tau = 1 - alpha`` by default and ``pi`` the old policy's
+  probability of the sampled token at the log-prob temperature. The weight never carries
+  gradient. The reference's ``neg_adv_weight`` then scales negative advantages (1.0 in every
+  released script).
+* **TR-GRPO** (arXiv 2511.00066; spec §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
+  The paper's exact formula is unknown; three readings are offered (``shape``) and the only
+  transcribed constants (``alpha=2, tau=9, mu=0.25, L=1, U=1.4``, third-party, unverified) are
+  the defaults. The literal reading with those constants is the constant 1 and triggers a
+  warning.
+
+Both weights are positive, so as a loss multiplier they equal advantage scaling and leave the
+clip decisions unchanged (spec §3.5).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+
+import torch
+
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
+
+PROB_SOURCES_AR = ("old", "current_detached")
+TR_SHAPES = ("sigmoid_shift", "sigmoid_mul", "sigmoid_div")
+TR_PROB_SOURCES = ("current", "old")
+TR_PLACEMENTS = ("loss_multiplier", "ratio_in_clip")
+DEGENERATE_WEIGHT_SPREAD = 1e-3
+
+
+@dataclass(frozen=True)
+class ARConfig:
+    """Advantage Reweighting hyper-parameters (spec §3.9).
+
+    Attributes:
+        alpha: slope on the token probability, in [0, 1]; 0 is plain GRPO. Paper: 0.3 on K&K
+            (Figure 4), 0.1 on math and REINFORCE++.
+        tau: intercept; ``None`` means ``1 - alpha`` (the paper's form). The reference lets it be
+            set independently (``reweight_tau``); it must be >= 0 so the weight stays positive.
+        neg_adv_weight: extra factor on negative advantages after reweighting (reference 1.0).
+        prob_source: ``"old"`` (paper: the rollout policy) or ``"current_detached"`` (the current
+            policy's probability, detached, applied in the loss).
+    """
+
+    alpha: float = 0.3
+    tau: float | None = None
+    neg_adv_weight: float = 1.0
+    prob_source: str = "old"
+
+    def __post_init__(self) -> None:
+        check_range("ar.alpha", self.alpha, 0.0, 1.0)
+        if self.tau is not None:
+            check_range("ar.tau", self.tau, 0.0, float("inf"))
+        check_range("ar.neg_adv_weight", self.neg_adv_weight, 0.0, float("inf"))
+        check_choice("ar.prob_source", self.prob_source, PROB_SOURCES_AR)
+        if self.alpha + self.intercept <= 0:
+            raise ValueError(f"ar: alpha + tau must be > 0, got alpha={self.alpha}, tau={self.tau}")
+
+    @property
+    def intercept(self) -> float:
+        return 1.0 - self.alpha if self.tau is None else self.tau
+
+
+def ar_token_weights(
+    logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: ARConfig
+) -> torch.Tensor:
+    """AR weights ``alpha * exp(logp) + tau`` ([B, T], 1 at padding, no gradient)."""
+    check_ndim("logp_BT", logp_BT, 2, "BT")
+    check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
+    check_finite("logp_BT", logp_BT.detach(), response_mask_BT)
+    prob_BT = torch.exp(masked_fill_invalid(logp_BT.detach(), response_mask_BT))
+    weights_BT = config.alpha * prob_BT + config.intercept
+    return masked_fill_invalid(weights_BT, response_mask_BT, 1.0)
+
+
+def advantage_reweight(
+    advantages_BT: torch.Tensor,
+    logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    config: ARConfig,
+) -> torch.Tensor:
+    """AR (Eq. 4): ``(alpha * pi + tau) * A``, then negatives times ``neg_adv_weight``.
+
+    Args:
+        advantages_BT: [B, T] advantages (no gradient), 0 at padding.
+        logp_BT: [B, T] log-probs giving pi: the old policy's for ``prob_source="old"``.
+        response_mask_BT: [B, T] valid-token mask.
+
+    Returns:
+        [B, T] reweighted advantages, 0 at padding, no gradient.
+    """
+    check_shape("advantages_BT", advantages_BT, tuple(logp_BT.shape))
+    weights_BT = ar_token_weights(logp_BT, response_mask_BT, config)
+    adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
+    out_BT = weights_BT * adv_BT
+    if config.neg_adv_weight != 1.0:
+        out_BT = torch.where(adv_BT > 0, out_BT, out_BT * config.neg_adv_weight)
+    return out_BT
+
+
+@dataclass(frozen=True)
+class TRGRPOConfig:
+    """TR-GRPO probability-shaping hyper-parameters (spec §5.6). All constants are unverified.
+
+    Attributes:
+        shape: ``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)),
+            ``"sigmoid_mul"`` (w = clip(alpha (sigmoid(tau p) - mu), L, U)) or ``"sigmoid_div"``
+            (the literal transcription, w = clip(alpha (sigmoid(p / tau) - mu), L, U)).
+        alpha, tau, mu: shape constants (third-party: 2.0, 9.0, 0.25).
+        lower, upper: clip bounds L <= U, L > 0 (third-party: 1.0, 1.4).
+        prob_source: ``"current"`` (detached current-policy probability; default) or ``"old"``.
+        placement: ``"loss_multiplier"`` (default; w times the clipped surrogate, PPO's trust
+            region intact) or ``"ratio_in_clip"`` (paper-literal per the reviews: w r inside both
+            branches of the clip; positive-advantage tokens with w > 1 + eps_high get no gradient).
+        weight_kl: multiply pi_ref / pi_theta by w inside k3 (paper-literal per the reviews).
+        warn_degenerate: warn when the weight spread over p in [0, 1] is below 1e-3.
+    """
+
+    shape: str = "sigmoid_shift"
+    alpha: float = 2.0
+    tau: float = 9.0
+    mu: float = 0.25
+    lower: float = 1.0
+    upper: float = 1.4
+    prob_source: str = "current"
+    placement: str = "loss_multiplier"
+    weight_kl: bool = False
+    warn_degenerate: bool = True
+
+    def __post_init__(self) -> None:
+        check_choice("tr_grpo.shape", self.shape, TR_SHAPES)
+        check_range("tr_grpo.alpha", self.alpha, 0.0, float("inf"), low_open=True)
+        check_range("tr_grpo.tau", self.tau, 0.0, float("inf"), low_open=True)
+        check_range("tr_grpo.mu", self.mu, -float("inf"), float("inf"), low_open=True, high_open=True)
+        check_range("tr_grpo.lower", self.lower, 0.0, float("inf"), low_open=True)
+        check_range("tr_grpo.upper", self.upper, self.lower, float("inf"))
+        check_choice("tr_grpo.prob_source", self.prob_source, TR_PROB_SOURCES)
+        check_choice("tr_grpo.placement", self.placement, TR_PLACEMENTS)
+        if self.warn_degenerate:
+            low, high = tr_grpo_weight_range(self)
+            if high - low < DEGENERATE_WEIGHT_SPREAD:
+                warnings.warn(
+                    f"tr_grpo: weight is constant ({low:.4f}..{high:.4f} over p in [0, 1]) with "
+                    f"shape={self.shape!r}, alpha={self.alpha}, tau={self.tau}, mu={self.mu}, "
+                    f"L={self.lower}, U={self.upper}: the method reduces to GRPO",
+                    stacklevel=3,
+                )
+
+
+def tr_grpo_weights_from_prob(prob_BT: torch.Tensor, config: TRGRPOConfig) -> torch.Tensor:
+    """Apply the TR-GRPO weight shape to probabilities (any shape, no gradient)."""
+    prob = prob_BT.detach()
+    if config.shape == "sigmoid_div":
+        raw = config.alpha * (torch.sigmoid(prob / config.tau) - config.mu)
+    elif config.shape == "sigmoid_mul":
+        raw = config.alpha * (torch.sigmoid(config.tau * prob) - config.mu)
+    else:
+        raw = config.alpha * torch.sigmoid(config.tau * (prob - config.mu))
+    return raw.clamp(config.lower, config.upper)
+
+
+def tr_grpo_weight_range(config: TRGRPOConfig, points: int = 1001) -> tuple[float, float]:
+    """(min, max) of the weight over an even grid of p in [0, 1]."""
+    weights = tr_grpo_weights_from_prob(torch.linspace(0.0, 1.0, points, dtype=torch.float64), config)
+    return float(weights.min()), float(weights.max())
+
+
+def tr_grpo_token_weights(
+    logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: TRGRPOConfig
+) -> torch.Tensor:
+    """TR-GRPO weights from log-probs ([B, T], 1 at padding, no gradient).
+
+    Pass the current log-probs (detached here) for ``prob_source="current"``, the old ones for
+    ``"old"``.
+    """
+    check_ndim("logp_BT", logp_BT, 2, "BT")
+    check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
+    check_finite("logp_BT", logp_BT.detach(), response_mask_BT)
+    prob_BT = torch.exp(masked_fill_invalid(logp_BT.detach(), response_mask_BT))
+    return masked_fill_invalid(tr_grpo_weights_from_prob(prob_BT, config), response_mask_BT, 1.0)
