@@ -1,0 +1,147 @@
+"""Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name
+the file, the row and the column.
+
+Rows are numbered from 0 in file order (as ``pandas`` / ``extra_info.index`` number them); for JSON
+lines the line number is given too. Nested columns are named with dots, e.g.
+``reward_model.ground_truth.solution_text_format``.
+
+pyarrow is imported inside the functions that need it, so importing the tasks stays light.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+PARQUET_SUFFIXES = (".parquet",)
+JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
+_MISSING = object()
+
+
+class RowReader:
+    """Typed access to the columns of one row; every failure is a ``ValueError`` of the form
+    ``"<file>: row <r>[ (line <l>)]: column '<c>': <problem>"``."""
+
+    def __init__(self, path: str | os.PathLike, row_number: int, row: Any, line: int | None = None):
+        self.path = str(path)
+        self.row_number = row_number
+        self.line = line
+        if not isinstance(row, dict):
+            raise self.error(None, f"expected an object with named columns, got {type(row).__name__}")
+        self.row = row
+
+    def error(self, column: str | None, problem: str) -> ValueError:
+        """A ``ValueError`` naming this file, row and ``column`` (for the caller to raise)."""
+        where = f"{self.path}: row {self.row_number}"
+        if self.line is not None:
+            where += f" (line {self.line})"
+        if column is not None:
+            where += f": column {column!r}"
+        return ValueError(f"{where}: {problem}")
+
+    def has(self, column: str) -> bool:
+        """Whether the (dotted) column is present in this row (a null value counts as present)."""
+        return self._lookup(column) is not _MISSING
+
+    def _lookup(self, column: str) -> Any:
+        value: Any = self.row
+        for key in column.split("."):
+            if not isinstance(value, dict) or key not in value:
+                return _MISSING
+            value = value[key]
+        return value
+
+    def get(self, column: str, kind: type | tuple[type, ...], *, default: Any = _MISSING) -> Any:
+        """The value of ``column``, checked to be of type ``kind``.
+
+        A missing column returns ``default`` when one is given, else raises. ``bool`` is never
+        accepted as an ``int``.
+        """
+        value = self._lookup(column)
+        if value is _MISSING:
+            if default is not _MISSING:
+                return default
+            raise self.error(column, "missing")
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):
+            expected = " or ".join(k.__name__ for k in kinds)
+            shown = repr(value) if len(repr(value)) <= 60 else repr(value)[:57] + "..."
+            raise self.error(column, f"expected {expected}, got {type(value).__name__} {shown}")
+        return value
+
+    def get_list(self, column: str, item_kind: type, *, default: Any = _MISSING) -> Any:
+        """A list column whose items are all of type ``item_kind``."""
+        items = self.get(column, list, default=default)
+        if items is default and default is not _MISSING:
+            return items
+        for position, item in enumerate(items):
+            if not isinstance(item, item_kind) or (isinstance(item, bool) and item_kind is not bool):
+                raise self.error(
+                    column,
+                    f"item {position} should be {item_kind.__name__}, got {type(item).__name__} {item!r}",
+                )
+        return items
+
+
+def read_rows(path: str | os.PathLike) -> list[RowReader]:
+    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file.
+
+    Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise
+    ``ValueError`` naming the file (and the line).
+    """
+    file = Path(path)
+    suffix = file.suffix.lower()
+    if not file.is_file():
+        raise ValueError(f"{file}: no such file")
+    if suffix in PARQUET_SUFFIXES:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        try:
+            rows = pq.read_table(file).to_pylist()
+        except (OSError, pa.ArrowException) as err:
+            raise ValueError(f"{file}: cannot read as parquet: {err}") from None
+        return [RowReader(file, number, row) for number, row in enumerate(rows)]
+    if suffix in JSONL_SUFFIXES:
+        readers = []
+        try:
+            text = file.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            raise ValueError(f"{file}: cannot read as UTF-8 text: {err}") from None
+        for line_number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            row_number = len(readers)
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ValueError(
+                    f"{file}: row {row_number} (line {line_number}): invalid JSON: {err}"
+                ) from None
+            readers.append(RowReader(file, row_number, row, line=line_number))
+        return readers
+    valid = ", ".join(PARQUET_SUFFIXES + JSONL_SUFFIXES)
+    raise ValueError(f"{file}: unknown file type {suffix or '(none)'!r}; valid suffixes: {valid}")
+
+
+def write_parquet_atomic(rows: Iterable[dict[str, Any]], path: str | os.PathLike, schema: Any) -> Path:
+    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the path."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.Table.from_pylist(list(rows), schema=schema)
+    handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(handle)
+    try:
+        pq.write_table(table, temp_name)
+        os.replace(temp_name, target)
+    except BaseException:
+        Path(temp_name).unlink(missing_ok=True)
+        raise
+    return target

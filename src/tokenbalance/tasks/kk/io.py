@@ -1,0 +1,156 @@
+"""Knights & Knaves files: write the Logic-RL parquet schema, read Logic-RL / AR-Lopti parquet and
+K&K JSON-lines files back into :class:`~tokenbalance.tasks.base.TaskExample` (spec ``kk.md`` §9).
+
+Written files have the 16 Logic-RL columns with their Arrow types (struct fields in alphabetical
+order, as the published files store them). Differences from the published files: no Hugging Face
+``datasets`` schema metadata is written (readers that need it, e.g. ``datasets.load_dataset``,
+infer the same features from the Arrow types), and the file is written atomically.
+
+Readers accept either a Logic-RL row (``prompt`` and ``reward_model`` present) or a bare K&K record
+(``quiz``, ``solution_text_format``, ...). Required: ``quiz`` and the ground truth
+(``reward_model.ground_truth.solution_text_format``, else ``solution_text_format``). Every other
+known column, when present, must be well-formed too. Errors name the file, row and column.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenbalance.tasks.base import TaskExample
+from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
+from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, LOGIC_RL_COLUMNS
+from tokenbalance.tasks.kk.reward import parse_gold_roles
+from tokenbalance.tasks.kk.statements import parse_statements
+from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE, get_template
+
+GROUND_TRUTH_COLUMN = "reward_model.ground_truth.solution_text_format"
+STATEMENTS_COLUMN = "reward_model.ground_truth.statements"
+
+
+def logic_rl_schema() -> Any:
+    """The pyarrow schema of the Logic-RL parquet files (16 columns)."""
+    import pyarrow as pa
+
+    string = pa.string()
+    schema = pa.schema(
+        [
+            ("quiz", string),
+            ("names", pa.list_(string)),
+            (
+                "knight_knave",
+                pa.struct([(key, string) for key in ("Knave", "Knight", "a_knave", "a_knight", "knave", "knight")]),
+            ),
+            ("solution", pa.list_(pa.bool_())),
+            ("solution_text", string),
+            ("solution_text_format", string),
+            ("cot_head", string),
+            ("cot_repeat_steps", pa.list_(string)),
+            ("cot_foot", string),
+            ("statements", string),
+            ("index", pa.int64()),
+            ("data_source", string),
+            ("prompt", pa.list_(pa.struct([("content", string), ("role", string)]))),
+            ("ability", string),
+            (
+                "reward_model",
+                pa.struct(
+                    [
+                        ("ground_truth", pa.struct([("solution_text_format", string), ("statements", string)])),
+                        ("style", string),
+                    ]
+                ),
+            ),
+            ("extra_info", pa.struct([("index", pa.int64()), ("split", string)])),
+        ]
+    )
+    assert tuple(schema.names) == LOGIC_RL_COLUMNS
+    return schema
+
+
+def write_logic_rl_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> Path:
+    """Write rows from :func:`~tokenbalance.tasks.kk.records.generate_rows` as a Logic-RL parquet file."""
+    if not rows:
+        raise ValueError("no rows to write")
+    return write_parquet_atomic(rows, path, logic_rl_schema())
+
+
+def _prompt_text(reader: RowReader) -> str | None:
+    if not reader.has("prompt"):
+        return None
+    messages = reader.get("prompt", list)
+    if not messages:
+        raise reader.error("prompt", "expected at least one message, got an empty list")
+    last = messages[-1]
+    if not isinstance(last, dict) or not isinstance(last.get("content"), str):
+        raise reader.error("prompt", f"message {len(messages) - 1} has no string 'content': {last!r}")
+    return last["content"]
+
+
+def example_from_row(reader: RowReader, template: str | None = None) -> TaskExample:
+    """Validate one K&K / Logic-RL row and turn it into a :class:`TaskExample`.
+
+    The prompt is the row's ``prompt[-1].content`` when present and ``template`` is None; otherwise
+    the quiz rendered with ``template`` (default ``qwen-instruct``).
+    """
+    quiz = reader.get("quiz", str)
+    column = GROUND_TRUTH_COLUMN if reader.has("reward_model") else "solution_text_format"
+    gold_text = reader.get(column, str)
+    gold = parse_gold_roles(gold_text)
+    if not gold:
+        raise reader.error(column, f"no '(k) Name is a knight|knave' line in {gold_text[:60]!r}")
+    names = reader.get_list("names", str, default=None)
+    if names is not None and len(names) != len(gold):
+        raise reader.error("names", f"{len(names)} names but {len(gold)} people in {column!r}")
+    n_people = len(gold)
+    solution = reader.get_list("solution", bool, default=None)
+    if solution is not None and len(solution) != n_people:
+        raise reader.error("solution", f"{len(solution)} values for {n_people} people")
+    ground_truth: dict[str, str] = {"solution_text_format": gold_text}
+    for statements_column in (STATEMENTS_COLUMN, "statements"):
+        statements = reader.get(statements_column, str, default=None)
+        if statements is not None:
+            try:
+                parse_statements(statements, n_people)
+            except ValueError as err:
+                raise reader.error(statements_column, str(err)) from None
+            ground_truth.setdefault("statements", statements)
+    index = reader.get("index", int, default=reader.row_number)
+    data_source = reader.get("data_source", str, default=DEFAULT_DATA_SOURCE)
+    split = reader.get("extra_info.split", str, default=None) if reader.has("extra_info") else None
+    stored_prompt = _prompt_text(reader)
+    if template is None and stored_prompt is not None:
+        prompt = stored_prompt
+    else:
+        prompt = get_template(template or DEFAULT_TEMPLATE).render(quiz)
+    extra: dict[str, Any] = {"row": reader.row_number, "source_file": reader.path}
+    if names is not None:
+        extra["names"] = list(names)
+    if solution is not None:
+        extra["solution"] = list(solution)
+    if split is not None:
+        extra["split"] = split
+    return TaskExample(
+        prompt=prompt,
+        question=quiz,
+        ground_truth=ground_truth,
+        data_source=data_source,
+        difficulty=n_people,
+        index=index,
+        extra=extra,
+    )
+
+
+def read_kk_examples(path: str | os.PathLike, template: str | None = None) -> list[TaskExample]:
+    """Task examples from a Logic-RL / AR-Lopti parquet file or a K&K JSON-lines file.
+
+    ``template=None`` keeps each row's stored prompt (falls back to ``qwen-instruct`` for bare K&K
+    records); a template name re-renders every prompt from the quiz.
+    """
+    if template is not None:
+        get_template(template)
+    readers = read_rows(path)
+    if not readers:
+        raise ValueError(f"{path}: the file has no rows")
+    return [example_from_row(reader, template) for reader in readers]

@@ -1,0 +1,197 @@
+"""Knights & Knaves reward, scoring exactly as Logic-RL / AR-Lopti's ``kk.compute_score`` does
+(spec ``kk.md`` §11).
+
+Total = format score (+1 / -1) + answer score (+2 correct, -1.5 wrong, -2 unparsable or skipped),
+so the only totals are 3, -0.5, -1 and -3. All the reference's quirks are kept:
+
+* the input is the decoded prompt **plus** response; the assistant part starts after the *first*
+  ``"Assistant:"``, else after the first ``"<|im_start|>assistant"``; with neither, no answer is
+  read (-2) but the format is still judged on the whole string;
+* ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` must each occur exactly once, in that order
+  (the prompt's trailing ``<think>`` counts, so a model must not open a second one);
+* the answer is the *last* ``<answer>...</answer>`` block, stripped; an empty one is unparsable;
+* count guard: ``knight`` + ``knave`` substring counts in the lower-cased answer must equal the number
+  of people;
+* each gold name must appear as ``Name is a knight|knave`` (``\\s+`` between words, any case).
+
+Differences from the reference: nothing is printed (outcomes are logged at DEBUG level);
+:func:`score_with_metrics` also returns the components; :func:`score_response` scores a bare
+response by putting the template's assistant header in front (spec §11.5); the ground truth may
+be given as the ``solution_text_format`` string instead of the ``reward_model.ground_truth`` dict.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE, get_template
+
+logger = logging.getLogger(__name__)
+
+FORMAT_OK = 1.0
+FORMAT_BAD = -1.0
+ANSWER_CORRECT = 2.0
+ANSWER_WRONG = -1.5
+ANSWER_UNPARSABLE = -2.0
+MAX_REWARD = FORMAT_OK + ANSWER_CORRECT  # 3.0: "correct" for the accuracy metric
+POSSIBLE_TOTALS = (3.0, -0.5, -1.0, -3.0)
+
+RESPONSE_MARKERS = ("Assistant:", "<|im_start|>assistant")  # tried in this order
+FORMAT_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+
+_GOLD_LINE_RE = re.compile(r"\b([A-Za-z]+)\b.*?\b(knight|knave)\b", re.IGNORECASE)
+_ANSWER_BLOCK_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
+
+
+@dataclass(frozen=True)
+class KKScore:
+    """A scored completion: ``total`` and the three steps that produce it.
+
+    ``format_ok``: the four tags occur once each, in order. ``answer_parsed``: the format passed
+    and the answer block passed the count guard and named every person as "X is a knight/knave".
+    ``correct``: parsed and every role matches (then ``total == 3``).
+    """
+
+    total: float
+    format_ok: bool
+    answer_parsed: bool
+    correct: bool
+
+    @property
+    def format_score(self) -> float:
+        return FORMAT_OK if self.format_ok else FORMAT_BAD
+
+    @property
+    def answer_score(self) -> float:
+        return self.total - self.format_score
+
+    def metrics(self) -> dict[str, float]:
+        """``{"format_ok", "answer_parsed", "correct"}`` as 0.0 / 1.0 floats (ready to average)."""
+        return {
+            "format_ok": float(self.format_ok),
+            "answer_parsed": float(self.answer_parsed),
+            "correct": float(self.correct),
+        }
+
+
+def parse_gold_roles(solution_text_format: str) -> dict[str, str]:
+    """``{"Zoey": "knight", "Oliver": "knave"}`` from ``"(1) Zoey is a knight\\n(2) Oliver is a knave"``.
+
+    Per non-empty line, the first alphabetic word is the name (the ``(1)`` is skipped: digits are
+    not letters) and the first following ``knight``/``knave`` word the role, as in the reference.
+    """
+    roles: dict[str, str] = {}
+    for line in solution_text_format.split("\n"):
+        line = line.strip()
+        if not line:
+            continue
+        match = _GOLD_LINE_RE.search(line)
+        if match:
+            roles[match.group(1)] = match.group(2).lower()
+    return roles
+
+
+def split_assistant_part(text: str) -> tuple[str, bool]:
+    """``(part, has_header)``: the text after the first response marker, or the whole text."""
+    for marker in RESPONSE_MARKERS:
+        if marker in text:
+            return text.split(marker, 1)[1], True
+    return text, False
+
+
+def extract_answer(part: str) -> str | None:
+    """The stripped content of the last ``<answer>...</answer>`` block, or None."""
+    blocks = _ANSWER_BLOCK_RE.findall(part)
+    return blocks[-1].strip() if blocks else None
+
+
+def has_valid_format(part: str) -> bool:
+    """Each format tag exactly once and first occurrences in order think < /think < answer < /answer."""
+    if any(part.count(tag) != 1 for tag in FORMAT_TAGS):
+        return False
+    positions = [part.find(tag) for tag in FORMAT_TAGS]
+    return all(a <= b for a, b in zip(positions, positions[1:]))
+
+
+def parse_answer_roles(answer: str, names: list[str]) -> dict[str, str] | None:
+    """Predicted roles for ``names``, or None when the count guard fails or a name is missing."""
+    lowered = answer.lower()
+    if lowered.count("knight") + lowered.count("knave") != len(names):
+        return None
+    roles: dict[str, str] = {}
+    for name in names:
+        pattern = rf"\b{re.escape(name)}\b\s+is\s+a\s+\b(knight|knave)\b"
+        match = re.search(pattern, answer, re.IGNORECASE)
+        if match is None:
+            return None
+        roles[name] = match.group(1).lower()
+    return roles
+
+
+def _solution_text_format(ground_truth: Mapping[str, Any] | str) -> str:
+    if isinstance(ground_truth, str):
+        return ground_truth
+    if isinstance(ground_truth, Mapping):
+        value = ground_truth.get("solution_text_format")
+        if isinstance(value, str):
+            return value
+        raise ValueError(
+            "ground_truth['solution_text_format'] must be a string, "
+            f"got {type(value).__name__}: {value!r}"
+        )
+    raise ValueError(
+        "ground_truth must be the reward_model.ground_truth dict or the solution_text_format "
+        f"string, got {type(ground_truth).__name__}"
+    )
+
+
+def score_with_metrics(solution_str: str, ground_truth: Mapping[str, Any] | str) -> KKScore:
+    """Score decoded prompt + response (special tokens kept) against the ground truth.
+
+    ``ground_truth`` is the row's ``reward_model.ground_truth`` dict (only its
+    ``solution_text_format`` is read) or that string itself.
+    """
+    if not isinstance(solution_str, str):
+        raise ValueError(f"solution_str must be a string, got {type(solution_str).__name__}")
+    gold = parse_gold_roles(_solution_text_format(ground_truth))
+    part, has_header = split_assistant_part(solution_str)
+    answer = extract_answer(part) if has_header else None
+    format_ok = has_valid_format(part)
+    predicted = parse_answer_roles(answer, list(gold)) if format_ok and answer else None
+    correct = predicted is not None and predicted == gold
+    if predicted is None:
+        answer_score = ANSWER_UNPARSABLE
+    else:
+        answer_score = ANSWER_CORRECT if correct else ANSWER_WRONG
+    score = KKScore(
+        total=(FORMAT_OK if format_ok else FORMAT_BAD) + answer_score,
+        format_ok=format_ok,
+        answer_parsed=predicted is not None,
+        correct=correct,
+    )
+    if logger.isEnabledFor(logging.DEBUG):
+        logger.debug(
+            "kk reward %.1f (format_ok=%s, parsed=%s, correct=%s) gold=%s predicted=%s",
+            score.total, format_ok, score.answer_parsed, correct, gold, predicted,
+        )
+    return score
+
+
+def compute_score(solution_str: str, ground_truth: Mapping[str, Any] | str) -> float:
+    """The reference entry point: the total reward (3, -0.5, -1 or -3) of decoded prompt + response."""
+    return score_with_metrics(solution_str, ground_truth).total
+
+
+def score_response(
+    response: str, ground_truth: Mapping[str, Any] | str, template: str = DEFAULT_TEMPLATE
+) -> KKScore:
+    """Score a response *without* its prompt, as if the ``template`` prompt came before it.
+
+    The template's assistant header (ending in the prompt's opening ``<think>``) is put in front,
+    so a well-formed response must not open ``<think>`` itself, as with the reference.
+    """
+    return score_with_metrics(get_template(template).response_header + response, ground_truth)

@@ -1,0 +1,96 @@
+"""Knights & Knaves prompt templates (spec ``kk.md`` §10): the prompt is ``prefix + quiz + suffix``,
+the chat template already baked in; nothing wraps it again.
+
+* ``qwen-instruct``: the template of the shipped Logic-RL / AR-Lopti data, byte-exact (Qwen chat
+  special tokens ``<|im_start|>`` / ``<|im_end|>``; SHA-256 checked in the tests).
+* ``qwen-base``: Logic-RL's template for base models, byte-exact (``User:`` / ``Assistant:`` turns).
+* ``plain``: ours, not in the reference. A short instruction with no special tokens, for a tiny
+  local tokenizer. It keeps everything the reward relies on: the instruction text holds no
+  ``Assistant:``, the prompt ends with ``\\nAssistant: <think>``, so the reward's split marker is the
+  prompt's last turn and the opening ``<think>`` is counted, exactly as with ``qwen-base``.
+
+The typos and odd spacing of the two reference templates ("and<answer>", two spaces before "Now",
+"solves it.The", "User:{quiz}") are kept on purpose: they are what the published models saw.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """``render(quiz) == prefix + quiz + suffix``; ``response_header`` is the tail of the prompt from
+    the reward's split marker on (what :func:`~tokenbalance.tasks.kk.reward.score_response` puts in
+    front of a bare response)."""
+
+    name: str
+    prefix: str
+    suffix: str
+    response_header: str
+
+    def render(self, quiz: str) -> str:
+        return self.prefix + quiz + self.suffix
+
+
+QWEN_INSTRUCT = PromptTemplate(
+    name="qwen-instruct",
+    prefix=(
+        "<|im_start|>system\nYou are a helpful assistant. The assistant first thinks about the "
+        "reasoning process in the mind and then provides the user with the answer. The reasoning "
+        "process and answer are enclosed within <think> </think> and<answer> </answer> tags, "
+        "respectively, i.e., <think> reasoning process here </think><answer> answer here "
+        "</answer>.  Now the user asks you to solve a logical reasoning problem. After thinking, "
+        "when you finally reach a conclusion, clearly state the identity of each character within "
+        "<answer> </answer> tags. i.e., <answer> (1) Zoey is a knight\n(2) ... </answer>.\n"
+        "<|im_end|>\n<|im_start|>user\n"
+    ),
+    suffix="\n<|im_end|>\n<|im_start|>assistant\n<think>",
+    response_header="<|im_start|>assistant\n<think>",
+)
+
+QWEN_BASE = PromptTemplate(
+    name="qwen-base",
+    prefix=(
+        "The user asks a question, and the Assistant solves it.The assistant first thinks about "
+        "the reasoning process in the mind and then provides the user with the final answer. The "
+        "reasoning process and answer are enclosed within <think> </think> and <answer> </answer> "
+        "tags, respectively, i.e., <think> reasoning process here </think><answer> answer here "
+        "</answer>. Now the user asks you to solve a logical reasoning problem. After thinking, "
+        "when you finally reach a conclusion, clearly state the identity of each character within "
+        "<answer> </answer> tags. List the identity of each person one by one, for example, "
+        "<answer> (1) Zoey is a knight\n(2) Oliver is a knight\n(3)... </answer>.\n\nUser:"
+    ),
+    suffix="\nAssistant: <think>",
+    response_header="Assistant: <think>",
+)
+
+PLAIN = PromptTemplate(
+    name="plain",
+    prefix=(
+        "Solve the logic puzzle. Think inside <think> </think>, then give the role of each "
+        "person inside <answer> </answer>, one line each, for example <answer> (1) Zoey is a "
+        "knight\n(2) Oliver is a knave </answer>.\n\nUser: "
+    ),
+    suffix="\nAssistant: <think>",
+    response_header="Assistant: <think>",
+)
+
+TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (QWEN_INSTRUCT, QWEN_BASE, PLAIN)}
+TEMPLATE_NAMES = tuple(TEMPLATES)
+DEFAULT_TEMPLATE = QWEN_INSTRUCT.name
+
+
+def get_template(name: str) -> PromptTemplate:
+    """The template called ``name``; ``ValueError`` listing the valid names otherwise."""
+    try:
+        return TEMPLATES[name]
+    except (KeyError, TypeError):
+        raise ValueError(
+            f"unknown template {name!r}; valid templates: {', '.join(TEMPLATE_NAMES)}"
+        ) from None
+
+
+def render_prompt(quiz: str, template: str = DEFAULT_TEMPLATE) -> str:
+    """The full prompt text for ``quiz`` (ends with an opening ``<think>``)."""
+    return get_template(template).render(quiz)
