@@ -1,0 +1,91 @@
+"""Hand-computed Advantage Reweighting and TR-GRPO weights."""
+
+import math
+
+import pytest
+import torch
+
+from tests.algorithms.conftest import assert_values
+from tokenbalance.algorithms.weights import (
+    ARConfig,
+    TRGRPOConfig,
+    advantage_reweight,
+    ar_token_weights,
+    tr_grpo_token_weights,
+    tr_grpo_weights_from_prob,
+)
+
+MASK = torch.tensor([[1, 1, 0]], dtype=torch.bool)
+
+
+def logp(*probs):
+    return torch.tensor([[math.log(p) for p in probs]], dtype=torch.float64)
+
+
+def test_ar_by_hand():
+    # alpha 0.3: w = 0.3 p + 0.7 -> p = 0.5: 0.85, p = 1: 1.0; padding stays 0
+    adv = torch.tensor([[2.0, -1.0, 5.0]], dtype=torch.float64)
+    out = advantage_reweight(adv, logp(0.5, 1.0, 0.1), MASK, ARConfig(alpha=0.3))
+    assert_values(out, [[1.7, -1.0, 0.0]], atol=1e-12)
+
+
+def test_ar_explicit_tau_and_negative_weight():
+    adv = torch.tensor([[2.0, -1.0, 0.0]], dtype=torch.float64)
+    out = advantage_reweight(adv, logp(0.5, 0.5, 0.5), MASK, ARConfig(alpha=0.2, tau=0.5, neg_adv_weight=0.8))
+    # w = 0.2 * 0.5 + 0.5 = 0.6; negatives x 0.8
+    assert_values(out, [[1.2, -0.48, 0.0]], atol=1e-12)
+
+
+def test_ar_alpha_zero_is_identity_and_weights_carry_no_gradient():
+    old = logp(0.2, 0.9, 0.5).requires_grad_(True)
+    adv = torch.tensor([[1.5, -0.5, 0.0]], dtype=torch.float64)
+    out = advantage_reweight(adv, old, MASK, ARConfig(alpha=0.0))
+    assert torch.equal(out, adv)
+    assert not out.requires_grad
+    assert not ar_token_weights(old, MASK, ARConfig(alpha=0.5)).requires_grad
+
+
+def test_tr_grpo_readings_match_the_table():
+    probs = torch.tensor([0.1, 0.2, 0.25, 0.3, 0.4, 0.9], dtype=torch.float64)
+    shift = tr_grpo_weights_from_prob(probs, TRGRPOConfig(shape="sigmoid_shift"))
+    mul = tr_grpo_weights_from_prob(probs, TRGRPOConfig(shape="sigmoid_mul"))
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    # reading C: clip(2 sigmoid(9 (p - 0.25)), 1, 1.4); p = 0.3 -> 2 sigmoid(0.45) = 1.2213
+    assert_values(shift, [1.0, 1.0, 1.0, 2 * sig(0.45), 1.4, 1.4], atol=1e-12)
+    assert shift[3].item() == pytest.approx(1.221, abs=1e-3)
+    # reading B: clip(2 (sigmoid(9 p) - 0.25), 1, 1.4); p = 0.2 -> 1.216, p = 0.25 -> 1.309
+    assert_values(mul, [1.0, 2 * (sig(1.8) - 0.25), 2 * (sig(2.25) - 0.25), 2 * (sig(2.7) - 0.25), 1.4, 1.4], atol=1e-12)
+    assert mul[3].item() == pytest.approx(1.374, abs=1e-3)
+    assert mul[1].item() == pytest.approx(1.216, abs=1e-3) and mul[2].item() == pytest.approx(1.309, abs=1e-3)
+
+
+def test_tr_grpo_literal_shape_is_degenerate_and_warns():
+    with pytest.warns(UserWarning, match="weight is constant"):
+        config = TRGRPOConfig(shape="sigmoid_div")
+    weights = tr_grpo_token_weights(logp(0.01, 0.99, 0.5), MASK, config)
+    assert_values(weights, [[1.0, 1.0, 1.0]])
+
+
+def test_tr_grpo_weights_increase_with_probability_and_are_detached():
+    current = torch.log(torch.linspace(0.01, 1.0, 50, dtype=torch.float64))[None].requires_grad_(True)
+    weights = tr_grpo_token_weights(current, torch.ones_like(current, dtype=torch.bool), TRGRPOConfig())
+    assert not weights.requires_grad
+    assert bool((weights[0, 1:] >= weights[0, :-1]).all())
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: ARConfig(alpha=1.5), r"ar.alpha: must be in \[0.0, 1.0\], got 1.5"),
+        (lambda: ARConfig(alpha=-0.1), r"ar.alpha: must be in \[0.0, 1.0\], got -0.1"),
+        (lambda: ARConfig(prob_source="new"), "ar.prob_source: unknown value 'new'; valid: 'old', 'current_detached'"),
+        (lambda: TRGRPOConfig(shape="tanh"), "tr_grpo.shape: unknown value 'tanh'"),
+        (lambda: TRGRPOConfig(lower=1.5, upper=1.4), r"tr_grpo.upper: must be in \[1.5, inf\], got 1.4"),
+        (lambda: TRGRPOConfig(placement="inside"), "tr_grpo.placement"),
+        (lambda: ar_token_weights(torch.tensor([[float("inf"), 0.0]]), torch.ones(1, 2, dtype=torch.bool), ARConfig()),
+         "logp_BT: must be finite at valid positions, found inf"),
+    ],
+)
+def test_bad_hyper_parameters(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
