@@ -71,8 +71,40 @@ def make_batch(
 
 
 def loss_and_grad(batch: Batch, fn) -> tuple[torch.Tensor, torch.Tensor]:
-    """Evaluate ``fn(logp_BT) -> scalar`` and its gradient w.r.t. theta (fresh each call)."""
+    """Evaluate ``fn(logp_BT, entropy_BT) -> scalar`` and its gradient w.r.t. theta."""
     theta = batch.theta_BTV.detach().clone().requires_grad_(True)
-    loss = fn(batch.logp(theta))
+    logp_BTV = torch.log_softmax(theta, dim=-1)
+    entropy_BT = -(logp_BTV.exp() * logp_BTV).sum(-1)
+    loss = fn(batch.logp(theta), entropy_BT)
     (grad,) = torch.autograd.grad(loss, theta)
     return loss.detach(), grad
+
+
+def nthr_inputs(batch: Batch):
+    from tokenbalance.algorithms.methods import NTHRInputs
+
+    return NTHRInputs(tokens_BT=batch.tokens_BT, hidden_BTD=batch.hidden_BTD, unembed_VD=batch.unembed_VD)
+
+
+def passes_for(method, batch: Batch):
+    from tokenbalance.algorithms.methods import build_update_passes
+
+    return build_update_passes(
+        method, batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT, batch.ref_logp_BT,
+        nthr_inputs=nthr_inputs(batch) if method.nthr is not None else None,
+    )
+
+
+def total_loss_fn(method, batch: Batch, passes=None):
+    """``fn(logp, entropy)``: the sum of every pass's loss evaluated at the same parameters."""
+    from tokenbalance.algorithms.loss import pass_loss
+
+    if passes is None:
+        passes, _ = passes_for(method, batch)
+
+    def fn(logp_BT, entropy_BT):
+        return sum(
+            pass_loss(method, p, logp_BT, batch.old_logp_BT, batch.ref_logp_BT, entropy_BT).loss for p in passes
+        )
+
+    return fn
