@@ -1,0 +1,99 @@
+"""Presets, the composition, list-methods and bad-input messages."""
+
+import pytest
+import torch
+
+from tests.algorithms.helpers import make_batch, passes_for
+from tokenbalance.algorithms.loss import pass_loss
+from tokenbalance.algorithms.methods import METHOD_PRESETS, KLConfig, Method, build_update_passes, get_method
+from tokenbalance.cli import main
+
+REQUIRED = ["grpo", "reinforce_pp", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr",
+            "reinforce_pp_ar", "reinforce_pp_lopti", "reinforce_pp_ar_lopti", "reinforce_pp_tr_grpo", "reinforce_pp_nthr"]
+
+
+def test_required_presets_exist_with_citations():
+    for name in REQUIRED:
+        method = get_method(name)
+        assert method.name == name and method.citations and method.description
+    assert set(REQUIRED) <= set(METHOD_PRESETS.names())
+
+
+def test_preset_hyper_parameters_follow_the_papers():
+    assert get_method("ar").ar.alpha == 0.3 and get_method("ar").ar.intercept == pytest.approx(0.7)
+    assert get_method("ar_lopti").lopti.eta == 0.5 and get_method("ar_lopti").ar.alpha == 0.3
+    assert get_method("reinforce_pp_ar_lopti").ar.alpha == 0.1
+    assert get_method("reinforce_pp").advantage.estimator == "reinforce_pp"
+    assert get_method("nthr").nthr.beta == 1.0 and get_method("nthr").nthr.eta == "2|0.5-p|"
+    assert get_method("tr_grpo").tr_grpo.placement == "loss_multiplier"
+    assert get_method("tr_grpo_literal").tr_grpo.placement == "ratio_in_clip"
+    grpo = get_method("grpo")
+    assert (grpo.clip.eps_low, grpo.clip.eps_high, grpo.clip.dual_clip_c) == (0.2, 0.24, 10.0)
+    assert (grpo.kl.estimator, grpo.kl.coef, grpo.kl.log_ratio_clamp) == ("k3", 0.001, 5.0)
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_preset_builds_passes_and_a_loss(name):
+    method = get_method(name)
+    batch = make_batch(3)
+    passes, metrics = passes_for(method, batch)
+    assert len(passes) == (2 if method.lopti else 1)
+    assert "adv/mean" in metrics
+    out = pass_loss(method, passes[0], batch.logp(), batch.old_logp_BT, batch.ref_logp_BT)
+    out.loss.backward()
+    assert torch.isfinite(out.loss) and batch.theta_BTV.grad.abs().sum() > 0
+    assert {"loss/policy", "loss/kl", "loss/total", "clip/frac"} <= set(out.metrics)
+
+
+def test_kl_in_reward_changes_the_advantages():
+    batch = make_batch(3, binary=False)
+    plain = get_method("reinforce_pp")
+    in_reward = plain.replace(kl=KLConfig(coef=0.5, estimator="k1", placement="reward"))
+    (p1,), _ = passes_for(plain, batch)
+    (p2,), _ = passes_for(in_reward, batch)
+    assert not torch.allclose(p1.advantages_BT, p2.advantages_BT)
+    assert not in_reward.needs_ref_logp or in_reward.kl.placement == "reward"
+
+
+def test_list_methods_prints_every_preset_with_hyper_parameters(capsys):
+    assert main(["list-methods"]) == 0
+    out = capsys.readouterr().out
+    for name in REQUIRED:
+        assert f"\n{name}: " in f"\n{out}"
+    assert "alpha=0.3" in out and "eta=0.5" in out and "arXiv 2505.12929" in out and "arXiv 2505.18830" in out
+    assert main(["list-methods", "nthr"]) == 0
+    assert capsys.readouterr().out.startswith("nthr: GRPO + Negative Token Hidden Reward")
+
+
+def test_unknown_method_lists_valid_names(capsys):
+    with pytest.raises(ValueError, match="unknown method 'gpro'; valid names: .*grpo"):
+        get_method("gpro")
+    assert main(["list-methods", "gpro"]) == 2
+    assert "unknown method 'gpro'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: Method(loss_agg_mode="mean"), "loss_agg_mode: unknown value 'mean'"),
+        (lambda: get_method("grpo").replace(max_response_len=0), "max_response_len: must be in"),
+        (lambda: KLConfig(estimator="k5"), "kl.estimator: unknown value 'k5'"),
+        (lambda: KLConfig(placement="everywhere"), "kl.placement: unknown value 'everywhere'"),
+        (lambda: get_method("grpo").advantage.__class__(estimator="ppo"), "advantage.estimator: unknown value 'ppo'"),
+    ],
+)
+def test_bad_configuration(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_missing_inputs_are_named():
+    batch = make_batch(0)
+    with pytest.raises(ValueError, match="nthr_inputs: required by method 'nthr'"):
+        build_update_passes(get_method("nthr"), batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT)
+    (grpo_pass,), _ = passes_for(get_method("grpo"), batch)
+    with pytest.raises(ValueError, match="ref_logp_BT: required by method 'grpo'"):
+        pass_loss(get_method("grpo"), grpo_pass, batch.logp(), batch.old_logp_BT)
+    with pytest.raises(ValueError, match=r"old_logp_BT: expected shape \(8, 7\), got \(8, 6\)"):
+        build_update_passes(get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT,
+                            batch.old_logp_BT[:, :6])
