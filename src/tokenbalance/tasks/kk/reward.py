@@ -195,3 +195,25 @@ def score_response(
     so a well-formed response must not open ``<think>`` itself, as with the reference.
     """
     return score_with_metrics(get_template(template).response_header + response, ground_truth)
+
+
+def accuracy(rewards: list[float] | tuple[float, ...]) -> float:
+    """Share of responses whose total is exactly 3 (spec §12.3); ``[3, -0.5, 3, -3]`` gives 0.5."""
+    if len(rewards) == 0:
+        raise ValueError("accuracy needs at least one reward")
+    return sum(1 for reward in rewards if reward == MAX_REWARD) / len(rewards)
+
+
+def accuracy_by_source(
+    rewards: list[float] | tuple[float, ...], data_sources: list[str] | tuple[str, ...]
+) -> dict[str, float]:
+    """Accuracy per ``data_source`` (e.g. ``kk_logic3``) plus ``"mean"``, the unweighted mean over
+    the sources present (AR-Lopti reports each level and their average)."""
+    if len(rewards) != len(data_sources):
+        raise ValueError(f"{len(rewards)} rewards but {len(data_sources)} data sources")
+    groups: dict[str, list[float]] = {}
+    for reward, source in zip(rewards, data_sources):
+        groups.setdefault(source, []).append(reward)
+    result = {source: accuracy(values) for source, values in sorted(groups.items())}
+    result["mean"] = sum(result.values()) / len(result)
+    return result
