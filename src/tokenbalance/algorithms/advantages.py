@@ -3,10 +3,10 @@
 All estimators take outcome scores (one per response) or token-level rewards and return a
 ``[B, T]`` float advantage tensor that is 0 at every padded position and carries no gradient.
 Groups are defined by ``group_ids_B`` (one id per prompt instance, repeated for its G samples),
-never by prompt text (methods spec §2.1).
+never by prompt text (docs/methods.md §1).
 
 Reference: ``compute_grpo_outcome_advantage`` and ``compute_reinforce_plus_plus_outcome_advantage``
-in verl's ``trainer/ppo/core_algos.py`` as forked by AR-Lopti (spec §2.2, §2.3). Differences:
+in verl's ``trainer/ppo/core_algos.py`` as forked by AR-Lopti (docs/methods.md §2.2, §2.3). Differences:
 
 * a singleton group gets the reference's mean 0 / std 1 (so A = s / (1 + eps)) with
   ``singleton="reference"`` (default, with a warning) or an advantage of 0 with
@@ -155,7 +155,7 @@ def rloo_advantages(
 def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
     """Place each outcome score at its response's last valid token ([B, T], 0 elsewhere).
 
-    Rows without a valid token receive nothing (spec §1.1, "outcome reward placement").
+    Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement").
     """
     check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
     check_shape("scores_B", scores_B, (response_mask_BT.shape[0],))
@@ -174,7 +174,7 @@ def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor
 def discounted_returns(
     token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0
 ) -> torch.Tensor:
-    """Reverse discounted cumulative sum that restarts after every masked position (spec §2.3)."""
+    """Reverse discounted cumulative sum that restarts after every masked position (docs/methods.md §2.3)."""
     check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
     check_range("gamma", gamma, 0.0, 1.0)
@@ -226,7 +226,7 @@ def kl_in_reward(
     response_mask_BT: torch.Tensor,
     coef: float,
 ) -> torch.Tensor:
-    """``token_rewards = token_scores - coef * kl`` at valid tokens (spec §2.3, ``apply_kl_penalty``).
+    """``token_rewards = token_scores - coef * kl`` at valid tokens (docs/methods.md §2.3, ``apply_kl_penalty``).
 
     ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the
     reference uses this only when the KL loss is off.

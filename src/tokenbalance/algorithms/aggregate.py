@@ -1,6 +1,6 @@
 """Loss aggregation: from a per-token loss matrix to a scalar, with an explicit denominator.
 
-Modes (methods spec §2.7), for a loss ``L`` [B, T], numerator mask ``M`` and denominator mask ``D``
+Modes (docs/methods.md §2.7), for a loss ``L`` [B, T], numerator mask ``M`` and denominator mask ``D``
 (``D = M`` unless given; Lopti passes count *all* valid tokens in ``D``):
 
 ============================  =====================================================  ====================

@@ -4,9 +4,9 @@ This is the function every runner calls inside its mini-/micro-batch loop (our t
 subclass, the verl hook). It needs the method (frozen hyper-parameters), the pass (masks and
 advantages), the current log-probs (with gradient) and the stored old / reference log-probs.
 
-Total loss (spec §2.8): ``policy - entropy_coeff * entropy + kl_coef * kl``. The policy term sums
+Total loss (docs/methods.md §2.8): ``policy - entropy_coeff * entropy + kl_coef * kl``. The policy term sums
 the pass's policy tokens, the KL and entropy terms its KL / entropy tokens, and all three divide
-by the pass's normaliser (all valid tokens for Lopti, spec §4.4).
+by the pass's normaliser (all valid tokens for Lopti, docs/methods.md §4).
 
 Weights that depend on the *current* policy are applied here, detached: TR-GRPO (default
 ``prob_source="current"``) and AR with ``prob_source="current_detached"``. Weights that depend on

@@ -8,7 +8,7 @@ A :class:`Method` is a frozen bundle of small hyper-parameter objects:
 :func:`build_update_passes` runs the first four stages once per RL step (they depend only on the
 rollout); :func:`tokenbalance.algorithms.loss.pass_loss` runs the last ones per micro-batch.
 
-Every preset shares the GRPO base of the AR-Lopti K&K scripts (methods spec §9.1) so that
+Every preset shares the GRPO base of the AR-Lopti K&K scripts (docs/methods.md §7) so that
 methods differ only in their token-level stage, and cites the paper section for each of its own
 hyper-parameters. ``tokenbalance list-methods`` prints them.
 """
@@ -275,18 +275,18 @@ def build_update_passes(
 
 _AR_LOPTI = "Yang et al. 2025, arXiv 2505.12929"
 _BASE_CITATIONS = (
-    ("clip.eps_low=0.20, eps_high=0.24, dual_clip_c=10", f"{_AR_LOPTI}, K&K scripts (methods spec §9.1)"),
-    ("kl: k3, coef 0.001, inner clamp 5, as a loss", f"{_AR_LOPTI}, K&K scripts (spec §9.1)"),
-    ("loss_agg_mode=token-mean, entropy_coeff=0", f"{_AR_LOPTI}, K&K scripts (spec §2.7, §2.6)"),
-    ("clip.log_ratio_clamp=20", "upstream verl safety clamp; absent in the AR-Lopti fork (spec §2.4)"),
+    ("clip.eps_low=0.20, eps_high=0.24, dual_clip_c=10", f"{_AR_LOPTI}, K&K scripts (docs/methods.md §7)"),
+    ("kl: k3, coef 0.001, inner clamp 5, as a loss", f"{_AR_LOPTI}, K&K scripts (docs/methods.md §7)"),
+    ("loss_agg_mode=token-mean, entropy_coeff=0", f"{_AR_LOPTI}, K&K scripts (docs/methods.md §2.7, §2.6)"),
+    ("clip.log_ratio_clamp=20", "upstream verl safety clamp; absent in the AR-Lopti fork (docs/methods.md §2.4)"),
 )
 
 
 def _base(name: str, estimator: str, description: str, citations=(), **stages) -> Method:
     advantage_source = (
-        ("advantage=grpo, eps=1e-6, unbiased std", "DeepSeekMath arXiv 2402.03300; verl reference (spec §2.2)")
+        ("advantage=grpo, eps=1e-6, unbiased std", "DeepSeekMath arXiv 2402.03300; verl reference (docs/methods.md §2.2)")
         if estimator == "grpo"
-        else ("advantage=reinforce_pp, gamma=1, batch whitening", "Hu, arXiv 2501.03262; verl reference (spec §2.3)")
+        else ("advantage=reinforce_pp, gamma=1, batch whitening", "Hu, arXiv 2501.03262; verl reference (docs/methods.md §2.3)")
     )
     return Method(
         name=name,
@@ -318,10 +318,10 @@ def _token_level_presets(prefix: str, estimator: str, alpha: float, alpha_source
                (ar_cite, eta_cite), ar=ARConfig(alpha=alpha), lopti=LoptiConfig(eta=0.5)))
     _add(_base(f"{prefix}tr_grpo", estimator, f"{base_name} + TR-GRPO probability weights (loss multiplier)",
                (("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
-                 "arXiv 2511.00066 via third-party constants, UNVERIFIED (spec §5.3, §5.6)"),),
+                 "arXiv 2511.00066 via third-party constants, UNVERIFIED (docs/methods.md §5)"),),
                tr_grpo=TRGRPOConfig()))
     _add(_base(f"{prefix}nthr", estimator, f"{base_name} + Negative Token Hidden Reward",
-               (("nthr.beta=1, eta=2|0.5-p|", "Deng et al. 2025, arXiv 2505.18830, §7.3 (spec §6.3)"),),
+               (("nthr.beta=1, eta=2|0.5-p|", "Deng et al. 2025, arXiv 2505.18830, §7.3 (docs/methods.md §6)"),),
                nthr=NTHRConfig(beta=1.0, eta="2|0.5-p|")))
 
 
@@ -330,8 +330,8 @@ _add(_base("reinforce_pp", "reinforce_pp", "REINFORCE++ baseline (KL as a loss, 
 _token_level_presets("", "grpo", 0.3, f"{_AR_LOPTI}, Figure 4 caption (the AR-only script uses 0.2)")
 _add(_base(
     "tr_grpo_literal", "grpo", "GRPO + TR-GRPO, paper-literal placement per the reviews (w*r inside the clip, weighted KL)",
-    (("tr_grpo: ratio_in_clip + weight_kl", "arXiv 2511.00066 Eq. 9 as described by OpenReview reviewer 4 (spec §5.5)"),
-     ("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4", "third-party constants, UNVERIFIED (spec §5.3)")),
+    (("tr_grpo: ratio_in_clip + weight_kl", "arXiv 2511.00066 Eq. 9 as described by OpenReview reviewer 4 (docs/methods.md §5)"),
+     ("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4", "third-party constants, UNVERIFIED (docs/methods.md §5)")),
     tr_grpo=TRGRPOConfig(placement="ratio_in_clip", weight_kl=True)))
 _token_level_presets("reinforce_pp_", "reinforce_pp", 0.1, f"{_AR_LOPTI}, Table 7 (REINFORCE++)")
 

@@ -14,7 +14,7 @@ own tokens) are "selected" and their negative advantage is multiplied by eta (pa
 eta = 2|0.5 - p|, p = N+/G). This module only returns the per-token weights; the caller multiplies the
 advantages by them before the unchanged clipped GRPO loss, once per rollout batch.
 
-Differences from the paper and where the choices come from (spec ``methods.md`` §6, §12 items 16-18):
+Differences from the paper and where the choices come from (docs/methods.md §6):
 
 * **log-Z trick** [derived]: the paper takes q_t = softmax(z_t)[V*] from the old-log-prob pass. Here the
   caller only supplies last-layer hidden states and the old log-prob of the sampled token at the same
@@ -22,14 +22,14 @@ Differences from the paper and where the choices come from (spec ``methods.md`` 
   q_t[v] = exp(z_t[v] - log Z_t) for v in V*, which needs only the |V*| unembedding rows, never a
   full-vocabulary softmax. It is exact whenever ``old_logp`` was computed from the same hidden states,
   unembedding, bias and temperature (an inconsistent ``old_logp`` rescales every q_t by the same factor).
-* **Non-binary rewards** [derived, spec §6.4]: a row is positive when the sum of its masked advantages is
+* **Non-binary rewards** [derived, docs/methods.md §6]: a row is positive when the sum of its masked advantages is
   > 0, negative when < 0 and neither when it is exactly 0; p = N+/G with G the number of rows sharing the
   group id. Groups without both positives and negatives are left untouched (weights 1).
-* **Anchor self-exclusion** [spec §6.3]: the paper text does not settle whether s+ of response i' sums
+* **Anchor self-exclusion** [docs/methods.md §6]: the paper text does not settle whether s+ of response i' sums
   over i' itself. ``anchor_exclude_self=False`` (default) includes it; ``True`` uses M+ - M+_{i'}, and for a
   group with a single positive (where that is undefined) falls back to the inclusive form and counts
   the group in ``nthr/anchor_self_fallback_groups``.
-* **beta = -inf** [spec §6.3]: an explicit "select every negative token" branch; -inf * min(sbar) would
+* **beta = -inf** [docs/methods.md §6]: an explicit "select every negative token" branch; -inf * min(sbar) would
   select nothing when min(sbar) < 0.
 * **Selection is strict** (s-_t > tau), as written in the paper. V* (``vocab="group"``) is the sorted set
   of token ids at valid positions of *all* rows of the group, probabilities sliced without
@@ -71,7 +71,7 @@ VOCAB_MODES = ("group", "full")
 
 @dataclass(frozen=True)
 class NTHRConfig:
-    """Hyper-parameters of NTHR (spec §6.6).
+    """Hyper-parameters of NTHR (docs/methods.md §6).
 
     Attributes:
         beta: threshold multiplier, tau = beta * min_{i'} sbar+_{i'}. Any finite float, or

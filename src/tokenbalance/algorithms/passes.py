@@ -2,7 +2,7 @@
 
 * :func:`single_pass` - every valid token in one pass (GRPO, AR, TR-GRPO, NTHR).
 * :func:`lopti_passes` - Low-Probability Token Isolation (Yang et al. 2025, arXiv 2505.12929,
-  Algorithm 1; methods spec §4): split the valid tokens by the old policy's probability, run a
+  Algorithm 1; docs/methods.md §4): split the valid tokens by the old policy's probability, run a
   complete update on the low-probability tokens, then one on the high-probability tokens.
 
 Reference behaviour kept (``ray_trainer.fit`` of the AR-Lopti fork): the split is computed once
@@ -35,7 +35,7 @@ LOPTI_THRESHOLD_MODES = ("prob", "quantile")
 
 @dataclass(frozen=True)
 class LoptiConfig:
-    """Lopti hyper-parameters (spec §4.9).
+    """Lopti hyper-parameters (docs/methods.md §4).
 
     Attributes:
         eta: probability threshold in (0, 1); tokens with p_old < eta are "low". Paper 0.5

@@ -1,13 +1,13 @@
 """The per-token PPO surrogate, KL estimators and entropy.
 
 Reference: ``compute_policy_loss`` and ``kl_penalty`` in verl's ``core_algos.py`` (AR-Lopti fork;
-methods spec §2.4-§2.6). Every function returns a per-token ``[B, T]`` tensor; aggregation over
+docs/methods.md §2.4-2.6). Every function returns a per-token ``[B, T]`` tensor; aggregation over
 tokens is :mod:`tokenbalance.algorithms.aggregate`'s job. Differences from the reference:
 
 * the log-ratio is clamped to ``[-log_ratio_clamp, log_ratio_clamp]`` before ``exp`` (default 20,
   as upstream verl; ``None`` disables it, as in the AR-Lopti fork);
 * ``ratio_weight_BT`` lets TR-GRPO's paper-literal placement put a weight on the ratio inside
-  both branches of the clip (spec §5.5); it is ``None`` for every other method.
+  both branches of the clip (docs/methods.md §5); it is ``None`` for every other method.
 """
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ def clipped_surrogate(
     *,
     ratio_weight_BT: torch.Tensor | None = None,
 ) -> SurrogateOutput:
-    """PPO clipped surrogate loss per token, with clip-higher and dual-clip (spec §2.4).
+    """PPO clipped surrogate loss per token, with clip-higher and dual-clip (docs/methods.md §2.4).
 
     ``r = exp(logp - old_logp)``, ``L1 = -A w r``, ``L2 = -A clip(w r, 1 - eps_low, 1 + eps_high)``,
     ``Lc = max(L1, L2)``, and for ``A < 0`` the loss is ``min(Lc, -A c)``. ``w`` is
@@ -168,14 +168,14 @@ def kl_penalty(
     log_ratio_clamp: float = 5.0,
     ref_weight_BT: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Per-token KL(pi_theta || pi_ref) estimate, ``[B, T]``, 0 at padding (spec §2.5).
+    """Per-token KL(pi_theta || pi_ref) estimate, ``[B, T]``, 0 at padding (docs/methods.md §2.5).
 
     With ``d = logp - ref_logp``: k1 = d, abs = |d|, k2 = d^2 / 2, and
     k3 = clamp(e^x - x - 1, -10, 10) with x = clamp(-d, -C, C), C = ``log_ratio_clamp``
     (5 in the AR-Lopti reference, 20 upstream). A trailing ``+`` on k1 / k3 returns that value
     with the gradient of k2 (straight-through).
 
-    ``ref_weight_BT`` is TR-GRPO's weighted KL (spec §5.5, paper-literal per reviews):
+    ``ref_weight_BT`` is TR-GRPO's weighted KL (docs/methods.md §5, paper-literal per reviews):
     rho = w pi_ref / pi_theta, k = rho - log rho - 1, i.e. k3 with x shifted by log w. It is only
     defined for k3.
     """
@@ -224,7 +224,7 @@ def entropy_from_logits(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> 
     """Per-position entropy ``H = -sum_v p_v log p_v`` of ``softmax(z)`` over the last dimension.
 
     Args:
-        logits_BTV: [..., V] logits, already divided by the log-prob temperature (spec §1.3).
+        logits_BTV: [..., V] logits, already divided by the log-prob temperature (docs/methods.md §1).
         chunk_rows: positions processed at once, bounding the [rows, V] float32 temporaries.
 
     Returns:

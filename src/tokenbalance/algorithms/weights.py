@@ -2,19 +2,19 @@
 
 (NTHR, which needs hidden states, lives in :mod:`tokenbalance.algorithms.nthr`.)
 
-* **Advantage Reweighting** (Yang et al. 2025, arXiv 2505.12929, Eq. 4; methods spec §3):
+* **Advantage Reweighting** (Yang et al. 2025, arXiv 2505.12929, Eq. 4; docs/methods.md §3):
   ``A <- (alpha * pi + tau) * A`` with ``tau = 1 - alpha`` by default and ``pi`` the old policy's
   probability of the sampled token at the log-prob temperature. The weight never carries
   gradient. The reference's ``neg_adv_weight`` then scales negative advantages (1.0 in every
   released script).
-* **TR-GRPO** (arXiv 2511.00066; spec §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
+* **TR-GRPO** (arXiv 2511.00066; docs/methods.md §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
   The paper's exact formula is unknown; three readings are offered (``shape``) and the only
   transcribed constants (``alpha=2, tau=9, mu=0.25, L=1, U=1.4``, third-party, unverified) are
   the defaults. The literal reading with those constants is the constant 1 and triggers a
   warning.
 
 Both weights are positive, so as a loss multiplier they equal advantage scaling and leave the
-clip decisions unchanged (spec §3.5).
+clip decisions unchanged (docs/methods.md §3).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ DEGENERATE_WEIGHT_SPREAD = 1e-3
 
 @dataclass(frozen=True)
 class ARConfig:
-    """Advantage Reweighting hyper-parameters (spec §3.9).
+    """Advantage Reweighting hyper-parameters (docs/methods.md §3).
 
     Attributes:
         alpha: slope on the token probability, in [0, 1]; 0 is plain GRPO. Paper: 0.3 on K&K
@@ -112,7 +112,7 @@ def advantage_reweight(
 
 @dataclass(frozen=True)
 class TRGRPOConfig:
-    """TR-GRPO probability-shaping hyper-parameters (spec §5.6). All constants are unverified.
+    """TR-GRPO probability-shaping hyper-parameters (docs/methods.md §5). All constants are unverified.
 
     Attributes:
         shape: ``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)),
