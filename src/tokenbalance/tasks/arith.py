@@ -271,7 +271,8 @@ def score_math(
         predicted = parse("\\boxed{" + boxed + "}", extraction_config=config, parsing_timeout=limit)
         if not predicted:
             return ScoreResult(0.0, metrics)
-        metrics["parsed"] = 1.0
+        # math-verify appends the raw string as a fallback; "parsed" means a sympy object came out.
+        metrics["parsed"] = float(any(not isinstance(item, str) for item in predicted))
         for gold in golds:
             parsed_gold = parse("\\boxed{" + gold + "}", extraction_config=config, parsing_timeout=limit)
             if parsed_gold and verify(parsed_gold, predicted, timeout_seconds=limit):
