@@ -92,10 +92,6 @@ def _run_kk(args: argparse.Namespace) -> int:
     levels = parse_people(people)
     template = args.template or DEFAULT_TEMPLATE
     get_template(template)
-    if args.count is not None and args.count < 1:
-        raise ValueError(f"--count must be >= 1, got {args.count}")
-    if args.start_index is not None and args.start_index < 0:
-        raise ValueError(f"--start-index must be >= 0, got {args.start_index}")
     if args.per_level_source and args.data_source is not None:
         raise ValueError("give either --data-source or --per-level-source, not both")
     data_source = PER_LEVEL_DATA_SOURCE if args.per_level_source else (args.data_source or DEFAULT_DATA_SOURCE)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from tokenbalance.tasks.kk.formatter import join_with_oxford_comma
 from tokenbalance.tasks.kk.solver import knight_masks, full_mask, truth_mask
 from tokenbalance.tasks.kk.statements import Puzzle, mentioned_people, render_statement
 
@@ -109,11 +110,8 @@ def search(puzzle: Puzzle) -> SearchResult:
 
 
 def _list_people(people: list[str]) -> str:
-    if len(people) == 1:
-        return people[0]
-    if len(people) == 2:
-        return f"{people[0]} and {people[1]}"
-    return ", ".join(people[:-1]) + ", and " + people[-1]
+    """``A`` / ``A and B`` / ``A, B, and C`` (no Oxford comma for exactly two, unlike the quiz)."""
+    return " and ".join(people) if len(people) == 2 else join_with_oxford_comma(people)
 
 
 def render_step(event: Proposal | Reconsider, puzzle: Puzzle, names: tuple[str, ...]) -> str:

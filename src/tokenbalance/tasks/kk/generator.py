@@ -15,7 +15,7 @@ return fewer puzzles); the uniqueness test uses the bit-mask solver.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -138,20 +138,30 @@ def iter_problems(
 
 
 def generate_problems(
-    n_people: int, start_index: int, count: int, seed: int = DEFAULT_SEED
+    n_people: int,
+    start_index: int,
+    count: int,
+    seed: int = DEFAULT_SEED,
+    *,
+    on_progress: Callable[[], None] | None = None,
 ) -> list[KKProblem]:
     """The puzzles with global indices ``start_index .. start_index + count - 1``.
 
     All earlier puzzles of the stream are sampled (and dropped) too: that is what makes index k
-    the same puzzle whatever slice it is asked for in.
+    the same puzzle whatever slice it is asked for in. ``on_progress`` is called once per puzzle
+    drawn, dropped ones included (``start_index + count`` calls; for progress bars).
     """
     check_people(n_people)
     if type(start_index) is not int or start_index < 0:
         raise ValueError(f"start_index must be an integer >= 0, got {start_index!r}")
     if type(count) is not int or count < 1:
         raise ValueError(f"count must be an integer >= 1, got {count!r}")
+    if type(seed) is not int:
+        raise ValueError(f"seed must be an integer, got {seed!r}")
     problems = []
     for problem in iter_problems(n_people, seed):
+        if on_progress is not None:
+            on_progress()
         if problem.index >= start_index:
             problems.append(problem)
             if len(problems) == count:

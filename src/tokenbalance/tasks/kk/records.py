@@ -18,7 +18,7 @@ from typing import Any
 
 from tokenbalance.tasks.kk.cot import chain_of_thought
 from tokenbalance.tasks.kk.formatter import KNIGHT_KNAVE_WORDS, format_problem
-from tokenbalance.tasks.kk.generator import DEFAULT_SEED, KKProblem, check_people, iter_problems
+from tokenbalance.tasks.kk.generator import DEFAULT_SEED, KKProblem, check_people, generate_problems
 from tokenbalance.tasks.kk.statements import format_statements
 from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE, get_template
 
@@ -120,31 +120,21 @@ def generate_rows(
     """Logic-RL rows for global indices ``start_index .. start_index + count - 1``.
 
     ``start_index`` / ``count`` default to the published split (:func:`default_slice`); ``split``
-    is also written to ``extra_info.split``. ``on_progress`` is called once per puzzle drawn from the
-    stream, skipped ones included (``start_index + count`` calls in all; for progress bars).
+    is also written to ``extra_info.split``. ``on_progress``: see
+    :func:`~tokenbalance.tasks.kk.generator.generate_problems`.
     """
     default_start, default_count = default_slice(n_people, split)
-    start = default_start if start_index is None else start_index
-    total = default_count if count is None else count
-    if type(start) is not int or start < 0:
-        raise ValueError(f"start_index must be an integer >= 0, got {start!r}")
-    if type(total) is not int or total < 1:
-        raise ValueError(f"count must be an integer >= 1, got {total!r}")
-    if type(seed) is not int:
-        raise ValueError(f"seed must be an integer, got {seed!r}")
     get_template(template)  # fail before the (possibly long) generation
-    rows: list[dict[str, Any]] = []
-    for problem in iter_problems(n_people, seed):
-        if on_progress is not None:
-            on_progress()
-        if problem.index < start:
-            continue
-        record = kk_record(problem, seed)
-        rows.append(
-            logic_rl_row(
-                record, row_index=len(rows), split=split, data_source=data_source, template=template
-            )
+    problems = generate_problems(
+        n_people,
+        default_start if start_index is None else start_index,
+        default_count if count is None else count,
+        seed,
+        on_progress=on_progress,
+    )
+    return [
+        logic_rl_row(
+            kk_record(problem, seed), row_index=row, split=split, data_source=data_source, template=template
         )
-        if len(rows) == total:
-            break
-    return rows
+        for row, problem in enumerate(problems)
+    ]
