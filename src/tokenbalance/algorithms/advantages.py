@@ -63,9 +63,19 @@ def group_statistics(
     return size_P[inverse_B], mean_P[inverse_B], var_P.sqrt()[inverse_B]
 
 
-def _baseline_and_scale(
-    scores_B: torch.Tensor, group_ids_B: torch.Tensor, singleton: str
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def _group_advantages(
+    scores_B: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    singleton: str,
+    from_group_stats,
+) -> torch.Tensor:
+    """Shared body of the grouped estimators.
+
+    ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's
+    singleton convention (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0.
+    """
+    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
     check_choice("singleton", singleton, SINGLETON_RULES)
     size_B, mean_B, std_B = group_statistics(scores_B, group_ids_B)
     lonely_B = size_B == 1
@@ -77,11 +87,10 @@ def _baseline_and_scale(
         )
     mean_B = torch.where(lonely_B, torch.zeros_like(mean_B), mean_B)
     std_B = torch.where(lonely_B, torch.ones_like(std_B), std_B)
-    return size_B, mean_B, std_B
-
-
-def _broadcast(adv_B: torch.Tensor, response_mask_BT: torch.Tensor, like: torch.Tensor):
-    dtype = like.dtype if like.is_floating_point() else torch.float32
+    adv_B = from_group_stats(scores_B.detach().double(), size_B, mean_B, std_B)
+    if singleton == "zero":
+        adv_B = torch.where(lonely_B, torch.zeros_like(adv_B), adv_B)
+    dtype = scores_B.dtype if scores_B.is_floating_point() else torch.float32
     adv_BT = adv_B.to(dtype)[:, None].expand(response_mask_BT.shape)
     return masked_fill_invalid(adv_BT, response_mask_BT)
 
@@ -106,13 +115,11 @@ def grpo_advantages(
     Returns:
         [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding.
     """
-    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
     check_range("eps", eps, 0.0, float("inf"))
-    size_B, mean_B, std_B = _baseline_and_scale(scores_B, group_ids_B, singleton)
-    adv_B = (scores_B.detach().double() - mean_B) / (std_B + eps)
-    if singleton == "zero":
-        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
-    return _broadcast(adv_B, response_mask_BT, scores_B)
+    return _group_advantages(
+        scores_B, group_ids_B, response_mask_BT, singleton,
+        lambda s, size, mean, std: (s - mean) / (std + eps),
+    )
 
 
 def dr_grpo_advantages(
@@ -123,12 +130,9 @@ def dr_grpo_advantages(
     singleton: str = "reference",
 ) -> torch.Tensor:
     """Dr. GRPO (arXiv 2503.20783): the mean-only baseline ``A_i = s_i - mean_g`` (no std)."""
-    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
-    size_B, mean_B, _ = _baseline_and_scale(scores_B, group_ids_B, singleton)
-    adv_B = scores_B.detach().double() - mean_B
-    if singleton == "zero":
-        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
-    return _broadcast(adv_B, response_mask_BT, scores_B)
+    return _group_advantages(
+        scores_B, group_ids_B, response_mask_BT, singleton, lambda s, size, mean, std: s - mean
+    )
 
 
 def rloo_advantages(
@@ -143,13 +147,10 @@ def rloo_advantages(
     A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s),
     ``"zero"`` gives 0.
     """
-    _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
-    size_B, mean_B, _ = _baseline_and_scale(scores_B, group_ids_B, singleton)
-    scale_B = torch.where(size_B > 1, size_B / (size_B - 1).clamp(min=1), torch.ones_like(size_B))
-    adv_B = (scores_B.detach().double() - mean_B) * scale_B
-    if singleton == "zero":
-        adv_B = torch.where(size_B == 1, torch.zeros_like(adv_B), adv_B)
-    return _broadcast(adv_B, response_mask_BT, scores_B)
+    return _group_advantages(
+        scores_B, group_ids_B, response_mask_BT, singleton,
+        lambda s, size, mean, std: (s - mean) * torch.where(size > 1, size / (size - 1).clamp(min=1), 1.0),
+    )
 
 
 def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
