@@ -1,0 +1,232 @@
+"""Save and load a policy (causal LM + tokenizer) in Hugging Face format, from local directories only.
+
+    from tokenbalance.models import load_policy, save_policy
+    save_policy(model, tokenizer, "runs/tiny/policy")             # atomic: temp dir + rename
+    model, tokenizer = load_policy("runs/tiny/policy")             # CPU, float32
+    model, tokenizer = load_policy("/models/Qwen2.5-3B", device="cuda", dtype=torch.bfloat16)
+
+The same code loads our tiny models and any Hugging Face causal LM downloaded beforehand (for
+example ``hf download Qwen/Qwen2.5-3B --local-dir /models/Qwen2.5-3B``). Differences from the
+usual ``from_pretrained`` habits, all deliberate:
+
+* Never a hub id: ``local_files_only=True``, and a path that is not a directory is an error, not a
+  download. Runs are reproducible from what is on disk and work without a network.
+* Never unpickle: weights are read from ``*.safetensors`` (``use_safetensors=True``). A directory
+  with only ``pytorch_model.bin`` is refused unless ``allow_pickle=True``, because a ``.bin`` file
+  is a pickle and unpickling an untrusted file can run code (torch's ``weights_only`` loader
+  narrows this, but the safe format removes it). Convert once instead: load with
+  ``allow_pickle=True`` from a trusted source and :func:`save_policy` it.
+* ``trust_remote_code=False``: no Python from the model directory runs.
+* A tokenizer saved as a generic fast tokenizer (ours) is loaded as exactly that. ``AutoTokenizer``
+  in transformers 5 would instead pick the class registered for the model type (``Qwen2Tokenizer``
+  for a ``qwen2`` config), which rebuilds the normaliser and pre-tokeniser (NFC, Qwen's regex) and
+  silently changes the ids of a tokenizer that was not trained with them.
+* Problems are reported up front as ``ValueError`` naming the cause (missing directory, config,
+  weights or tokenizer files; no pad / eos token; a tokenizer larger than the embedding).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from tokenbalance.models.tokenizer import REASONING_TAGS
+
+CONFIG_FILE = "config.json"
+SAFETENSORS_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
+PICKLE_WEIGHT_FILES = ("pytorch_model.bin", "pytorch_model.bin.index.json")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json")
+GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
+
+
+def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> Path:
+    """Write ``model`` (safetensors) and ``tokenizer`` to the directory ``path``, atomically.
+
+    Everything is written into a fresh temporary directory beside ``path``, which is then renamed
+    to ``path``. An existing ``path`` is first renamed away and deleted only after the new one is
+    in place, so at every moment ``path`` is either the complete old or the complete new policy
+    (a crash between the two renames leaves the old one under ``.<name>.old-*``). Returns ``path``.
+    """
+    target = Path(path)
+    if target.exists() and not target.is_dir():
+        raise ValueError(f"{target} exists and is not a directory; refusing to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        replace_directory(staging, target)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    return target
+
+
+def replace_directory(new: Path, target: Path) -> None:
+    """Rename ``new`` to ``target``; an existing ``target`` is renamed away first, then deleted."""
+    if not target.exists():
+        os.replace(new, target)
+        return
+    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+    os.replace(target, old / target.name)  # rename into a fresh dir: the name cannot collide
+    try:
+        os.replace(new, target)
+    except BaseException:
+        os.replace(old / target.name, target)  # put the old policy back
+        shutil.rmtree(old, ignore_errors=True)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def check_policy_dir(path: str | os.PathLike, *, allow_pickle: bool = False) -> Path:
+    """``path`` as a ``Path`` if it looks like a loadable local policy directory; ``ValueError``
+    naming the first missing piece otherwise (see :func:`load_policy`)."""
+    directory = Path(path)
+    if not directory.is_dir():
+        hint = ""
+        if not directory.exists() and not directory.is_absolute() and str(path).count("/") == 1:
+            hint = (
+                f" ({str(path)!r} looks like a hub id: download it first, e.g. "
+                f"`hf download {path} --local-dir DIR`, and pass DIR)"
+            )
+        raise ValueError(
+            f"policy path {str(path)!r} must be a local directory (it does not exist or is not a "
+            f"directory); downloads from the Hugging Face hub are not supported here{hint}"
+        )
+    if not (directory / CONFIG_FILE).is_file():
+        raise ValueError(f"{directory}: missing {CONFIG_FILE} (not a Hugging Face model directory)")
+    has_safetensors = any(any(directory.glob(pattern)) for pattern in SAFETENSORS_PATTERNS)
+    has_pickle = any((directory / name).is_file() for name in PICKLE_WEIGHT_FILES)
+    if not has_safetensors and not has_pickle:
+        raise ValueError(f"{directory}: missing weights (no *.safetensors or pytorch_model.bin)")
+    if not has_safetensors and not allow_pickle:
+        raise ValueError(
+            f"{directory}: only pickle weights (pytorch_model.bin) found; refusing to unpickle them. "
+            "Convert them to safetensors, or pass allow_pickle=True for a directory you trust"
+        )
+    if not any((directory / name).is_file() for name in TOKENIZER_FILES):
+        raise ValueError(
+            f"{directory}: missing tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})"
+        )
+    return directory
+
+
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, where: object = "tokenizer") -> None:
+    """``ValueError`` if ``tokenizer`` has no pad or no eos token."""
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            f"{where}: the tokenizer has no pad token; set one, e.g. "
+            "tokenizer.pad_token = tokenizer.eos_token, or use --pad-token"
+        )
+    if tokenizer.eos_token_id is None:
+        raise ValueError(f"{where}: the tokenizer has no eos token; set tokenizer.eos_token")
+
+
+def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    """The tokenizer saved in ``directory``, of the class its ``tokenizer_config.json`` declares
+    when that is a generic fast tokenizer (see the module docstring), else ``AutoTokenizer``'s."""
+    config_file = directory / "tokenizer_config.json"
+    declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
+    if declared in GENERIC_TOKENIZER_CLASSES and (directory / "tokenizer.json").is_file():
+        return PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True)
+    return AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+
+
+def load_policy(
+    path: str | os.PathLike,
+    *,
+    device: str | torch.device = "cpu",
+    dtype: torch.dtype | None = None,
+    attn_implementation: str | None = None,
+    pad_token: str | None = None,
+    allow_pickle: bool = False,
+) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
+    """Load ``(model, tokenizer)`` from a local Hugging Face directory.
+
+    Args:
+        path: a directory with ``config.json``, weights (``*.safetensors``) and tokenizer files.
+        device: where to put the model.
+        dtype: parameter dtype; ``None`` = the dtype recorded in ``config.json`` (transformers
+            5's ``"auto"``: bfloat16 for Qwen2.5, float32 for our tiny models). Pass
+            ``torch.float32`` to train with fp32 master weights.
+        attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...; ``None`` =
+            transformers' choice.
+        pad_token: sets ``tokenizer.pad_token`` (for tokenizers shipped without one).
+        allow_pickle: also accept ``pytorch_model.bin``-only directories (unpickles them).
+
+    The model is returned in eval mode. ``model.config.pad_token_id`` is set to the tokenizer's pad
+    id when the config has none. Raises ``ValueError`` for every problem listed in the module
+    docstring.
+    """
+    directory = check_policy_dir(path, allow_pickle=allow_pickle)
+    tokenizer = load_tokenizer(directory)
+    if pad_token is not None:
+        tokenizer.pad_token = pad_token
+    check_tokenizer(tokenizer, directory)
+    has_safetensors = any(any(directory.glob(pattern)) for pattern in SAFETENSORS_PATTERNS)
+    model = AutoModelForCausalLM.from_pretrained(
+        directory,
+        local_files_only=True,
+        trust_remote_code=False,
+        use_safetensors=has_safetensors,
+        dtype=dtype,
+        attn_implementation=attn_implementation,
+    )
+    embedding_rows = model.get_input_embeddings().num_embeddings
+    if len(tokenizer) > embedding_rows:
+        raise ValueError(
+            f"{directory}: the tokenizer has {len(tokenizer)} tokens but the model's embedding only "
+            f"{embedding_rows} rows; tokenizer and weights do not belong together"
+        )
+    if model.config.pad_token_id is None:
+        model.config.pad_token_id = tokenizer.pad_token_id
+    return model.to(device).eval(), tokenizer
+
+
+def check_special_tokens(
+    tokenizer: PreTrainedTokenizerBase,
+    required: Iterable[str] = REASONING_TAGS,
+    *,
+    single_token: bool = False,
+) -> dict[str, list[int]]:
+    """The ids of each ``required`` tag, after checking it survives encode -> decode.
+
+    Each tag is checked alone and inside text (``"a<tag> b"``) with ``add_special_tokens=False``
+    and ``skip_special_tokens=False``. With ``single_token=True`` each tag must also be one token
+    (true for our tokenizers; Qwen2.5's splits ``<think>`` into pieces, which round-trip).
+    ``ValueError`` naming every tag that fails.
+    """
+    ids_by_tag: dict[str, list[int]] = {}
+    broken, split = [], []
+    for tag in required:
+        ids = tokenizer.encode(tag, add_special_tokens=False)
+        ids_by_tag[tag] = ids
+        for text in (tag, f"a{tag} b"):
+            decoded = tokenizer.decode(
+                tokenizer.encode(text, add_special_tokens=False),
+                skip_special_tokens=False,
+                clean_up_tokenization_spaces=False,
+            )
+            if decoded != text:
+                broken.append(tag)
+                break
+        if len(ids) != 1:
+            split.append(tag)
+    if broken:
+        raise ValueError(f"tokenizer does not round-trip these tags: {', '.join(broken)}")
+    if single_token and split:
+        raise ValueError(f"these tags are not single tokens: {', '.join(split)}")
+    return ids_by_tag

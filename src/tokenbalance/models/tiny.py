@@ -1,0 +1,165 @@
+"""Tiny causal LMs (Llama or Qwen2 architecture) built from a config and a local tokenizer.
+
+    from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters
+    model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
+    count_parameters(model)          # 0.93 M with the defaults and a 1,024-token vocabulary
+
+The model is a stock ``transformers`` class (``LlamaForCausalLM`` / ``Qwen2ForCausalLM``), so it
+saves, loads, generates and trains exactly like a hub checkpoint of that family; only the sizes are
+small enough for a CPU (the AR-Lopti paper trains Qwen2.5-3B/7B). Initialisation is the library's
+own (normal, std 0.02), drawn from a private RNG seeded with ``seed``: the same seed gives the same
+weights and the global torch RNG is left untouched.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LlamaConfig,
+    LlamaForCausalLM,
+    PretrainedConfig,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+ARCHITECTURES = ("llama", "qwen2")
+ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
+
+
+@dataclass(frozen=True)
+class TinyModelConfig:
+    """Sizes of a tiny decoder-only model; the vocabulary size comes from the tokenizer.
+
+    Attributes:
+        arch: ``"llama"`` (no attention biases) or ``"qwen2"`` (q/k/v biases, like Qwen2.5).
+        hidden_size: model width D; a multiple of ``num_heads`` with an even head size (RoPE).
+        num_layers: decoder blocks.
+        num_heads: query heads.
+        num_kv_heads: key/value heads (grouped-query attention); ``None`` = ``num_heads``. Must
+            divide ``num_heads``.
+        intermediate_size: width of the SwiGLU MLP.
+        max_position_embeddings: longest prompt + response the model is meant for.
+        tie_word_embeddings: share the input embedding and the LM head (Qwen2.5-0.5B/3B do).
+        rope_theta: RoPE base.
+    """
+
+    arch: str = "llama"
+    hidden_size: int = 128
+    num_layers: int = 4
+    num_heads: int = 4
+    num_kv_heads: int | None = None
+    intermediate_size: int = 512
+    max_position_embeddings: int = 512
+    tie_word_embeddings: bool = True
+    rope_theta: float = 10000.0
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHITECTURES:
+            raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
+        for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.hidden_size % self.num_heads != 0:
+            raise ValueError(
+                f"hidden_size must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}"
+            )
+        if (self.hidden_size // self.num_heads) % 2 != 0:
+            raise ValueError(
+                f"hidden_size / num_heads (the head size) must be even for RoPE, got "
+                f"hidden_size={self.hidden_size}, num_heads={self.num_heads}"
+            )
+        kv = self.num_kv_heads
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1 or self.num_heads % kv):
+            raise ValueError(
+                f"num_kv_heads must be None or a divisor of num_heads ({self.num_heads}) in "
+                f"1..{self.num_heads}, got {kv!r}"
+            )
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ValueError(f"tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
+        if not self.rope_theta > 0:
+            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta!r}")
+
+    @property
+    def kv_heads(self) -> int:
+        """The number of key/value heads (``num_kv_heads`` resolved)."""
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_heads
+
+
+def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    """``pad_token_id``, ``eos_token_id`` and ``bos_token_id`` of ``tokenizer``; BOS falls back to
+    EOS (Qwen's convention) when the tokenizer has none. ``ValueError`` if pad or eos is unset."""
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
+    if tokenizer.pad_token_id is None:
+        raise ValueError(
+            "the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token"
+        )
+    bos = tokenizer.bos_token_id
+    return {
+        "pad_token_id": tokenizer.pad_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "bos_token_id": tokenizer.eos_token_id if bos is None else bos,
+    }
+
+
+def hf_config(config: TinyModelConfig, vocab_size: int, token_ids: dict[str, int]) -> PretrainedConfig:
+    """The ``transformers`` architecture config for ``config`` with a ``vocab_size`` vocabulary."""
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=config.hidden_size,
+        intermediate_size=config.intermediate_size,
+        num_hidden_layers=config.num_layers,
+        num_attention_heads=config.num_heads,
+        num_key_value_heads=config.kv_heads,
+        max_position_embeddings=config.max_position_embeddings,
+        tie_word_embeddings=config.tie_word_embeddings,
+        rope_parameters={"rope_type": "default", "rope_theta": float(config.rope_theta)},
+        **token_ids,
+    )
+    if config.arch == "llama":
+        return LlamaConfig(**common, attention_bias=False, mlp_bias=False)
+    return Qwen2Config(**common, use_sliding_window=False)
+
+
+def build_tiny_model(
+    config: TinyModelConfig,
+    tokenizer: PreTrainedTokenizerBase,
+    *,
+    seed: int = 0,
+    attn_implementation: str = "sdpa",
+) -> PreTrainedModel:
+    """A freshly initialised float32 ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` on the CPU.
+
+    The vocabulary is ``len(tokenizer)`` (added tokens included); pad / eos / bos ids go into
+    ``model.config`` and ``model.generation_config``. ``attn_implementation``: ``"sdpa"``
+    (default) or ``"eager"``. Weights depend only on ``(config, len(tokenizer), seed)``.
+    """
+    if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, "
+            f"got {attn_implementation!r}"
+        )
+    token_ids = special_token_ids(tokenizer)
+    architecture = hf_config(config, len(tokenizer), token_ids)
+    architecture._attn_implementation = attn_implementation
+    model_class = LlamaForCausalLM if config.arch == "llama" else Qwen2ForCausalLM
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = model_class(architecture)
+    model.generation_config = GenerationConfig(**token_ids)
+    return model
+
+
+def count_parameters(model: torch.nn.Module, *, trainable_only: bool = False) -> int:
+    """Number of distinct parameters (a tied embedding / LM head matrix counts once)."""
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)

@@ -1,0 +1,121 @@
+"""A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
+
+    from tokenbalance.models import kk_tokenizer_corpus, train_tokenizer
+    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)   # ~1 s on one CPU core
+    tokenizer.save_pretrained("runs/tiny-tok")                            # Hugging Face format
+
+Byte-level BPE (GPT-2 / Qwen style pre-tokenisation, no normaliser) so that
+``decode(encode(text)) == text`` for every string: the K&K reward reads the decoded text and needs
+the tags and "X is a knight" sentences byte-exact. Unlike Qwen's tokenizer, which is trained on the
+web, this one is trained on K&K prompts and solutions only, so a 1,024-token vocabulary covers the
+task in few tokens (a 3-people ``plain`` prompt is about a hundred tokens).
+
+Special tokens (``skip_special_tokens=True`` drops them): pad ``<|pad|>``, eos ``<|endoftext|>``
+and the chat turn tokens ``<|im_start|>``, ``<|im_end|>``. The reasoning tags ``<think>``,
+``</think>``, ``<answer>``, ``</answer>`` are single *added, non-special* tokens: they always
+encode to one id, and they stay in the decoded text even with ``skip_special_tokens=True``
+(the reward needs them). ``clean_up_tokenization_spaces`` is off, so decoding never edits spaces.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from tokenbalance.tasks.kk import generate_rows
+
+PAD_TOKEN = "<|pad|>"
+EOS_TOKEN = "<|endoftext|>"
+CHAT_TURN_TOKENS = ("<|im_start|>", "<|im_end|>")
+SPECIAL_TOKENS = (PAD_TOKEN, EOS_TOKEN, *CHAT_TURN_TOKENS)  # ids 0..3, in this order
+REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")
+DEFAULT_MODEL_MAX_LENGTH = 2048
+
+
+def train_tokenizer(
+    texts: Iterable[str],
+    *,
+    vocab_size: int = 1024,
+    min_frequency: int = 2,
+    model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
+) -> PreTrainedTokenizerFast:
+    """Train a byte-level BPE tokenizer on ``texts`` and wrap it for ``transformers``.
+
+    Args:
+        texts: training text (any iterable; consumed once).
+        vocab_size: total vocabulary size, special tokens and the four reasoning tags included.
+            At least 256 + 8 (the byte alphabet and the eight added tokens). A corpus too small to
+            yield enough merges gives a smaller vocabulary; ``len(tokenizer)`` is the real size.
+        min_frequency: a pair is merged only if it occurs at least this often.
+        model_max_length: the longest sequence the tokenizer reports as valid.
+
+    Returns:
+        A fast tokenizer with ``pad_token`` / ``eos_token`` set, ``padding_side="left"`` (for
+        generation) and the chat turn tokens as extra special tokens. It has no BOS token: like
+        Qwen, sequences start directly with text (the model config uses EOS as its BOS id).
+    """
+    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+    minimum = len(byte_alphabet) + len(SPECIAL_TOKENS) + len(REASONING_TAGS)
+    if vocab_size < minimum:
+        raise ValueError(f"vocab_size must be >= {minimum} (256 bytes + 8 added tokens), got {vocab_size}")
+    if min_frequency < 1:
+        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
+    if model_max_length < 1:
+        raise ValueError(f"model_max_length must be >= 1, got {model_max_length}")
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size - len(REASONING_TAGS),  # the tags are added after training
+        min_frequency=min_frequency,
+        special_tokens=list(SPECIAL_TOKENS),
+        initial_alphabet=byte_alphabet,
+        show_progress=False,
+    )
+    backend.train_from_iterator(texts, trainer=trainer)
+    backend.add_tokens([AddedToken(tag, special=False, normalized=False) for tag in REASONING_TAGS])
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token=PAD_TOKEN,
+        eos_token=EOS_TOKEN,
+        extra_special_tokens=list(CHAT_TURN_TOKENS),
+        padding_side="left",
+        model_max_length=model_max_length,
+        clean_up_tokenization_spaces=False,
+    )
+    return tokenizer
+
+
+def kk_response_text(row: dict) -> str:
+    """A well-formed K&K response for a Logic-RL row, to follow a prompt that ends in ``<think>``:
+
+    ``" {cot_head} {steps...} {cot_foot} </think>\\n<answer> {solution_text_format} </answer>"``.
+    It scores 3 under the K&K reward (tested), so it also serves as an SFT target.
+    """
+    thinking = " ".join([row["cot_head"], *row["cot_repeat_steps"], row["cot_foot"]])
+    return f" {thinking} </think>\n<answer> {row['solution_text_format']} </answer>"
+
+
+def kk_tokenizer_corpus(
+    people: Iterable[int] = (2, 3),
+    *,
+    count: int = 200,
+    split: str = "train",
+    template: str = "plain",
+) -> Iterator[str]:
+    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people,
+    the rendered prompt, the response of :func:`kk_response_text` and the plain
+    ``solution_text`` ("A is a knight, B is a knave, and ...").
+
+    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first
+    ``count`` puzzles), so the corpus is deterministic.
+    """
+    for n_people in people:
+        for row in generate_rows(n_people, split, count=count, template=template):
+            yield row["prompt"][0]["content"]
+            yield kk_response_text(row)
+            yield row["solution_text"]
