@@ -1,0 +1,245 @@
+"""Rollouts with ``transformers``' ``model.generate`` (any Hugging Face causal LM, CPU or one GPU).
+
+    from tokenbalance.rollout import HFGenerateEngine
+    engine = HFGenerateEngine(model, tokenizer)
+    gen = engine.generate(prompt_ids, max_new_tokens=256, temperature=1.0, seed=step)
+    texts = tokenizer.batch_decode(gen.response_token_lists(), skip_special_tokens=False)
+
+The simplest engine and the reference for the faster ones: a tiny model on a CPU, or a small one
+on one GPU (``model.to("cuda")`` first; the engine follows the model's device). It differs from
+calling ``generate`` directly in three ways:
+
+* The sampling distribution is exactly the one asked for. ``generate`` fills every option left
+  unset from the checkpoint's ``generation_config.json`` (Qwen2.5 ships ``repetition_penalty=1.05``,
+  ``top_k=20``, ``top_p=0.8``); here the model's generation config is swapped for a neutral one
+  during the call, so only temperature, top-k and top-p apply.
+* ``sampler_logp_BT`` (the log-prob of each sampled token under the distribution it was drawn
+  from) is recorded by a logits processor placed after temperature / top-k / top-p, which keeps
+  one step of log-probs at a time instead of ``output_scores``' [T, B, V] history (20 GB for a
+  batch of 64 x 512 tokens with Qwen's 151k vocabulary).
+* Seeding uses a forked RNG: ``seed`` fixes the samples and the global torch RNG is untouched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterable, Iterator
+
+import torch
+from transformers import (
+    GenerationConfig,
+    LogitsProcessor,
+    LogitsProcessorList,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
+
+from tokenbalance.rollout.base import Generation, SamplingParams
+
+
+class SampledTokenLogProbs(LogitsProcessor):
+    """Records ``log_softmax(scores)`` at each sampled token, where ``scores`` are the final
+    processed scores of a step. It must be the last processor; it returns ``scores`` unchanged.
+
+    The token sampled from step t's scores is only known at step t + 1 (the last column of
+    ``input_ids``), so one step of log-probs is kept pending; :meth:`finish` reads the last one.
+    """
+
+    def __init__(self) -> None:
+        self.pending_logp_BV: torch.Tensor | None = None
+        self.sampled_logp: list[torch.Tensor] = []  # T tensors of shape [B]
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        self._take(input_ids[:, -1])
+        self.pending_logp_BV = torch.log_softmax(scores.float(), dim=-1)
+        return scores
+
+    def _take(self, sampled_B: torch.Tensor) -> None:
+        if self.pending_logp_BV is not None:
+            self.sampled_logp.append(self.pending_logp_BV.gather(1, sampled_B[:, None]).squeeze(1))
+            self.pending_logp_BV = None
+
+    def finish(self, sequences_BL: torch.Tensor) -> torch.Tensor:
+        """[B, T] float32 log-probs, T = the number of steps taken."""
+        self._take(sequences_BL[:, -1])
+        return torch.stack(self.sampled_logp, dim=1)
+
+
+def sampling_processors(params: SamplingParams) -> list[LogitsProcessor]:
+    """Temperature, top-k, top-p (in ``generate``'s own order), only those that change anything."""
+    if params.greedy:
+        return []
+    processors: list[LogitsProcessor] = []
+    if params.temperature != 1.0:
+        processors.append(TemperatureLogitsWarper(params.temperature))
+    if params.top_k > 0:
+        processors.append(TopKLogitsWarper(top_k=params.top_k))
+    if params.top_p < 1.0:
+        processors.append(TopPLogitsWarper(top_p=params.top_p))
+    return processors
+
+
+def left_pad(prompt_ids: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(ids_BP, mask_BP)``: int64 prompts right-aligned in a [B, max length] batch, bool mask."""
+    width = max(len(prompt) for prompt in prompt_ids)
+    ids_BP = torch.full((len(prompt_ids), width), pad_id, dtype=torch.int64)
+    mask_BP = torch.zeros((len(prompt_ids), width), dtype=torch.bool)
+    for row, prompt in enumerate(prompt_ids):
+        if prompt:
+            ids_BP[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.int64)
+            mask_BP[row, width - len(prompt) :] = True
+    return ids_BP.to(device), mask_BP.to(device)
+
+
+def mask_through_first_eos(response_ids_BT: torch.Tensor, eos_ids: torch.Tensor) -> torch.Tensor:
+    """[B, T] bool: true up to and including the first token in ``eos_ids``, false after it."""
+    is_eos_BT = torch.isin(response_ids_BT, eos_ids).long()
+    eos_before_BT = is_eos_BT.cumsum(dim=1) - is_eos_BT
+    return eos_before_BT == 0
+
+
+def check_prompts(prompt_ids: list[list[int]], *, max_new_tokens: int, max_positions: int | None, vocab_size: int) -> None:
+    """``ValueError`` for an empty batch, an empty prompt, a token id outside the vocabulary or a
+    prompt longer than ``max_positions - max_new_tokens``."""
+    if len(prompt_ids) == 0:
+        raise ValueError("prompt_ids is empty: give at least one prompt")
+    limit = None if max_positions is None else max_positions - max_new_tokens
+    for index, prompt in enumerate(prompt_ids):
+        if len(prompt) == 0:
+            raise ValueError(f"prompt {index} is empty (a prompt needs at least one token)")
+        if limit is not None and len(prompt) > limit:
+            raise ValueError(
+                f"prompt {index} has {len(prompt)} tokens, more than the limit of {limit} "
+                f"(max_position_embeddings {max_positions} - max_new_tokens {max_new_tokens})"
+            )
+        if min(prompt) < 0 or max(prompt) >= vocab_size:
+            raise ValueError(f"prompt {index} has a token id outside the vocabulary [0, {vocab_size})")
+
+
+@contextlib.contextmanager
+def generation_mode(model: PreTrainedModel, neutral_config: GenerationConfig) -> Iterator[None]:
+    """Eval mode and a neutral ``generation_config`` for the duration; both restored afterwards."""
+    was_training, saved_config = model.training, model.generation_config
+    model.eval()
+    model.generation_config = neutral_config
+    try:
+        yield
+    finally:
+        model.generation_config = saved_config
+        model.train(was_training)
+
+
+@contextlib.contextmanager
+def seeded(seed: int, device: torch.device) -> Iterator[None]:
+    """Seed torch's RNG (of ``device`` too, for CUDA) inside a fork: the global state is restored."""
+    devices = [device] if device.type == "cuda" else []
+    with torch.random.fork_rng(devices=devices, device_type=device.type if devices else "cuda"):
+        torch.manual_seed(seed)
+        yield
+
+
+class HFGenerateEngine:
+    """:class:`~tokenbalance.rollout.base.RolloutEngine` on ``model.generate``.
+
+    Args:
+        model: a Hugging Face causal LM (its device is used).
+        tokenizer: supplies the pad id (required) and the EOS id.
+        eos_token_ids: ids that end a response; default: the tokenizer's EOS plus those of the
+            model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
+    """
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        eos_token_ids: Iterable[int] | None = None,
+    ) -> None:
+        if tokenizer.pad_token_id is None:
+            raise ValueError(
+                "the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token"
+            )
+        self.model = model
+        self.pad_token_id: int = tokenizer.pad_token_id
+        self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
+
+    def generate(
+        self,
+        prompt_ids: list[list[int]],
+        *,
+        max_new_tokens: int,
+        temperature: float,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int,
+    ) -> Generation:
+        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, seed)
+        return self.generate_with(prompt_ids, params)
+
+    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
+        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+        model = self.model
+        check_prompts(
+            prompt_ids,
+            max_new_tokens=params.max_new_tokens,
+            max_positions=getattr(model.config, "max_position_embeddings", None),
+            vocab_size=model.get_input_embeddings().num_embeddings,
+        )
+        device = model.device
+        prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
+        recorder = SampledTokenLogProbs()
+        processors = LogitsProcessorList([*sampling_processors(params), recorder])
+        config = self.generation_config(params)
+        neutral = GenerationConfig(pad_token_id=self.pad_token_id, eos_token_id=list(self.eos_token_ids))
+        with generation_mode(model, neutral), seeded(params.seed, device), torch.no_grad():
+            sequences_BL = model.generate(
+                input_ids=prompt_ids_BP,
+                attention_mask=prompt_mask_BP.long(),
+                generation_config=config,
+                logits_processor=processors,
+            )
+        response_ids_BT = sequences_BL[:, prompt_ids_BP.shape[1] :]
+        eos_ids = torch.tensor(self.eos_token_ids, device=device)
+        response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
+        finished_B = (torch.isin(response_ids_BT, eos_ids) & response_mask_BT).any(dim=1)
+        sampler_logp_BT = recorder.finish(sequences_BL)
+        return Generation(
+            prompt_ids_BP=prompt_ids_BP,
+            prompt_mask_BP=prompt_mask_BP,
+            response_ids_BT=response_ids_BT.masked_fill(~response_mask_BT, self.pad_token_id),
+            response_mask_BT=response_mask_BT,
+            sampler_logp_BT=sampler_logp_BT.masked_fill(~response_mask_BT, 0.0),
+            finished_B=finished_B,
+        )
+
+    def generation_config(self, params: SamplingParams) -> GenerationConfig:
+        """``generate``'s config: sampling or greedy, no warpers of its own (ours are processors)."""
+        sampling = {} if params.greedy else {"temperature": 1.0, "top_k": 0, "top_p": 1.0}
+        return GenerationConfig(
+            max_new_tokens=params.max_new_tokens,
+            do_sample=not params.greedy,
+            num_beams=1,
+            pad_token_id=self.pad_token_id,
+            eos_token_id=list(self.eos_token_ids),
+            use_cache=True,
+            **sampling,
+        )
+
+
+def resolve_eos_ids(
+    model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, eos_token_ids: Iterable[int] | None
+) -> tuple[int, ...]:
+    """The explicit ``eos_token_ids``, else the tokenizer's EOS plus the generation config's."""
+    if eos_token_ids is not None:
+        ids = tuple(dict.fromkeys(int(i) for i in eos_token_ids))
+    else:
+        configured = getattr(model.generation_config, "eos_token_id", None)
+        configured = [] if configured is None else [configured] if isinstance(configured, int) else configured
+        tokenizer_eos = [] if tokenizer.eos_token_id is None else [tokenizer.eos_token_id]
+        ids = tuple(dict.fromkeys([*tokenizer_eos, *configured]))
+    if not ids:
+        raise ValueError("no EOS token: the tokenizer has none and eos_token_ids was not given")
+    return ids
