@@ -11,6 +11,10 @@ Nothing here reaches for the Hugging Face hub: tokenizers are trained on task te
 built from an architecture config, and loading takes local directories only.
 Modules: ``tokenizer`` (byte-level BPE + K&K corpus), ``tiny`` (model config and builder),
 ``loading`` (atomic safetensors save, checked local load, tag checks).
+
+CPU: everything above as written (tiny models train and generate on a laptop core).
+One GPU: ``load_policy(path, device="cuda", dtype=torch.bfloat16)``, or ``model.to("cuda")``.
+Tests: ``.venv/bin/pytest tests/models -q`` (about 7 s).
 """
 
 from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_policy, save_policy

@@ -2,7 +2,7 @@
 
     from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters
     model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
-    count_parameters(model)          # 0.93 M with the defaults and a 1,024-token vocabulary
+    count_parameters(model)          # 1,152,256 (llama defaults, the 801-token K&K vocabulary)
 
 The model is a stock ``transformers`` class (``LlamaForCausalLM`` / ``Qwen2ForCausalLM``), so it
 saves, loads, generates and trains exactly like a hub checkpoint of that family; only the sizes are

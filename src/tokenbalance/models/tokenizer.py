@@ -1,14 +1,16 @@
 """A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
 
     from tokenbalance.models import kk_tokenizer_corpus, train_tokenizer
-    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)   # ~1 s on one CPU core
+    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)   # 0.3 s, 801 tokens
     tokenizer.save_pretrained("runs/tiny-tok")                            # Hugging Face format
 
 Byte-level BPE (GPT-2 / Qwen style pre-tokenisation, no normaliser) so that
 ``decode(encode(text)) == text`` for every string: the K&K reward reads the decoded text and needs
 the tags and "X is a knight" sentences byte-exact. Unlike Qwen's tokenizer, which is trained on the
 web, this one is trained on K&K prompts and solutions only, so a 1,024-token vocabulary covers the
-task in few tokens (a 3-people ``plain`` prompt is about a hundred tokens).
+task in few tokens: a 3-people ``plain`` prompt is 148 tokens on average, its CoT response 212.
+On K&K text the vocabulary saturates at 801 tokens whatever ``vocab_size`` above that is asked for:
+by then every pre-tokenised word of the corpus is a single token and no pair is left to merge.
 
 Special tokens (``skip_special_tokens=True`` drops them): pad ``<|pad|>``, eos ``<|endoftext|>``
 and the chat turn tokens ``<|im_start|>``, ``<|im_end|>``. The reasoning tags ``<think>``,

