@@ -33,7 +33,8 @@ def test_decoded_kk_response_scores_full_reward(tokenizer, kk_texts):
 
 
 def test_awkward_text_round_trips(tokenizer):
-    for text in ["  two spaces", "tab\there\n\n", "ünïcödé ✓ 漢字", "<think><think></answer>x", "a<|im_end|>b", ""]:
+    awkward = ["  two spaces", "tab\there\n\n", "ünïcödé ✓ 漢字", "<think><think></answer>x", "a<|im_end|>b", ""]
+    for text in awkward:
         assert tokenizer.decode(tokenizer.encode(text, add_special_tokens=False)) == text
 
 

@@ -145,7 +145,8 @@ def test_response_mask_runs_through_the_first_eos(tokenizer):
     )
     pad = tokenizer.pad_token_id
     lengths = []
-    for ids, mask, finished in zip(gen.response_ids_BT.tolist(), gen.response_mask_BT.tolist(), gen.finished_B.tolist()):
+    rows = zip(gen.response_ids_BT.tolist(), gen.response_mask_BT.tolist(), gen.finished_B.tolist())
+    for ids, mask, finished in rows:
         first_eos = next((t for t, token in enumerate(ids) if token in eos_ids), None)
         length = len(ids) if first_eos is None else first_eos + 1
         assert mask == [True] * length + [False] * (len(ids) - length)
@@ -165,9 +166,11 @@ def test_pad_equal_to_eos_keeps_only_the_first_eos(tokenizer, prompts):
     eos = free.response_ids_BT[0, 2].item()  # row 0 emits it at step 2 (maybe earlier too)
     shared = kk_tokenizer()
     shared.pad_token = shared.convert_ids_to_tokens(eos)
-    gen = HFGenerateEngine(model, shared, eos_token_ids=[eos]).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    engine = HFGenerateEngine(model, shared, eos_token_ids=[eos])
+    gen = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=0)
     first = free.response_ids_BT[0].tolist().index(eos)
-    assert gen.response_mask_BT[0].tolist() == [True] * (first + 1) + [False] * (gen.response_ids_BT.shape[1] - first - 1)
+    width = gen.response_ids_BT.shape[1]
+    assert gen.response_mask_BT[0].tolist() == [True] * (first + 1) + [False] * (width - first - 1)
     assert gen.finished_B[0]
 
 
@@ -225,7 +228,8 @@ def test_prompt_errors(tokenizer, prompts):
         engine.generate([], max_new_tokens=4, temperature=1.0, seed=0)
     with pytest.raises(ValueError, match="prompt 1 is empty"):
         engine.generate([[5, 6], []], max_new_tokens=4, temperature=1.0, seed=0)
-    with pytest.raises(ValueError, match=r"prompt 1 has 55 tokens, more than the limit of 54 \(max_position_embeddings 64 - max_new_tokens 10\)"):
+    too_long = r"prompt 1 has 55 tokens, more than the limit of 54 \(max_position_embeddings 64 - max_new_tokens 10\)"
+    with pytest.raises(ValueError, match=too_long):
         engine.generate([[5] * 54, [5] * 55], max_new_tokens=10, temperature=1.0, seed=0)
     with pytest.raises(ValueError, match=r"prompt 0 has a token id outside the vocabulary \[0, 512\)"):
         engine.generate([[5, 512]], max_new_tokens=4, temperature=1.0, seed=0)

@@ -101,7 +101,9 @@ def mask_through_first_eos(response_ids_BT: torch.Tensor, eos_ids: torch.Tensor)
     return eos_before_BT == 0
 
 
-def check_prompts(prompt_ids: list[list[int]], *, max_new_tokens: int, max_positions: int | None, vocab_size: int) -> None:
+def check_prompts(
+    prompt_ids: list[list[int]], *, max_new_tokens: int, max_positions: int | None, vocab_size: int
+) -> None:
     """``ValueError`` for an empty batch, an empty prompt, a token id outside the vocabulary or a
     prompt longer than ``max_positions - max_new_tokens``."""
     if len(prompt_ids) == 0:
