@@ -29,9 +29,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _quiet_transformers() -> None:
+    """Our own progress bars report long work; transformers' per-shard bars would interleave."""
+    try:
+        from transformers.utils import logging as hf_logging
+    except ImportError:
+        return
+    hf_logging.disable_progress_bar()
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    _quiet_transformers()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2

@@ -368,3 +368,34 @@ def describe_presets(name: str | None = None) -> str:
         lines += [f"    source: {what}: {where}" for what, where in method.citations]
         blocks.append("\n".join(lines))
     return "\n\n".join(blocks)
+
+
+_STAGE_TYPES = {"ar": ARConfig, "tr_grpo": TRGRPOConfig, "nthr": NTHRConfig, "lopti": LoptiConfig}
+_NESTED_TYPES = {"advantage": AdvantageConfig, "clip": ClipConfig, "kl": KLConfig, **_STAGE_TYPES}
+
+
+def apply_method_overrides(method: Method, overrides: dict) -> Method:
+    """A copy of ``method`` with dotted overrides applied, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
+
+    ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off
+    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR).
+    Unknown names raise ``ValueError`` listing the valid ones.
+    """
+    top_level = {f.name for f in dataclasses.fields(Method)}
+    for key, value in (overrides or {}).items():
+        section, _, name = str(key).partition(".")
+        if not name:
+            if section not in top_level:
+                raise ValueError(f"method override {key!r}: unknown field; valid: {', '.join(sorted(top_level))}")
+            if section in _STAGE_TYPES and isinstance(value, dict):
+                value = _STAGE_TYPES[section](**value)
+            method = dataclasses.replace(method, **{section: value})
+            continue
+        if section not in _NESTED_TYPES:
+            raise ValueError(f"method override {key!r}: unknown section {section!r}; valid: {', '.join(_NESTED_TYPES)}")
+        current = getattr(method, section) or _NESTED_TYPES[section]()
+        fields = {f.name for f in dataclasses.fields(current)}
+        if name not in fields:
+            raise ValueError(f"method override {key!r}: unknown field {name!r}; valid: {', '.join(sorted(fields))}")
+        method = dataclasses.replace(method, **{section: dataclasses.replace(current, **{name: value})})
+    return method

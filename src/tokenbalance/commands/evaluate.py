@@ -1,0 +1,49 @@
+"""``tokenbalance eval``: held-out accuracy of a policy directory (greedy and one sample at T = 1)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from tokenbalance.commands.train import add_config_arguments, config_from_args
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("eval", help="held-out accuracy per difficulty of a policy")
+    add_config_arguments(parser)
+    parser.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokenbalance.config import describe_options
+
+    if args.help_config:
+        print("\n".join(describe_options()))
+        return 0
+    import torch
+
+    from tokenbalance.models import load_policy
+    from tokenbalance.rollout import HFGenerateEngine
+    from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.data import eval_examples
+    from tokenbalance.trainer.distributed import DistContext
+    from tokenbalance.trainer.evaluate import evaluate
+    from tokenbalance.trainer.loop import eos_ids
+    from tokenbalance.trainer.runner import policy_path, resolve_device
+
+    config = config_from_args(args)
+    device = resolve_device(config.train.device)
+    path = policy_path(config, device, DistContext(device=device), print)
+    model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
+    eos = eos_ids(tokenizer, model)
+    metrics = evaluate(HFGenerateEngine(model, tokenizer, eos_token_ids=sorted(eos)), tokenizer,
+                       get_task(config.data.task), eval_examples(config.data), eos_token_ids=eos,
+                       max_new_tokens=config.rollout.max_new_tokens, max_prompt_tokens=config.data.max_prompt_tokens,
+                       seed=config.train.seed)
+    if args.json:
+        print(json.dumps(metrics))
+    else:
+        for key, value in metrics.items():
+            print(f"{key:<32}{value:.4f}")
+    return 0

@@ -1,0 +1,267 @@
+"""Typed run configuration: one source of truth for defaults, help text and validation.
+
+A run is described by :class:`RunConfig`, a tree of small dataclasses. Each field declares its
+default, its help text and what is valid (``choices`` or a numeric ``low``/``high`` range) in one
+place through :func:`option`; :func:`validate` checks a whole tree and names the field, the value
+and the allowed range. Configs load from and save to YAML, and accept dotted overrides
+(``train.steps=20``, ``method_overrides.lopti.eta=0.4``) from the command line.
+
+    cfg = RunConfig()                                     # the embedded default
+    cfg = apply_overrides(cfg, ["train.steps=5", "rollout.group_size=4"])
+    save_config(cfg, "runs/x/config.yaml"); cfg2 = load_config("runs/x/config.yaml")
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import MISSING, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+
+def option(default: Any = MISSING, help: str = "", *, choices=None, low=None, high=None,
+           low_open: bool = False, default_factory: Any = MISSING, nullable: bool = False):
+    """A dataclass field carrying its help text and validity rule in ``metadata``."""
+    metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open,
+                "nullable": nullable}
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata=metadata)
+    return field(default=default, metadata=metadata)
+
+
+def _check_field(path: str, value: Any, meta: dict) -> None:
+    if value is None:
+        if meta.get("nullable"):
+            return
+        raise ValueError(f"{path}: a value is required, got None")
+    choices = meta.get("choices")
+    if choices is not None and value not in choices:
+        raise ValueError(f"{path}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}")
+    low, high = meta.get("low"), meta.get("high")
+    if low is None and high is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(f"{path}: expected a finite number, got {value!r}")
+    too_low = low is not None and (value <= low if meta.get("low_open") else value < low)
+    too_high = high is not None and value > high
+    if too_low or too_high:
+        left = "(" if meta.get("low_open") else "["
+        raise ValueError(f"{path}: must be in {left}{low}, {high if high is not None else 'inf'}], got {value!r}")
+
+
+def validate(config: Any, prefix: str = "") -> None:
+    """Check every field of a config tree against its declared rule (ValueError on the first bad one)."""
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        path = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(value):
+            validate(value, prefix=f"{path}.")
+        else:
+            _check_field(path, value, dict(f.metadata))
+
+
+@dataclass
+class ModelConfig:
+    path: str | None = option(None, "local Hugging Face model directory; None builds (or reuses) the "
+                                    "embedded tiny model, SFT-warmed on K&K", nullable=True)
+    arch: str = option("llama", "architecture of the embedded tiny model", choices=("llama", "qwen2"))
+    hidden_size: int = option(128, "embedded model hidden size", low=8, high=8192)
+    num_layers: int = option(4, "embedded model layers", low=1, high=128)
+    num_heads: int = option(4, "embedded model attention heads", low=1, high=128)
+    intermediate_size: int = option(512, "embedded model MLP size", low=8, high=65536)
+    vocab_size: int = option(1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)",
+                             low=300, high=65536)
+    attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
+    dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16", "float16"))
+    cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached")
+
+
+@dataclass
+class DataConfig:
+    task: str = option("kk", "task name", choices=("kk", "arith"))
+    template: str = option("plain", "prompt template (plain: no special tokens, for tiny tokenizers)")
+    train_difficulties: tuple[int, ...] = option((2, 3), "K&K people / arith levels to train on",
+                                                 default_factory=lambda: (2, 3))
+    eval_difficulties: tuple[int, ...] = option((2, 3), "difficulties evaluated (per-difficulty accuracy)",
+                                                default_factory=lambda: (2, 3))
+    train_file: str | None = option(None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of "
+                                          "generated data", nullable=True)
+    eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True)
+    eval_count: int = option(200, "held-out examples per difficulty", low=1, high=10**6)
+    max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = option("hf", "rollout engine", choices=("hf",))
+    prompts_per_step: int = option(16, "prompts per RL step", low=1, high=10**6)
+    group_size: int = option(8, "responses per prompt (G)", low=1, high=1024)
+    max_new_tokens: int = option(48, "response budget in tokens", low=1, high=10**6)
+    temperature: float = option(1.0, "sampling temperature (also the log-prob temperature)", low=0.0,
+                                low_open=True, high=10.0)
+    top_p: float = option(1.0, "nucleus sampling", low=0.0, low_open=True, high=1.0)
+    top_k: int = option(0, "top-k sampling (0 = off)", low=0, high=10**6)
+
+
+@dataclass
+class OptimConfig:
+    lr: float = option(5e-5, "AdamW learning rate (constant)", low=0.0, low_open=True, high=1.0)
+    beta1: float = option(0.9, "AdamW beta1", low=0.0, high=1.0)
+    beta2: float = option(0.99, "AdamW beta2", low=0.0, high=1.0)
+    weight_decay: float = option(0.01, "AdamW weight decay", low=0.0, high=1.0)
+    grad_clip: float = option(1.0, "gradient-norm clip before every optimizer step", low=0.0,
+                              low_open=True, high=1e6)
+    mini_batch_size: int = option(128, "responses per optimizer step (one step per mini-batch)",
+                                  low=1, high=10**6)
+    micro_batch_size: int = option(64, "responses per forward/backward (gradient accumulation)",
+                                   low=1, high=10**6)
+    token_mean_scope: str = option("mini_batch", "denominator scope: the whole mini-batch (the paper's "
+                                   "objective) or each micro-batch (the reference code)",
+                                   choices=("mini_batch", "micro_batch"))
+
+
+@dataclass
+class SFTConfig:
+    steps: int = option(400, "SFT optimizer steps", low=1, high=10**7)
+    batch_size: int = option(64, "SFT batch (examples)", low=1, high=10**6)
+    lr: float = option(1e-3, "peak learning rate (warmup then cosine to 10%)", low=0.0, low_open=True,
+                       high=1.0)
+    warmup_steps: int = option(50, "linear warmup steps", low=0, high=10**7)
+    target: str = option("answer", "what the response teaches: the answer only, or the synthetic CoT "
+                         "then the answer", choices=("answer", "cot"))
+    train_count: int = option(3000, "generated SFT examples per difficulty (disjoint from the RL "
+                              "prompts and the held-out set)", low=1, high=10**7)
+
+
+@dataclass
+class TrainConfig:
+    method: str = option("ar_lopti", "method preset (tokenbalance list-methods)")
+    method_overrides: dict = option(None, "dotted overrides of the preset, e.g. {'lopti.eta': 0.4}",
+                                    default_factory=dict)
+    steps: int = option(30, "RL steps", low=0, high=10**7)
+    seed: int = option(0, "seed of everything (data order, init, sampling)", low=0, high=2**31 - 1)
+    eval_every: int = option(10, "evaluate every k steps (0 = only before and after)", low=0, high=10**7)
+    save_every: int = option(10, "checkpoint every k steps (0 = only at the end)", low=0, high=10**7)
+    device: str = option("auto", "cpu, cuda, cuda:N or auto")
+    threads: int = option(0, "torch CPU threads (0 = torch's default)", low=0, high=1024)
+
+
+@dataclass
+class OutputConfig:
+    run_dir: str | None = option(None, "run directory (default runs/<method>-<time>)", nullable=True)
+    tensorboard: bool = option(False, "also log to TensorBoard (needs the tensorboard extra)")
+    wandb: bool = option(False, "also log to Weights & Biases (offline unless WANDB_MODE is set)")
+    progress: bool = option(True, "show a progress bar")
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    output: OutputConfig = field(default_factory=OutputConfig)
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+
+def to_dict(config: Any) -> dict:
+    """Plain nested dict (tuples become lists) for YAML / JSON."""
+    def plain(value):
+        if isinstance(value, tuple):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return {k: plain(v) for k, v in dataclasses.asdict(config).items()}
+
+
+def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
+    """Build ``cls`` from a nested dict, rejecting unknown keys by name."""
+    if not isinstance(data, dict):
+        raise ValueError(f"{prefix.rstrip('.') or 'config'}: expected a mapping, got {data!r}")
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ValueError(f"{prefix}{unknown[0]}: unknown option; valid: {', '.join(fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        f = fields[name]
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
+        if dataclasses.is_dataclass(default):
+            kwargs[name] = from_dict(type(default), value, prefix=f"{prefix}{name}.")
+        elif isinstance(default, tuple) and isinstance(value, list):
+            kwargs[name] = tuple(value)
+        else:
+            kwargs[name] = value
+    built = cls(**kwargs)
+    validate(built, prefix)
+    return built
+
+
+def save_config(config: RunConfig, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+
+
+def load_config(path: str | Path) -> RunConfig:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ValueError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+    return from_dict(RunConfig, data)
+
+
+def _parse_value(text: str) -> Any:
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError:
+        return text
+
+
+def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
+    """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]).
+
+    ``train.method_overrides.KEY=VALUE`` sets one entry of the method override dict (KEY may be
+    dotted itself, e.g. ``train.method_overrides.lopti.eta=0.4``).
+    """
+    data = to_dict(config)
+    for item in overrides:
+        if "=" not in item:
+            raise ValueError(f"override {item!r}: expected section.field=value")
+        key, text = item.split("=", 1)
+        parts = key.strip().split(".")
+        if parts[:2] == ["train", "method_overrides"] and len(parts) > 2:
+            data["train"]["method_overrides"][".".join(parts[2:])] = _parse_value(text)
+            continue
+        if len(parts) != 2 or parts[0] not in data or parts[1] not in data[parts[0]]:
+            sections = ", ".join(f"{s}.*" for s in data)
+            raise ValueError(f"override {key!r}: unknown option; valid sections: {sections}")
+        data[parts[0]][parts[1]] = _parse_value(text)
+    return from_dict(RunConfig, data)
+
+
+def describe_options(config: Any = None, prefix: str = "") -> list[str]:
+    """One line per option: ``section.field = default  # help`` (for ``--help-config``)."""
+    config = RunConfig() if config is None else config
+    lines = []
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        if dataclasses.is_dataclass(value):
+            lines += describe_options(value, prefix=f"{prefix}{f.name}.")
+            continue
+        meta = dict(f.metadata)
+        rule = ""
+        if meta.get("choices"):
+            rule = f" (one of {', '.join(map(str, meta['choices']))})"
+        lines.append(f"{prefix}{f.name} = {value!r}  # {meta.get('help', '')}{rule}")
+    return lines

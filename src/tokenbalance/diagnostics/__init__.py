@@ -1,0 +1,1 @@
+"""Diagnostics and logging sinks (JSONL always; TensorBoard / W&B on request)."""

@@ -1,0 +1,74 @@
+"""Metric sinks: ``metrics.jsonl`` always, TensorBoard and Weights & Biases on request.
+
+Each record is one JSON object per line: ``{"step": N, "kind": "train"|"eval", ...metrics}``.
+Plots and resumption read only this file. W&B runs offline unless ``WANDB_MODE`` says otherwise.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from pathlib import Path
+
+
+def _json_safe(value):
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    return value
+
+
+class MetricsLog:
+    """Append-only JSONL log plus optional TensorBoard / W&B mirrors."""
+
+    def __init__(self, run_dir: Path, *, tensorboard: bool = False, wandb: bool = False,
+                 run_name: str = "", config: dict | None = None) -> None:
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self._tb = None
+        self._wandb = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError as err:
+                raise ValueError("output.tensorboard needs the tensorboard extra: pip install -e '.[tensorboard]'") from err
+            self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
+        if wandb:
+            try:
+                import wandb as wandb_module
+            except ImportError as err:
+                raise ValueError("output.wandb needs the wandb extra: pip install -e '.[wandb]'") from err
+            os.environ.setdefault("WANDB_MODE", "offline")
+            self._wandb = wandb_module.init(project="tokenbalance", name=run_name, dir=str(run_dir), config=config)
+
+    def truncate_after(self, step: int) -> None:
+        """Drop records logged after ``step`` (a resumed run repeats them)."""
+        if not self.path.exists():
+            return
+        kept = [line for line in self.path.read_text().splitlines()
+                if line.strip() and json.loads(line).get("step", 0) <= step]
+        self.path.write_text("".join(line + "\n" for line in kept))
+
+    def log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
+        record = {"step": step, "kind": kind, **{k: _json_safe(v) for k, v in metrics.items()}}
+        with self.path.open("a") as out:
+            out.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for key, value in metrics.items():
+                if isinstance(value, (int, float)):
+                    self._tb.add_scalar(key, value, step)
+        if self._wandb is not None:
+            self._wandb.log(metrics, step=step)
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+        if self._wandb is not None:
+            self._wandb.finish()
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """All records of a ``metrics.jsonl`` file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"{path}: no metrics.jsonl here (is this a run directory?)")
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]

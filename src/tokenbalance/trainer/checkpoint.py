@@ -1,0 +1,98 @@
+"""Checkpoints: the policy in Hugging Face format plus a small trainer state, written atomically.
+
+Layout of ``RUN_DIR/checkpoints/step_000010/``::
+
+    model/                   save_pretrained (safetensors) + tokenizer files
+    optimizer.safetensors    every optimizer state tensor, keyed "<param index>.<name>"
+    trainer_state.json       step, optimizer scalars and param groups, RNG seeds, data position
+
+Nothing is pickled, so loading a checkpoint never runs code. A checkpoint directory is built
+under a temporary name and renamed into place only when complete; ``RUN_DIR/checkpoints/latest``
+names the newest one and is itself replaced atomically.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from tokenbalance.models import save_policy
+
+STATE_FILE = "trainer_state.json"
+OPTIMIZER_FILE = "optimizer.safetensors"
+
+
+def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    state = optimizer.state_dict()
+    tensors, scalars = {}, {}
+    for index, entry in state["state"].items():
+        for name, value in entry.items():
+            if torch.is_tensor(value):
+                tensors[f"{index}.{name}"] = value.detach().cpu().contiguous()
+            else:
+                scalars[f"{index}.{name}"] = value
+    return tensors, {"scalars": scalars, "param_groups": state["param_groups"]}
+
+
+def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+    state: dict[int, dict] = {}
+    for key, value in tensors.items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    for key, value in meta["scalars"].items():
+        index, name = key.split(".", 1)
+        state.setdefault(int(index), {})[name] = value
+    optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file and a rename."""
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(handle, "w") as out:
+        out.write(text)
+    os.replace(tmp, path)
+
+
+def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state: dict) -> Path:
+    """Write checkpoint ``step`` atomically and point ``latest`` at it; returns its directory."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step:06d}"
+    tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step_{step:06d}."))
+    try:
+        save_policy(model, tokenizer, tmp / "model")
+        tensors, meta = _optimizer_to_flat(optimizer)
+        save_file(tensors, str(tmp / OPTIMIZER_FILE))
+        (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "optimizer": meta}, indent=1))
+        if final.exists():
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    write_text_atomic(root / "latest", final.name + "\n")
+    return final
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The directory ``latest`` points to, or None when the run has no complete checkpoint."""
+    pointer = Path(run_dir) / "checkpoints" / "latest"
+    if not pointer.is_file():
+        return None
+    path = pointer.parent / pointer.read_text().strip()
+    if not (path / STATE_FILE).is_file():
+        raise ValueError(f"{pointer}: points to {path.name}, which is not a complete checkpoint")
+    return path
+
+
+def load_trainer_state(checkpoint: Path, optimizer) -> dict:
+    """Restore the optimizer in place and return the JSON trainer state."""
+    state = json.loads((checkpoint / STATE_FILE).read_text())
+    _optimizer_from_flat(optimizer, load_file(str(checkpoint / OPTIMIZER_FILE)), state.pop("optimizer"))
+    return state

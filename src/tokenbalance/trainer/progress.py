@@ -1,0 +1,49 @@
+"""A progress bar for long loops: step, reward, accuracy, tokens per second and time left.
+
+Drawn with rich on stderr; disabled (a no-op) when not wanted, e.g. on non-main ranks or with
+``output.progress=false``. When stderr is not a terminal rich prints nothing live, so logs stay clean.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+
+class StepProgress:
+    def __init__(self, total: int, *, start: int = 0, enabled: bool = True, description: str = "RL") -> None:
+        self.enabled = enabled and total > 0
+        self._last_eval = ""
+        self._progress = None
+        if self.enabled:
+            self._progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("left"),
+                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+            )
+            self._task = self._progress.add_task(description, total=total, completed=start, stats="")
+
+    def __enter__(self) -> StepProgress:
+        if self._progress is not None:
+            self._progress.__enter__()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    def advance(self, completed: int, metrics: dict[str, float]) -> None:
+        if self._progress is None:
+            return
+        parts = []
+        for key, label, fmt in (("reward/mean", "reward", "{:+.2f}"), ("reward/acc", "acc", "{:.2f}"),
+                                ("loss/total", "loss", "{:.3f}"), ("sft/loss", "loss", "{:.3f}"),
+                                ("throughput/tokens_per_s", "tok/s", "{:.0f}")):
+            if key in metrics:
+                parts.append(f"{label} {fmt.format(metrics[key])}")
+        stats = "  ".join(parts) + (f"  | {self._last_eval}" if self._last_eval else "")
+        self._progress.update(self._task, completed=completed, stats=stats)
+
+    def note_eval(self, metrics: dict[str, float]) -> None:
+        if "eval/greedy/acc" in metrics:
+            self._last_eval = f"eval acc {metrics['eval/greedy/acc']:.3f}"

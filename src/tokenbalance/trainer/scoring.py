@@ -1,0 +1,47 @@
+"""Tokenising prompts, decoding responses and scoring them with the task."""
+
+from __future__ import annotations
+
+import torch
+
+from tokenbalance.tasks.base import ScoreResult, Task, TaskExample
+
+
+def encode_prompts(tokenizer, examples: list[TaskExample], max_prompt_tokens: int) -> list[list[int]]:
+    """Token ids of each prompt (no special tokens added: templates are already applied)."""
+    if not examples:
+        raise ValueError("no prompts: the dataset is empty; check data.train_difficulties / data.train_file")
+    ids = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
+    for i, row in enumerate(ids):
+        if len(row) > max_prompt_tokens:
+            raise ValueError(
+                f"prompt {i} (data_source {examples[i].data_source!r}, index {examples[i].index}) has "
+                f"{len(row)} tokens, more than data.max_prompt_tokens={max_prompt_tokens}; raise the limit "
+                "or use shorter prompts"
+            )
+    return ids
+
+
+def decode_responses(tokenizer, response_ids_BT: torch.Tensor, response_mask_BT: torch.Tensor,
+                     eos_token_ids: set[int]) -> list[str]:
+    """Response text up to (not including) the EOS token, special tokens kept (the reward reads tags)."""
+    texts = []
+    for ids, mask in zip(response_ids_BT.tolist(), response_mask_BT.tolist()):
+        kept = [t for t, m in zip(ids, mask) if m and t not in eos_token_ids]
+        texts.append(tokenizer.decode(kept, skip_special_tokens=False))
+    return texts
+
+
+def score_responses(task: Task, responses: list[str], examples: list[TaskExample]) -> list[ScoreResult]:
+    """Score every response; a scorer that raises is reported with the example it failed on."""
+    results = []
+    for response, example in zip(responses, examples):
+        try:
+            results.append(task.score(response, example))
+        except Exception as err:  # noqa: BLE001 - re-raised with context
+            raise RuntimeError(
+                f"the {task.name!r} reward raised {type(err).__name__}: {err} on example "
+                f"{example.data_source}:{example.index} with response {response[:200]!r}; fix the reward "
+                "function so it returns a score for any text"
+            ) from err
+    return results

@@ -1,0 +1,119 @@
+"""Supervised warm start: teach the response format (and some answers) before RL.
+
+The targets are generated K&K solutions, disjoint from the held-out set (trainer/data.py):
+``target="answer"`` teaches ``</think>`` then the ``<answer>`` block; ``target="cot"`` first
+writes the generator's synthetic chain of thought (cot_head, steps, cot_foot) inside the think
+block. The loss is the mean negative log-likelihood of the response tokens (EOS included);
+AdamW with linear warmup then cosine decay to 10% of the peak learning rate.
+
+    tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tokenbalance.config import DataConfig, SFTConfig
+from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
+from tokenbalance.trainer.progress import StepProgress
+
+
+@dataclass(frozen=True)
+class SFTPair:
+    prompt: str
+    response: str  # without the EOS token; it is appended as a token id
+
+
+def kk_response(solution_text_format: str, cot: tuple[str, list[str], str] | None = None) -> str:
+    """The response a correct K&K answer takes after the template's opening ``<think>``."""
+    thinking = ""
+    if cot is not None:
+        head, steps, foot = cot
+        thinking = "\n" + " ".join([head, *steps, foot]).strip() + "\n"
+    return f"{thinking} </think>\n<answer> {solution_text_format} </answer>"
+
+
+def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
+    """Generated prompt / response pairs for the training difficulties."""
+    if data.task == "arith":
+        from tokenbalance.trainer.data import sft_examples
+
+        return [SFTPair(e.prompt, f" \\boxed{{{e.ground_truth}}}") for e in sft_examples(data, sft.train_count)]
+    from tokenbalance.tasks.kk.records import generate_rows
+    from tokenbalance.trainer.data import _kk_range
+
+    pairs = []
+    for n in data.train_difficulties:
+        start, count = _kk_range(n, "sft", sft.train_count)
+        for row in generate_rows(n, "train", start_index=start, count=count, template=data.template):
+            cot = (row["cot_head"], list(row["cot_repeat_steps"]), row["cot_foot"]) if sft.target == "cot" else None
+            pairs.append(SFTPair(row["prompt"][0]["content"], kk_response(row["solution_text_format"], cot)))
+    return pairs
+
+
+def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens: int):
+    prompts = tokenizer([p.prompt for p in pairs], add_special_tokens=False)["input_ids"]
+    responses = tokenizer([p.response for p in pairs], add_special_tokens=False)["input_ids"]
+    for i, ids in enumerate(prompts):
+        if len(ids) > max_prompt_tokens:
+            raise ValueError(f"SFT prompt {i} has {len(ids)} tokens, more than data.max_prompt_tokens={max_prompt_tokens}")
+    return prompts, [r + [eos_id] for r in responses]
+
+
+def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device):
+    """Left-padded prompts [B, P] and right-padded responses [B, T] with their masks."""
+    P = max(len(p) for p in prompts)
+    T = max(len(r) for r in responses)
+    prompt_ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)
+    prompt_mask = torch.zeros((len(prompts), P), dtype=torch.bool)
+    response_ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)
+    response_mask = torch.zeros((len(prompts), T), dtype=torch.bool)
+    for i, (p, r) in enumerate(zip(prompts, responses)):
+        prompt_ids[i, P - len(p):] = torch.tensor(p)
+        prompt_mask[i, P - len(p):] = True
+        response_ids[i, : len(r)] = torch.tensor(r)
+        response_mask[i, : len(r)] = True
+    return [t.to(device) for t in (prompt_ids, prompt_mask, response_ids, response_mask)]
+
+
+def lr_at(step: int, config: SFTConfig) -> float:
+    if step < config.warmup_steps:
+        return config.lr * (step + 1) / config.warmup_steps
+    progress = (step - config.warmup_steps) / max(1, config.steps - config.warmup_steps)
+    return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
+
+
+def run_sft(model, tokenizer, pairs: list[SFTPair], config: SFTConfig, *, seed: int, max_prompt_tokens: int,
+            device, progress: bool = True, on_step=None) -> list[float]:
+    """Train ``model`` in place; returns the loss of every step."""
+    if not pairs:
+        raise ValueError("SFT needs at least one example; check data.train_difficulties / sft.train_count")
+    prompts, responses = encode_pairs(tokenizer, pairs, tokenizer.eos_token_id, max_prompt_tokens)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.01)
+    generator = torch.Generator().manual_seed(seed)
+    losses = []
+    model.train()
+    bar = StepProgress(config.steps, enabled=progress, description="SFT")
+    with bar:
+        for step in range(config.steps):
+            rows = torch.randint(0, len(pairs), (config.batch_size,), generator=generator).tolist()
+            batch = collate([prompts[i] for i in rows], [responses[i] for i in rows], tokenizer.pad_token_id, device)
+            packed = pack_sequences(*batch)
+            logp_BT = response_logprobs(model, packed, temperature=1.0).logp_BT
+            mask_BT = batch[3]
+            loss = -(logp_BT * mask_BT).sum() / mask_BT.sum()
+            for group in optimizer.param_groups:
+                group["lr"] = lr_at(step, config)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            losses.append(float(loss.detach()))
+            bar.advance(step + 1, {"sft/loss": losses[-1]})
+            if on_step is not None:
+                on_step(step + 1, losses[-1])
+    model.eval()
+    return losses

@@ -1,0 +1,111 @@
+"""The update phase of one RL step: run the method's passes, mini-batches and micro-batches.
+
+For each pass (one for GRPO, two for Lopti) and each contiguous mini-batch: one optimizer step,
+with the gradient accumulated over micro-batches. The loss denominators are the mini-batch's
+(summed over ranks: the paper's global token-mean) or, with ``token_mean_scope="micro_batch"``,
+each micro-batch's with the loss divided by the number of micro-batches (the reference code).
+The pre-clip gradient norm is logged; a non-finite norm skips the step (the reference does not).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import torch
+
+from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
+from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
+from tokenbalance.trainer.logprobs import PackedSequences, response_logprobs
+from tokenbalance.types import UpdatePass
+
+
+def row_chunks(num_rows: int, size: int) -> list[slice]:
+    return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
+
+
+def run_update_passes(
+    *,
+    method,
+    passes: list[UpdatePass],
+    policy,
+    optimizer: torch.optim.Optimizer,
+    packed: PackedSequences,
+    old_logp_BT: torch.Tensor,
+    ref_logp_BT: torch.Tensor | None,
+    temperature: float,
+    mini_batch_rows: int,
+    micro_batch_rows: int,
+    grad_clip: float,
+    token_mean_scope: str,
+    ctx: DistContext,
+) -> dict[str, float]:
+    """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
+
+    Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
+    ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
+    metrics (fractions, ratios) are averaged over passes weighted by each pass's token count.
+    """
+    params = [p for p in policy.parameters() if p.requires_grad]
+    num_rows = old_logp_BT.shape[0]
+    totals: dict[str, float] = defaultdict(float)
+    pass_tokens = [float(p.policy_mask_BT.sum()) for p in passes]
+    token_total = sum(pass_tokens) or 1.0
+    grad_norms: list[float] = []
+    skipped = 0
+    policy.train()
+    for update_pass, tokens in zip(passes, pass_tokens):
+        pass_sums: dict[str, float] = defaultdict(float)
+        pass_counts: dict[str, int] = defaultdict(int)
+        for mini in row_chunks(num_rows, mini_batch_rows):
+            mini_pass = update_pass.select_rows(mini)
+            micro_slices = row_chunks(mini.stop - mini.start, micro_batch_rows)
+            normaliser = None
+            if token_mean_scope == "mini_batch":
+                normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
+            optimizer.zero_grad(set_to_none=True)
+            mini_metrics: dict[str, float] = defaultdict(float)
+            for micro in micro_slices:
+                rows = slice(mini.start + micro.start, mini.start + micro.stop)
+                micro_pass = update_pass.select_rows(rows)
+                scale = 1.0
+                micro_normaliser = normaliser
+                if micro_normaliser is None:
+                    micro_normaliser = pass_normaliser(method, micro_pass)
+                    scale = 1.0 / len(micro_slices)
+                current = response_logprobs(policy, packed.rows(rows), temperature=temperature, with_entropy=True)
+                out = pass_loss(
+                    method, micro_pass, current.logp_BT, old_logp_BT[rows],
+                    None if ref_logp_BT is None else ref_logp_BT[rows], current.entropy_BT,
+                    normaliser=micro_normaliser,
+                )
+                (out.loss * scale).backward()
+                for key, value in out.metrics.items():
+                    # losses add up over micro-batches (shared normaliser); fractions average
+                    weight = 1.0 if key.startswith("loss/") and scale == 1.0 else 1.0 / len(micro_slices)
+                    mini_metrics[key] += value * weight
+            # micro-batch scope: every rank's loss is already a mean, so ranks average
+            sum_gradients(params, ctx, scale=1.0 if normaliser is not None else 1.0 / ctx.world_size)
+            norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            grad_norms.append(norm)
+            if math.isfinite(norm):
+                optimizer.step()
+            else:
+                skipped += 1
+            optimizer.zero_grad(set_to_none=True)
+            for key, value in mini_metrics.items():
+                pass_sums[key] += value
+                pass_counts[key] += 1
+        pass_means = {k: pass_sums[k] / pass_counts[k] for k in pass_sums}
+        for key, value in pass_means.items():
+            if len(passes) > 1:
+                totals[f"pass/{update_pass.name}/{key}"] = value
+            if key.startswith("loss/"):
+                totals[key] += value
+            else:
+                totals[key] += value * tokens / token_total
+    finite = [n for n in grad_norms if math.isfinite(n)]
+    totals["optim/grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
+    totals["optim/steps"] = float(len(grad_norms) - skipped)
+    totals["optim/skipped_steps"] = float(skipped)
+    return dict(totals)
