@@ -82,7 +82,7 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     task: str = option("kk", "task name", choices=("kk", "arith"))
-    template: str = option("plain", "prompt template (plain: no special tokens, for tiny tokenizers)")
+    template: str = option("compact", "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)")
     train_difficulties: tuple[int, ...] = option((2, 3), "K&K people / arith levels to train on",
                                                  default_factory=lambda: (2, 3))
     eval_difficulties: tuple[int, ...] = option((2, 3), "difficulties evaluated (per-difficulty accuracy)",

@@ -123,7 +123,12 @@ def example_from_row(reader: RowReader, template: str | None = None) -> TaskExam
     if template is None and stored_prompt is not None:
         prompt = stored_prompt
     else:
-        prompt = get_template(template or DEFAULT_TEMPLATE).render(quiz)
+        try:
+            prompt = get_template(template or DEFAULT_TEMPLATE).render_puzzle(
+                quiz, ground_truth.get("statements"), names
+            )
+        except ValueError as err:
+            raise reader.error("statements", str(err)) from None
     extra: dict[str, Any] = {"row": reader.row_number, "source_file": reader.path}
     if names is not None:
         extra["names"] = list(names)

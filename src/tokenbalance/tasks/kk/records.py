@@ -89,7 +89,7 @@ def logic_rl_row(
     template: str = DEFAULT_TEMPLATE,
 ) -> dict[str, Any]:
     """A K&K record plus the Logic-RL fields; ``row_index`` is the row number within its file."""
-    prompt = get_template(template).render(record["quiz"])
+    prompt = get_template(template).render_puzzle(record["quiz"], record["statements"], record["names"])
     return {
         **record,
         "data_source": data_source_for(data_source, len(record["names"])),

@@ -243,3 +243,34 @@ def render_statement(statement: Statement, names: list[str] | tuple[str, ...]) -
     if tag == "<=>":
         return f"{parts[0]} if and only if {parts[1]}"
     raise ValueError(f"unknown statement tag {tag!r}")
+
+
+_COMPACT_JOINERS = {"and": "{0} and {1}", "or": "{0} or {1}", "->": "if {0} then {1}", "<=>": "{0} iff {1}"}
+
+
+def render_statement_compact(statement: Statement, names: list[str] | tuple[str, ...]) -> str:
+    """Terse text of a statement for small models: ``Zoey knight``, ``not Oliver knave``,
+    ``if Zoey knight then Oliver knave``, ``Zoey knight iff Oliver knave`` (any depth)."""
+    tag = statement[0]
+    if tag == KNIGHT_ATOM:
+        return f"{names[statement[1]]} knight"
+    if tag == KNAVE_ATOM:
+        return f"{names[statement[1]]} knave"
+    parts = [render_statement_compact(child, names) for child in statement[1:]]
+    if tag == "not":
+        return f"not {parts[0]}"
+    if tag in _COMPACT_JOINERS and len(parts) == 2:
+        return _COMPACT_JOINERS[tag].format(*parts)
+    if tag in ("and", "or"):
+        return f" {tag} ".join(parts)
+    raise ValueError(f"unknown statement tag {tag!r}")
+
+
+def compact_question(statements: str, names: list[str] | tuple[str, ...]) -> str:
+    """The puzzle as one terse line per person: ``Zoey says Oliver knave. Oliver says not Zoey knight.``
+
+    Built from the ``statements`` text and the names, for the ``compact`` template (tiny models on
+    CPU): about a quarter of the tokens of the natural-language quiz, same puzzle, same answer.
+    """
+    puzzle = parse_statements(statements, len(names))
+    return " ".join(f"{names[i]} says {render_statement_compact(s, names)}." for i, s in enumerate(puzzle))

@@ -40,7 +40,7 @@ class KKTask:
     """Knights & Knaves (Logic-RL data). ``difficulty`` is the number of people (2..8, default 3)."""
 
     name = "kk"
-    templates = TEMPLATE_NAMES  # qwen-instruct (default), qwen-base, plain
+    templates = TEMPLATE_NAMES  # qwen-instruct (default), qwen-base, plain, compact
 
     def __init__(self, data_source: str = DEFAULT_DATA_SOURCE) -> None:
         self.data_source = data_source
@@ -69,7 +69,9 @@ class KKTask:
         return [example_from_generated_row(row) for row in rows]
 
     def render_prompt(self, example: TaskExample, template: str) -> str:
-        return get_template(template).render(example.question)
+        return get_template(template).render_puzzle(
+            example.question, example.ground_truth.get("statements"), example.extra.get("names")
+        )
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         result = score_with_metrics(example.prompt + response, example.ground_truth)

@@ -4,6 +4,9 @@ the chat template already baked in; nothing wraps it again.
 * ``qwen-instruct``: the template of the shipped Logic-RL / AR-Lopti data, byte-exact (Qwen chat
   special tokens ``<|im_start|>`` / ``<|im_end|>``; SHA-256 checked in the tests).
 * ``qwen-base``: Logic-RL's template for base models, byte-exact (``User:`` / ``Assistant:`` turns).
+* ``compact``: ours. No instruction and the puzzle as terse statements (``Zoey says Oliver knave.``),
+  built from the ``statements`` column: the embedded CPU default, where prompt length is run time.
+  Same reward semantics as ``plain``.
 * ``plain``: ours, not in the reference. A short instruction with no special tokens, for a tiny
   local tokenizer. It keeps everything the reward relies on: the instruction text holds no
   ``Assistant:``, the prompt ends with ``\\nAssistant: <think>``, so the reward's split marker is the
@@ -28,9 +31,21 @@ class PromptTemplate:
     prefix: str
     suffix: str
     response_header: str
+    question_style: str = "quiz"  # "quiz": the natural-language quiz; "compact": compact_question
 
     def render(self, quiz: str) -> str:
         return self.prefix + quiz + self.suffix
+
+    def render_puzzle(self, quiz: str, statements: str | None, names) -> str:
+        """The prompt of a puzzle: from ``quiz``, or for ``compact`` from its statements and names."""
+        if self.question_style == "quiz":
+            return self.render(quiz)
+        if statements is None or names is None:
+            raise ValueError(f"template {self.name!r} renders the puzzle from its statements and names, "
+                             "which this example does not carry")
+        from tokenbalance.tasks.kk.statements import compact_question
+
+        return self.render(compact_question(statements, names))
 
 
 QWEN_INSTRUCT = PromptTemplate(
@@ -76,7 +91,15 @@ PLAIN = PromptTemplate(
     response_header="Assistant: <think>",
 )
 
-TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (QWEN_INSTRUCT, QWEN_BASE, PLAIN)}
+COMPACT = PromptTemplate(
+    name="compact",
+    prefix="User: ",
+    suffix="\nAssistant: <think>",
+    response_header="Assistant: <think>",
+    question_style="compact",
+)
+
+TEMPLATES: dict[str, PromptTemplate] = {t.name: t for t in (QWEN_INSTRUCT, QWEN_BASE, PLAIN, COMPACT)}
 TEMPLATE_NAMES = tuple(TEMPLATES)
 DEFAULT_TEMPLATE = QWEN_INSTRUCT.name
 
