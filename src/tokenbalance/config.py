@@ -199,6 +199,11 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
             kwargs[name] = from_dict(type(default), value, prefix=f"{prefix}{name}.")
         elif isinstance(default, tuple) and isinstance(value, list):
             kwargs[name] = tuple(value)
+        elif isinstance(default, float) and isinstance(value, (str, int)) and not isinstance(value, bool):
+            try:  # YAML 1.1 reads 1e-4 as a string; an int where a float is expected is fine
+                kwargs[name] = float(value)
+            except ValueError:
+                kwargs[name] = value  # validation names the field
         else:
             kwargs[name] = value
     built = cls(**kwargs)
@@ -222,10 +227,17 @@ def load_config(path: str | Path) -> RunConfig:
 
 
 def _parse_value(text: str) -> Any:
+    """YAML scalars and lists; also numbers YAML 1.1 leaves as strings (``1e-4``)."""
     try:
-        return yaml.safe_load(text)
+        value = yaml.safe_load(text)
     except yaml.YAMLError:
         return text
+    if isinstance(value, str):
+        try:
+            return float(value)
+        except ValueError:
+            return value
+    return value
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
@@ -243,7 +255,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         if parts[:2] == ["train", "method_overrides"] and len(parts) > 2:
             data["train"]["method_overrides"][".".join(parts[2:])] = _parse_value(text)
             continue
-        if len(parts) != 2 or parts[0] not in data or parts[1] not in data[parts[0]]:
+        if len(parts) == 2 and parts[0] in data and parts[1] not in data[parts[0]]:
+            raise ValueError(f"{key}: unknown option; valid: {', '.join(data[parts[0]])}")
+        if len(parts) != 2 or parts[0] not in data:
             sections = ", ".join(f"{s}.*" for s in data)
             raise ValueError(f"override {key!r}: unknown option; valid sections: {sections}")
         data[parts[0]][parts[1]] = _parse_value(text)

@@ -1,0 +1,50 @@
+"""Typed config: defaults, validation naming the field, YAML round trip, dotted overrides."""
+
+import pytest
+
+from tokenbalance.config import RunConfig, apply_overrides, describe_options, load_config, save_config
+
+
+def test_yaml_round_trip_and_overrides(tmp_path):
+    config = apply_overrides(RunConfig(), ["train.steps=7", "optim.lr=1e-4", "data.train_difficulties=[3, 4]",
+                                           "train.method_overrides.lopti.eta=0.4", "model.path=/models/x"])
+    assert (config.train.steps, config.optim.lr, config.data.train_difficulties) == (7, 1e-4, (3, 4))
+    assert config.train.method_overrides == {"lopti.eta": 0.4} and config.model.path == "/models/x"
+    save_config(config, tmp_path / "c.yaml")
+    assert load_config(tmp_path / "c.yaml") == config
+
+
+def test_yaml_file_scientific_notation(tmp_path):
+    (tmp_path / "c.yaml").write_text("optim:\n  lr: 3e-4\n")
+    assert load_config(tmp_path / "c.yaml").optim.lr == 3e-4
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("optim.lr=0", r"optim.lr: must be in \(0.0, 1.0\], got 0"),
+        ("rollout.group_size=0", r"rollout.group_size: must be in \[1, 1024\], got 0"),
+        ("data.task=chess", "data.task: unknown value 'chess'; valid: 'kk', 'arith'"),
+        ("optim.momentum=0.9", "optim.momentum: unknown option; valid: lr, beta1"),
+        ("steps=3", "override 'steps': unknown option"),
+        ("train.steps", "expected section.field=value"),
+        ("rollout.temperature=nan", "rollout.temperature: expected a finite number"),
+    ],
+)
+def test_bad_values_name_the_field(override, match):
+    with pytest.raises(ValueError, match=match):
+        apply_overrides(RunConfig(), [override])
+
+
+def test_missing_or_invalid_file(tmp_path):
+    with pytest.raises(ValueError, match="does not exist"):
+        load_config(tmp_path / "none.yaml")
+    (tmp_path / "bad.yaml").write_text("optim: [1, 2\n")
+    with pytest.raises(ValueError, match="not valid YAML"):
+        load_config(tmp_path / "bad.yaml")
+
+
+def test_every_option_has_help():
+    lines = describe_options()
+    assert len(lines) > 40 and all("#  " not in line and line.split("# ", 1)[1].strip() for line in lines)
+    assert any(line.startswith("train.method = 'ar_lopti'") for line in lines)

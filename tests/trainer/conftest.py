@@ -1,0 +1,49 @@
+"""A tiny policy directory (random weights) and a small run config, shared by the trainer tests."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from tokenbalance.config import RunConfig, apply_overrides
+from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, save_policy, train_tokenizer
+
+SMALL_RUN = [
+    "data.eval_count=4",
+    "data.train_difficulties=[2]",
+    "data.eval_difficulties=[2, 3]",
+    "rollout.prompts_per_step=2",
+    "rollout.group_size=4",
+    "rollout.max_new_tokens=12",
+    "optim.mini_batch_size=4",
+    "optim.micro_batch_size=2",
+    "optim.lr=0.01",
+    "train.steps=2",
+    "train.eval_every=0",
+    "train.save_every=1",
+    "train.threads=1",
+    "output.progress=false",
+]
+
+
+@pytest.fixture(scope="session")
+def tiny_policy_dir(tmp_path_factory):
+    torch.set_num_threads(1)
+    path = tmp_path_factory.mktemp("policy") / "tiny"
+    tokenizer = train_tokenizer(list(kk_tokenizer_corpus(people=(2, 3), count=40, template="compact")))
+    model = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
+                             tokenizer, seed=0)
+    save_policy(model, tokenizer, path)
+    return path
+
+
+@pytest.fixture
+def small_config(tiny_policy_dir, tmp_path):
+    config = apply_overrides(RunConfig(), SMALL_RUN + [f"model.path={tiny_policy_dir}"])
+    config.output.run_dir = str(tmp_path / "run")
+    return config
+
+
+def replace_section(config, section, **changes):
+    setattr(config, section, dataclasses.replace(getattr(config, section), **changes))
+    return config

@@ -1,0 +1,98 @@
+"""The RL loop end to end, in process: metrics, learning signal, determinism, resume, presets."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.trainer.conftest import replace_section
+from tokenbalance.algorithms.methods import METHOD_PRESETS
+from tokenbalance.diagnostics.sinks import read_metrics
+from tokenbalance.models import load_policy
+from tokenbalance.trainer import loop
+from tokenbalance.trainer.runner import run_training
+
+TRAIN_KEYS = {
+    "reward/mean", "reward/acc", "reward/format_ok", "response/len_mean", "response/truncated_frac",
+    "reward/mixed_group_frac", "adv/mean", "adv_weighted/mean", "loss/policy", "loss/kl", "loss/entropy",
+    "loss/total", "clip/frac", "optim/grad_norm", "optim/steps", "timing/rollout_s", "timing/update_s",
+    "throughput/tokens_per_s", "lopti/low_token_frac",
+}
+EVAL_KEYS = {"eval/greedy/acc", "eval/greedy/acc_2", "eval/greedy/acc_3", "eval/sample/acc", "eval/sample/reward",
+             "eval/greedy/response_len", "eval/greedy/format_error"}
+
+
+def without_timing(records):
+    return [{k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))} for r in records]
+
+
+def test_run_logs_documented_metrics_and_changes_the_policy(small_config, tiny_policy_dir):
+    run_dir = run_training(small_config, log=lambda *_: None)
+    records = read_metrics(run_dir / "metrics.jsonl")
+    train = [r for r in records if r["kind"] == "train"]
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [r["step"] for r in train] == [1, 2] and [r["step"] for r in evals] == [0, 2]
+    assert TRAIN_KEYS <= set(train[0]) and EVAL_KEYS <= set(evals[0])
+    assert all(math.isfinite(r["loss/total"]) for r in train)
+    assert train[0]["optim/steps"] == 4  # 8 responses / mini-batch 4 = 2 steps, times 2 Lopti passes
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
+    assert (Path(run_dir) / "checkpoints" / "latest").read_text().strip() == "step_000002"
+    initial, _ = load_policy(tiny_policy_dir)
+    trained, _ = load_policy(run_dir / "checkpoints" / "step_000002" / "model")
+    deltas = [(a - b).abs().max().item() for a, b in zip(initial.parameters(), trained.parameters())]
+    assert max(deltas) > 1e-4
+    saved = (run_dir / "config.yaml").read_text()
+    assert "method: ar_lopti" in saved and str(tiny_policy_dir) in saved
+
+
+def test_identical_seeds_give_identical_runs(small_config, tmp_path):
+    first = run_training(small_config, log=lambda *_: None)
+    small_config.output.run_dir = str(tmp_path / "again")
+    second = run_training(small_config, log=lambda *_: None)
+    a = without_timing(read_metrics(first / "metrics.jsonl"))
+    b = without_timing(read_metrics(second / "metrics.jsonl"))
+    assert a == b and len(a) == 4
+
+
+def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
+    replace_section(small_config, "train", steps=3)
+    reference = run_training(small_config, log=lambda *_: None)
+
+    crashed = tmp_path / "crashed"
+    small_config.output.run_dir = str(crashed)
+    real_step = loop.rl_step
+
+    def crash_on_third_step(parts, step):
+        if step == 2:
+            raise KeyboardInterrupt("simulated crash")
+        return real_step(parts, step)
+
+    monkeypatch.setattr(loop, "rl_step", crash_on_third_step)
+    with pytest.raises(KeyboardInterrupt):
+        run_training(small_config, log=lambda *_: None)
+    assert json.loads((crashed / "run_state.json").read_text())["status"] == "failed"
+    monkeypatch.setattr(loop, "rl_step", real_step)
+    run_training(None, run_dir=crashed, resume=True, log=lambda *_: None)
+    assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(
+        read_metrics(reference / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("name", METHOD_PRESETS.names())
+def test_every_preset_trains_one_step(small_config, name):
+    replace_section(small_config, "train", method=name, steps=1)
+    replace_section(small_config, "data", eval_difficulties=(2,))
+    run_dir = run_training(small_config, log=lambda *_: None)
+    (train,) = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    assert math.isfinite(train["loss/total"]) and train["optim/steps"] >= 2
+    if "nthr" in name:
+        assert "nthr/mixed_groups" in train
+
+
+def test_prompt_order_is_a_seeded_permutation_per_epoch():
+    steps = [loop.step_prompt_indices(10, 3, step, 4) for step in range(5)]
+    first_epoch = steps[0] + steps[1] + steps[2][:2]
+    assert sorted(first_epoch) == list(range(10))
+    assert steps == [loop.step_prompt_indices(10, 3, step, 4) for step in range(5)]
+    assert steps != [loop.step_prompt_indices(10, 4, step, 4) for step in range(5)]
