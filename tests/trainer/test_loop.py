@@ -2,6 +2,7 @@
 
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,25 @@ EVAL_KEYS = {"eval/greedy/acc", "eval/greedy/acc_2", "eval/greedy/acc_3", "eval/
              "eval/greedy/response_len", "eval/greedy/format_error"}
 
 
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
+
+
+def undocumented(records) -> set[str]:
+    """Logged keys that docs/metrics.md does not list (pass/<name>/ and eval modes generalised)."""
+    documented = set(re.findall(r"`([a-z_]+/[a-z_/<>]+)`", DOCS.read_text()))
+    missing = set()
+    for record in records:
+        for key in record:
+            if key in ("step", "kind"):
+                continue
+            name = re.sub(r"^pass/[a-z_]+/", "", key)
+            name = re.sub(r"^eval/(greedy|sample)/", "eval/<mode>/", name)
+            name = re.sub(r"acc_\d+$", "acc_<d>", name)
+            if name not in documented:
+                missing.add(key)
+    return missing
+
+
 def without_timing(records):
     return [{k: v for k, v in r.items() if not k.startswith(("timing/", "throughput/"))} for r in records]
 
@@ -35,6 +55,7 @@ def test_run_logs_documented_metrics_and_changes_the_policy(small_config, tiny_p
     evals = [r for r in records if r["kind"] == "eval"]
     assert [r["step"] for r in train] == [1, 2] and [r["step"] for r in evals] == [0, 2]
     assert TRAIN_KEYS <= set(train[0]) and EVAL_KEYS <= set(evals[0])
+    assert undocumented(records) == set()
     assert all(math.isfinite(r["loss/total"]) for r in train)
     assert train[0]["optim/steps"] == 4  # 8 responses / mini-batch 4 = 2 steps, times 2 Lopti passes
     assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
@@ -84,10 +105,14 @@ def test_every_preset_trains_one_step(small_config, name):
     replace_section(small_config, "train", method=name, steps=1)
     replace_section(small_config, "data", eval_difficulties=(2,))
     run_dir = run_training(small_config, log=lambda *_: None)
-    (train,) = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
+    records = read_metrics(run_dir / "metrics.jsonl")
+    (train,) = [r for r in records if r["kind"] == "train"]
     assert math.isfinite(train["loss/total"]) and train["optim/steps"] >= 2
+    assert undocumented(records) == set()
     if "nthr" in name:
         assert "nthr/mixed_groups" in train
+    if "tr_grpo" in name:
+        assert "tr_grpo/w_mean" in train
 
 
 def test_prompt_order_is_a_seeded_permutation_per_epoch():
@@ -96,3 +121,8 @@ def test_prompt_order_is_a_seeded_permutation_per_epoch():
     assert sorted(first_epoch) == list(range(10))
     assert steps == [loop.step_prompt_indices(10, 3, step, 4) for step in range(5)]
     assert steps != [loop.step_prompt_indices(10, 4, step, 4) for step in range(5)]
+
+
+def test_undocumented_keys_are_caught():
+    assert undocumented([{"step": 1, "kind": "train", "loss/policy": 0.0, "pass/lopti_low/clip/frac": 0.1,
+                          "eval/sample/acc_7": 0.5, "loss/mystery": 1.0}]) == {"loss/mystery"}

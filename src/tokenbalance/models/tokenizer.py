@@ -27,6 +27,7 @@ from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, 
 from transformers import PreTrainedTokenizerFast
 
 from tokenbalance.tasks.kk import generate_rows
+from tokenbalance.tasks.kk.templates import reference_cot, reference_response
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -93,13 +94,8 @@ def train_tokenizer(
 
 
 def kk_response_text(row: dict) -> str:
-    """A well-formed K&K response for a Logic-RL row, to follow a prompt that ends in ``<think>``:
-
-    ``" {cot_head} {steps...} {cot_foot} </think>\\n<answer> {solution_text_format} </answer>"``.
-    It scores 3 under the K&K reward (tested), so it also serves as an SFT target.
-    """
-    thinking = " ".join([row["cot_head"], *row["cot_repeat_steps"], row["cot_foot"]])
-    return f" {thinking} </think>\n<answer> {row['solution_text_format']} </answer>"
+    """The CoT response of a Logic-RL row (:func:`~tokenbalance.tasks.kk.templates.reference_response`)."""
+    return reference_response(row["solution_text_format"], reference_cot(row))
 
 
 def kk_tokenizer_corpus(

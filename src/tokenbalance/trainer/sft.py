@@ -27,15 +27,6 @@ class SFTPair:
     response: str  # without the EOS token; it is appended as a token id
 
 
-def kk_response(solution_text_format: str, cot: tuple[str, list[str], str] | None = None) -> str:
-    """The response a correct K&K answer takes after the template's opening ``<think>``."""
-    thinking = ""
-    if cot is not None:
-        head, steps, foot = cot
-        thinking = "\n" + " ".join([head, *steps, foot]).strip() + "\n"
-    return f"{thinking} </think>\n<answer> {solution_text_format} </answer>"
-
-
 def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
     """Generated prompt / response pairs for the training difficulties."""
     if data.task == "arith":
@@ -43,14 +34,15 @@ def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
 
         return [SFTPair(e.prompt, f" \\boxed{{{e.ground_truth}}}") for e in sft_examples(data, sft.train_count)]
     from tokenbalance.tasks.kk.records import generate_rows
+    from tokenbalance.tasks.kk.templates import reference_cot, reference_response
     from tokenbalance.trainer.data import _kk_range
 
     pairs = []
     for n in data.train_difficulties:
         start, count = _kk_range(n, "sft", sft.train_count)
         for row in generate_rows(n, "train", start_index=start, count=count, template=data.template):
-            cot = (row["cot_head"], list(row["cot_repeat_steps"]), row["cot_foot"]) if sft.target == "cot" else None
-            pairs.append(SFTPair(row["prompt"][0]["content"], kk_response(row["solution_text_format"], cot)))
+            thinking = reference_cot(row) if sft.target == "cot" else ""
+            pairs.append(SFTPair(row["prompt"][0]["content"], reference_response(row["solution_text_format"], thinking)))
     return pairs
 
 

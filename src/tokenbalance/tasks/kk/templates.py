@@ -117,3 +117,16 @@ def get_template(name: str) -> PromptTemplate:
 def render_prompt(quiz: str, template: str = DEFAULT_TEMPLATE) -> str:
     """The full prompt text for ``quiz`` (ends with an opening ``<think>``)."""
     return get_template(template).render(quiz)
+
+
+def reference_response(solution_text_format: str, thinking: str = "") -> str:
+    """A correct response to a prompt that ends in the opening ``<think>``: the (optional)
+    reasoning, ``</think>``, then the answer block. It scores 3 under the K&K reward; it is the
+    SFT target and part of the tokenizer corpus."""
+    thought = f" {thinking.strip()}" if thinking.strip() else ""
+    return f"{thought} </think>\n<answer> {solution_text_format} </answer>"
+
+
+def reference_cot(row) -> str:
+    """The generator's synthetic chain of thought of a K&K row, as one paragraph."""
+    return " ".join([row["cot_head"], *row["cot_repeat_steps"], row["cot_foot"]])
