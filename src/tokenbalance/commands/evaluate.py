@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from tokenbalance.commands.train import add_config_arguments, config_from_args
+from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -16,10 +16,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenbalance.config import describe_options
-
-    if args.help_config:
-        print("\n".join(describe_options()))
+    if printed_config_help(args):
         return 0
     import torch
 
@@ -29,16 +26,15 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import evaluate
-    from tokenbalance.trainer.loop import eos_ids
     from tokenbalance.trainer.runner import policy_path, resolve_device
 
     config = config_from_args(args)
     device = resolve_device(config.train.device)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
-    eos = eos_ids(tokenizer, model)
-    metrics = evaluate(HFGenerateEngine(model, tokenizer, eos_token_ids=sorted(eos)), tokenizer,
-                       get_task(config.data.task), eval_examples(config.data), eos_token_ids=eos,
+    engine = HFGenerateEngine(model, tokenizer)
+    metrics = evaluate(engine, tokenizer, get_task(config.data.task), eval_examples(config.data),
+                       eos_token_ids=set(engine.eos_token_ids),
                        max_new_tokens=config.rollout.max_new_tokens, max_prompt_tokens=config.data.max_prompt_tokens,
                        seed=config.train.seed)
     if args.json:

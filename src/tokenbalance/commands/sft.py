@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tokenbalance.commands.train import add_config_arguments, config_from_args
+from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -20,10 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenbalance.config import describe_options
-
-    if args.help_config:
-        print("\n".join(describe_options()))
+    if printed_config_help(args):
         return 0
     from tokenbalance.models import load_policy, save_policy
     from tokenbalance.trainer.embedded import build_embedded_policy

@@ -20,6 +20,16 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--help-config", action="store_true", help="list every config option with its default")
 
 
+def printed_config_help(args: argparse.Namespace) -> bool:
+    """Print every config option and return True when ``--help-config`` was given."""
+    if not args.help_config:
+        return False
+    from tokenbalance.config import describe_options
+
+    print("\n".join(describe_options()))
+    return True
+
+
 def config_from_args(args: argparse.Namespace):
     from tokenbalance.config import RunConfig, apply_overrides, load_config
 
@@ -47,12 +57,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenbalance.config import describe_options
+    if printed_config_help(args):
+        return 0
     from tokenbalance.trainer.runner import run_training
 
-    if args.help_config:
-        print("\n".join(describe_options()))
-        return 0
     if args.resume:
         config = config_from_args(args) if args.no_progress else None
         run_training(config, run_dir=Path(args.resume), resume=True)

@@ -37,6 +37,7 @@ import torch
 from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, build_update_passes, get_method
 from tokenbalance.config import RunConfig, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
+from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import HFGenerateEngine
 from tokenbalance.tasks import get_task
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
@@ -92,18 +93,6 @@ class TrainerParts:
     device: torch.device
     ctx: DistContext
     start_step: int = 0
-
-
-def eos_ids(tokenizer, model) -> set[int]:
-    ids = set()
-    for value in (tokenizer.eos_token_id, getattr(model.generation_config, "eos_token_id", None)):
-        if isinstance(value, int):
-            ids.add(value)
-        elif value:
-            ids.update(value)
-    if "<|im_end|>" in tokenizer.get_vocab():
-        ids.add(tokenizer.convert_tokens_to_ids("<|im_end|>"))
-    return ids
 
 
 def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
@@ -293,6 +282,8 @@ def prepare_training(config: RunConfig, run_dir: Path, policy, tokenizer, device
         for param in reference.parameters():
             param.requires_grad_(False)
     task = get_task(config.data.task)
+    if task.name == "kk":
+        check_special_tokens(tokenizer)  # the reward reads <think>/<answer> tags from decoded text
     train_examples = rl_examples(config.data)
     evals = eval_examples(config.data)
     train_ids = encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
@@ -300,10 +291,10 @@ def prepare_training(config: RunConfig, run_dir: Path, policy, tokenizer, device
     parts = TrainerParts(
         config=config, run_dir=run_dir, policy=policy, reference=reference, tokenizer=tokenizer, method=method,
         optimizer=make_optimizer(policy, config), engine=None, task=task, train_examples=train_examples,
-        eval_examples=evals, train_prompt_ids=train_ids, eos_token_ids=eos_ids(tokenizer, policy),
-        device=device, ctx=ctx,
+        eval_examples=evals, train_prompt_ids=train_ids, eos_token_ids=set(), device=device, ctx=ctx,
     )
-    parts.engine = HFGenerateEngine(policy, tokenizer, eos_token_ids=sorted(parts.eos_token_ids))
+    parts.engine = HFGenerateEngine(policy, tokenizer)  # stops at the tokenizer's and the model's EOS ids
+    parts.eos_token_ids = set(parts.engine.eos_token_ids)
     if resume:
         parts.start_step = resume_state(parts)
     elif ctx.is_main:
