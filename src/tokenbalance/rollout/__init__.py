@@ -14,6 +14,7 @@ Tests: ``.venv/bin/pytest tests/rollout -q`` (about 7 s).
 """
 
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
+from tokenbalance.rollout.fast import FastEngine
 from tokenbalance.rollout.hf import HFGenerateEngine
 
-__all__ = ["Generation", "HFGenerateEngine", "RolloutEngine", "SamplingParams"]
+__all__ = ["FastEngine", "Generation", "HFGenerateEngine", "RolloutEngine", "SamplingParams"]

@@ -1,0 +1,292 @@
+"""FastEngine: the same tokens as a step-by-step full-forward sampler with the same random stream."""
+
+import pytest
+import torch
+
+from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine
+from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
+from tests.models.helpers import kk_tokenizer, tiny_model
+from tests.rollout.test_hf_engine import PROMPTS, full_forward_logits, random_model
+
+NO_EOS = [10**6]
+# float32 cached vs uncached forwards differ by ~1e-6 relative in the logits (HFGenerateEngine's own
+# log-probs are as far from the full forward); tokens must match exactly, log-probs to this:
+LOGP_TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return kk_tokenizer()
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [tokenizer.encode(text) for text in PROMPTS]  # ragged: 8, 4 and 13 tokens
+
+
+@pytest.fixture(scope="module", params=["llama", "qwen2", "qwen2-gqa"])
+def model(request):
+    torch.set_num_threads(1)
+    if request.param == "qwen2-gqa":
+        return random_model("qwen2", num_kv_heads=2)
+    return random_model(request.param)
+
+
+def reference_sample(model, engine, prompts, *, max_new_tokens, temperature, top_k=0, top_p=1.0, seed,
+                     generator=None):
+    """A straightforward sampler: every step runs the model's full forward (no cache) over the
+    left-padded prompts + the tokens so far and calls ``sample_next`` on the last logits, drawing
+    for every row, finished rows then overwritten with pad. -> (tokens_BT, logp_BT)."""
+    width = max(len(p) for p in prompts)
+    pad = engine.pad_token_id
+    ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts])
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])
+    eos = torch.tensor(engine.eos_token_ids)
+    generator = generator or torch.Generator().manual_seed(seed)
+    finished = torch.zeros(len(prompts), dtype=torch.bool)
+    tokens, logps = [], []
+    for _ in range(max_new_tokens):
+        position_ids = (mask.cumsum(-1) - 1).clamp(min=0)
+        with torch.no_grad():
+            logits = model(ids, attention_mask=mask, position_ids=position_ids).logits[:, -1]
+        token, logp = sample_next(logits, temperature, top_k, top_p, generator)
+        token, logp = token.masked_fill(finished, pad), logp.masked_fill(finished, 0.0)
+        finished |= torch.isin(token, eos)
+        tokens.append(token)
+        logps.append(logp)
+        ids = torch.cat([ids, token[:, None]], dim=1)
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+        if finished.all():
+            break
+    return torch.stack(tokens, 1), torch.stack(logps, 1)
+
+
+def assert_matches_reference(gen, tokens, logps, eos_ids):
+    assert torch.equal(gen.response_ids_BT, tokens)
+    expected_mask = torch.ones_like(tokens, dtype=torch.bool)
+    for row in range(tokens.shape[0]):
+        hits = [t for t, token in enumerate(tokens[row].tolist()) if token in eos_ids]
+        if hits:
+            expected_mask[row, hits[0] + 1 :] = False
+    assert torch.equal(gen.response_mask_BT, expected_mask)
+    torch.testing.assert_close(gen.sampler_logp_BT, logps.masked_fill(~expected_mask, 0.0), **LOGP_TOL)
+
+
+def test_engine_satisfies_the_protocol_and_picks_the_static_path(model, tokenizer):
+    engine = FastEngine(model, tokenizer)
+    assert isinstance(engine, RolloutEngine)
+    assert engine.path == "static"
+
+
+@pytest.mark.parametrize(
+    "temperature, top_k, top_p",
+    [(1.0, 0, 1.0), (0.7, 0, 1.0), (0, 0, 1.0), (1.0, 5, 1.0), (0.8, 0, 0.6), (1.3, 20, 0.9)],
+)
+def test_same_tokens_as_a_full_forward_sampler(model, tokenizer, prompts, temperature, top_k, top_p):
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
+    kwargs = dict(max_new_tokens=10, temperature=temperature, top_k=top_k, top_p=top_p, seed=7)
+    gen = engine.generate(prompts, **kwargs)
+    tokens, logps = reference_sample(model, engine, prompts, **kwargs)
+    assert_matches_reference(gen, tokens, logps, NO_EOS)
+    assert gen.response_ids_BT.shape == (3, 10) and not gen.finished_B.any()
+    assert len(set(gen.response_ids_BT[0].tolist())) > 1  # not a degenerate repeat
+
+
+@pytest.mark.parametrize("path", ["static", "model"])
+def test_rows_finish_at_different_times(tokenizer, path):
+    model = random_model("qwen2", num_kv_heads=2)
+    prompts = [tokenizer.encode(f"{name} is a knight") for name in ("A", "B", "Zoey", "Oliver", "Ethan", "Mia")] * 2
+    eos_ids = list(range(100, 160))  # ~12% of the vocabulary: rows stop at varied steps
+    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, path=path)
+    kwargs = dict(max_new_tokens=12, temperature=1.0, seed=0)
+    gen = engine.generate(prompts, **kwargs)
+    tokens, logps = reference_sample(model, engine, prompts, **kwargs)
+    assert_matches_reference(gen, tokens, logps, eos_ids)
+    lengths = gen.response_lengths_B
+    assert gen.finished_B.any() and not gen.finished_B.all()
+    assert (lengths < 12).any() and (lengths == 12).any() and len(set(lengths.tolist())) >= 3
+    assert gen.finished_B.tolist() == [bool(set(r) & set(eos_ids)) for r in gen.response_token_lists()]
+
+
+def test_stops_early_when_every_row_has_finished(tokenizer, prompts):
+    model = random_model("llama")
+    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=4, temperature=0, seed=0)
+    eos_ids = free.response_ids_BT[:, 1].tolist()  # every row emits one of these at step <= 1
+    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids)
+    gen = engine.generate(prompts, max_new_tokens=20, temperature=0, seed=0)
+    assert gen.finished_B.all() and gen.response_ids_BT.shape[1] <= 2
+    tokens, logps = reference_sample(model, engine, prompts, max_new_tokens=20, temperature=0, seed=0)
+    assert_matches_reference(gen, tokens, logps, eos_ids)
+
+
+def test_mask_is_true_through_the_first_eos_and_pad_after(tokenizer):
+    model = random_model("llama")
+    prompts = [tokenizer.encode(f"{name} is a knave") for name in ("A", "B", "Zoey", "Oliver")] * 2
+    eos_ids = list(range(100, 180))
+    gen = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(prompts, max_new_tokens=8, temperature=1.0,
+                                                                       seed=1)
+    pad = tokenizer.pad_token_id
+    for ids, mask, logp in zip(gen.response_ids_BT.tolist(), gen.response_mask_BT.tolist(), gen.sampler_logp_BT):
+        first = next((t for t, token in enumerate(ids) if token in eos_ids), None)
+        length = len(ids) if first is None else first + 1
+        assert mask == [True] * length + [False] * (len(ids) - length)
+        assert ids[length:] == [pad] * (len(ids) - length)
+        assert (logp[length:] == 0).all() and (logp[:length] < 0).all()
+
+
+def test_fallback_path_matches_the_reference(tokenizer, prompts):
+    model = random_model("llama", num_kv_heads=2)
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, path="model")
+    assert engine.path == "model"
+    kwargs = dict(max_new_tokens=6, temperature=0.9, top_k=30, seed=3)
+    gen = engine.generate(prompts, **kwargs)
+    assert_matches_reference(gen, *reference_sample(model, engine, prompts, **kwargs), NO_EOS)
+
+
+def test_sub_batches_continue_the_same_random_stream(tokenizer, prompts):
+    model = random_model("qwen2")
+    batch = prompts * 2
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, max_batch_size=4)
+    gen = engine.generate(batch, max_new_tokens=5, temperature=1.0, seed=2)
+    generator = torch.Generator().manual_seed(2)
+    width = max(map(len, batch))
+    first, second = (reference_sample(model, engine, part, max_new_tokens=5, temperature=1.0, seed=2,
+                                      generator=generator) for part in (batch[:4], batch[4:]))
+    assert torch.equal(gen.response_ids_BT, torch.cat([first[0], second[0]]))
+    torch.testing.assert_close(gen.sampler_logp_BT, torch.cat([first[1], second[1]]), **LOGP_TOL)
+    assert gen.prompt_ids_BP.shape == (6, width)
+
+
+def test_sub_batches_of_different_lengths_are_padded_together(tokenizer, prompts):
+    model = random_model("llama")
+    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    eos = free.response_ids_BT[0, 0].item()  # row 0 stops at once; its sub-batch is 1 column wide
+    whole, split = (FastEngine(model, tokenizer, eos_token_ids=[eos], max_batch_size=size).generate(
+        prompts, max_new_tokens=6, temperature=0, seed=0) for size in (None, 1))
+    assert split.response_ids_BT.shape[1] > 1 and split.response_lengths_B[0] == 1
+    for name in ("response_ids_BT", "response_mask_BT", "finished_B", "prompt_ids_BP"):
+        assert torch.equal(getattr(whole, name), getattr(split, name)), name
+    torch.testing.assert_close(whole.sampler_logp_BT, split.sampler_logp_BT, **LOGP_TOL)
+
+
+def test_same_seed_same_output_different_seed_different(tokenizer, prompts):
+    engine = FastEngine(tiny_model("llama"), tokenizer)  # near-uniform: samples vary a lot
+    torch.manual_seed(99)
+    expected_next = torch.rand(2)
+    torch.manual_seed(99)
+    a = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
+    assert torch.equal(torch.rand(2), expected_next)  # the global RNG is untouched
+    b = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
+    c = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=6)
+    assert torch.equal(a.response_ids_BT, b.response_ids_BT) and torch.equal(a.sampler_logp_BT, b.sampler_logp_BT)
+    assert not torch.equal(a.response_ids_BT, c.response_ids_BT)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_sampler_logp_is_the_tempered_log_softmax_of_a_full_forward(model, tokenizer, prompts, temperature):
+    gen = FastEngine(model, tokenizer).generate(prompts, max_new_tokens=8, temperature=temperature, seed=3)
+    logits_BTV = full_forward_logits(model, gen)
+    expected_BT = torch.log_softmax(logits_BTV / temperature, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
+    mask = gen.response_mask_BT
+    torch.testing.assert_close(gen.sampler_logp_BT[mask], expected_BT[mask], **LOGP_TOL)
+    assert (gen.sampler_logp_BT[~mask] == 0).all()
+
+
+def test_greedy_logp_is_the_untempered_log_softmax_and_ignores_the_seed(model, tokenizer, prompts):
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
+    gen = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=1)
+    logits_BTV = full_forward_logits(model, gen)
+    assert torch.equal(gen.response_ids_BT, logits_BTV.argmax(-1))
+    expected_BT = torch.log_softmax(logits_BTV, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
+    torch.testing.assert_close(gen.sampler_logp_BT, expected_BT, **LOGP_TOL)
+    other = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=2)
+    assert torch.equal(gen.response_ids_BT, other.response_ids_BT)
+
+
+def test_greedy_equals_the_hf_engine(model, tokenizer, prompts):
+    fast = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0,
+                                                                       seed=0)
+    hf = HFGenerateEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0,
+                                                                            seed=0)
+    assert torch.equal(fast.prompt_ids_BP, hf.prompt_ids_BP) and torch.equal(fast.response_ids_BT, hf.response_ids_BT)
+    torch.testing.assert_close(fast.sampler_logp_BT, hf.sampler_logp_BT, **LOGP_TOL)
+
+
+def test_truncate_logits_by_hand():
+    scores = torch.log(torch.tensor([[0.5, 0.2, 0.2, 0.1], [0.05, 0.05, 0.6, 0.3]]))
+    kept = lambda out: torch.isfinite(out).tolist()  # noqa: E731
+    assert kept(truncate_logits(scores, 2, 1.0)) == [[True, True, True, False], [False, False, True, True]]  # ties
+    assert kept(truncate_logits(scores, 0, 0.6)) == [[True, True, False, False], [False, False, True, False]]
+    assert kept(truncate_logits(scores, 0, 0.01)) == [[True, False, False, False], [False, False, True, False]]
+    assert kept(truncate_logits(scores, 1, 1.0)) == [[True, False, False, False], [False, False, True, False]]
+    assert torch.equal(truncate_logits(scores, 0, 1.0), scores)
+
+
+def test_sample_next_draws_b_uniforms_per_step_and_matches_the_distribution():
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05, 0.0]])).expand(20000, 5)
+    generator, expected_state = torch.Generator().manual_seed(1), torch.Generator().manual_seed(1)
+    token, logp = sample_next(logits, 1.0, 0, 1.0, generator)
+    assert token.dtype == torch.int64 and logp.dtype == torch.float32 and token.shape == logp.shape == (20000,)
+    torch.rand(20000, dtype=torch.float64, generator=expected_state)  # exactly B float64 uniforms were used
+    assert torch.equal(generator.get_state(), expected_state.get_state())
+    frequencies = torch.bincount(token, minlength=5) / 20000.0
+    torch.testing.assert_close(frequencies, torch.tensor([0.5, 0.3, 0.15, 0.05, 0.0]), atol=0.015, rtol=0)
+    torch.testing.assert_close(logp, torch.log(torch.tensor([0.5, 0.3, 0.15, 0.05]))[token], atol=1e-6, rtol=0)
+    kept, _ = sample_next(logits, 2.0, 2, 1.0, generator)  # top-k 2 at any temperature: tokens 0 and 1 only
+    assert set(kept.tolist()) == {0, 1}
+    nucleus, nucleus_logp = sample_next(logits, 1.0, 0, 0.7, generator)  # 0.5 + 0.3 reach 0.7
+    assert set(nucleus.tolist()) == {0, 1}
+    torch.testing.assert_close(nucleus_logp, torch.log(torch.tensor([0.625, 0.375]))[nucleus], atol=1e-6, rtol=0)
+    greedy, greedy_logp = sample_next(logits[:2], 0, 3, 0.5, None)
+    assert greedy.tolist() == [0, 0]
+    torch.testing.assert_close(greedy_logp, torch.log(torch.tensor([0.5, 0.5])))
+
+
+def test_draw_never_picks_a_token_without_mass():
+    probs = torch.zeros(4096, 6)
+    probs[:, 2] = 1e-30  # tiny but positive next to exact zeros
+    probs[:, 4] = 1.0
+    token = draw(probs, torch.Generator().manual_seed(0))
+    assert set(token.tolist()) <= {2, 4}
+
+
+def test_eval_mode_during_generation_and_previous_mode_restored(tokenizer, prompts):
+    model = random_model()
+    model.train()
+    FastEngine(model, tokenizer).generate(prompts, max_new_tokens=2, temperature=1.0, seed=0)
+    assert model.training
+
+
+def test_unsupported_configs_fall_back_or_are_refused(tokenizer):
+    model = tiny_model("qwen2")
+    model.config.layer_types = ["sliding_attention"] * len(model.config.layer_types)
+    assert "layer types" in static_path_problem(model)
+    assert FastEngine(model, tokenizer).path == "model"
+    with pytest.raises(ValueError, match=r"does not support Qwen2ForCausalLM with layer types \['sliding_attention'\]"):
+        FastEngine(model, tokenizer, path="static")
+    with pytest.raises(ValueError, match="path must be one of auto, static, model"):
+        FastEngine(tiny_model(), tokenizer, path="fast")
+    with pytest.raises(ValueError, match="max_batch_size must be None or an integer >= 1, got 0"):
+        FastEngine(tiny_model(), tokenizer, max_batch_size=0)
+
+
+def test_prompt_and_parameter_errors(tokenizer):
+    engine = FastEngine(tiny_model(max_position_embeddings=64), tokenizer)
+    with pytest.raises(ValueError, match="prompt_ids is empty"):
+        engine.generate([], max_new_tokens=4, temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match="prompt 1 is empty"):
+        engine.generate([[5, 6], []], max_new_tokens=4, temperature=1.0, seed=0)
+    too_long = r"prompt 1 has 55 tokens, more than the limit of 54 \(max_position_embeddings 64 - max_new_tokens 10\)"
+    with pytest.raises(ValueError, match=too_long):
+        engine.generate([[5] * 54, [5] * 55], max_new_tokens=10, temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match=r"prompt 0 has a token id outside the vocabulary \[0, 512\)"):
+        engine.generate([[5, 512]], max_new_tokens=4, temperature=1.0, seed=0)
+    with pytest.raises(ValueError, match="top_p must be in"):
+        engine.generate([[5]], max_new_tokens=2, temperature=1.0, top_p=0, seed=0)
+    gen = FastEngine(tiny_model(max_position_embeddings=64), tokenizer, eos_token_ids=NO_EOS).generate(
+        [[5] * 54], max_new_tokens=10, temperature=1.0, seed=0)  # exactly at the limit
+    assert gen.response_ids_BT.shape == (1, 10)
+    no_pad = kk_tokenizer()
+    no_pad.pad_token = None
+    with pytest.raises(ValueError, match="no pad token"):
+        FastEngine(tiny_model(), no_pad)
