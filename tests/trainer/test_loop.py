@@ -100,6 +100,15 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
         read_metrics(reference / "metrics.jsonl"))
 
 
+def test_fast_engine_trains_like_the_hf_engine(small_config):
+    replace_section(small_config, "rollout", engine="fast")
+    replace_section(small_config, "train", steps=1)
+    records = read_metrics(run_training(small_config, log=lambda *_: None) / "metrics.jsonl")
+    (train,) = [r for r in records if r["kind"] == "train"]
+    assert math.isfinite(train["loss/total"]) and train["optim/steps"] >= 2
+    assert "eval/greedy/acc" in records[-1]
+
+
 @pytest.mark.parametrize("name", METHOD_PRESETS.names())
 def test_every_preset_trains_one_step(small_config, name):
     replace_section(small_config, "train", method=name, steps=1)

@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     import torch
 
     from tokenbalance.models import load_policy
-    from tokenbalance.rollout import HFGenerateEngine
+    from tokenbalance.rollout import make_engine
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
@@ -32,7 +32,7 @@ def run(args: argparse.Namespace) -> int:
     device = resolve_device(config.train.device)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
-    engine = HFGenerateEngine(model, tokenizer)
+    engine = make_engine(config.rollout.engine, model, tokenizer)
     metrics = evaluate(engine, tokenizer, get_task(config.data.task), eval_examples(config.data),
                        eos_token_ids=set(engine.eos_token_ids),
                        max_new_tokens=config.rollout.max_new_tokens, max_prompt_tokens=config.data.max_prompt_tokens,

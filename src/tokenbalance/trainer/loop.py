@@ -38,7 +38,7 @@ from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, 
 from tokenbalance.config import RunConfig, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.models import check_special_tokens
-from tokenbalance.rollout import HFGenerateEngine
+from tokenbalance.rollout import make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from tokenbalance.trainer.data import eval_examples, rl_examples
@@ -293,7 +293,7 @@ def prepare_training(config: RunConfig, run_dir: Path, policy, tokenizer, device
         optimizer=make_optimizer(policy, config), engine=None, task=task, train_examples=train_examples,
         eval_examples=evals, train_prompt_ids=train_ids, eos_token_ids=set(), device=device, ctx=ctx,
     )
-    parts.engine = HFGenerateEngine(policy, tokenizer)  # stops at the tokenizer's and the model's EOS ids
+    parts.engine = make_engine(config.rollout.engine, policy, tokenizer)  # stops at the tokenizer's and model's EOS
     parts.eos_token_ids = set(parts.engine.eos_token_ids)
     if resume:
         parts.start_step = resume_state(parts)
