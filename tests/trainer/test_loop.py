@@ -6,7 +6,6 @@ import re
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.trainer.conftest import replace_section
 from tokenbalance.algorithms.methods import METHOD_PRESETS

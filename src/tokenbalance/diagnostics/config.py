@@ -1,0 +1,21 @@
+"""The ``diagnostics`` config section: which measurements a training run makes."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tokenbalance.options import option
+
+
+@dataclass
+class DiagnosticsConfig:
+    bucket_edges: tuple[float, ...] = option(
+        (0.0, 0.25, 0.5, 0.75, 1.0), "probability bucket edges (must start at 0 and end at 1)",
+        default_factory=lambda: (0.0, 0.25, 0.5, 0.75, 1.0))
+    bucket_stats: bool = option(True, "log token statistics per probability bucket every step (free)")
+    grad_norm_every: int = option(0, "per-bucket policy-gradient norms every k steps (0 = off; one extra "
+                                     "backward per bucket)", low=0, high=10**7)
+    lld: bool = option(False, "LLD monitor: re-score correct responses of mixed groups after the update "
+                              "(one extra no-grad forward)")
+    lld_epsilon: float = option(0.0, "a group counts as LLD when its likelihood change is below this", low=-1e6,
+                                high=1e6)
