@@ -29,7 +29,7 @@ DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
 
 def undocumented(records) -> set[str]:
     """Logged keys that docs/metrics.md does not list (pass/<name>/ and eval modes generalised)."""
-    documented = set(re.findall(r"`([a-z_]+/[a-z_/<>]+)`", DOCS.read_text()))
+    documented = set(re.findall(r"`([a-z_]+/[a-z0-9_/<>]+)`", DOCS.read_text()))
     missing = set()
     for record in records:
         for key in record:
@@ -38,6 +38,8 @@ def undocumented(records) -> set[str]:
             name = re.sub(r"^pass/[a-z_]+/", "", key)
             name = re.sub(r"^eval/(greedy|sample)/", "eval/<mode>/", name)
             name = re.sub(r"acc_\d+$", "acc_<d>", name)
+            name = re.sub(r"/bucket\d+", "/bucket<b>", name)  # diag/*: probability bucket index
+            name = re.sub(r"/layer\d+$", "/layer<i>", name)  # diag/grad_norm/*: decoder layer index
             if name not in documented:
                 missing.add(key)
     return missing

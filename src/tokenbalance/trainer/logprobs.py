@@ -87,19 +87,24 @@ def response_logprobs(
 
 @torch.no_grad()
 def batched_response_logprobs(model, packed: PackedSequences, *, temperature: float, micro_batch: int,
-                              with_hidden: bool = False) -> ResponseLogprobs:
-    """No-grad log-probs (and hidden states) over the whole batch, ``micro_batch`` rows at a time."""
+                              with_hidden: bool = False, with_entropy: bool = False) -> ResponseLogprobs:
+    """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time.
+
+    ``with_entropy`` returns the per-token entropy of the same distribution (the bucket statistics
+    of :mod:`tokenbalance.diagnostics` use the old policy's).
+    """
     was_training = model.training
     model.eval()
     try:
         parts = [
             response_logprobs(model, packed.rows(slice(start, start + micro_batch)),
-                              temperature=temperature, with_hidden=with_hidden)
+                              temperature=temperature, with_hidden=with_hidden, with_entropy=with_entropy)
             for start in range(0, packed.input_ids_BL.shape[0], micro_batch)
         ]
     finally:
         model.train(was_training)
     return ResponseLogprobs(
         logp_BT=torch.cat([p.logp_BT for p in parts]),
+        entropy_BT=torch.cat([p.entropy_BT for p in parts]) if with_entropy else None,
         hidden_BTD=torch.cat([p.hidden_BTD for p in parts]) if with_hidden else None,
     )

@@ -13,6 +13,10 @@ One RL step:
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
 
+The ``diagnostics`` section adds ``diag/*`` metrics through three calls into
+:class:`tokenbalance.diagnostics.step.StepDiagnostics` (before the update, per micro-batch, after
+the update; docs/metrics.md).
+
 Differences from the AR-Lopti reference: everything runs in one process (or one per rank with
 torchrun), the token-mean is global over the mini-batch by default (``optim.token_mean_scope``),
 mini-batches are not re-ordered for token balance, and a step with a non-finite gradient norm is
@@ -37,14 +41,15 @@ import torch
 from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, build_update_passes, get_method
 from tokenbalance.config import RunConfig, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
+from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from tokenbalance.trainer.data import eval_examples, rl_examples
-from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks
+from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, sum_gradients, sum_normaliser
 from tokenbalance.trainer.evaluate import evaluate, full_reward
-from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
+from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
 from tokenbalance.trainer.progress import StepProgress
 from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
 from tokenbalance.trainer.update import run_update_passes
@@ -153,11 +158,13 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     mask_BT = generation.response_mask_BT.to(device)
     scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32, device=device)
     temperature = cfg.rollout.temperature
+    diag = StepDiagnostics(cfg.diagnostics, parts.method, step,
+                           seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31))
 
     t0 = time.perf_counter()
     micro = cfg.optim.micro_batch_size
     old = batched_response_logprobs(parts.policy, packed, temperature=temperature, micro_batch=micro,
-                                    with_hidden=parts.method.needs_hidden_states)
+                                    with_hidden=parts.method.needs_hidden_states, with_entropy=diag.wants_entropy)
     ref_logp = None
     if parts.method.needs_ref_logp:
         ref_logp = batched_response_logprobs(parts.reference, packed, temperature=temperature,
@@ -176,19 +183,32 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     passes, prep_metrics = build_update_passes(parts.method, scores_B, rollout["group_ids"].to(device), mask_BT,
                                                old.logp_BT, ref_logp, nthr_inputs)
     world = parts.ctx.world_size
+    diag_metrics = diag.before_update(
+        passes, old.logp_BT, mask_BT, policy=parts.policy, micro_batch_rows=micro,
+        score_fn=lambda rows: response_logprobs(parts.policy, packed.rows(rows), temperature=temperature).logp_BT,
+        reduce_grads=lambda params: sum_gradients(params, parts.ctx),
+        reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, parts.ctx),
+    )
     update_metrics = run_update_passes(
         method=parts.method, passes=passes, policy=parts.policy, optimizer=parts.optimizer, packed=packed,
         old_logp_BT=old.logp_BT, ref_logp_BT=ref_logp, temperature=temperature,
         mini_batch_rows=max(1, cfg.optim.mini_batch_size // world),
         micro_batch_rows=max(1, cfg.optim.micro_batch_size), grad_clip=cfg.optim.grad_clip,
-        token_mean_scope=cfg.optim.token_mean_scope, ctx=parts.ctx,
+        token_mean_scope=cfg.optim.token_mean_scope, ctx=parts.ctx, on_micro_batch=diag.on_micro_batch,
     )
-    timings["timing/update_s"] = time.perf_counter() - t0
+    timings["timing/update_s"] = time.perf_counter() - t0 - diag.seconds  # diagnostics: timing/diag_s
+    diag_metrics.update(diag.after_update(
+        passes, old.logp_BT, mask_BT, entropy_BT=old.entropy_BT, correct_B=scores_B == full_reward(parts.task),
+        group_ids_B=rollout["group_ids"],
+        score_fn=lambda rows: batched_response_logprobs(parts.policy, packed.rows(rows), temperature=temperature,
+                                                        micro_batch=micro).logp_BT,
+    ))
+    timings["timing/diag_s"] = diag_metrics.pop("timing/diag_s")
     timings["timing/step_s"] = time.perf_counter() - start
     tokens = float(mask_BT.sum())
     timings["throughput/rollout_tokens_per_s"] = tokens / max(timings["timing/rollout_s"], 1e-9)
     timings["throughput/tokens_per_s"] = tokens / max(timings["timing/step_s"], 1e-9)
-    metrics = {**rollout_metrics(rollout, full_reward(parts.task)), **prep_metrics, **update_metrics}
+    metrics = {**rollout_metrics(rollout, full_reward(parts.task)), **prep_metrics, **update_metrics, **diag_metrics}
     metrics = mean_over_ranks(metrics, parts.ctx)
     return {**metrics, **timings}
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Callable
 
 import torch
 
@@ -39,8 +40,12 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
+    on_micro_batch: Callable[[slice, UpdatePass, torch.Tensor], None] | None = None,
 ) -> dict[str, float]:
     """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
+
+    ``on_micro_batch(rows, micro_pass, logp_BT)``, if given, sees every micro-batch's rows, pass and
+    detached current log-probs after its loss (the diagnostics collect per-token clip flags there).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -80,6 +85,8 @@ def run_update_passes(
                     normaliser=micro_normaliser,
                 )
                 (out.loss * scale).backward()
+                if on_micro_batch is not None:
+                    on_micro_batch(rows, micro_pass, current.logp_BT.detach())
                 for key, value in out.metrics.items():
                     # losses add up over micro-batches (shared normaliser); fractions average
                     weight = 1.0 if key.startswith("loss/") and scale == 1.0 else 1.0 / len(micro_slices)
