@@ -1,0 +1,33 @@
+"""``tokenbalance plot``: figures of one or more runs from their ``metrics.jsonl`` (PNG and SVG).
+
+Reads nothing but ``RUN_DIR/metrics.jsonl``; several runs are overlaid with a legend; a run that
+lacks a panel's keys is listed there as "(no data)" (docs/metrics.md, "Plots").
+
+    tokenbalance plot runs/grpo-A runs/ar_lopti-B --out plots/
+"""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("plot", help="plot training curves and diagnostics of runs (metrics.jsonl)")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories holding metrics.jsonl")
+    parser.add_argument("--out", help="output directory (default: the first RUN_DIR/plots)")
+    parser.add_argument("--format", default="png,svg", help="comma-separated image formats: png, svg (default both)")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tokenbalance.diagnostics.plots import load_run, plot_runs
+
+    formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    written = plot_runs(args.run_dirs, args.out, formats=formats)
+    for run_dir in args.run_dirs:
+        skipped = load_run(run_dir).skipped_lines
+        if skipped:
+            print(f"{run_dir}: skipped {skipped} unreadable line(s) in metrics.jsonl")
+    for path in written:
+        print(path)
+    return 0

@@ -1,0 +1,308 @@
+"""Plots of training runs from their ``metrics.jsonl`` alone (``tokenbalance plot``).
+
+Four figures, each written as PNG and SVG:
+
+* ``training``: train reward and accuracy, held-out greedy accuracy per difficulty, response length;
+* ``buckets``: the AR-Lopti paper's Figure 1 layout as bars per probability bucket, averaged over the
+  run's steps: token share (a), mean advantage of positive / negative tokens (b), clip fraction,
+  entropy, and the per-bucket gradient norm next to the all-token one (d). The paper shows
+  distributions (violins) from dedicated runs; a metrics log holds per-step means, so these are
+  means of means;
+* ``buckets_steps``: the same statistics per step, one column per bucket;
+* ``lld``: the LLD monitor's Δ (mean, 10th percentile, median) and the share of groups below epsilon.
+
+Several runs are overlaid (one colour each, labelled with the run directory's name). A run that
+lacks a panel's keys (older runs, diagnostics switched off) appears in that panel's legend as
+"(no data)"; nothing is skipped silently and a missing key never raises. Matplotlib is used through
+``Figure`` objects with the Agg canvas, so no display and no global backend state are involved.
+
+    tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
+
+FORMATS = ("png", "svg")
+NO_DATA = " (no data)"
+_BUCKET_KEY = re.compile(r"^diag/bucket(\d+)/")
+_EVAL_ACC = re.compile(r"^eval/greedy/acc_(\w+)$")
+
+
+@dataclass
+class Run:
+    """One run's records: ``name`` (legend label), ``train`` and ``eval`` records, lines skipped."""
+
+    name: str
+    path: Path
+    train: list[dict] = field(default_factory=list)
+    eval: list[dict] = field(default_factory=list)
+    skipped_lines: int = 0
+
+    def series(self, key: str, kind: str = "train") -> tuple[list[float], list[float]]:
+        """Steps and values of ``key`` (records without it, or with a non-number, are left out)."""
+        steps, values = [], []
+        for record in self.train if kind == "train" else self.eval:
+            value = _number(record.get(key))
+            if value is not None:
+                steps.append(float(record.get("step", len(steps))))
+                values.append(value)
+        return steps, values
+
+    def mean(self, key: str) -> float:
+        """Mean over the train records of the finite values of ``key`` (NaN when there are none)."""
+        _, values = self.series(key)
+        finite = [v for v in values if math.isfinite(v)]
+        return sum(finite) / len(finite) if finite else float("nan")
+
+    def has(self, key: str, kind: str = "train") -> bool:
+        return any(math.isfinite(v) for v in self.series(key, kind)[1])
+
+
+def _number(value) -> float | None:
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str):  # the JSONL sink writes non-finite floats as strings ("nan", "inf")
+        try:
+            return float(value)
+        except ValueError:
+            return None
+    return None
+
+
+def load_run(run_dir: str | Path) -> Run:
+    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file.
+
+    Unreadable lines (a run killed while writing) are skipped and counted, not fatal.
+    """
+    run_dir = Path(run_dir)
+    path = run_dir / "metrics.jsonl"
+    if not run_dir.is_dir():
+        raise ValueError(f"{run_dir}: not a directory (expected a run directory holding metrics.jsonl)")
+    if not path.is_file():
+        raise ValueError(f"{run_dir}: no metrics.jsonl here (is this a run directory? `tokenbalance train` "
+                         "writes it)")
+    run = Run(name=run_dir.resolve().name, path=run_dir)
+    for line in path.read_text().splitlines():
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError:
+            run.skipped_lines += 1
+            continue
+        if not isinstance(record, dict):
+            run.skipped_lines += 1
+        elif record.get("kind") == "eval":
+            run.eval.append(record)
+        else:
+            run.train.append(record)
+    return run
+
+
+def _unique_names(runs: list[Run]) -> None:
+    seen: dict[str, int] = {}
+    for run in runs:
+        seen[run.name] = seen.get(run.name, 0) + 1
+    for run in runs:
+        if seen[run.name] > 1:
+            run.name = f"{run.path.resolve().parent.name}/{run.name}"
+
+
+def _colour(i: int) -> str:
+    return f"C{i % 10}"
+
+
+def _line(ax, run: Run, i: int, key: str, *, kind: str = "train", label: str | None = None, **style) -> bool:
+    """Plot one series; when it is missing draw an empty handle labelled "(no data)"."""
+    steps, values = run.series(key, kind)
+    label = run.name if label is None else label
+    if not any(math.isfinite(v) for v in values):
+        ax.plot([], [], color=_colour(i), label=label + NO_DATA, **style)
+        return False
+    ax.plot(steps, values, color=_colour(i), label=label, **style)
+    return True
+
+
+def _finish(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend: bool = False) -> None:
+    ax.set_title(title, fontsize=10)
+    ax.set_xlabel(xlabel, fontsize=8)
+    if ylabel:
+        ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=6, loc="upper right" if fast_legend else "best")
+
+
+def _figure(rows: int, cols: int, width: float, height: float) -> Figure:
+    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig
+
+
+def training_figure(runs: list[Run]) -> Figure:
+    fig = _figure(2, 2, 4.6, 3.2)
+    axes = fig.subplots(2, 2).flatten()
+    for i, run in enumerate(runs):
+        _line(axes[0], run, i, "reward/mean")
+        _line(axes[1], run, i, "reward/acc")
+        _line(axes[3], run, i, "response/len_mean")
+        difficulties = sorted({m.group(1) for r in run.eval for k in r for m in [_EVAL_ACC.match(k)] if m},
+                              key=lambda d: (len(d), d))
+        if not difficulties:
+            axes[2].plot([], [], color=_colour(i), label=run.name + NO_DATA)
+        styles = ["-", "--", ":", "-."]
+        for j, d in enumerate(difficulties):
+            _line(axes[2], run, i, f"eval/greedy/acc_{d}", kind="eval", label=f"{run.name} d={d}",
+                  linestyle=styles[j % len(styles)], marker="o", markersize=3)
+    _finish(axes[0], "training reward (mean)", "reward")
+    _finish(axes[1], "training accuracy (full reward)", "share")
+    _finish(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
+    _finish(axes[3], "response length", "tokens")
+    return fig
+
+
+def _buckets(runs: list[Run]) -> tuple[int, list[str]]:
+    """Number of buckets found in the runs and their interval labels (from the logged edges)."""
+    indices = {int(m.group(1)) for run in runs for r in run.train for k in r for m in [_BUCKET_KEY.match(k)] if m}
+    count = max(indices) + 1 if indices else len(DEFAULT_EDGES) - 1
+    labels = []
+    for b in range(count):
+        label = f"bucket {b}"
+        for run in runs:
+            lo, hi = run.mean(f"diag/bucket{b}/lo"), run.mean(f"diag/bucket{b}/hi")
+            if math.isfinite(lo) and math.isfinite(hi):
+                label = f"[{lo:.2g}, {hi:.2g}{']' if b == count - 1 else ')'}"
+                break
+        else:
+            if not indices:
+                label = interval_label(DEFAULT_EDGES, b)
+        labels.append(label)
+    return count, labels
+
+
+BUCKET_STATS = (
+    ("token_frac", "token share", "share of valid tokens"),
+    ("adv_mean", "mean advantage (pos / neg)", "advantage"),
+    ("clip_frac", "clip fraction", "share"),
+    ("entropy", "entropy (old policy)", "nats"),
+    ("grad_norm", "gradient norm, bucket only (dotted: all tokens)", "L2 norm"),
+)
+
+
+def _bucket_key(stat: str, b: int | str, sign: str = "") -> str:
+    if stat == "grad_norm":
+        return "diag/grad_norm/all" if b == "all" else f"diag/grad_norm/bucket{b}"
+    return f"diag/bucket{b}/{sign}{stat}"
+
+
+def buckets_figure(runs: list[Run]) -> Figure:
+    """Figure 1 layout: per-bucket bars averaged over each run's steps."""
+    count, labels = _buckets(runs)
+    fig = _figure(1, len(BUCKET_STATS), 3.6, 3.4)
+    axes = fig.subplots(1, len(BUCKET_STATS))
+    width = 0.8 / max(len(runs), 1)
+    for ax, (stat, title, ylabel) in zip(axes, BUCKET_STATS):
+        groups = labels + (["all"] if stat == "grad_norm" else [])
+        for i, run in enumerate(runs):
+            xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
+            buckets = list(range(count)) + (["all"] if stat == "grad_norm" else [])
+            if stat == "adv_mean":
+                pos = [run.mean(_bucket_key(stat, b, "pos/")) for b in buckets]
+                neg = [run.mean(_bucket_key(stat, b, "neg/")) for b in buckets]
+                found = any(math.isfinite(v) for v in pos + neg)
+                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in pos], width, color=_colour(i),
+                       label=run.name + ("" if found else NO_DATA))
+                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=_colour(i), alpha=0.5,
+                       hatch="//")
+            else:
+                values = [run.mean(_bucket_key(stat, b)) for b in buckets]
+                found = any(math.isfinite(v) for v in values)
+                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in values], width, color=_colour(i),
+                       label=run.name + ("" if found else NO_DATA))
+        ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
+        if stat == "adv_mean":
+            ax.axhline(0.0, color="black", linewidth=0.6)
+        if stat == "grad_norm":
+            title = "gradient norm (one bucket's tokens; all)"
+        _finish(ax, title, ylabel, xlabel="probability bucket (old policy)")
+    fig.suptitle("token statistics by probability bucket (mean over steps; hatched: negative advantages)",
+                 fontsize=10)
+    return fig
+
+
+def buckets_steps_figure(runs: list[Run]) -> Figure:
+    count, labels = _buckets(runs)
+    fig = _figure(len(BUCKET_STATS), count, 3.2, 2.4)
+    axes = fig.subplots(len(BUCKET_STATS), count, squeeze=False)
+    for row, (stat, title, ylabel) in enumerate(BUCKET_STATS):
+        for b in range(count):
+            ax = axes[row][b]
+            for i, run in enumerate(runs):
+                if stat == "adv_mean":
+                    found = _line(ax, run, i, _bucket_key(stat, b, "pos/"), label=f"{run.name} A>0")
+                    _line(ax, run, i, _bucket_key(stat, b, "neg/"), label=f"{run.name} A<0", linestyle="--")
+                else:
+                    found = _line(ax, run, i, _bucket_key(stat, b))
+                    if stat == "grad_norm" and found:
+                        steps, values = run.series("diag/grad_norm/all")
+                        ax.plot(steps, values, color=_colour(i), linestyle=":", linewidth=0.8)
+            _finish(ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "",
+                    fast_legend=True)
+    return fig
+
+
+def lld_figure(runs: list[Run]) -> Figure:
+    fig = _figure(1, 2, 4.6, 3.2)
+    axes = fig.subplots(1, 2)
+    for i, run in enumerate(runs):
+        if _line(axes[0], run, i, "diag/lld/delta_mean", label=f"{run.name} mean"):
+            _line(axes[0], run, i, "diag/lld/delta_p10", label=f"{run.name} p10", linestyle=":")
+            _line(axes[0], run, i, "diag/lld/delta_p50", label=f"{run.name} median", linestyle="--")
+        _line(axes[1], run, i, "diag/lld/frac_below_eps")
+    axes[0].axhline(0.0, color="black", linewidth=0.6)
+    _finish(axes[0], "LLD: change of log-likelihood of correct responses", "nats per response")
+    _finish(axes[1], "share of mixed groups with Δ < epsilon", "share")
+    return fig
+
+
+FIGURES = {
+    "training": training_figure,
+    "buckets": buckets_figure,
+    "buckets_steps": buckets_steps_figure,
+    "lld": lld_figure,
+}
+
+
+def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None, *,
+              formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Write every figure in every format; returns the files written (``out_dir`` default:
+    the first run's ``plots/``)."""
+    if not run_dirs:
+        raise ValueError("no run directory given")
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")
+    runs = [load_run(d) for d in run_dirs]
+    _unique_names(runs)
+    out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, make in FIGURES.items():
+        fig = make(runs)
+        for fmt in formats:
+            path = out / f"{name}.{fmt}"
+            fig.savefig(path, format=fmt, dpi=110)
+            written.append(path)
+    return written

@@ -1,0 +1,72 @@
+"""``tokenbalance plot``: non-empty PNG and SVG from small logs, including an older run lacking keys."""
+
+import json
+
+import pytest
+
+from tokenbalance.cli import main
+from tokenbalance.diagnostics.plots import Run, buckets_figure, load_run
+
+
+def write_log(path, records, tail=""):
+    path.mkdir(parents=True)
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + tail)
+    return path
+
+
+def full_records(steps=4):
+    records = [{"step": 0, "kind": "eval", "eval/greedy/acc_2": 0.1, "eval/greedy/acc_3": 0.0}]
+    for step in range(1, steps + 1):
+        record = {"step": step, "kind": "train", "reward/mean": -1 + 0.5 * step, "reward/acc": 0.1 * step,
+                  "response/len_mean": 20.0 + step, "diag/grad_norm/all": 0.8,
+                  "diag/lld/delta_mean": 0.1, "diag/lld/delta_p10": -0.2, "diag/lld/delta_p50": 0.05,
+                  "diag/lld/frac_below_eps": 0.25}
+        for b, share in enumerate([0.2, 0.1, 0.1, 0.6]):
+            key = f"diag/bucket{b}/"
+            record.update({key + "lo": b / 4, key + "hi": (b + 1) / 4, key + "token_frac": share,
+                           key + "pos/adv_mean": 1.0, key + "neg/adv_mean": "nan", key + "clip_frac": 0.1,
+                           key + "entropy": 2.0 - b / 2, f"diag/grad_norm/bucket{b}": 0.7 - b / 6})
+        records.append(record)
+    records.append({"step": steps, "kind": "eval", "eval/greedy/acc_2": 0.5, "eval/greedy/acc_3": 0.25})
+    return records
+
+
+def test_plot_writes_png_and_svg_for_overlaid_runs(tmp_path, capsys):
+    new = write_log(tmp_path / "new-run", full_records())
+    old = write_log(tmp_path / "old-run", [{"step": 1, "kind": "train", "reward/mean": -1.0}], tail='{"step": 2, "ki')
+    out = tmp_path / "figures"
+    assert main(["plot", str(new), str(old), "--out", str(out)]) == 0
+    for name in ("training", "buckets", "buckets_steps", "lld"):
+        for fmt, magic in (("png", b"\x89PNG"), ("svg", b"<?xml")):
+            data = (out / f"{name}.{fmt}").read_bytes()
+            assert data.startswith(magic) and len(data) > 5000, (name, fmt)
+    svg = (out / "buckets.svg").read_text()
+    assert "old-run (no data)" in svg and "new-run" in svg  # the legend says what the old run lacks
+    assert "old-run: skipped 1 unreadable line(s)" in capsys.readouterr().out
+
+
+def test_default_output_directory_and_one_format(tmp_path):
+    run = write_log(tmp_path / "r", full_records(2))
+    assert main(["plot", str(run), "--format", "png"]) == 0
+    assert sorted(p.name for p in (run / "plots").iterdir()) == [
+        "buckets.png", "buckets_steps.png", "lld.png", "training.png"]
+
+
+def test_legend_labels_of_a_panel_a_run_lacks():
+    full = Run("full", path=None, train=[r for r in full_records(2) if r["kind"] == "train"])
+    empty = Run("empty", path=None, train=[{"step": 1, "kind": "train"}])
+    fig = buckets_figure([full, empty])
+    labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
+    assert labels.count("empty (no data)") == 5 and labels.count("full") == 5
+
+
+def test_bad_run_directories(tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ValueError, match="no metrics.jsonl here"):
+        load_run(tmp_path / "empty")
+    assert main(["plot", str(tmp_path / "empty")]) == 2
+    assert "no metrics.jsonl here" in capsys.readouterr().err
+    assert main(["plot", str(tmp_path / "missing")]) == 2
+    run = write_log(tmp_path / "r", full_records(1))
+    assert main(["plot", str(run), "--format", "pdf"]) == 2
+    assert "unknown format 'pdf'" in capsys.readouterr().err
