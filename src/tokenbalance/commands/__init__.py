@@ -1,5 +1,5 @@
 """Sub-commands of the ``tokenbalance`` CLI, one module each (see :mod:`tokenbalance.cli`)."""
 
-from tokenbalance.commands import evaluate, gen_data, list_methods, sft, train
+from tokenbalance.commands import diagnose, evaluate, gen_data, list_methods, plot, sft, train
 
-COMMAND_MODULES = [train, sft, evaluate, gen_data, list_methods]
+COMMAND_MODULES = [train, sft, evaluate, gen_data, list_methods, diagnose, plot]

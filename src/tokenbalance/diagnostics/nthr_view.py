@@ -1,0 +1,102 @@
+"""Which negative tokens NTHR selects (down-weights), per group, for ``tokenbalance diagnose nthr``.
+
+Recomputes, for each mixed group, the scores s-_t of the incorrect responses' tokens, the anchor
+threshold tau and the selection s-_t > tau with the building block
+:func:`tokenbalance.algorithms.nthr.nthr_token_scores`, following the same rules as
+:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (positives / negatives by the sign of the
+row's advantage sum, V* = the group's token ids, optional anchor self-exclusion, beta = -inf selects
+all); a test checks that the selection equals the tokens whose weight that function sets to eta.
+Also renders a response with its selected tokens highlighted: ``[brackets]`` in plain text.
+
+Pure functions (standard library and torch, plus the algorithm core).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_eta, nthr_token_scores
+
+
+@dataclass(frozen=True)
+class GroupSelection:
+    """NTHR's view of one mixed group.
+
+    ``negative_rows`` [N] batch rows of the incorrect responses; ``scores_NT`` their token scores
+    s-; ``selected_NT`` the tokens NTHR down-weights (valid tokens only); ``tau`` the threshold
+    (``-inf`` with beta = -inf); ``eta`` the weight of the selected tokens; ``p`` = N+ / G.
+    """
+
+    group: int
+    positive_rows: list[int]
+    negative_rows: list[int]
+    p: float
+    eta: float
+    tau: float
+    scores_NT: torch.Tensor
+    selected_NT: torch.Tensor
+
+
+@torch.no_grad()
+def nthr_selections(
+    advantages_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    group_ids_B: torch.Tensor,
+    tokens_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    hidden_BTD: torch.Tensor,
+    unembed_VD: torch.Tensor,
+    config: NTHRConfig,
+    *,
+    temperature: float = 1.0,
+    unembed_bias_V: torch.Tensor | None = None,
+) -> list[GroupSelection]:
+    """One :class:`GroupSelection` per mixed group (groups with positive and negative rows), in id order."""
+    valid = mask_BT.bool()
+    adv = torch.where(valid, advantages_BT.detach(), torch.zeros_like(advantages_BT))
+    sign_B = torch.sign(adv.double().sum(dim=1))
+    select_all = config.beta == -math.inf
+    out = []
+    for g in torch.unique(group_ids_B).tolist():
+        rows = (group_ids_B == g).nonzero(as_tuple=True)[0]
+        pos, neg = rows[sign_B[rows] > 0], rows[sign_B[rows] < 0]
+        if pos.numel() == 0 or neg.numel() == 0:
+            continue
+        vocab = None
+        if config.vocab != "full":
+            vocab = torch.unique(tokens_BT[rows][valid[rows]]).sort().values
+        common = dict(temperature=temperature, unembed_bias_V=unembed_bias_V, vocab="full" if vocab is None else vocab,
+                      chunk_tokens=config.chunk_tokens)
+        s_neg = nthr_token_scores(tokens_BT, valid, hidden_BTD, unembed_VD, old_logp_BT, pos, neg, **common)
+        if select_all:
+            tau = -math.inf
+            selected = valid[neg].clone()
+        else:
+            exclude = pos if config.anchor_exclude_self and pos.numel() > 1 else None
+            s_pos = nthr_token_scores(tokens_BT, valid, hidden_BTD, unembed_VD, old_logp_BT, pos, pos,
+                                      exclude_rows_from_matrix=exclude, **common)
+            sbar = s_pos.sum(1) / valid[pos].sum(1)
+            tau = config.beta * float(sbar.min())
+            selected = valid[neg] & (s_neg > tau)
+        p = pos.numel() / rows.numel()
+        out.append(GroupSelection(group=int(g), positive_rows=pos.tolist(), negative_rows=neg.tolist(), p=p,
+                                  eta=nthr_eta(config.eta, p), tau=tau, scores_NT=s_neg, selected_NT=selected))
+    return out
+
+
+def bracket_selected(pieces: list[str], selected: list[bool]) -> str:
+    """Concatenate token texts, wrapping each run of selected tokens in ``[...]``."""
+    out, inside = [], False
+    for piece, chosen in zip(pieces, selected):
+        if chosen and not inside:
+            out.append("[")
+        elif not chosen and inside:
+            out.append("]")
+        inside = chosen
+        out.append(piece)
+    if inside:
+        out.append("]")
+    return "".join(out)
