@@ -29,7 +29,8 @@ def spread_batch(seed):
     gen = torch.Generator().manual_seed(seed)
     theta = batch.theta_BTV.detach() * 2.5
     batch.theta_BTV = theta.clone().requires_grad_(True)
-    batch.tokens_BT = torch.multinomial(torch.softmax(theta, -1).reshape(-1, 5), 1, generator=gen).reshape(theta.shape[:2])
+    probs = torch.softmax(theta, -1).reshape(-1, 5)
+    batch.tokens_BT = torch.multinomial(probs, 1, generator=gen).reshape(theta.shape[:2])
     old_theta = theta + 0.3 * torch.randn(theta.shape, generator=gen, dtype=theta.dtype)
     batch.old_logp_BT = torch.log_softmax(old_theta, -1).gather(-1, batch.tokens_BT[..., None]).squeeze(-1)
     batch.ref_logp_BT = batch.old_logp_BT.clone()
@@ -95,7 +96,7 @@ def test_all_token_norm_equals_the_methods_policy_gradient_and_grads_are_restore
 
 def test_a_bucket_gradient_uses_the_full_denominator():
     method, batch, adv, theta, masks = setup("grpo", seed=2)
-    norms, (grads) = run(method, batch, adv, theta, {"bucket3": masks["bucket3"]}, keep_grads=True)
+    _, grads = run(method, batch, adv, theta, {"bucket3": masks["bucket3"]}, keep_grads=True)
     select = masks["bucket3"]
     only = UpdatePass("b3", torch.where(select, adv, torch.zeros_like(adv)), select, select, batch.mask_BT.bool())
     theta2 = batch.theta_BTV.detach().clone().requires_grad_(True)

@@ -296,7 +296,8 @@ def bucket_experiment(batch: RolloutBatch, *, edges, lr: float) -> dict:
         new = rescore(batch)
         results[mode] = {
             "updated_tokens": int(sum(int(p.policy_mask_BT.sum()) for p in mode_passes)),
-            "updated_interval": "all" if mode == "all" else interval_label(edges, 0 if mode == "lowest" else len(edges) - 2),
+            "updated_interval": "all" if mode == "all" else interval_label(
+                edges, 0 if mode == "lowest" else len(edges) - 2),
             "grad_norm": metrics["optim/grad_norm"],
             "buckets": probability_change_stats(batch.old.logp_BT, new, adv_BT, batch.mask_BT, edges),
         }

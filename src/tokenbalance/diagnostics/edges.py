@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 EDGES_NAME = "diagnostics.bucket_edges"
@@ -23,7 +24,7 @@ def check_bucket_edges(edges) -> tuple[float, ...]:
     if values[0] != 0.0 or values[-1] != 1.0:
         raise ValueError(f"{EDGES_NAME}: the buckets must cover [0, 1]: the first edge must be 0 and the last 1, "
                          f"got {list(values)}")
-    if any(b <= a for a, b in zip(values, values[1:])):
+    if any(b <= a for a, b in itertools.pairwise(values)):
         raise ValueError(f"{EDGES_NAME}: edges must be strictly increasing, got {list(values)}")
     return values
 

@@ -41,7 +41,7 @@ def parameter_group(name: str) -> str:
     match = _LAYER.search(name)
     if match:
         return f"layer{int(match.group(1))}"
-    if "embed" in name or name.endswith("wte.weight") or name.endswith("wpe.weight"):
+    if "embed" in name or name.endswith(("wte.weight", "wpe.weight")):
         return "embed"
     if "lm_head" in name:
         return "head"

@@ -14,6 +14,9 @@ Two measurements use these functions:
   the checkpoint, one GRPO update on that question's group, measure Δ(x).
 
 Pure functions of tensors (standard library and torch only).
+
+    tokenbalance train --set diagnostics.lld=true --set diagnostics.lld_epsilon=0.0
+    tokenbalance diagnose lld runs/RUN --prompts 32 --pos-only
 """
 
 from __future__ import annotations

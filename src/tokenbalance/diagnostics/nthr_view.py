@@ -9,6 +9,8 @@ all); a test checks that the selection equals the tokens whose weight that funct
 Also renders a response with its selected tokens highlighted: ``[brackets]`` in plain text.
 
 Pure functions (standard library and torch, plus the algorithm core).
+
+    tokenbalance diagnose nthr runs/RUN --max-groups 2 [--plain]
 """
 
 from __future__ import annotations
@@ -68,8 +70,8 @@ def nthr_selections(
         vocab = None
         if config.vocab != "full":
             vocab = torch.unique(tokens_BT[rows][valid[rows]]).sort().values
-        common = dict(temperature=temperature, unembed_bias_V=unembed_bias_V, vocab="full" if vocab is None else vocab,
-                      chunk_tokens=config.chunk_tokens)
+        common = {"temperature": temperature, "unembed_bias_V": unembed_bias_V,
+                  "vocab": "full" if vocab is None else vocab, "chunk_tokens": config.chunk_tokens}
         s_neg = nthr_token_scores(tokens_BT, valid, hidden_BTD, unembed_VD, old_logp_BT, pos, neg, **common)
         if select_all:
             tau = -math.inf

@@ -15,7 +15,11 @@ The trainer calls three hooks of :class:`StepDiagnostics` in each RL step:
 
 Model access goes through a ``score_fn(index_R) -> [R, T] log-probs`` callable the trainer passes
 in, so this module imports only torch and the algorithm core. Time spent here is logged as
-``timing/diag_s`` (the old-policy entropy is computed inside ``timing/logprob_s``).
+``timing/diag_s`` (the old-policy entropy is computed inside ``timing/logprob_s``). How each
+measurement differs from the papers is said in its module (buckets, grad_norms, lld).
+
+    tokenbalance train --set diagnostics.grad_norm_every=10 --set diagnostics.lld=true
+    tokenbalance plot runs/RUN
 """
 
 from __future__ import annotations
