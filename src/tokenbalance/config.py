@@ -74,8 +74,8 @@ class RolloutConfig:
 
 @dataclass
 class OptimConfig:
-    lr: float = option(2e-4, "AdamW learning rate (constant); 2e-4 suits the embedded tiny model "
-                       "(docs/results.md), large models want ~1e-6", low=0.0, low_open=True, high=1.0)
+    lr: float = option(2e-4, "AdamW learning rate (constant); 2e-4 is tuned for the embedded tiny model "
+                       "(docs/results.md): lower it for real models", low=0.0, low_open=True, high=1.0)
     beta1: float = option(0.9, "AdamW beta1", low=0.0, high=1.0)
     beta2: float = option(0.99, "AdamW beta2", low=0.0, high=1.0)
     weight_decay: float = option(0.01, "AdamW weight decay", low=0.0, high=1.0)
