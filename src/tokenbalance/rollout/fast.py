@@ -53,7 +53,7 @@ import torch.nn.functional as F
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenbalance.rollout.base import Generation, SamplingParams
-from tokenbalance.rollout.hf import check_prompts, left_pad, mask_through_first_eos, resolve_eos_ids
+from tokenbalance.rollout.hf import PromptEngine, mask_through_first_eos
 
 STATIC_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies fixed at init
@@ -409,7 +409,7 @@ def pad_columns(tensor_BT: torch.Tensor, width: int, value: float) -> torch.Tens
     return F.pad(tensor_BT, (0, width - tensor_BT.shape[1]), value=value)
 
 
-class FastEngine:
+class FastEngine(PromptEngine):
     """:class:`~tokenbalance.rollout.base.RolloutEngine` with a preallocated KV cache.
 
     Args:
@@ -433,10 +433,7 @@ class FastEngine:
         max_batch_size: int | None = None,
         path: str = "auto",
     ) -> None:
-        if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token"
-            )
+        super().__init__(model, tokenizer, eos_token_ids=eos_token_ids)
         if max_batch_size is not None and (
             isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
@@ -446,36 +443,13 @@ class FastEngine:
         problem = static_path_problem(model)
         if path == "static" and problem is not None:
             raise ValueError(f"the static-cache decoder does not support {problem}; use path='auto' or 'model'")
-        self.model = model
-        self.pad_token_id: int = tokenizer.pad_token_id
-        self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
         self.max_batch_size = max_batch_size
         self.path = "static" if path != "model" and problem is None else "model"
-
-    def generate(
-        self,
-        prompt_ids: list[list[int]],
-        *,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        seed: int,
-    ) -> Generation:
-        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, seed)
-        return self.generate_with(prompt_ids, params)
 
     def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
         """:meth:`generate` with the options in a :class:`SamplingParams`."""
         model = self.model
-        check_prompts(
-            prompt_ids,
-            max_new_tokens=params.max_new_tokens,
-            max_positions=getattr(model.config, "max_position_embeddings", None),
-            vocab_size=model.get_input_embeddings().num_embeddings,
-        )
-        device = model.get_input_embeddings().weight.device
-        prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
+        prompt_ids_BP, prompt_mask_BP, device = self.padded_prompts(prompt_ids, params)
         eos_ids = torch.tensor(self.eos_token_ids, device=device)
         generator = torch.Generator(device=device).manual_seed(params.seed)
         chunk = self.max_batch_size or len(prompt_ids)

@@ -143,15 +143,9 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
         yield
 
 
-class HFGenerateEngine:
-    """:class:`~tokenbalance.rollout.base.RolloutEngine` on ``model.generate``.
-
-    Args:
-        model: a Hugging Face causal LM (its device is used).
-        tokenizer: supplies the pad id (required) and the EOS id.
-        eos_token_ids: ids that end a response; default: the tokenizer's EOS plus those of the
-            model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
-    """
+class PromptEngine:
+    """What every engine here shares: the pad / EOS ids, :meth:`generate` as a thin wrapper over
+    ``generate_with(prompt_ids, SamplingParams)``, and the checked, left-padded prompt batch."""
 
     def __init__(
         self,
@@ -182,7 +176,11 @@ class HFGenerateEngine:
         return self.generate_with(prompt_ids, params)
 
     def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+        raise NotImplementedError
+
+    def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams):
+        """Validate the prompts against the model and left-pad them on its device:
+        ``(prompt_ids_BP, prompt_mask_BP, device)``."""
         model = self.model
         check_prompts(
             prompt_ids,
@@ -190,8 +188,25 @@ class HFGenerateEngine:
             max_positions=getattr(model.config, "max_position_embeddings", None),
             vocab_size=model.get_input_embeddings().num_embeddings,
         )
-        device = model.device
+        device = model.get_input_embeddings().weight.device
         prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
+        return prompt_ids_BP, prompt_mask_BP, device
+
+
+class HFGenerateEngine(PromptEngine):
+    """:class:`~tokenbalance.rollout.base.RolloutEngine` on ``model.generate``.
+
+    Args:
+        model: a Hugging Face causal LM (its device is used).
+        tokenizer: supplies the pad id (required) and the EOS id.
+        eos_token_ids: ids that end a response; default: the tokenizer's EOS plus those of the
+            model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
+    """
+
+    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
+        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+        model = self.model
+        prompt_ids_BP, prompt_mask_BP, device = self.padded_prompts(prompt_ids, params)
         recorder = SampledTokenLogProbs()
         processors = LogitsProcessorList([*sampling_processors(params), recorder])
         config = self.generation_config(params)
