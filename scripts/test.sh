@@ -11,7 +11,8 @@ fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
 # The CPU build of PyTorch first: a plain `torch` requirement would pull the CUDA wheels.
 "$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
-"$VENV/bin/python" -m pip install --quiet -e ".[dev]"
+# dev tools plus the verl and TRL extras: the integration tests run, they do not skip, in CI
+"$VENV/bin/python" -m pip install --quiet -e ".[dev,verl,trl]"
 
 set +e
 "$VENV/bin/python" -m pytest -q "$@"

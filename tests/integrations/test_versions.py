@@ -1,0 +1,47 @@
+"""The host version guard: a clear message naming installed and supported versions."""
+
+import pytest
+
+from tokenbalance.integrations.versions import (
+    SUPPORTED_HOSTS,
+    HostVersionError,
+    parse_version,
+    require_host,
+    version_in_range,
+)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [("0.9.1", (0, 9, 1)), ("0.9.1.dev0", (0, 9, 1)), ("1.16.0rc1", (1, 16, 0)), ("2", (2,)), ("1.15+cpu", (1, 15))],
+)
+def test_parse_version(text, expected):
+    assert parse_version(text) == expected
+
+
+@pytest.mark.parametrize(
+    ("installed", "inside"),
+    [("0.9.1", True), ("0.9.7", True), ("0.9.0", False), ("0.10.0", False), ("0.8.5", False)],
+)
+def test_verl_range(installed, inside):
+    assert version_in_range(installed, *SUPPORTED_HOSTS["verl"]) is inside
+
+
+def test_out_of_range_names_both_versions(monkeypatch):
+    monkeypatch.delenv("TOKENBALANCE_SKIP_HOST_CHECK", raising=False)
+    with pytest.raises(HostVersionError) as info:
+        require_host("trl", installed="1.12.0")
+    message = str(info.value)
+    assert "trl 1.12.0 is installed" in message
+    assert "trl>=1.15,<1.17" in message
+
+
+def test_override_accepts_untested_version(monkeypatch):
+    monkeypatch.setenv("TOKENBALANCE_SKIP_HOST_CHECK", "1")
+    assert require_host("trl", installed="1.12.0") == "1.12.0"
+
+
+def test_installed_hosts_pass():
+    # CI installs both extras; these must be inside the tested ranges
+    assert version_in_range(require_host("verl"), *SUPPORTED_HOSTS["verl"])
+    assert version_in_range(require_host("trl"), *SUPPORTED_HOSTS["trl"])
