@@ -28,6 +28,7 @@ from tokenbalance.algorithms.methods import (
     Method,
     NTHRInputs,
     build_update_passes,
+    passes_from_advantages,
     compute_advantages,
     get_method,
 )
@@ -51,6 +52,7 @@ __all__ = [
     "advantage_reweight",
     "aggregate",
     "build_update_passes",
+    "passes_from_advantages",
     "clipped_surrogate",
     "compute_advantages",
     "dr_grpo_advantages",

@@ -238,11 +238,42 @@ def build_update_passes(
     mask_BT = response_mask_BT.bool()
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
-    metrics = _masked_stats(advantages_BT, mask_BT, "adv")
+    return passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT, group_ids_B, nthr_inputs)
 
+
+def passes_from_advantages(
+    method: Method,
+    advantages_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    group_ids_B: torch.Tensor | None = None,
+    nthr_inputs: NTHRInputs | None = None,
+) -> tuple[list[UpdatePass], dict[str, float]]:
+    """The token-level stages on given advantages: NTHR weights, AR weights, then the pass schedule.
+
+    :func:`build_update_passes` calls it after our estimator; the verl and TRL integrations call
+    it on the advantages their host computed.
+
+    Args:
+        method: the :class:`Method` (its ``advantage`` stage is not used here).
+        advantages_BT: [B, T] advantages, 0 outside the mask (no gradient).
+        response_mask_BT: [B, T] valid response tokens.
+        old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
+        group_ids_B: [B] int64 group ids (needed by NTHR).
+        nthr_inputs: hidden states etc. (needed by NTHR).
+
+    Returns:
+        The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``lopti/*`` metrics.
+    """
+    mask_BT = response_mask_BT.bool()
+    check_shape("advantages_BT", advantages_BT, tuple(mask_BT.shape))
+    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    metrics = _masked_stats(advantages_BT, mask_BT, "adv")
     if method.nthr is not None:
         if nthr_inputs is None:
             raise ValueError(f"nthr_inputs: required by method {method.name!r} (NTHR needs hidden states)")
+        if group_ids_B is None:
+            raise ValueError(f"group_ids_B: required by method {method.name!r} (NTHR compares within groups)")
         weights_BT, nthr_metrics = nthr_token_weights(
             advantages_BT,
             mask_BT,

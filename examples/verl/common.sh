@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Shared settings of the four AR-Lopti K&K presets on verl 0.9 (sourced by kk_*.sh).
+# Every value below is from the AR-Lopti K&K scripts train_kklogic_*_4x80GB.sh (Yang et al. 2025,
+# arXiv 2505.12929; spec methods.md §9.1) unless marked "verl" (a verl 0.9 setting with no
+# counterpart in the 2025 fork) or "ours".
+#
+# Environment (all optional):
+#   MODEL=7b|3b          7b: Qwen/Qwen2.5-7B-Instruct-1M (the scripts' default), 3b: Qwen/Qwen2.5-3B-Instruct
+#   MODEL_PATH=...       a local copy of the model instead of the hub name
+#   ESTIMATOR=grpo|reinforce_pp   advantage estimator (the scripts' default grpo; alternative reinforce_plus_plus)
+#   DATA_DIR=data/kk     where prepare_kk_data.sh wrote the parquet files
+#   N_GPUS=4             GPUs on the node (the scripts: 1 node x 4 x 80 GB)
+#   DRY_RUN=1            check and print the composed config instead of training
+#   extra hydra overrides can be appended to any kk_*.sh command line.
+set -euo pipefail
+
+MODEL="${MODEL:-7b}"
+case "$MODEL" in
+  7b) MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-7B-Instruct-1M}" ;;
+  3b) MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}" ;;
+  *) echo "MODEL must be 7b or 3b, got '$MODEL'" >&2; exit 2 ;;
+esac
+ESTIMATOR="${ESTIMATOR:-grpo}"
+case "$ESTIMATOR" in
+  grpo|reinforce_pp) ;;
+  *) echo "ESTIMATOR must be grpo or reinforce_pp, got '$ESTIMATOR'" >&2; exit 2 ;;
+esac
+DATA_DIR="${DATA_DIR:-data/kk}"
+N_GPUS="${N_GPUS:-4}"
+VAL_FILES="[$DATA_DIR/3ppl/test_new.parquet,$DATA_DIR/4ppl/test_new.parquet,$DATA_DIR/5ppl/test_new.parquet,$DATA_DIR/6ppl/test_new.parquet,$DATA_DIR/7ppl/test_new.parquet]"
+POLICY_LOSS=actor_rollout_ref.actor.policy_loss
+
+COMMON_OVERRIDES=(
+  # data: 64 prompts x 8 rollouts = 512 responses per RL step; prompt / response 400 / 4096 tokens
+  "data.train_files=$DATA_DIR/merge_34567ppl/train.parquet"
+  "data.val_files=$VAL_FILES"
+  data.train_batch_size=64
+  data.max_prompt_length=400
+  data.max_response_length=4096
+  # the prompts carry the Qwen chat turns already (gen-data's qwen-instruct template); the
+  # reference tokenised them verbatim, so the chat template passes the text through (ours)
+  "actor_rollout_ref.model.custom_chat_template='{{ messages[0].content }}'"
+  "actor_rollout_ref.model.path=$MODEL_PATH"
+  actor_rollout_ref.model.use_remove_padding=True
+  # actor: mini-batch 256 responses = 32 prompts (verl counts prompts), micro-batch 8 per GPU
+  actor_rollout_ref.actor.ppo_mini_batch_size=32
+  actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=8
+  actor_rollout_ref.actor.ppo_epochs=1
+  actor_rollout_ref.actor.shuffle=False
+  actor_rollout_ref.actor.optim.lr=1e-6
+  actor_rollout_ref.actor.optim.weight_decay=0.01
+  actor_rollout_ref.actor.optim.clip_grad=1.0
+  actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0
+  # clipped surrogate: eps_low 0.20, eps_high 0.24, dual clip c = 10
+  actor_rollout_ref.actor.clip_ratio_low=0.2
+  actor_rollout_ref.actor.clip_ratio_high=0.24
+  actor_rollout_ref.actor.clip_ratio_c=10.0
+  actor_rollout_ref.actor.loss_agg_mode=token-mean
+  actor_rollout_ref.actor.entropy_coeff=0.0
+  # KL as a loss: k3 (low_var_kl) x 0.001 (verl clamps its log-ratio at 20, the fork at 5)
+  actor_rollout_ref.actor.use_kl_loss=True
+  actor_rollout_ref.actor.kl_loss_type=low_var_kl
+  actor_rollout_ref.actor.kl_loss_coef=0.001
+  algorithm.use_kl_in_reward=False
+  algorithm.kl_ctrl.kl_coef=0.001
+  algorithm.gamma=1.0
+  algorithm.lam=1.0
+  # tokenbalance policy-loss config class (the AR / TR-GRPO / Lopti fields live there)
+  "$POLICY_LOSS._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig"
+  "algorithm.adv_estimator=tokenbalance_$ESTIMATOR"
+  # rollout: vLLM, T 0.7, top_p 1, top_k -1, TP 1, 60 % memory, eager; log-prob micro-batch 8
+  actor_rollout_ref.rollout.name=vllm
+  actor_rollout_ref.rollout.n=8
+  actor_rollout_ref.rollout.temperature=0.7
+  actor_rollout_ref.rollout.top_p=1.0
+  actor_rollout_ref.rollout.top_k=-1
+  actor_rollout_ref.rollout.tensor_model_parallel_size=1
+  actor_rollout_ref.rollout.gpu_memory_utilization=0.6
+  actor_rollout_ref.rollout.enforce_eager=True
+  actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=8
+  actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=8
+  # K&K reward (Logic-RL scoring: 3 / -0.5 / -1 / -3) from tokenbalance.tasks.kk
+  reward.custom_reward_function.path=pkg://tokenbalance.integrations.verl.reward
+  reward.custom_reward_function.name=compute_score
+  # schedule: 5 epochs (350 steps), validate before training and every 20 steps, save every 20
+  trainer.total_epochs=5
+  trainer.val_before_train=True
+  trainer.test_freq=20
+  trainer.save_freq=20
+  trainer.n_gpus_per_node="$N_GPUS"
+  trainer.nnodes=1
+  trainer.project_name=AR-Lopti
+  "trainer.logger=[console,wandb]"
+)
+
+# run_preset NAME [overrides...]: launch verl through our validating entry point.
+run_preset() {
+  local name="$1"; shift
+  TOKENBALANCE_VERL_DRY_RUN="${DRY_RUN:-0}" python -m tokenbalance.integrations.verl.main "${COMMON_OVERRIDES[@]}" \
+    "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@"
+}

@@ -1,0 +1,206 @@
+"""``TokenBalanceGRPOTrainer``: TRL's ``GRPOTrainer`` with AR, TR-GRPO, Lopti and NTHR.
+
+TRL keeps generation, rewards, advantages, reference log-probs, logging, checkpoints and
+accelerate / DeepSpeed / vLLM. Two methods are overridden:
+
+* ``_compute_loss`` - TRL's forward (``_get_per_token_logps_and_entropies``, the fused LM head) is
+  reused; the loss is ours: the host advantages go through
+  :func:`tokenbalance.algorithms.methods.passes_from_advantages` (NTHR / AR weights, Lopti split) and :func:`tokenbalance.algorithms.loss.pass_loss` (clipped / dual-clip
+  surrogate, TR-GRPO weights, k3 KL, aggregation). NTHR's hidden states are captured on this same
+  forward (``hidden.py``).
+* ``_generate_and_score_completions`` - adds one [B] tensor, ``group_ids`` (prompt-group id of each
+  completion, from TRL's layout), which survives TRL's shuffle so NTHR can find the groups.
+
+Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each
+generation batch for 2 x mu optimizer rounds, and ``_compute_loss`` picks the pass from the round
+(low-probability tokens first). TRL's own loop then does both optimizer steps, with its clipping,
+scheduler and gradient synchronisation.
+
+Differences from the paper / our trainer (docs/trl.md): the advantages are TRL's (std epsilon 1e-4,
+not 1e-6); the token-mean is TRL's ``dapo`` scope (tokens of the optimizer step over all ranks),
+identical to our trainer's default; the lr scheduler steps once per Lopti pass.
+
+    python -m tokenbalance.integrations.trl.smoke --method lopti --steps 2        # CPU, tiny model
+    accelerate launch --num_processes 1 my_train.py                                # one GPU
+    accelerate launch --num_processes 8 --config_file zero2.yaml my_train.py       # one node
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+
+import torch
+from trl import GRPOTrainer
+
+from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
+from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
+from tokenbalance.integrations.trl.config import (
+    check_config,
+    pass_count,
+    resolve_method,
+)
+from tokenbalance.integrations.trl.hidden import (
+    capture_last_hidden,
+    completion_hidden,
+    decoder_of,
+)
+from tokenbalance.integrations.trl.passes import (
+    broadcast_advantages,
+    scale_pass_advantages,
+)
+from tokenbalance.types import LossNormaliser, UpdatePass
+
+FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
+                "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+
+
+class TokenBalanceGRPOTrainer(GRPOTrainer):
+    """``GRPOTrainer`` whose loss is a tokenbalance :class:`Method` (preset name or object).
+
+    Build ``args`` with :func:`tokenbalance.integrations.trl.grpo_config_for_method`; a config that
+    contradicts the method, or a method TRL cannot run, raises ``ValueError`` with the reason.
+    All other arguments are ``GRPOTrainer``'s.
+    """
+
+    def __init__(self, model, reward_funcs=None, args=None, *, method: Method | str = "grpo", **kwargs):
+        method = resolve_method(method)
+        if args is None:
+            raise ValueError("args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
+                             "loss fields agree with the method")
+        check_config(method, args)
+        if method.loss_agg_mode == "seq-mean-token-sum-norm":
+            method = method.replace(max_response_len=args.max_completion_length)
+        self.balance_method = method
+        super().__init__(model, reward_funcs, args, **kwargs)
+        if self.aux_loss_enabled:
+            raise ValueError("the model adds a mixture-of-experts router loss, which the tokenbalance loss does not "
+                             "include; set router_aux_loss_coef=0.0")
+        if method.nthr is not None:
+            decoder_of(self._policy_module())  # fails now, not at the first step
+
+    # ------------------------------------------------------------------ overrides
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        output["group_ids"] = self._group_ids(output["completion_ids"].shape[0])
+        return output
+
+    def _compute_loss(self, model, inputs):
+        method = self.balance_method
+        mask_BT = inputs["completion_mask"].bool()
+        if "tool_mask" in inputs:
+            mask_BT = mask_BT & inputs["tool_mask"].bool()
+        logp_BT, entropy_BT, hidden_BTD = self._policy_forward(model, inputs)
+        old_logp_BT = inputs.get("old_per_token_logps")
+        if old_logp_BT is None or method.nthr is not None:
+            old_logp_BT = logp_BT.detach()  # the training forward is the old policy (config.check_config)
+        nthr_inputs = self._nthr_inputs(inputs, hidden_BTD) if method.nthr is not None else None
+        advantages_BT = broadcast_advantages(inputs["advantages"], mask_BT).to(old_logp_BT.dtype)
+        passes, metrics = passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT,
+                                                inputs.get("group_ids"), nthr_inputs)
+        training = self.model.training
+        chosen = [self._pass_index()] if training else range(len(passes))  # eval: the whole objective
+        loss = logp_BT.new_zeros(())
+        for index in chosen:
+            update_pass = passes[index]
+            if "importance_sampling_ratio" in inputs:
+                update_pass = scale_pass_advantages(update_pass, inputs["importance_sampling_ratio"])
+            out = pass_loss(method, update_pass, logp_BT, old_logp_BT, inputs.get("ref_per_token_logps"),
+                            entropy_BT, normaliser=self._normaliser(update_pass, inputs, training))
+            loss = loss + out.loss
+            metrics.update(out.metrics)
+            if len(passes) > 1:
+                metrics.update({f"pass/{update_pass.name}/{k}": v for k, v in out.metrics.items()})
+        if training and len(passes) > 1:
+            metrics["lopti/pass_index"] = float(chosen[0])
+        self._record(metrics, "train" if training else "eval")
+        return loss
+
+    # ------------------------------------------------------------------ helpers
+
+    def _policy_module(self) -> torch.nn.Module:
+        return self.accelerator.unwrap_model(self.model)
+
+    def _group_ids(self, num_rows: int) -> torch.Tensor:
+        """[B] prompt-group ids of this process's rows: TRL lays groups out contiguously over ranks."""
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        start = self.accelerator.process_index * num_rows
+        rows = torch.arange(start, start + num_rows, device=self.accelerator.device)
+        return torch.div(rows, group_size, rounding_mode="floor")
+
+    def _policy_forward(self, model, inputs):
+        """TRL's forward: [B, T] log-probs (with gradient), entropies, and NTHR's hidden states."""
+        prompt_ids, completion_ids = inputs["prompt_ids"], inputs["completion_ids"]
+        input_ids = torch.cat([prompt_ids, completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        T = completion_ids.shape[1]
+        extra = {key: inputs.get(key) for key in FORWARD_KEYS}
+        capture = (capture_last_hidden(self._policy_module()) if self.balance_method.nthr is not None
+                   else contextlib.nullcontext({}))
+        with capture as store:
+            logp_BT, entropy_BT, _ = self._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, T, compute_entropy=True, **extra)
+        hidden_BTD = completion_hidden(store["hidden_BLD"], T) if "hidden_BLD" in store else None
+        return logp_BT, entropy_BT, hidden_BTD
+
+    def _nthr_inputs(self, inputs, hidden_BTD: torch.Tensor | None) -> NTHRInputs:
+        if hidden_BTD is None:
+            raise RuntimeError("NTHR: the training forward did not run the decoder hook")
+        group_ids_B = inputs.get("group_ids")
+        if group_ids_B is None:
+            raise ValueError("inputs['group_ids']: required by NTHR (added by _generate_and_score_completions)")
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        counts = torch.unique(group_ids_B, return_counts=True)[1]
+        if bool((counts != group_size).any()):
+            raise RuntimeError(f"NTHR needs whole prompt groups of {group_size} in each micro-batch, got group "
+                               f"sizes {counts.tolist()}; see the NTHR constraints in docs/trl.md")
+        head = self._policy_module().get_output_embeddings()
+        dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
+        bias = getattr(head, "bias", None)
+        return NTHRInputs(
+            tokens_BT=inputs["completion_ids"], hidden_BTD=hidden_BTD.to(dtype),
+            unembed_VD=head.weight.detach().to(dtype), temperature=self.temperature,
+            unembed_bias_V=None if bias is None else bias.detach().to(dtype),
+        )
+
+    def _pass_index(self) -> int:
+        """Which pass this training micro-step runs: TRL round k of 2 x mu -> pass k // mu."""
+        passes = pass_count(self.balance_method)
+        rounds_per_pass = self.num_iterations // passes
+        generate_every = self.args.steps_per_generation * self.num_iterations
+        round_index = (self._step % generate_every) // self.args.steps_per_generation
+        return round_index // rounds_per_pass
+
+    def _normaliser(self, update_pass: UpdatePass, inputs, training: bool) -> LossNormaliser:
+        """Loss denominators with TRL's scope for ``loss_type``, so gradient accumulation and DDP add up.
+
+        ``dapo`` (token-mean): the valid tokens of this optimizer step over all ranks, divided by the
+        number of ranks (DDP averages gradients) - TRL's own dapo normaliser. Other loss types: the
+        pass's denominators on this micro-batch, times the accumulation steps (TRL's per-micro-batch
+        scope; our trainer's ``token_mean_scope="micro_batch"``).
+        """
+        accumulation = getattr(self, "current_gradient_accumulation_steps", self.args.gradient_accumulation_steps)
+        if self.loss_type == "dapo":
+            tokens = float(inputs["num_items_in_batch"]) / self.accelerator.num_processes
+            if training:
+                tokens *= accumulation / self.args.steps_per_generation
+            tokens = max(tokens, 1.0)
+            return LossNormaliser(policy=tokens, regulariser=tokens)
+        local = pass_normaliser(self.balance_method, update_pass)
+        scale = accumulation if training else 1
+        return LossNormaliser(policy=local.policy * scale, regulariser=local.regulariser * scale)
+
+    def _record(self, metrics: dict[str, float], mode: str) -> None:
+        """Append ``metrics`` (averaged over ranks) to TRL's metric buffers, logged at each logging step."""
+        if self.accelerator.num_processes > 1:
+            from accelerate.utils import gather_object
+
+            per_rank = gather_object([metrics])
+            keys = sorted({key for rank in per_rank for key in rank})
+            metrics = {}
+            for key in keys:
+                values = [rank[key] for rank in per_rank if key in rank and math.isfinite(rank[key])]
+                metrics[key] = sum(values) / len(values) if values else float("nan")
+        for key, value in metrics.items():
+            self._metrics[mode][key].append(float(value))

@@ -1,0 +1,74 @@
+"""Our advantage estimators with verl's estimator signature (``algorithm.adv_estimator``).
+
+verl calls a registered estimator with ``token_level_rewards`` and ``response_mask`` ([B, T]),
+``index`` (the group uid of each response, a numpy array of strings) and ``config`` (the
+``algorithm`` section), and stores the returned ``(advantages, returns)``.
+
+* grouped estimators (``tokenbalance_grpo``, ``_dr_grpo``, ``_rloo``): the outcome score is the
+  sum of the response's token rewards, as verl's GRPO; then
+  :func:`tokenbalance.algorithms.methods.compute_advantages` (eps 1e-6, unbiased std, singleton
+  group: mean 0 / std 1, as verl). ``returns`` = ``advantages``, as verl's GRPO.
+* ``tokenbalance_reinforce_pp``: :func:`~tokenbalance.algorithms.advantages.reinforce_pp_advantages`
+  on the token rewards themselves (so verl's KL-in-reward, when on, is kept), gamma =
+  ``algorithm.gamma``; ``returns`` = the discounted returns.
+
+Only verl's own keys are read (``gamma``); ``norm_adv_by_std_in_grpo`` is not: use
+``tokenbalance_dr_grpo`` for the mean-only baseline.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from tokenbalance.algorithms.advantages import (
+    discounted_returns,
+    reinforce_pp_advantages,
+)
+from tokenbalance.algorithms.methods import (
+    AdvantageConfig,
+    KLConfig,
+    Method,
+    compute_advantages,
+)
+from tokenbalance.integrations.verl.names import ADVANTAGE_ESTIMATORS
+
+
+def group_ids_from_index(index, batch_size: int) -> torch.Tensor:
+    """[B] int64 group ids from verl's per-response uids (any hashable values)."""
+    if index is None:
+        raise ValueError("index: the grouped tokenbalance estimators need verl's per-response uid (non_tensor_batch['uid'])")
+    values = np.asarray(index)
+    if values.shape != (batch_size,):
+        raise ValueError(f"index: expected {batch_size} uids, got shape {values.shape}")
+    _, inverse = np.unique(values.astype(str), return_inverse=True)
+    return torch.as_tensor(inverse.reshape(-1), dtype=torch.long)
+
+
+def _gamma(config) -> float:
+    return 1.0 if config is None else float(config.get("gamma", 1.0))
+
+
+def make_estimator(estimator: str):
+    """A verl advantage-estimator function for our estimator ``estimator``."""
+
+    def estimate(token_level_rewards: torch.Tensor, response_mask: torch.Tensor, config=None, index=None, **_):
+        mask_BT = response_mask.bool()
+        with torch.no_grad():
+            if estimator == "reinforce_pp":
+                gamma = _gamma(config)
+                advantages_BT = reinforce_pp_advantages(token_level_rewards, mask_BT, gamma=gamma)
+                returns_BT = discounted_returns(token_level_rewards, mask_BT, gamma) * mask_BT
+                return advantages_BT, returns_BT.to(advantages_BT.dtype)
+            method = Method(advantage=AdvantageConfig(estimator=estimator), kl=KLConfig(placement="none"))
+            group_ids_B = group_ids_from_index(index, mask_BT.shape[0])
+            scores_B = token_level_rewards.sum(dim=-1)
+            advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT)
+        return advantages_BT, advantages_BT
+
+    estimate.__name__ = f"tokenbalance_{estimator}_advantage"
+    estimate.__doc__ = f"verl advantage estimator: tokenbalance {estimator!r} (see the module docstring)."
+    return estimate
+
+
+ESTIMATOR_FUNCTIONS = {name: make_estimator(ours) for name, ours in ADVANTAGE_ESTIMATORS.items()}

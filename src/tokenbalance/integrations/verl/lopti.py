@@ -1,0 +1,123 @@
+"""Lopti on verl: verl's synchronous v1 trainer with the actor update run once per pass.
+
+The override is two methods of verl's ``PPOTrainerSync``, registered with verl's own
+``register_trainer`` as ``tokenbalance_lopti`` (select it with
+``trainer.v1.trainer_mode=tokenbalance_lopti``):
+
+* ``_setup``: after verl built the workers, install :func:`.losses.lopti_ppo_loss` as the actor's
+  loss function (verl's ``set_loss_fn``, the same call verl uses for the critic);
+* ``_update_actor``: :func:`run_update_passes` calls verl's own ``_update_actor`` once per pass
+  (``lopti_low`` then ``lopti_high``), each time on a shallow copy of the batch handle whose
+  ``extra_info`` names the pass. verl's update (all mini-batches, one optimizer step each, same
+  old log-probs, same optimizer state) is not copied; the stored batch is never modified.
+
+Each micro-batch's loss rebuilds its pass from the stored advantages and old log-probs with
+``passes.lopti_passes`` (elementwise, so identical to splitting the whole batch once, as
+Algorithm 1 of Yang et al. 2025 and the AR-Lopti fork do). Differences from the fork: the
+threshold is ANDed with the response mask; quantile ("portion") mode and per-stage
+renormalisation are not offered on verl (verl gives the loss only the mini-batch's total token
+count).
+
+verl's v1 trainer needs the ``TransferQueue`` package (``pip install 'verl[vllm]'`` on a GPU
+node); where it is missing (the CPU test environment) the trainer is not registered and a
+launch asking for it is rejected with that reason (:mod:`.validation`). Command::
+
+    bash examples/verl/kk_lopti.sh       # docs/verl.md
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes
+from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
+
+LOPTI_TRAINER_IMPORT_ERROR: str | None = None  # set by the plugin when verl's v1 trainer is unavailable
+
+
+def lopti_pass_names(config: LoptiConfig) -> list[str]:
+    """Names of Lopti's passes in execution order (as :func:`lopti_passes` names them)."""
+    empty_BT = torch.zeros(1, 1)
+    passes, _ = lopti_passes(empty_BT, empty_BT, torch.zeros(1, 1, dtype=torch.bool), config)
+    return [update_pass.name for update_pass in passes]
+
+
+def with_update_pass(batch, pass_name: str):
+    """A shallow copy of verl's batch handle whose ``extra_info`` names the pass (``batch`` untouched)."""
+    pass_batch = copy.copy(batch)
+    pass_batch.extra_info = {**batch.extra_info, UPDATE_PASS_KEY: pass_name}
+    return pass_batch
+
+
+def merge_pass_metrics(per_pass: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """Per-pass metrics under ``<key>/<pass>``, plus the loss keys summed over passes.
+
+    Each pass's ``actor/pg_loss`` is a partial sum over its tokens with the full denominator, so
+    the sum is the single-pass loss's counterpart; other keys are averaged over passes (as the
+    reference merges float metrics), e.g. ``actor/grad_norm``.
+    """
+    merged: dict[str, Any] = {}
+    keys = {key for metrics in per_pass.values() for key in metrics}
+    for key in sorted(keys):
+        values = [metrics[key] for metrics in per_pass.values() if key in metrics]
+        for name, metrics in per_pass.items():
+            if key in metrics:
+                merged[f"{key}/{name}"] = metrics[key]
+        numeric = [float(value) for value in values if isinstance(value, (int, float))]
+        if len(numeric) == len(values):
+            total = sum(numeric)
+            merged[key] = total if key.endswith("_loss") or "/loss/" in key else total / len(numeric)
+    return merged
+
+
+def run_update_passes(update_once: Callable[[Any], dict[str, Any]], batch, pass_names: list[str]) -> dict[str, Any]:
+    """Run ``update_once`` (a complete actor update) once per pass, in order; merged metrics.
+
+    ``update_once(pass_batch) -> metrics`` is verl's ``PPOTrainer._update_actor`` in the trainer
+    (and a small mini-batch loop in the tests).
+    """
+    per_pass = {name: update_once(with_update_pass(batch, name)) for name in pass_names}
+    return merge_pass_metrics(per_pass)
+
+
+def build_lopti_trainer():
+    """Define and register the ``tokenbalance_lopti`` trainer (imports verl's v1 trainer)."""
+    from functools import partial
+
+    from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
+    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
+    from verl.utils.config import omega_conf_to_dataclass
+
+    from tokenbalance.integrations.verl.config import lopti_config
+    from tokenbalance.integrations.verl.losses import lopti_ppo_loss
+    from tokenbalance.integrations.verl.validation import validate_launch
+
+    if LOPTI_TRAINER in TRAINER_REGISTRY:
+        return TRAINER_REGISTRY[LOPTI_TRAINER]
+
+    class TokenBalanceLoptiTrainer(PPOTrainerSync):
+        """verl's sync trainer; the actor update runs once per Lopti pass (module docstring)."""
+
+        def _setup(self):
+            validate_launch(self.config)
+            super()._setup()
+            actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
+            self.lopti_pass_names = lopti_pass_names(lopti_config(actor_config.policy_loss))
+            self.actor_rollout_wg.set_loss_fn(partial(lopti_ppo_loss, config=actor_config))
+
+        def _update_actor(self, batch, metrics):
+            verl_update = super()._update_actor
+
+            def update_once(pass_batch):
+                pass_metrics: dict[str, Any] = {}
+                verl_update(pass_batch, metrics=pass_metrics)
+                return pass_metrics
+
+            metrics.update(run_update_passes(update_once, batch, self.lopti_pass_names))
+            return batch
+
+    return register_trainer(LOPTI_TRAINER)(TokenBalanceLoptiTrainer)

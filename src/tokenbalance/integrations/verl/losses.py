@@ -1,0 +1,182 @@
+"""Our losses in verl's shapes: the registered policy losses and the Lopti trainer's full loss.
+
+* :func:`policy_loss` is what verl's registry returns for ``tokenbalance_*`` loss modes. verl's
+  own ``ppo_loss`` calls it per micro-batch with padded ``[B, T]`` tensors and then adds its KL
+  and entropy terms itself, so this is the clipped surrogate with AR / TR-GRPO token weights only.
+* :func:`lopti_ppo_loss` replaces verl's ``ppo_loss`` under the ``tokenbalance_lopti`` trainer:
+  it reads which pass to compute from the batch (``UPDATE_PASS_KEY``), rebuilds that pass's
+  masks from the batch's own advantages and old log-probs (``passes.lopti_passes``, elementwise
+  in the tokens, so a micro-batch gets exactly its rows of the full-batch pass) and returns the
+  full pass loss (surrogate + KL + entropy on the pass's tokens, normalised by all valid tokens of
+  the mini-batch).
+
+Both compute the loss with :func:`tokenbalance.algorithms.loss.pass_loss`; the normaliser is
+verl's global one (``config.global_batch_info``: the mini-batch's valid tokens or sequences
+summed over data-parallel ranks, divided by the rank count as verl's ``agg_loss`` does), so the
+sum over micro-batches and ranks is the mini-batch loss exactly as with verl's own losses.
+Differences from verl's ``vanilla`` loss: none in value and gradient (tested); extra metrics.
+Differences from the AR-Lopti fork: the ratio and k3 clamps are verl's 20 instead of none / 5.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tokenbalance.algorithms.aggregate import loss_normaliser
+from tokenbalance.algorithms.loss import pass_loss
+from tokenbalance.algorithms.methods import passes_from_advantages
+from tokenbalance.integrations.verl.config import method_from_actor_config
+from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
+from tokenbalance.types import LossNormaliser, UpdatePass
+
+
+def select_pass(passes: list[UpdatePass], name: str) -> UpdatePass:
+    for update_pass in passes:
+        if update_pass.name == name:
+            return update_pass
+    raise ValueError(f"{UPDATE_PASS_KEY}: unknown pass {name!r}; this schedule has {[p.name for p in passes]}")
+
+
+def global_normaliser(method, update_pass: UpdatePass, global_batch_info: dict[str, Any]) -> LossNormaliser:
+    """Our normaliser equal to verl's ``agg_loss`` scaling with ``global_batch_info``.
+
+    verl divides by ``batch_num_tokens`` (token-mean) or ``global_batch_size`` (seq-mean modes;
+    times ``loss_scale_factor`` or the padded width for ``seq-mean-token-sum-norm``) and
+    multiplies by ``dp_size``; without them (one rank, no global info) it uses the micro-batch's
+    own counts, which is our :func:`pass_normaliser` of these rows.
+    """
+    mode = method.loss_agg_mode
+    dp_size = int(global_batch_info.get("dp_size") or 1)
+    tokens = global_batch_info.get("batch_num_tokens")
+    sequences = global_batch_info.get("global_batch_size")
+    mask_BT = update_pass.normaliser_mask_BT
+    if mode == "token-mean":
+        value = float(tokens) / dp_size if tokens is not None else loss_normaliser(mask_BT, mode)
+    elif sequences is None:
+        value = loss_normaliser(mask_BT, mode, max_response_len=method.max_response_len)
+    else:
+        value = float(sequences) / dp_size
+        if mode == "seq-mean-token-sum-norm":
+            value *= float(method.max_response_len or mask_BT.shape[1])
+    return LossNormaliser(policy=value, regulariser=value)
+
+
+def _verl_metrics(metrics: dict[str, float], prefix: str = "") -> dict[str, float]:
+    """verl's metric names for the shared quantities, plus ours under ``tokenbalance/``."""
+    out = {
+        f"actor/pg_clipfrac{prefix}": metrics["clip/frac"],
+        f"actor/pg_clipfrac_lower{prefix}": metrics["clip/dual_frac"],
+        f"actor/ppo_kl{prefix}": metrics["policy/approx_kl_old"],
+    }
+    skip = ("loss/",)
+    out.update({f"tokenbalance/{key}{prefix}": value for key, value in metrics.items() if not key.startswith(skip)})
+    return out
+
+
+def policy_loss(
+    old_log_prob: torch.Tensor,
+    log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    loss_agg_mode: str = "token-mean",
+    config=None,
+    rollout_is_weights: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """verl ``PolicyLossFn`` for the ``tokenbalance_*`` loss modes (all tensors ``[B, T]``).
+
+    The stages come from ``config.policy_loss.loss_mode`` and its fields
+    (:class:`~tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig`); ``log_prob``
+    carries gradient. Returns the aggregated policy loss and float metrics.
+    """
+    if config is None:
+        raise ValueError("config: the tokenbalance policy losses need verl's ActorConfig")
+    if rollout_is_weights is not None:
+        raise ValueError(
+            "rollout_is_weights: verl's rollout correction is not supported by the tokenbalance losses; "
+            "set algorithm.rollout_correction=null"
+        )
+    if config.policy_loss.get("lopti_eta", None) is not None:
+        raise ValueError(
+            f"actor_rollout_ref.actor.policy_loss.lopti_eta is set but this update runs a single pass: "
+            f"select the Lopti trainer with trainer.v1.trainer_mode={LOPTI_TRAINER}"
+        )
+    method = method_from_actor_config(config, with_regularisers=False).replace(loss_agg_mode=loss_agg_mode)
+    passes, _ = passes_from_advantages(method, advantages, response_mask, old_log_prob)
+    (update_pass,) = passes
+    normaliser = global_normaliser(method, update_pass, config.global_batch_info)
+    output = pass_loss(method, update_pass, log_prob, old_log_prob, normaliser=normaliser)
+    return output.loss, _verl_metrics(output.metrics)
+
+
+def lopti_pass_loss(
+    actor_config,
+    pass_name: str,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    ref_log_prob: torch.Tensor | None = None,
+    entropy: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, dict[str, float]]:
+    """The full loss of Lopti pass ``pass_name`` on one micro-batch (all tensors ``[B, T]``).
+
+    Surrogate (with the method's AR / TR-GRPO weights) on the pass's tokens, plus verl's KL loss
+    and entropy terms on the pass's tokens, all divided by the mini-batch's valid-token (or
+    sequence) count from ``actor_config.global_batch_info``.
+    """
+    method = method_from_actor_config(actor_config, with_regularisers=True, with_lopti=True)
+    passes, lopti_metrics = passes_from_advantages(method, advantages, response_mask, old_log_prob)
+    update_pass = select_pass(passes, pass_name)
+    normaliser = global_normaliser(method, update_pass, actor_config.global_batch_info)
+    output = pass_loss(
+        method, update_pass, log_prob, old_log_prob, ref_logp_BT=ref_log_prob, entropy_BT=entropy,
+        normaliser=normaliser,
+    )
+    metrics = _verl_metrics({**output.metrics, **lopti_metrics})
+    metrics["tokenbalance/loss/policy"] = output.metrics["loss/policy"]
+    if "loss/kl" in output.metrics:
+        metrics["tokenbalance/loss/kl"] = output.metrics["loss/kl"]
+    return output.loss, metrics
+
+
+def lopti_ppo_loss(config, model_output, data, dp_group=None):
+    """Drop-in for verl's ``workers.utils.losses.ppo_loss`` under the ``tokenbalance_lopti`` trainer.
+
+    Unpacks verl's micro-batch as ``ppo_loss`` does (nested model outputs to padded ``[B, T]``),
+    records the global batch info, and returns :func:`lopti_pass_loss` of the pass named in the
+    batch. The reported loss is a partial sum with the full denominator (per pass), as in the
+    reference; the trainer logs both passes and their sum.
+    """
+    from verl.utils import tensordict_utils as tu
+    from verl.utils.metric import AggregationType, Metric
+    from verl.workers.utils.padding import no_padding_2_padding
+
+    pass_name = tu.get_non_tensor_data(data=data, key=UPDATE_PASS_KEY, default=None)
+    if pass_name is None:
+        raise ValueError(
+            f"{UPDATE_PASS_KEY}: missing from the batch; lopti_ppo_loss runs only under "
+            f"trainer.v1.trainer_mode={LOPTI_TRAINER}"
+        )
+    log_prob = no_padding_2_padding(model_output["log_probs"], data)
+    entropy = model_output.get("entropy", None)
+    if entropy is not None:
+        entropy = no_padding_2_padding(entropy, data)
+    for key in ("dp_size", "batch_num_tokens", "global_batch_size"):
+        config.global_batch_info[key] = data[key]
+    fields = [key for key in ("response_mask", "old_log_probs", "advantages", "ref_log_prob") if key in data]
+    padded = data.select(*fields).to_padded_tensor()
+    loss, metrics = lopti_pass_loss(
+        config,
+        pass_name,
+        log_prob,
+        padded["old_log_probs"],
+        padded["advantages"],
+        padded["response_mask"].bool(),
+        ref_log_prob=padded.get("ref_log_prob", None),
+        entropy=entropy,
+    )
+    out: dict[str, Any] = Metric.from_dict(metrics, aggregation=AggregationType.MEAN)
+    out["actor/pg_loss"] = Metric(value=loss.detach(), aggregation=AggregationType.SUM)
+    return loss, out

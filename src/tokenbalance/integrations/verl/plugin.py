@@ -1,0 +1,45 @@
+"""verl plugin entry point: importing this module registers tokenbalance into verl.
+
+pyproject declares it under ``[project.entry-points."verl.plugins"]``, so ``import verl``
+imports it in every process (driver, trainer, workers). verl swallows a plugin's import error
+(logged at DEBUG only); our launcher (:mod:`.main`) imports this module directly so that an
+error (e.g. an unsupported verl version) is shown.
+
+Registers (names in :mod:`.names`, table in docs/verl.md):
+
+* policy losses ``tokenbalance_{grpo,ar,tr_grpo,ar_tr_grpo}`` -> :func:`.losses.policy_loss`;
+* advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}`` -> :mod:`.advantages`;
+* the trainer ``tokenbalance_lopti`` (:mod:`.lopti`), when verl's v1 trainer can be imported.
+"""
+
+from __future__ import annotations
+
+from verl.trainer.ppo.core_algos import (
+    ADV_ESTIMATOR_REGISTRY,
+    POLICY_LOSS_REGISTRY,
+    register_adv_est,
+    register_policy_loss,
+)
+
+from tokenbalance.integrations.verl import lopti
+from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
+from tokenbalance.integrations.verl.losses import policy_loss
+from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
+
+
+def register_all() -> None:
+    """Register every loss, estimator and the Lopti trainer (idempotent)."""
+    for name in POLICY_LOSS_NAMES:
+        if name not in POLICY_LOSS_REGISTRY:
+            register_policy_loss(name)(policy_loss)  # the stages follow policy_loss.loss_mode
+    for name, function in ESTIMATOR_FUNCTIONS.items():
+        if ADV_ESTIMATOR_REGISTRY.get(name) is not function:
+            register_adv_est(name)(function)
+    try:
+        lopti.build_lopti_trainer()
+        lopti.LOPTI_TRAINER_IMPORT_ERROR = None
+    except ImportError as error:  # verl's v1 trainer needs TransferQueue (GPU extras)
+        lopti.LOPTI_TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
+
+
+register_all()

@@ -1,0 +1,138 @@
+"""TRL integration: config mapping, refusals with reasons, the version guard, the K&K reward adapter."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+
+import pytest
+
+from tests.integrations.test_trl_support import tiny_policy_dir
+from tokenbalance.algorithms.methods import apply_method_overrides, get_method
+from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.integrations.trl import (
+    KKReward,
+    TokenBalanceGRPOTrainer,
+    check_config,
+    grpo_config_for_method,
+    kk_prompt_dataset,
+    method_fields,
+    unsupported_reason,
+)
+from tokenbalance.integrations.trl.rewards import kk_prompt_rows
+from tokenbalance.integrations.versions import HostVersionError
+from tokenbalance.models import load_policy
+from tokenbalance.tasks.kk.templates import reference_response
+
+PRESETS = ("grpo", "ar", "tr_grpo", "lopti", "ar_lopti", "nthr", "tr_grpo_literal")
+BASE = {"output_dir": "unused", "num_generations": 4, "per_device_train_batch_size": 4, "use_cpu": True,
+        "report_to": "none", "max_completion_length": 16}
+
+
+def config(method, **changes):
+    return grpo_config_for_method(method, **{**BASE, **changes})
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_presets_map_onto_a_consistent_config(name):
+    method = get_method(name)
+    args = config(name)
+    check_config(method, args)
+    assert (args.epsilon, args.epsilon_high) == (0.2, 0.24)
+    assert args.beta == 0.001 and args.loss_type == "dapo" and args.scale_rewards == "group"
+    assert args.use_bias_correction_kl is False and args.importance_sampling_level == "token"
+    assert args.num_iterations == (2 if method.lopti else 1)
+
+
+def test_token_mean_may_use_the_per_micro_batch_scope():
+    assert config("ar", loss_type="bnpo").loss_type == "bnpo"
+    with pytest.raises(ValueError, match="loss_type='grpo' does not aggregate like method 'ar'"):
+        config("ar", loss_type="grpo")
+
+
+def test_dr_grpo_aggregation_maps_to_trl_dr_grpo():
+    method = get_method("grpo").replace(loss_agg_mode="seq-mean-token-sum-norm")
+    assert method_fields(method)["loss_type"] == "dr_grpo"
+    with pytest.raises(ValueError, match="GRPOConfig.max_completion_length=16"):
+        check_config(method.replace(max_response_len=32), config(method))
+
+
+@pytest.mark.parametrize(("field", "value"), [("beta", 0.0), ("epsilon", 0.3), ("scale_rewards", "batch"),
+                                              ("num_iterations", 3)])
+def test_conflicting_field_is_named(field, value):
+    with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
+        config("ar", **{field: value})
+
+
+def test_a_hand_made_config_that_contradicts_the_method_is_rejected_at_construction():
+    from trl import GRPOConfig
+
+    args = GRPOConfig(**BASE)  # TRL defaults: beta 0, epsilon_high = epsilon = 0.2
+    with pytest.raises(ValueError, match="GRPOConfig.epsilon_high=0.2 does not fit method 'ar'"):
+        TokenBalanceGRPOTrainer(str(tiny_policy_dir()), None, args, method="ar")
+    with pytest.raises(ValueError, match="args: required"):
+        TokenBalanceGRPOTrainer(str(tiny_policy_dir()), None, None, method="ar")
+
+
+@pytest.mark.parametrize(("method", "reason"), [
+    (get_method("reinforce_pp"), "advantage.estimator='reinforce_pp'"),
+    (get_method("grpo").replace(kl=get_method("grpo").kl.__class__(placement="reward")), "KL in the reward"),
+    (apply_method_overrides(get_method("lopti"), {"lopti": LoptiConfig(threshold_mode="quantile", portion=0.5)}),
+     "quantile threshold"),
+    (apply_method_overrides(get_method("lopti"), {"lopti.renormalize_per_stage": True}), "renormalize_per_stage"),
+    (apply_method_overrides(get_method("nthr"), {"lopti.eta": 0.5}), "combines NTHR and Lopti"),
+    (get_method("grpo").replace(policy_loss_agg_mode="seq-mean-token-mean"), "one loss_type"),
+    (get_method("grpo").replace(loss_agg_mode="seq-mean-token-sum"), "has no TRL loss_type"),
+])
+def test_methods_trl_cannot_run_are_refused_with_the_reason(method, reason):
+    assert reason in unsupported_reason(method)
+    with pytest.raises(ValueError, match=reason):
+        grpo_config_for_method(method, **BASE)
+
+
+@pytest.mark.parametrize(("method", "changes", "field"), [
+    ("nthr", {"steps_per_generation": 2}, "steps_per_generation"),
+    ("nthr", {"num_iterations": 2}, "num_iterations"),
+    ("lopti", {"num_iterations": 3}, "num_iterations"),
+    ("lopti", {"gradient_accumulation_steps": 2, "steps_per_generation": 3, "per_device_train_batch_size": 4},
+     "steps_per_generation"),
+])
+def test_schedules_the_method_cannot_follow_are_refused(method, changes, field):
+    from trl import GRPOConfig
+
+    fields = {**method_fields(get_method(method)), **BASE, **changes}
+    with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
+        check_config(get_method(method), GRPOConfig(**fields))
+
+
+def test_lopti_with_epochs_uses_two_trl_iterations_per_epoch():
+    assert config("lopti", iterations_per_pass=2).num_iterations == 4
+
+
+def test_import_fails_clearly_outside_the_tested_trl_range(monkeypatch):
+    import tokenbalance.integrations.trl as integration
+
+    real_version = importlib.metadata.version
+    monkeypatch.delenv("TOKENBALANCE_SKIP_HOST_CHECK", raising=False)
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "1.12.0" if name == "trl" else real_version(name))
+    try:
+        with pytest.raises(HostVersionError, match=r"trl 1.12.0 is installed.*trl>=1.15,<1.17"):
+            importlib.reload(integration)
+    finally:
+        monkeypatch.undo()
+        importlib.reload(integration)
+
+
+def test_kk_reward_scores_prompt_plus_completion_with_special_tokens_kept():
+    _, tokenizer = load_policy(tiny_policy_dir())
+    row = kk_prompt_rows(1, difficulty=2, template="compact")[0]
+    good = reference_response(row["solution_text_format"])
+    ids = [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in (good, " nonsense")]
+    reward = KKReward(tokenizer)
+    scores = reward([row["prompt"]] * 2, ["ignored", "ignored"], ids,
+                    solution_text_format=[row["solution_text_format"]] * 2)
+    assert scores == [3.0, -3.0]
+    assert KKReward()([row["prompt"]], [good], None, solution_text_format=[row["solution_text_format"]]) == [3.0]
+    with pytest.raises(ValueError, match="solution_text_format"):
+        reward([row["prompt"]], [good], None)
+    assert set(kk_prompt_dataset(3, difficulty=2).column_names) == {"prompt", "solution_text_format"}
