@@ -61,8 +61,9 @@ class DataConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = option("hf", "rollout engine: Hugging Face generate, or the preallocated-KV-cache "
-                         "decode loop for small Llama / Qwen2 models", choices=("hf", "fast"))
+    engine: str = option("fast", "rollout engine: the preallocated-KV-cache decode loop (Llama / Qwen2 run "
+                         "their layers directly, other models their own forward), or Hugging Face generate",
+                         choices=("fast", "hf"))
     prompts_per_step: int = option(16, "prompts per RL step", low=1, high=10**6)
     group_size: int = option(8, "responses per prompt (G)", low=1, high=1024)
     max_new_tokens: int = option(48, "response budget in tokens", low=1, high=10**6)

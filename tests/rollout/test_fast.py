@@ -92,6 +92,15 @@ def test_same_tokens_as_a_full_forward_sampler(model, tokenizer, prompts, temper
     assert len(set(gen.response_ids_BT[0].tolist())) > 1  # not a degenerate repeat
 
 
+def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokenizer, prompts):
+    grouped = [ids for ids in prompts[:3] for _ in range(4)]  # the GRPO layout: each prompt G times in a row
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
+    gen = engine.generate(grouped, max_new_tokens=6, temperature=1.0, seed=3)
+    tokens, logps = reference_sample(model, engine, grouped, max_new_tokens=6, temperature=1.0, seed=3)
+    assert_matches_reference(gen, tokens, logps, NO_EOS)
+    assert len({tuple(row) for row in gen.response_ids_BT[:4].tolist()}) > 1  # a group's rows still differ
+
+
 @pytest.mark.parametrize("path", ["static", "model"])
 def test_rows_finish_at_different_times(tokenizer, path):
     model = random_model("qwen2", num_kv_heads=2)

@@ -101,8 +101,8 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
         read_metrics(reference / "metrics.jsonl"))
 
 
-def test_fast_engine_trains_like_the_hf_engine(small_config):
-    replace_section(small_config, "rollout", engine="fast")
+def test_hf_engine_trains_like_the_fast_engine(small_config):
+    replace_section(small_config, "rollout", engine="hf")
     replace_section(small_config, "train", steps=1)
     records = read_metrics(run_training(small_config, log=lambda *_: None) / "metrics.jsonl")
     (train,) = [r for r in records if r["kind"] == "train"]

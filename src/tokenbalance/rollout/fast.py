@@ -11,7 +11,8 @@ time outside arithmetic (cache objects, mask building, logits processors, stoppi
 ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` the engine runs the decoder layers itself:
 
 * one K/V buffer per layer, [B, H_kv, P + T, Dh], allocated once per batch; prefill writes
-  columns [0, P) in one pass, then each step writes one column for the whole batch;
+  columns [0, P) in one pass (each distinct prompt computed once, then copied to the rows of its
+  group), then each step writes one column for the whole batch;
 * left padding is an explicit boolean attention mask and per-row position ids (RoPE);
   ``scaled_dot_product_attention`` with ``enable_gqa`` for grouped-query attention;
 * q/k/v and gate/up projections fused into one matrix each (rebuilt every call, so the engine
@@ -54,6 +55,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenbalance.rollout.base import Generation, SamplingParams
 from tokenbalance.rollout.hf import PromptEngine, mask_through_first_eos
+from tokenbalance.rows import distinct_rows
 
 STATIC_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies fixed at init
@@ -312,14 +314,31 @@ class StaticCacheDecoder:
         return self.model.get_output_embeddings()(self.model.model.norm(hidden_BD)).float()
 
     def prefill(self) -> torch.Tensor:
-        """Run the prompts; -> [B, V] logits of the first response token."""
+        """Run the prompts; -> [B, V] logits of the first response token.
+
+        A prompt repeated over rows (a GRPO group) runs once; its K/V columns are copied to every
+        row that holds it (the same values a per-row prefill writes)."""
         width = self.width
-        hidden_BPD = self.model.get_input_embeddings()(self.prompt_ids_BP)
-        hidden_BPD = decoder_layers(
-            self.layers, hidden_BPD, self.cos_BLD[:, :width], self.sin_BLD[:, :width], self.caches, 0,
-            prefill_mask(self.prompt_mask_BP),
+        shared = distinct_rows(torch.cat([self.prompt_ids_BP, self.prompt_mask_BP.long()], dim=1))
+        if shared is None:
+            hidden_BPD = self.model.get_input_embeddings()(self.prompt_ids_BP)
+            hidden_BPD = decoder_layers(
+                self.layers, hidden_BPD, self.cos_BLD[:, :width], self.sin_BLD[:, :width], self.caches, 0,
+                prefill_mask(self.prompt_mask_BP),
+            )
+            return self.logits(hidden_BPD[:, -1])
+        first_U, inverse_B = shared
+        distinct_caches = [(torch.empty_like(k[first_U, :, :width]), torch.empty_like(v[first_U, :, :width]))
+                           for k, v in self.caches]
+        hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_BP[first_U])
+        hidden_UPD = decoder_layers(
+            self.layers, hidden_UPD, self.cos_BLD[first_U, :width], self.sin_BLD[first_U, :width], distinct_caches,
+            0, prefill_mask(self.prompt_mask_BP[first_U]),
         )
-        return self.logits(hidden_BPD[:, -1])
+        for (k_BHLD, v_BHLD), (k_UHPD, v_UHPD) in zip(self.caches, distinct_caches):
+            k_BHLD[:, :, :width] = k_UHPD[inverse_B]
+            v_BHLD[:, :, :width] = v_UHPD[inverse_B]
+        return self.logits(hidden_UPD[:, -1])[inverse_B]
 
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
         """Feed response token ``t`` of every row; -> [B, V] logits of token t + 1."""

@@ -8,6 +8,12 @@ vocabulary-sized tensor. Old, reference and current log-probs all use ``logits /
 
 For NTHR the same pass returns the last-layer hidden states (after the final norm, the input of
 ``lm_head``) at the positions that predict each response token.
+
+Shared prompts: a GRPO batch holds every prompt G times. With ``share_prompts`` (the default) the
+decoder runs once per distinct prompt, its key/value cache is indexed out to every row (autograd
+sums the rows' gradients back), and only the responses run per row. On the embedded default that
+removes half of the tokens from every forward and backward; the log-probs and gradients equal the
+one-pass forward's up to float rounding (tested).
 """
 
 from __future__ import annotations
@@ -15,8 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from transformers import DynamicCache
 
 from tokenbalance.algorithms.surrogate import entropy_from_logits
+from tokenbalance.rows import distinct_rows
 
 
 @dataclass(frozen=True)
@@ -50,23 +58,39 @@ class ResponseLogprobs:
     hidden_BTD: torch.Tensor | None = None
 
 
-def response_logprobs(
-    model,
-    packed: PackedSequences,
-    *,
-    temperature: float,
-    with_entropy: bool = False,
-    with_hidden: bool = False,
-) -> ResponseLogprobs:
-    """Log-probs of the response tokens under ``model`` at ``temperature``.
+def distinct_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first_U, inverse_B)`` of the distinct prompts (ids and mask), see :func:`distinct_rows`;
+    ``None`` when every prompt is distinct (nothing to share)."""
+    P = packed.prompt_len
+    return distinct_rows(torch.cat([packed.input_ids_BL[:, :P], packed.attention_mask_BL[:, :P].long()], dim=1))
 
-    Runs the decoder once over prompt + response, then the output layer on the T positions that
-    predict response tokens (columns P-1 .. P+T-2). Gradient flows when autograd is enabled.
-    """
-    if temperature <= 0:
-        raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
+
+def shared_prompt_hidden(model, packed: PackedSequences, first_U: torch.Tensor, inverse_B: torch.Tensor) -> torch.Tensor:
+    """[B, T, D] hidden states predicting the response tokens, the prompts run once each (see module doc)."""
     decoder = model.get_decoder()
-    hidden_BLD = decoder(
+    P = packed.prompt_len
+    cache = DynamicCache(config=model.config)
+    prompt_BPD = decoder(
+        input_ids=packed.input_ids_BL[first_U, :P],
+        attention_mask=packed.attention_mask_BL[first_U, :P],
+        position_ids=packed.position_ids_BL[first_U, :P],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    cache.batch_select_indices(inverse_B)  # every row gets its prompt's keys and values
+    response_BTD = decoder(
+        input_ids=packed.input_ids_BL[:, P:],
+        attention_mask=packed.attention_mask_BL,
+        position_ids=packed.position_ids_BL[:, P:],
+        past_key_values=cache,
+        use_cache=True,
+    ).last_hidden_state
+    return torch.cat([prompt_BPD[inverse_B, -1:], response_BTD[:, :-1]], dim=1)
+
+
+def full_sequence_hidden(model, packed: PackedSequences) -> torch.Tensor:
+    """[B, T, D] hidden states predicting the response tokens, from one pass over prompt + response."""
+    hidden_BLD = model.get_decoder()(
         input_ids=packed.input_ids_BL,
         attention_mask=packed.attention_mask_BL,
         position_ids=packed.position_ids_BL,
@@ -74,20 +98,50 @@ def response_logprobs(
     ).last_hidden_state
     P = packed.prompt_len
     T = packed.input_ids_BL.shape[1] - P
-    hidden_BTD = hidden_BLD[:, P - 1 : P - 1 + T]
+    return hidden_BLD[:, P - 1 : P - 1 + T]
+
+
+def response_logprobs(
+    model,
+    packed: PackedSequences,
+    *,
+    temperature: float,
+    with_entropy: bool = False,
+    with_hidden: bool = False,
+    entropy_grad: bool = False,
+    share_prompts: bool = True,
+) -> ResponseLogprobs:
+    """Log-probs of the response tokens under ``model`` at ``temperature``.
+
+    Runs the decoder over prompt + response (each distinct prompt once with ``share_prompts``),
+    then the output layer on the T positions that predict response tokens (columns P-1 .. P+T-2).
+    Gradient flows when autograd is enabled; the entropy carries gradient only with
+    ``entropy_grad`` (an entropy bonus in the loss), otherwise it is computed detached (logged only).
+    """
+    if temperature <= 0:
+        raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
+    shared = None
+    if share_prompts and not getattr(model, "is_gradient_checkpointing", False):
+        shared = distinct_prompt_rows(packed)
+    hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
     logits_BTV = model.get_output_embeddings()(hidden_BTD).float() / temperature
-    targets_BT = packed.input_ids_BL[:, P:]
+    targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
     logp_BT = torch.log_softmax(logits_BTV, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
+    entropy_BT = None
+    if with_entropy:
+        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
+            entropy_BT = entropy_from_logits(logits_BTV)
     return ResponseLogprobs(
         logp_BT=logp_BT,
-        entropy_BT=entropy_from_logits(logits_BTV) if with_entropy else None,
+        entropy_BT=entropy_BT,
         hidden_BTD=hidden_BTD.detach() if with_hidden else None,
     )
 
 
 @torch.no_grad()
 def batched_response_logprobs(model, packed: PackedSequences, *, temperature: float, micro_batch: int,
-                              with_hidden: bool = False, with_entropy: bool = False) -> ResponseLogprobs:
+                              with_hidden: bool = False, with_entropy: bool = False,
+                              share_prompts: bool = True) -> ResponseLogprobs:
     """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time.
 
     ``with_entropy`` returns the per-token entropy of the same distribution (the bucket statistics
@@ -98,7 +152,8 @@ def batched_response_logprobs(model, packed: PackedSequences, *, temperature: fl
     try:
         parts = [
             response_logprobs(model, packed.rows(slice(start, start + micro_batch)),
-                              temperature=temperature, with_hidden=with_hidden, with_entropy=with_entropy)
+                              temperature=temperature, with_hidden=with_hidden, with_entropy=with_entropy,
+                              share_prompts=share_prompts)
             for start in range(0, packed.input_ids_BL.shape[0], micro_batch)
         ]
     finally:

@@ -78,7 +78,8 @@ def run_update_passes(
                 if micro_normaliser is None:
                     micro_normaliser = pass_normaliser(method, micro_pass)
                     scale = 1.0 / len(micro_slices)
-                current = response_logprobs(policy, packed.rows(rows), temperature=temperature, with_entropy=True)
+                current = response_logprobs(policy, packed.rows(rows), temperature=temperature, with_entropy=True,
+                                            entropy_grad=method.entropy_coeff != 0)
                 out = pass_loss(
                     method, micro_pass, current.logp_BT, old_logp_BT[rows],
                     None if ref_logp_BT is None else ref_logp_BT[rows], current.entropy_BT,

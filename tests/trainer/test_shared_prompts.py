@@ -1,0 +1,67 @@
+"""The shared-prompt forward equals the one-pass forward (log-probs, entropies, hidden states, gradients)."""
+
+import pytest
+import torch
+
+from tests.models.helpers import tiny_model
+from tokenbalance.trainer.logprobs import distinct_prompt_rows, pack_sequences, response_logprobs
+
+
+def grouped_batch(groups: int = 3, group_size: int = 4, prompt_len: int = 7, response_len: int = 6, seed: int = 0):
+    """``groups`` distinct prompts (the first left-padded by 2), each repeated ``group_size`` times,
+    with distinct responses; one response ends early (right padding)."""
+    generator = torch.Generator().manual_seed(seed)
+    prompts_GP = torch.randint(10, 300, (groups, prompt_len), generator=generator)
+    prompt_mask_GP = torch.ones(groups, prompt_len, dtype=torch.bool)
+    prompt_mask_GP[0, :2] = False
+    prompts_GP = prompts_GP.masked_fill(~prompt_mask_GP, 0)
+    rows = groups * group_size
+    responses_BT = torch.randint(10, 300, (rows, response_len), generator=generator)
+    response_mask_BT = torch.ones(rows, response_len, dtype=torch.bool)
+    response_mask_BT[1, 3:] = False
+    return pack_sequences(prompts_GP.repeat_interleave(group_size, 0), prompt_mask_GP.repeat_interleave(group_size, 0),
+                          responses_BT, response_mask_BT), response_mask_BT
+
+
+def test_distinct_prompt_rows_finds_groups():
+    packed, _ = grouped_batch(groups=3, group_size=4)
+    first_U, inverse_B = distinct_prompt_rows(packed)
+    assert sorted(first_U.tolist()) == [0, 4, 8]
+    # rows of one group map to the same distinct prompt, whose first row is the group's first row
+    assert first_U[inverse_B].tolist() == [0] * 4 + [4] * 4 + [8] * 4
+
+
+def test_distinct_prompt_rows_none_when_all_distinct():
+    packed, _ = grouped_batch(groups=3, group_size=1)
+    assert distinct_prompt_rows(packed) is None
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen2"])
+def test_shared_equals_full_forward(arch):
+    model = tiny_model(arch).double().train()
+    packed, mask_BT = grouped_batch()
+    outputs = {}
+    for share in (False, True):
+        model.zero_grad()
+        out = response_logprobs(model, packed, temperature=0.7, with_entropy=True, with_hidden=True,
+                                entropy_grad=True, share_prompts=share)
+        ((out.logp_BT * mask_BT).sum() + (out.entropy_BT * mask_BT).sum()).backward()
+        outputs[share] = (out, [p.grad.clone() for p in model.parameters()])
+    (full, full_grads), (shared, shared_grads) = outputs[False], outputs[True]
+    # float64 model; the rotary tables are float32 in transformers, computed over other shapes
+    torch.testing.assert_close(shared.logp_BT[mask_BT], full.logp_BT[mask_BT], atol=1e-5, rtol=0)
+    torch.testing.assert_close(shared.entropy_BT[mask_BT], full.entropy_BT[mask_BT], atol=1e-5, rtol=0)
+    torch.testing.assert_close(shared.hidden_BTD[mask_BT], full.hidden_BTD[mask_BT], atol=1e-5, rtol=0)
+    for got, want in zip(shared_grads, full_grads, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert max(g.abs().max().item() for g in full_grads) > 1e-2  # the comparison is not between zeros
+
+
+def test_entropy_is_detached_unless_asked():
+    model = tiny_model("llama").train()
+    packed, _ = grouped_batch()
+    logged = response_logprobs(model, packed, temperature=1.0, with_entropy=True)
+    bonus = response_logprobs(model, packed, temperature=1.0, with_entropy=True, entropy_grad=True)
+    assert logged.logp_BT.requires_grad and not logged.entropy_BT.requires_grad
+    assert bonus.entropy_BT.requires_grad
+    torch.testing.assert_close(logged.entropy_BT, bonus.entropy_BT.detach())
