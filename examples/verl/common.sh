@@ -10,7 +10,7 @@
 #   ESTIMATOR=grpo|reinforce_pp   advantage estimator (the scripts' default grpo; alternative reinforce_plus_plus)
 #   DATA_DIR=data/kk     where prepare_kk_data.sh wrote the parquet files
 #   N_GPUS=4             GPUs on the node (the scripts: 1 node x 4 x 80 GB)
-#   DRY_RUN=1            check and print the composed config instead of training
+#   DRY_RUN=1            check and print the composed config instead of training (writes nothing here)
 #   extra hydra overrides can be appended to any kk_*.sh command line.
 set -euo pipefail
 

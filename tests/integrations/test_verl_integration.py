@@ -2,9 +2,10 @@
 losses / advantages, the Lopti pass schedule, launch validation, plugin discovery, K&K reward.
 
 All comparisons use float64 and verl's real config classes (``ActorConfig``, ``AlgoConfig``).
-verl's v1 trainer (which needs TransferQueue) cannot be imported on CPU: the Lopti test drives
-:func:`run_update_passes` (the function the trainer's ``_update_actor`` calls) with a mini-batch
-loop on a tiny torch model, and checks it against our core's schedule step for step.
+The Lopti test here drives :func:`run_update_passes` (the function the trainer's
+``_update_actor`` calls) with a mini-batch loop on a tiny torch model and checks it against our
+core's schedule step for step; the trainer class itself and ``lopti_ppo_loss`` on verl's nested
+micro-batches are tested in ``test_verl_lopti_trainer.py``.
 """
 
 from __future__ import annotations
@@ -412,10 +413,13 @@ def test_import_verl_alone_registers_our_names_through_the_entry_point():
         "print('tokenbalance.integrations.verl.plugin' in sys.modules)\n"
         "print(','.join(sorted(k for k in P if k.startswith('tokenbalance'))))\n"
         "print(','.join(sorted(k for k in A if k.startswith('tokenbalance'))))\n"
+        "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY as T\n"
+        f"print(T['{LOPTI_TRAINER}'].__module__, T['{LOPTI_TRAINER}'].__mro__[1].__name__)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    loaded, losses, estimators = result.stdout.strip().splitlines()[-3:]
+    loaded, losses, estimators, trainer = result.stdout.strip().splitlines()[-4:]
     assert loaded == "True"
+    assert trainer == "tokenbalance.integrations.verl.lopti PPOTrainerSync"
     assert losses.split(",") == sorted(POLICY_LOSS_NAMES)
     assert estimators.split(",") == sorted(ADVANTAGE_ESTIMATORS)
 

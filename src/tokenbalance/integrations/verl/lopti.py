@@ -18,9 +18,10 @@ threshold is ANDed with the response mask; quantile ("portion") mode and per-sta
 renormalisation are not offered on verl (verl gives the loss only the mini-batch's total token
 count).
 
-verl's v1 trainer needs the ``TransferQueue`` package (``pip install 'verl[vllm]'`` on a GPU
-node); where it is missing (the CPU test environment) the trainer is not registered and a
-launch asking for it is rejected with that reason (:mod:`.validation`). Command::
+verl's v1 trainer imports ``transfer_queue``, ``cachetools``, ``fastapi`` and ``uvicorn``, which
+verl 0.9.1 does not declare; our ``verl`` extra installs them. Where one is missing the trainer
+is not registered (:data:`LOPTI_TRAINER_IMPORT_ERROR` says why) and a launch asking for it is
+rejected with that reason (:mod:`.validation`). Command::
 
     bash examples/verl/kk_lopti.sh       # docs/verl.md
 """
@@ -36,7 +37,8 @@ import torch
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 
-LOPTI_TRAINER_IMPORT_ERROR: str | None = None  # set by the plugin when verl's v1 trainer is unavailable
+LOPTI_TRAINER_IMPORT_ERROR: str | None = None
+"""Why verl's v1 trainer could not be imported (set by the plugin); ``None`` once registered."""
 
 
 def lopti_pass_names(config: LoptiConfig) -> list[str]:
@@ -49,7 +51,7 @@ def lopti_pass_names(config: LoptiConfig) -> list[str]:
 def with_update_pass(batch, pass_name: str):
     """A shallow copy of verl's batch handle whose ``extra_info`` names the pass (``batch`` untouched)."""
     pass_batch = copy.copy(batch)
-    pass_batch.extra_info = {**batch.extra_info, UPDATE_PASS_KEY: pass_name}
+    pass_batch.extra_info = {**(batch.extra_info or {}), UPDATE_PASS_KEY: pass_name}
     return pass_batch
 
 

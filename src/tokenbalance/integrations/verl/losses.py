@@ -177,6 +177,16 @@ def lopti_ppo_loss(config, model_output, data, dp_group=None):
         ref_log_prob=padded.get("ref_log_prob", None),
         entropy=entropy,
     )
-    out: dict[str, Any] = Metric.from_dict(metrics, aggregation=AggregationType.MEAN)
+    out: dict[str, Any] = {
+        key: Metric(value=value, aggregation=AggregationType.SUM if is_partial_loss(key) else AggregationType.MEAN)
+        for key, value in metrics.items()
+    }
     out["actor/pg_loss"] = Metric(value=loss.detach(), aggregation=AggregationType.SUM)
     return loss, out
+
+
+def is_partial_loss(metric_key: str) -> bool:
+    """Loss terms are partial sums over a micro-batch with the mini-batch's denominator, so verl
+    must add them over micro-batches (``AggregationType.SUM``, as its ``ppo_loss`` does for
+    ``pg_loss`` / ``kl_loss``); rates and means are averaged."""
+    return "/loss/" in metric_key or metric_key.endswith("_loss")

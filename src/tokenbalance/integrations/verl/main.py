@@ -1,11 +1,14 @@
 """Launch verl's PPO trainer with tokenbalance registered and the config checked first.
 
 Same command line as ``python -m verl.trainer.main_ppo`` (verl's hydra config, the same
-overrides); the only additions are: our plugin is imported explicitly (so an unsupported verl or
-a broken install is reported instead of being swallowed by verl's plugin loader), and
+overrides); the additions are: our plugin is imported explicitly (so an unsupported verl or a
+broken install is reported instead of being swallowed by verl's plugin loader),
 :func:`.validation.validate_launch` runs on the composed config before Ray starts (NTHR,
-unknown names, Lopti without its trainer, ... are rejected with the reason). Then verl's own
-``main`` runs unchanged. Commands (docs/verl.md)::
+unknown names, Lopti without its trainer, ... are rejected with the reason), and hydra's run
+directory defaults to ``runs/verl/<date>/<time>`` (git-ignored) instead of ``outputs/`` in the
+current directory, or to a temporary directory for a dry run, which writes nothing where it
+is started (:func:`with_default_run_dir`; an explicit ``hydra.run.dir=...`` wins). Then
+verl's own ``main`` runs unchanged. Commands (docs/verl.md)::
 
     TOKENBALANCE_VERL_DRY_RUN=1 python -m tokenbalance.integrations.verl.main <overrides>  # check + print
     bash examples/verl/kk_ar_lopti.sh                                        # 4 GPUs, AR + Lopti
@@ -14,11 +17,35 @@ unknown names, Lopti without its trainer, ... are rejected with the reason). The
 from __future__ import annotations
 
 import os
+import sys
+import tempfile
 
 import hydra
 
 import tokenbalance.integrations.verl.plugin  # noqa: F401  (registers; raises on a bad verl)
 from tokenbalance.integrations.verl.validation import validate_launch
+
+DRY_RUN_ENV = "TOKENBALANCE_VERL_DRY_RUN"
+RUN_DIR = "runs/verl/${now:%Y-%m-%d}/${now:%H-%M-%S}"  # hydra's default is outputs/<date>/<time>
+
+
+def is_dry_run() -> bool:
+    return os.environ.get(DRY_RUN_ENV) == "1"
+
+
+def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
+    """``overrides`` plus our default ``hydra.run.dir`` unless the user set one.
+
+    A real run writes hydra's log and composed config to :data:`RUN_DIR`; a dry run to a fresh
+    temporary directory, without the ``.hydra`` config copy, so nothing appears in the
+    current directory.
+    """
+    if any(override.lstrip("+~").startswith("hydra.run.dir=") for override in overrides):
+        return list(overrides)
+    if not dry_run:
+        return [*overrides, f"hydra.run.dir={RUN_DIR}"]
+    scratch = tempfile.mkdtemp(prefix="tokenbalance-verl-dry-run-")
+    return [*overrides, f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
 
 
 @hydra.main(config_path="pkg://verl.trainer.config", config_name="ppo_trainer", version_base=None)
@@ -30,7 +57,7 @@ def main(config) -> None:
     from verl.trainer import main_ppo
 
     validate_launch(config)
-    if os.environ.get("TOKENBALANCE_VERL_DRY_RUN") == "1":
+    if is_dry_run():
         from omegaconf import OmegaConf
 
         print(OmegaConf.to_yaml(config))
@@ -40,4 +67,5 @@ def main(config) -> None:
 
 
 if __name__ == "__main__":
+    sys.argv[1:] = with_default_run_dir(sys.argv[1:], dry_run=is_dry_run())
     main()

@@ -38,7 +38,7 @@ def register_all() -> None:
     try:
         lopti.build_lopti_trainer()
         lopti.LOPTI_TRAINER_IMPORT_ERROR = None
-    except ImportError as error:  # verl's v1 trainer needs TransferQueue (GPU extras)
+    except ImportError as error:  # v1 trainer deps (TransferQueue, cachetools, fastapi, uvicorn) missing
         lopti.LOPTI_TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 
 

@@ -7,7 +7,7 @@ and again by the Lopti trainer. It rejects, with the reason and the key to chang
 * unknown ``tokenbalance_*`` loss modes / estimators, and unknown ``policy_loss`` keys (listing
   the valid ones) or out-of-range values (naming the field);
 * ``lopti_*`` keys without the Lopti trainer, the Lopti trainer without a tokenbalance loss or
-  without verl's v1 trainer (``trainer.use_v1``) or its ``TransferQueue`` dependency.
+  without verl's v1 trainer (``trainer.use_v1``) or its undeclared dependencies (``TransferQueue``, ...).
 """
 
 from __future__ import annotations
@@ -96,8 +96,8 @@ def validate_launch(config) -> None:
     if lopti_on and lopti.LOPTI_TRAINER_IMPORT_ERROR is not None:
         raise ValueError(
             f"trainer.v1.trainer_mode={LOPTI_TRAINER}: verl's v1 trainer could not be imported "
-            f"({lopti.LOPTI_TRAINER_IMPORT_ERROR}); install verl's GPU extras (pip install 'verl[vllm]', "
-            "which brings TransferQueue)"
+            f"({lopti.LOPTI_TRAINER_IMPORT_ERROR}); install tokenbalance's verl extra (pip install -e '.[verl]': "
+            "TransferQueue, cachetools, fastapi, uvicorn)"
         )
     if policy_loss is not None and not lopti_on and lopti_fields_set(policy_loss):
         raise ValueError(
