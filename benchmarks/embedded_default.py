@@ -2,8 +2,9 @@
 
 Each seed runs the whole default from an empty cache (tokenizer, SFT warm start, RL, the
 evaluations), one seed after the other, timed on the wall clock. The before/after held-out
-accuracies (the first and last evaluation in each run's metrics.jsonl) and the gains are written
-as a markdown table to OUT_DIR/results.md and printed.
+accuracies (the first and last evaluation in each run's metrics.jsonl), the gains and the peak
+resident memory of the training process (run_state.json) are written as a markdown table to
+OUT_DIR/results.md and printed.
 
     .venv/bin/python benchmarks/embedded_default.py --seeds 0 1 2 --out-dir runs/embedded-default
 
@@ -39,7 +40,9 @@ def run_seed(seed: int, out_dir: Path) -> dict:
             subprocess.run(command, check=True, stdout=log, stderr=subprocess.STDOUT)
         wall = time.perf_counter() - started
     evals = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
-    return {"seed": seed, "wall_s": wall, "before": evals[0], "after": evals[-1], "rl_steps": evals[-1]["step"]}
+    peak_rss_mb = json.loads((run_dir / "run_state.json").read_text())["peak_rss_mb"]
+    return {"seed": seed, "wall_s": wall, "peak_rss_mb": peak_rss_mb, "before": evals[0], "after": evals[-1],
+            "rl_steps": evals[-1]["step"]}
 
 
 def metric_keys(result: dict) -> list[str]:
@@ -72,11 +75,12 @@ def markdown(results: list[dict]) -> str:
         lines.append(f"| {label(key)} | {mean(before):.3f} | {mean(after):.3f} | {mean(gains):+.3f} | "
                      + " | ".join(f"{g:+.3f}" for g in gains) + " |")
     keys = metric_keys(results[0])
-    lines += ["", "| seed | RL steps | wall time (s) | " + " | ".join(label(k) for k in keys) + " |",
-              "|---:|---:|---:|" + "---|" * len(keys)]
+    lines += ["", "| seed | RL steps | wall time (s) | peak RSS (MiB) | " + " | ".join(label(k) for k in keys) + " |",
+              "|---:|---:|---:|---:|" + "---|" * len(keys)]
     for r in results:
         cells = [f"{r['before'][k]:.3f} -> {r['after'][k]:.3f}" for k in keys]
-        lines.append(f"| {r['seed']} | {r['rl_steps']} | {r['wall_s']:.0f} | " + " | ".join(cells) + " |")
+        lines.append(f"| {r['seed']} | {r['rl_steps']} | {r['wall_s']:.0f} | {r['peak_rss_mb']:.0f} | "
+                     + " | ".join(cells) + " |")
     walls = [r["wall_s"] for r in results]
     lines.append(f"\nwall time per run: mean {mean(walls):.0f} s, max {max(walls):.0f} s "
                  f"({os.cpu_count()} CPUs, {platform.machine()}, torch {version('torch')}, Python {platform.python_version()})")

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Shared settings of the four AR-Lopti K&K presets on verl 0.9 (sourced by kk_*.sh).
 # Every value below is from the AR-Lopti K&K scripts train_kklogic_*_4x80GB.sh (Yang et al. 2025,
-# arXiv 2505.12929; spec methods.md §9.1) unless marked "verl" (a verl 0.9 setting with no
+# arXiv 2505.12929; the authors' scripts, zhyang2226/AR-Lopti) unless marked "verl" (a verl 0.9 setting with no
 # counterpart in the 2025 fork) or "ours".
 #
 # Environment (all optional):

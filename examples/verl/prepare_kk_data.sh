@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Knights & Knaves data for the verl presets, written by our own generator (docs/tasks.md):
 # the AR-Lopti K&K training file (4,500 prompts, 900 each for 3-7 people) and the five
-# 100-puzzle test files with data_source kk_logic{n} (spec methods.md §9.1, kk.md).
+# 100-puzzle test files with data_source kk_logic{n} (the authors' scripts; docs/tasks.md).
 #   bash examples/verl/prepare_kk_data.sh [DATA_DIR]      (default: data/kk)
 set -euo pipefail
 DATA_DIR="${1:-${DATA_DIR:-data/kk}}"

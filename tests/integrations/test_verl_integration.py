@@ -52,11 +52,19 @@ from tokenbalance.integrations.verl.names import (
 from tokenbalance.integrations.verl.reward import compute_score
 from tokenbalance.integrations.verl.validation import validate_launch
 
-torch.set_default_dtype(torch.float64)
 CLIP = ClipConfig(eps_low=0.2, eps_high=0.24, dual_clip_c=10.0, log_ratio_clamp=20.0)  # verl's clamp
 
 
 # --------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(autouse=True)
+def float64_default():
+    """Exact comparisons in float64; the default dtype is restored for the other test modules."""
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(previous)
 
 
 def make_batch(seed: int = 0, rows: int = 8, length: int = 6):

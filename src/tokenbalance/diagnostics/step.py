@@ -133,7 +133,7 @@ class StepDiagnostics:
         self.seconds += time.perf_counter() - start
         return metrics
 
-    def on_micro_batch(self, rows: slice, micro_pass: UpdatePass, logp_BT: torch.Tensor) -> None:
+    def on_micro_batch(self, rows: slice | torch.Tensor, micro_pass: UpdatePass, logp_BT: torch.Tensor) -> None:
         """Record where the clip acted in this micro-batch (called by ``run_update_passes``)."""
         if self.clipped_BT is None or self._old_logp_BT is None:
             return

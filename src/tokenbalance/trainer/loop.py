@@ -221,6 +221,19 @@ def run_evaluation(parts: TrainerParts) -> dict[str, float]:
                     max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.train.seed)
 
 
+def peak_memory_mb(device: torch.device) -> dict[str, float]:
+    """Peak memory of this process so far: resident set size (MiB; Linux reports KiB, macOS bytes)
+    and, on CUDA, the peak of tensors allocated on the device."""
+    import resource
+    import sys
+
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peaks = {"peak_rss_mb": rss / (2**20 if sys.platform == "darwin" else 2**10)}
+    if device.type == "cuda":
+        peaks["peak_cuda_allocated_mb"] = torch.cuda.max_memory_allocated(device) / 2**20
+    return peaks
+
+
 def write_status(run_dir: Path, status: str, **extra) -> None:
     write_text_atomic(run_dir / "run_state.json", json.dumps({"status": status, **extra}, indent=1) + "\n")
 
@@ -271,7 +284,7 @@ def train(parts: TrainerParts) -> dict:
             log.close()
         raise
     if log is not None:
-        write_status(run_dir, "completed", step=cfg.train.steps)
+        write_status(run_dir, "completed", step=cfg.train.steps, **peak_memory_mb(parts.device))
         log.close()
     return evaluations
 

@@ -25,6 +25,29 @@ def row_chunks(num_rows: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
 
 
+def rows_with_terms(rows: slice, micro_pass: UpdatePass, update_pass: UpdatePass
+                    ) -> tuple[slice | torch.Tensor | None, UpdatePass]:
+    """The rows of ``rows`` holding at least one token of the pass (policy, KL or entropy term), and
+    the pass restricted to them: ``rows`` itself when all do, an index tensor when some do, ``None``
+    when none do. Skipping the others is exact: their loss terms and gradients are zero (Lopti's
+    low-probability pass often covers a minority of the rows)."""
+    active_B = (micro_pass.policy_mask_BT.bool() | micro_pass.kl_entropy_mask_BT.bool()).any(dim=1)
+    count = int(active_B.sum())
+    if count == active_B.numel():
+        return rows, micro_pass
+    if count == 0:
+        return None, micro_pass
+    index = torch.nonzero(active_B).squeeze(1) + rows.start
+    return index, update_pass.select_rows(index)
+
+
+def zero_missing_gradients(params: list[torch.Tensor]) -> None:
+    """Give parameters without a gradient (every micro-batch skipped) a zero one."""
+    for param in params:
+        if param.grad is None:
+            param.grad = torch.zeros_like(param)
+
+
 def run_update_passes(
     *,
     method,
@@ -40,12 +63,13 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
-    on_micro_batch: Callable[[slice, UpdatePass, torch.Tensor], None] | None = None,
+    on_micro_batch: Callable[[slice | torch.Tensor, UpdatePass, torch.Tensor], None] | None = None,
 ) -> dict[str, float]:
     """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
 
-    ``on_micro_batch(rows, micro_pass, logp_BT)``, if given, sees every micro-batch's rows, pass and
-    detached current log-probs after its loss (the diagnostics collect per-token clip flags there).
+    ``on_micro_batch(rows, micro_pass, logp_BT)``, if given, sees every micro-batch's rows (a slice,
+    or an index tensor when rows without a token of the pass were skipped), pass and detached
+    current log-probs after its loss (the diagnostics collect per-token clip flags there).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -69,15 +93,18 @@ def run_update_passes(
             if token_mean_scope == "mini_batch":
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
-            mini_metrics: dict[str, float] = defaultdict(float)
+            micro_runs = []
             for micro in micro_slices:
                 rows = slice(mini.start + micro.start, mini.start + micro.stop)
                 micro_pass = update_pass.select_rows(rows)
                 scale = 1.0
                 micro_normaliser = normaliser
-                if micro_normaliser is None:
+                if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
                     micro_normaliser = pass_normaliser(method, micro_pass)
                     scale = 1.0 / len(micro_slices)
+                rows, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
+                if rows is None:
+                    continue  # no token of this pass here: its loss and gradient are zero
                 current = response_logprobs(policy, packed.rows(rows), temperature=temperature, with_entropy=True,
                                             entropy_grad=method.entropy_coeff != 0)
                 out = pass_loss(
@@ -88,9 +115,14 @@ def run_update_passes(
                 (out.loss * scale).backward()
                 if on_micro_batch is not None:
                     on_micro_batch(rows, micro_pass, current.logp_BT.detach())
-                for key, value in out.metrics.items():
-                    # losses add up over micro-batches (shared normaliser); fractions average
-                    weight = 1.0 if key.startswith("loss/") and scale == 1.0 else 1.0 / len(micro_slices)
+                micro_runs.append((out.metrics, scale))
+            zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
+            mini_metrics: dict[str, float] = defaultdict(float)
+            for metrics, scale in micro_runs:
+                for key, value in metrics.items():
+                    # losses add up as the gradient does (times 1 / micro-batches in the micro-batch
+                    # scope); fractions average over the micro-batches that ran
+                    weight = scale if key.startswith("loss/") else 1.0 / len(micro_runs)
                     mini_metrics[key] += value * weight
             # micro-batch scope: every rank's loss is already a mean, so ranks average
             sum_gradients(params, ctx, scale=1.0 if normaliser is not None else 1.0 / ctx.world_size)

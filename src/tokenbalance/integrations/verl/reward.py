@@ -10,7 +10,7 @@ verl's reward manager passes the decoded **response only** (special tokens skipp
 Logic-RL / AR-Lopti reward reads prompt + response. We therefore score with
 :func:`tokenbalance.tasks.kk.reward.score_response`, which puts the prompt template's assistant
 header in front of the response, exactly what the reference saw after its ``Assistant`` split
-(spec kk.md §11.5). The template must be the one the data was generated with (``gen-data``'s
+(docs/tasks.md). The template must be the one the data was generated with (``gen-data``'s
 ``--template``, default ``qwen-instruct``).
 
 Returns verl's dict form: ``score`` (3, -0.5, -1 or -3) plus ``format_ok``, ``answer_parsed``

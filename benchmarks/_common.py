@@ -1,0 +1,78 @@
+"""Shared pieces of the benchmark scripts: the benchmark model, timing, the machine line, tables.
+
+Every benchmark builds its models locally (no hub), fixes the torch thread count, warms each
+contender up once, and reports medians of repeated runs plus ratios computed from numbers taken
+in the same process, so the machine's drift between runs cancels as far as it can.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from importlib.metadata import version
+
+import torch
+
+from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer
+
+# The issue's reference size: a Qwen2-style model of about 1.1M parameters (hidden 128, 4 layers).
+BENCH_MODEL = TinyModelConfig(arch="qwen2", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512,
+                              max_position_embeddings=512)
+
+
+def bench_tokenizer(vocab_size: int = 1024):
+    """A byte-level BPE tokenizer trained on K&K text (a few seconds, no network)."""
+    return train_tokenizer(kk_tokenizer_corpus((3,), count=200), vocab_size=vocab_size)
+
+
+def bench_model(tokenizer, *, attn_implementation: str = "sdpa", seed: int = 0, config: TinyModelConfig = BENCH_MODEL):
+    model = build_tiny_model(config, tokenizer, seed=seed, attn_implementation=attn_implementation)
+    return model.eval()
+
+
+def random_prompts(count: int, length: int, vocab_low: int, vocab_high: int, seed: int = 0) -> list[list[int]]:
+    """``count`` prompts of ``length`` token ids drawn uniformly from [vocab_low, vocab_high)."""
+    generator = torch.Generator().manual_seed(seed)
+    return torch.randint(vocab_low, vocab_high, (count, length), generator=generator).tolist()
+
+
+def interleaved_medians(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+                        ) -> tuple[dict[str, float], dict[str, object]]:
+    """Median wall time of each contender over ``repeats`` rounds, and each one's last result.
+
+    Every round runs all contenders once, in turn, after ``warmup`` untimed rounds: a slow spell of
+    the machine then hits every contender alike instead of whichever happened to run during it.
+    """
+    results: dict[str, object] = {}
+    for _ in range(warmup):
+        for label, fn in contenders.items():
+            results[label] = fn()
+    times: dict[str, list[float]] = {label: [] for label in contenders}
+    for _ in range(repeats):
+        for label, fn in contenders.items():
+            start = time.perf_counter()
+            results[label] = fn()
+            times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(t) for label, t in times.items()}, results
+
+
+def matmul_flops_per_s(size: int = 512, repeats: int = 20) -> float:
+    """The machine's float32 matrix-multiply rate (FLOP/s) at the current thread count."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    seconds, _ = interleaved_medians({"mm": lambda: a @ b}, repeats, warmup=3)
+    return 2 * size**3 / seconds["mm"]
+
+
+def machine_line() -> str:
+    return (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {version('torch')} "
+            f"with {torch.get_num_threads()} threads, transformers {version('transformers')}, "
+            f"Python {platform.python_version()}")
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

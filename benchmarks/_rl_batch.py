@@ -1,0 +1,47 @@
+"""One realistic RL batch of the embedded default: the SFT-warmed tiny policy, 16 K&K prompts x 8.
+
+Uses the embedded policy from the cache (building it first, ~1-2 min, if absent) and the trainer's
+own rollout and packing, so the benchmarks time exactly the tensors a training step sees.
+"""
+
+from __future__ import annotations
+
+import copy
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tokenbalance.config import RunConfig
+from tokenbalance.models import load_policy
+from tokenbalance.trainer.distributed import DistContext
+from tokenbalance.trainer.embedded import ensure_embedded_policy
+from tokenbalance.trainer.logprobs import PackedSequences, pack_sequences
+from tokenbalance.trainer.loop import TrainerParts, prepare_training, rollout_and_score
+
+
+@dataclass
+class RLBatch:
+    parts: TrainerParts
+    packed: PackedSequences
+    mask_BT: torch.Tensor
+    scores_B: torch.Tensor
+    group_ids_B: torch.Tensor
+    initial_state: dict
+
+
+def embedded_batch(step: int = 0, config: RunConfig | None = None) -> RLBatch:
+    config = config or RunConfig()
+    config.output.progress = False
+    device = torch.device("cpu")
+    path = ensure_embedded_policy(config, device=device, progress=False, log=lambda *_: None)
+    policy, tokenizer = load_policy(path, device=device)
+    run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-"))
+    parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
+    rollout = rollout_and_score(parts, step)
+    g = rollout["generation"]
+    packed = pack_sequences(g.prompt_ids_BP, g.prompt_mask_BP, g.response_ids_BT, g.response_mask_BT)
+    scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32)
+    return RLBatch(parts, packed, g.response_mask_BT, scores_B, rollout["group_ids"],
+                   copy.deepcopy(policy.state_dict()))

@@ -1,0 +1,74 @@
+"""Rollout tokens/s: our fast engine vs Hugging Face `generate` (default SDPA and eager attention).
+
+Same model weights, same prompts, same sampling settings (T = 1, no top-p / top-k); every engine
+generates the full budget because EOS is disabled for the measurement (each engine is handed a
+token id that never occurs). The default size is the issue's reference: a 1.1M-parameter
+Qwen2-style model (hidden 128, 4 layers), 128 prompts of 96 tokens, 160 new tokens, 2 threads.
+``--group-size G`` repeats each of batch / G distinct prompts G times in a row, as an RL step
+does (our engine then prefills each distinct prompt once).
+
+    .venv/bin/python benchmarks/rollout_speed.py                    # the reference size, 128 distinct prompts
+    .venv/bin/python benchmarks/rollout_speed.py --group-size 8     # 16 prompts x 8, the RL layout
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from _common import bench_model, bench_tokenizer, interleaved_medians, machine_line, markdown_table, random_prompts
+from tokenbalance.models import count_parameters
+from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
+
+
+def engines(tokenizer):
+    """(label, engine) pairs over identical weights; EOS is an id outside the vocabulary's use."""
+    never = [len(tokenizer)]  # one past the vocabulary: never sampled, so every row runs the full budget
+    sdpa = bench_model(tokenizer, attn_implementation="sdpa")
+    eager = bench_model(tokenizer, attn_implementation="eager")
+    return [
+        ("HF generate, SDPA attention (default)", HFGenerateEngine(sdpa, tokenizer, eos_token_ids=never)),
+        ("HF generate, eager attention", HFGenerateEngine(eager, tokenizer, eos_token_ids=never)),
+        ("tokenbalance FastEngine", FastEngine(sdpa, tokenizer, eos_token_ids=never)),
+    ], count_parameters(sdpa)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--batch", type=int, default=128)
+    parser.add_argument("--prompt-len", type=int, default=96)
+    parser.add_argument("--new-tokens", type=int, default=160)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--group-size", type=int, default=1)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    tokenizer = bench_tokenizer()
+    contenders, params_count = engines(tokenizer)
+    if args.batch % args.group_size:
+        parser.error(f"--batch {args.batch} must be a multiple of --group-size {args.group_size}")
+    distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
+    prompts = [ids for ids in distinct for _ in range(args.group_size)]
+    params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
+    seconds, generations = interleaved_medians(
+        {label: (lambda e=engine: e.generate_with(prompts, params)) for label, engine in contenders}, args.repeats)
+    results = []
+    for label, _ in contenders:
+        tokens = int(generations[label].response_mask_BT.sum())
+        results.append((label, tokens, seconds[label], tokens / seconds[label]))
+        print(f"{label}: {tokens} tokens in {seconds[label]:.2f} s = {tokens / seconds[label]:,.0f} tok/s", flush=True)
+    base = results[0][3]
+    rows = [[label, f"{tokens:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / base:.2f}x"]
+            for label, tokens, seconds, rate in results]
+    print()
+    print(f"Model: Qwen2-style, {params_count / 1e6:.2f}M parameters; batch {args.batch} "
+          f"({args.batch // args.group_size} distinct prompts x {args.group_size}), prompt {args.prompt_len} "
+          f"tokens, {args.new_tokens} new tokens, T=1; median of {args.repeats} interleaved runs after one warm-up.")
+    print(machine_line())
+    print()
+    print(markdown_table(["engine", "tokens", "seconds", "tokens/s", "vs default generate"], rows))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""The cost of each method over GRPO on one batch, and the update's FLOP/s against the matmul rate.
+
+One realistic batch of the embedded default (the SFT-warmed tiny policy, 16 K&K prompts x 8
+responses, sampled once). For each method, from the same weights and a fresh optimizer:
+
+* prepare: the old-policy log-prob pass (with last-layer hidden states for NTHR) and
+  ``build_update_passes`` (advantages, AR / NTHR weights, the Lopti split);
+* update: ``run_update_passes`` (forward + backward + AdamW per pass and mini-batch).
+
+The reference log-probs (the KL term, the same for every method) are computed once, outside the
+timings. Methods run round-robin so a slow spell of the machine hits all of them. The update's
+floating-point operations are counted with ``torch.utils.flop_counter`` and divided by its time,
+then compared with the float32 matrix-multiply rate measured in the same process.
+
+    .venv/bin/python benchmarks/update_cost.py --repeats 7
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.flop_counter import FlopCounterMode
+
+from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s
+from _rl_batch import RLBatch, embedded_batch
+from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, get_method
+from tokenbalance.trainer.logprobs import batched_response_logprobs
+from tokenbalance.trainer.loop import make_optimizer
+from tokenbalance.trainer.update import run_update_passes
+
+METHODS = ("grpo", "ar", "tr_grpo", "nthr", "lopti", "ar_lopti")
+# the issue's budgets: total cost over GRPO for AR / TR-GRPO / NTHR, the update phase for Lopti
+BUDGETS = {"ar": ("step", 1.03), "tr_grpo": ("step", 1.03), "nthr": ("step", 1.10), "lopti": ("update", 2.10)}
+
+
+def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
+    cfg, policy, packed = batch.parts.config, batch.parts.policy, batch.packed
+    old = batched_response_logprobs(policy, packed, temperature=cfg.rollout.temperature,
+                                    micro_batch=cfg.optim.micro_batch_size, with_hidden=method.needs_hidden_states)
+    nthr_inputs = None
+    if method.needs_hidden_states:
+        head = policy.get_output_embeddings()
+        nthr_inputs = NTHRInputs(tokens_BT=packed.input_ids_BL[:, packed.prompt_len:], hidden_BTD=old.hidden_BTD,
+                                 unembed_VD=head.weight.detach(), temperature=cfg.rollout.temperature)
+    passes, _ = build_update_passes(method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT,
+                                    ref_logp_BT, nthr_inputs)
+    return passes, old.logp_BT
+
+
+def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
+    cfg, policy = batch.parts.config, batch.parts.policy
+    return run_update_passes(
+        method=method, passes=passes, policy=policy, optimizer=make_optimizer(policy, cfg), packed=batch.packed,
+        old_logp_BT=old_logp_BT, ref_logp_BT=ref_logp_BT, temperature=cfg.rollout.temperature,
+        mini_batch_rows=cfg.optim.mini_batch_size, micro_batch_rows=cfg.optim.micro_batch_size,
+        grad_clip=cfg.optim.grad_clip, token_mean_scope=cfg.optim.token_mean_scope, ctx=batch.parts.ctx,
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=7)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    batch = embedded_batch()
+    cfg = batch.parts.config
+    ref_logp_BT = batched_response_logprobs(batch.parts.reference, batch.packed, temperature=cfg.rollout.temperature,
+                                            micro_batch=cfg.optim.micro_batch_size).logp_BT
+    methods = {name: get_method(name) for name in METHODS}
+    prepared = {}
+
+    def prepare_fn(name):
+        def run():
+            batch.parts.policy.load_state_dict(batch.initial_state)
+            prepared[name] = prepare(batch, methods[name], ref_logp_BT)
+        return run
+
+    def update_fn(name):
+        def run():
+            batch.parts.policy.load_state_dict(batch.initial_state)
+            return update(batch, methods[name], *prepared[name], ref_logp_BT)
+        return run
+
+    prep_s, _ = interleaved_medians({name: prepare_fn(name) for name in METHODS}, args.repeats)
+    update_s, _ = interleaved_medians({name: update_fn(name) for name in METHODS}, args.repeats)
+    batch.parts.policy.load_state_dict(batch.initial_state)
+    with FlopCounterMode(display=False) as counter:
+        update_fn("grpo")()
+    grpo_flops = counter.get_total_flops()
+    peak = matmul_flops_per_s()
+
+    rows = []
+    for name in METHODS:
+        total = prep_s[name] + update_s[name]
+        base_total = prep_s["grpo"] + update_s["grpo"]
+        budget = BUDGETS.get(name)
+        verdict = ""
+        if budget:
+            phase, limit = budget
+            ratio = total / base_total if phase == "step" else update_s[name] / update_s["grpo"]
+            verdict = f"{phase} {ratio:.3f}x (goal <= {limit}x: {'met' if ratio <= limit else 'missed'})"
+        rows.append([name, f"{prep_s[name] * 1e3:.0f}", f"{update_s[name] * 1e3:.0f}", f"{total * 1e3:.0f}",
+                     f"{update_s[name] / update_s['grpo']:.3f}x", f"{total / base_total:.3f}x", verdict])
+    tokens = int(batch.packed.attention_mask_BL.sum())
+    print(f"Batch: {batch.packed.input_ids_BL.shape[0]} responses x {batch.packed.input_ids_BL.shape[1]} columns "
+          f"(prompt {batch.packed.prompt_len}), {tokens} real tokens; mini-batch {cfg.optim.mini_batch_size}, "
+          f"micro-batch {cfg.optim.micro_batch_size}; median of {args.repeats} interleaved runs.")
+    print(machine_line())
+    print()
+    print(markdown_table(["method", "prepare (ms)", "update (ms)", "total (ms)", "update vs GRPO", "total vs GRPO",
+                          "budget"], rows))
+    achieved = grpo_flops / update_s["grpo"]
+    print()
+    print(markdown_table(
+        ["GRPO update FLOPs", "update time (s)", "achieved FLOP/s", "matmul rate (512x512 fp32)", "fraction"],
+        [[f"{grpo_flops / 1e9:.1f} G", f"{update_s['grpo']:.3f}", f"{achieved / 1e9:.1f} G",
+          f"{peak / 1e9:.1f} G", f"{achieved / peak:.0%}"]]))
+
+
+if __name__ == "__main__":
+    main()
