@@ -76,3 +76,16 @@ def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+def profile_shares(fn: Callable[[], object], title: str, top: int = 6) -> str:
+    """The operators taking the most CPU time in one call of ``fn``, as shares of the profiled total."""
+    from torch.profiler import profile
+
+    with profile() as prof:
+        fn()
+    events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
+    total = sum(e.self_cpu_time_total for e in events)
+    rows = [[e.key, f"{e.count}", f"{e.self_cpu_time_total / 1e3:.0f}", f"{e.self_cpu_time_total / total:.0%}"]
+            for e in events[:top]]
+    return markdown_table([f"operator ({title})", "calls", "self CPU ms", "share"], rows)

@@ -6,7 +6,8 @@ one optimizer step per batch) on 16 K&K 3-people prompts x 8 responses of at mos
 sampled at T = 1 without top-p / top-k. TRL is the plain ``trl.GRPOTrainer`` (its own loss and
 generation, float32, no bf16 autocast), built by
 ``tokenbalance.integrations.trl.build.build_grpo_trainer``; ours is ``trainer.loop.rl_step`` with
-the HF-generate and the fast rollout engine. Each contender runs ``--steps`` steps per round,
+the HF-generate and the fast rollout engine (the default), and with the fast engine plus
+``rollout.old_logprobs=sampler`` (no old-policy forward, as TRL skips it when on-policy). Each contender runs ``--steps`` steps per round,
 rounds alternate, and the reported time is the median step; a step's tokens differ between
 runners (different samples), so tokens/s is reported too.
 
@@ -35,9 +36,11 @@ os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORM
                    "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false"})
 
 
-def our_steps(policy_dir: Path, engine: str, steps: int, first_step: int) -> list[tuple[float, int]]:
+def our_steps(policy_dir: Path, engine: str, steps: int, first_step: int, old_logprobs: str = "recompute"
+              ) -> list[tuple[float, int]]:
     config = RunConfig()
     config.rollout.engine = engine
+    config.rollout.old_logprobs = old_logprobs
     config.train.method = "grpo"
     config.output.progress = False
     policy, tokenizer = load_policy(policy_dir)
@@ -96,13 +99,16 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     config = RunConfig()
     policy_dir = ensure_embedded_policy(config, device=torch.device("cpu"), progress=False, log=lambda *_: None)
-    runs: dict[str, list[tuple[float, int]]] = {"TRL GRPOTrainer": [], "ours, HF generate": [], "ours, fast engine": []}
+    sampler = "ours, fast engine, sampler log-probs"
+    runs: dict[str, list[tuple[float, int]]] = {"TRL GRPOTrainer": [], "ours, HF generate": [], "ours, fast engine": [],
+                                                sampler: []}
     for round_index in range(args.rounds):
         first = round_index * args.steps
         # the first step of each runner pays one-time costs (allocations, TRL's dataloader): dropped
         runs["TRL GRPOTrainer"] += trl_steps(policy_dir, args.steps + 1, seed=round_index)[1:]
         runs["ours, HF generate"] += our_steps(policy_dir, "hf", args.steps + 1, first)[1:]
         runs["ours, fast engine"] += our_steps(policy_dir, "fast", args.steps + 1, first)[1:]
+        runs[sampler] += our_steps(policy_dir, "fast", args.steps + 1, first, old_logprobs="sampler")[1:]
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
     trl_median = statistics.median(s for s, _ in runs["TRL GRPOTrainer"])
     rows = []

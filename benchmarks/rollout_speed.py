@@ -9,6 +9,7 @@ does (our engine then prefills each distinct prompt once).
 
     .venv/bin/python benchmarks/rollout_speed.py                    # the reference size, 128 distinct prompts
     .venv/bin/python benchmarks/rollout_speed.py --group-size 8     # 16 prompts x 8, the RL layout
+    .venv/bin/python benchmarks/rollout_speed.py --profile          # where the fast engine's time goes
 """
 
 from __future__ import annotations
@@ -17,7 +18,15 @@ import argparse
 
 import torch
 
-from _common import bench_model, bench_tokenizer, interleaved_medians, machine_line, markdown_table, random_prompts
+from _common import (
+    bench_model,
+    bench_tokenizer,
+    interleaved_medians,
+    machine_line,
+    markdown_table,
+    profile_shares,
+    random_prompts,
+)
 from tokenbalance.models import count_parameters
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
 
@@ -42,6 +51,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--group-size", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--profile", action="store_true", help="also profile one FastEngine generation")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     tokenizer = bench_tokenizer()
@@ -68,6 +78,10 @@ def main() -> None:
     print(machine_line())
     print()
     print(markdown_table(["engine", "tokens", "seconds", "tokens/s", "vs default generate"], rows))
+    if args.profile:
+        print()
+        engine = contenders[-1][1]
+        print(profile_shares(lambda: engine.generate_with(prompts, params), "FastEngine, one generation"))
 
 
 if __name__ == "__main__":

@@ -5,31 +5,37 @@ responses, sampled once). For each method, from the same weights and a fresh opt
 
 * prepare: the old-policy log-prob pass (with last-layer hidden states for NTHR) and
   ``build_update_passes`` (advantages, AR / NTHR weights, the Lopti split);
-* update: ``run_update_passes`` (forward + backward + AdamW per pass and mini-batch).
+* update: ``run_update_passes`` (forward + backward + AdamW per pass and mini-batch); GRPO's is
+  also timed with every row running its own prompt (``share_prompts=False``), to show that gain.
 
 The reference log-probs (the KL term, the same for every method) are computed once, outside the
 timings. Methods run round-robin so a slow spell of the machine hits all of them. The update's
 floating-point operations are counted with ``torch.utils.flop_counter`` and divided by its time,
 then compared with the float32 matrix-multiply rate measured in the same process.
 
-    .venv/bin/python benchmarks/update_cost.py --repeats 7
+    .venv/bin/python benchmarks/update_cost.py --repeats 7 [--profile]
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
 
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s
+from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s, profile_shares
 from _rl_batch import RLBatch, embedded_batch
+from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, get_method
-from tokenbalance.trainer.logprobs import batched_response_logprobs
+from tokenbalance.trainer import update as update_module
+from tokenbalance.trainer.logprobs import batched_response_logprobs, response_logprobs
 from tokenbalance.trainer.loop import make_optimizer
 from tokenbalance.trainer.update import run_update_passes
 
 METHODS = ("grpo", "ar", "tr_grpo", "nthr", "lopti", "ar_lopti")
+UNSHARED = "grpo, prompts not shared"
 # the issue's budgets: total cost over GRPO for AR / TR-GRPO / NTHR, the update phase for Lopti
 BUDGETS = {"ar": ("step", 1.03), "tr_grpo": ("step", 1.03), "nthr": ("step", 1.10), "lopti": ("update", 2.10)}
 
@@ -48,6 +54,24 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
     return passes, old.logp_BT
 
 
+def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
+    """The method's own arithmetic, without the model: ``build_update_passes`` on the stored old
+    log-probs (and hidden states), then every pass's loss and its backward to the log-probs."""
+    packed, policy = batch.packed, batch.parts.policy
+    head = policy.get_output_embeddings()
+    nthr_inputs = NTHRInputs(tokens_BT=packed.input_ids_BL[:, packed.prompt_len:], hidden_BTD=old.hidden_BTD,
+                             unembed_VD=head.weight.detach(), temperature=1.0)
+
+    def run():
+        passes, _ = build_update_passes(method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT,
+                                        ref_logp_BT, nthr_inputs if method.needs_hidden_states else None)
+        logp_BT = old.logp_BT.clone().requires_grad_(True)
+        for update_pass in passes:
+            pass_loss(method, update_pass, logp_BT, old.logp_BT, ref_logp_BT, old.entropy_BT).loss.backward()
+
+    return run
+
+
 def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
     cfg, policy = batch.parts.config, batch.parts.policy
     return run_update_passes(
@@ -62,6 +86,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--profile", action="store_true", help="also profile one GRPO update")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     batch = embedded_batch()
@@ -83,18 +108,30 @@ def main() -> None:
             return update(batch, methods[name], *prepared[name], ref_logp_BT)
         return run
 
+    def unshared_update():  # GRPO with every row's prompt in its own forward (before prompt sharing)
+        update_module.response_logprobs = functools.partial(response_logprobs, share_prompts=False)
+        try:
+            return update_fn("grpo")()
+        finally:
+            update_module.response_logprobs = response_logprobs
+
     prep_s, _ = interleaved_medians({name: prepare_fn(name) for name in METHODS}, args.repeats)
-    update_s, _ = interleaved_medians({name: update_fn(name) for name in METHODS}, args.repeats)
+    update_s, _ = interleaved_medians({**{name: update_fn(name) for name in METHODS}, UNSHARED: unshared_update},
+                                      args.repeats)
     batch.parts.policy.load_state_dict(batch.initial_state)
+    old = batched_response_logprobs(batch.parts.policy, batch.packed, temperature=cfg.rollout.temperature,
+                                    micro_batch=cfg.optim.micro_batch_size, with_hidden=True, with_entropy=True)
+    work_s, _ = interleaved_medians({name: method_work(batch, methods[name], old, ref_logp_BT) for name in METHODS},
+                                    args.repeats * 10)
     with FlopCounterMode(display=False) as counter:
         update_fn("grpo")()
     grpo_flops = counter.get_total_flops()
     peak = matmul_flops_per_s()
 
     rows = []
+    base_total = prep_s["grpo"] + update_s["grpo"]
     for name in METHODS:
         total = prep_s[name] + update_s[name]
-        base_total = prep_s["grpo"] + update_s["grpo"]
         budget = BUDGETS.get(name)
         verdict = ""
         if budget:
@@ -103,6 +140,8 @@ def main() -> None:
             verdict = f"{phase} {ratio:.3f}x (goal <= {limit}x: {'met' if ratio <= limit else 'missed'})"
         rows.append([name, f"{prep_s[name] * 1e3:.0f}", f"{update_s[name] * 1e3:.0f}", f"{total * 1e3:.0f}",
                      f"{update_s[name] / update_s['grpo']:.3f}x", f"{total / base_total:.3f}x", verdict])
+    rows.append([UNSHARED, "", f"{update_s[UNSHARED] * 1e3:.0f}", "", f"{update_s[UNSHARED] / update_s['grpo']:.3f}x",
+                 "", "the update without the shared-prompt forward"])
     tokens = int(batch.packed.attention_mask_BL.sum())
     print(f"Batch: {batch.packed.input_ids_BL.shape[0]} responses x {batch.packed.input_ids_BL.shape[1]} columns "
           f"(prompt {batch.packed.prompt_len}), {tokens} real tokens; mini-batch {cfg.optim.mini_batch_size}, "
@@ -111,12 +150,25 @@ def main() -> None:
     print()
     print(markdown_table(["method", "prepare (ms)", "update (ms)", "total (ms)", "update vs GRPO", "total vs GRPO",
                           "budget"], rows))
+    base_total = prep_s["grpo"] + update_s["grpo"]
+    print()
+    print("The method's own arithmetic (no model forward): build_update_passes + each pass's loss and backward "
+          f"to the log-probs, median of {args.repeats * 10}; its extra over GRPO as a share of GRPO's prepare + "
+          "update above. NTHR's hidden states come from the old-policy forward it shares with GRPO (the "
+          "prepare column).")
+    print()
+    print(markdown_table(["method", "own arithmetic (ms)", "extra over GRPO (ms)", "extra / GRPO prepare + update"],
+                         [[name, f"{work_s[name] * 1e3:.1f}", f"{(work_s[name] - work_s['grpo']) * 1e3:+.1f}",
+                           f"{(work_s[name] - work_s['grpo']) / base_total:+.1%}"] for name in METHODS]))
     achieved = grpo_flops / update_s["grpo"]
     print()
     print(markdown_table(
         ["GRPO update FLOPs", "update time (s)", "achieved FLOP/s", "matmul rate (512x512 fp32)", "fraction"],
         [[f"{grpo_flops / 1e9:.1f} G", f"{update_s['grpo']:.3f}", f"{achieved / 1e9:.1f} G",
           f"{peak / 1e9:.1f} G", f"{achieved / peak:.0%}"]]))
+    if args.profile:
+        print()
+        print(profile_shares(update_fn("grpo"), "GRPO update: forward, backward, AdamW"))
 
 
 if __name__ == "__main__":

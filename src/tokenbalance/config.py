@@ -71,6 +71,17 @@ class RolloutConfig:
                                 low_open=True, high=10.0)
     top_p: float = option(1.0, "nucleus sampling", low=0.0, low_open=True, high=1.0)
     top_k: int = option(0, "top-k sampling (0 = off)", low=0, high=10**6)
+    old_logprobs: str = option("recompute", "old-policy log-probs: recompute them with a forward pass (the "
+                               "reference's way), or take the sampler's (no forward; equal up to float rounding "
+                               "for a float32 model; needs top_p=1, top_k=0; NTHR still runs the forward; the "
+                               "bucket statistics then lack the old-policy entropy)",
+                               choices=("recompute", "sampler"))
+
+    def __post_init__(self) -> None:
+        if self.old_logprobs == "sampler" and (self.top_p != 1.0 or self.top_k != 0):
+            raise ValueError(f"rollout.old_logprobs='sampler' needs the untruncated distribution (top_p=1, top_k=0), "
+                             f"got top_p={self.top_p}, top_k={self.top_k}: the sampler's log-probs are of the "
+                             "truncated one")
 
 
 @dataclass

@@ -30,12 +30,11 @@ own forward with a ``DynamicCache``, the same sampler and the same loop: correct
 ``engine.path`` says which (``"static"`` or ``"model"``); ``path="static"`` refuses with a
 ``ValueError`` naming the architecture instead of falling back.
 
-Speed (one CPU thread on a shared 2-core machine, the default ``TinyModelConfig``, 1.1 M
-parameters): batch 64 x 32 new tokens, 1.1-1.3x ``HFGenerateEngine``'s tokens/s (about 7,200 vs
-5,500 after 1-16-token prompts, 4,000 vs 3,300 after 81-96-token prompts, where the prefill is half
-the time); decode steps alone at batch 128 after 81-96-token prompts, about 9,400 vs 5,100
-tokens/s. What remains is matrix multiplies and, as the context grows, attention reading the
-float32 K/V cache (memory-bound), not Python overhead.
+Speed (``benchmarks/rollout_speed.py``, docs/results.md): on the 1.1M-parameter reference model,
+128 rows, 96-token prompts, 160 new tokens, 2 threads, 1.36x the tokens/s of ``generate`` with
+128 distinct prompts and 1.47x with 16 prompts x 8 (the shared prefill). What remains is
+attention reading the float32 K/V cache at every step (about half of the time, memory-bound) and
+matrix multiplies, not Python overhead.
 
 CPU: ``FastEngine(model, tokenizer).generate(...)`` (``torch.set_num_threads`` as you like).
 One GPU: ``model.to("cuda")`` first; the cache, masks and generator follow the model's device.

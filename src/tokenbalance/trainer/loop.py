@@ -49,7 +49,12 @@ from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_stat
 from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, sum_gradients, sum_normaliser
 from tokenbalance.trainer.evaluate import evaluate, full_reward
-from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
+from tokenbalance.trainer.logprobs import (
+    ResponseLogprobs,
+    batched_response_logprobs,
+    pack_sequences,
+    response_logprobs,
+)
 from tokenbalance.trainer.progress import StepProgress
 from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
 from tokenbalance.trainer.update import run_update_passes
@@ -145,6 +150,22 @@ def rollout_metrics(rollout: dict, target: float) -> dict[str, float]:
     return metrics
 
 
+def old_logprobs(parts: TrainerParts, generation, packed, with_entropy: bool) -> ResponseLogprobs:
+    """The rollout policy's log-probs (and NTHR's hidden states): a no-grad forward, or with
+    ``rollout.old_logprobs='sampler'`` the sampler's own log-probs (the same distribution: same
+    weights, same temperature, no truncation), which saves that forward."""
+    cfg = parts.config
+    if cfg.rollout.old_logprobs == "sampler" and not parts.method.needs_hidden_states:
+        sampled_BT = generation.sampler_logp_BT
+        if sampled_BT is None:
+            raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")
+        mask_BT = generation.response_mask_BT.to(parts.device)
+        return ResponseLogprobs(logp_BT=sampled_BT.to(parts.device).masked_fill(~mask_BT, 0.0))
+    return batched_response_logprobs(parts.policy, packed, temperature=cfg.rollout.temperature,
+                                     micro_batch=cfg.optim.micro_batch_size,
+                                     with_hidden=parts.method.needs_hidden_states, with_entropy=with_entropy)
+
+
 def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     cfg = parts.config
     timings = {}
@@ -163,8 +184,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
 
     t0 = time.perf_counter()
     micro = cfg.optim.micro_batch_size
-    old = batched_response_logprobs(parts.policy, packed, temperature=temperature, micro_batch=micro,
-                                    with_hidden=parts.method.needs_hidden_states, with_entropy=diag.wants_entropy)
+    old = old_logprobs(parts, generation, packed, diag.wants_entropy)
     ref_logp = None
     if parts.method.needs_ref_logp:
         ref_logp = batched_response_logprobs(parts.reference, packed, temperature=temperature,
