@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from tokenbalance.rollout import fast
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine
 from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
 from tests.models.helpers import kk_tokenizer, tiny_model
@@ -92,13 +93,37 @@ def test_same_tokens_as_a_full_forward_sampler(model, tokenizer, prompts, temper
     assert len(set(gen.response_ids_BT[0].tolist())) > 1  # not a degenerate repeat
 
 
-def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokenizer, prompts):
+def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokenizer, prompts, monkeypatch):
     grouped = [ids for ids in prompts[:3] for _ in range(4)]  # the GRPO layout: each prompt G times in a row
+    used = []
+    monkeypatch.setattr(fast, "GroupedCacheDecoder", spy(fast.GroupedCacheDecoder, used))
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
     gen = engine.generate(grouped, max_new_tokens=6, temperature=1.0, seed=3)
     tokens, logps = reference_sample(model, engine, grouped, max_new_tokens=6, temperature=1.0, seed=3)
     assert_matches_reference(gen, tokens, logps, NO_EOS)
     assert len({tuple(row) for row in gen.response_ids_BT[:4].tolist()}) > 1  # a group's rows still differ
+    assert used == [4]  # the grouped decoder ran, with groups of 4
+
+
+def spy(cls, calls):
+    """``cls`` recording each instance's group size in ``calls``."""
+    def make(*args, **kwargs):
+        decoder = cls(*args, **kwargs)
+        calls.append(decoder.group_size)
+        return decoder
+    return make
+
+
+def test_contiguous_group_size():
+    ids_BP = torch.tensor([[5, 6], [5, 6], [7, 8], [7, 8]])
+    mask_BP = torch.ones_like(ids_BP, dtype=torch.bool)
+    assert fast.contiguous_group_size(ids_BP, mask_BP) == 2
+    assert fast.contiguous_group_size(ids_BP[[0, 2, 1, 3]], mask_BP) is None  # repeated, not in a row
+    assert fast.contiguous_group_size(ids_BP[[0, 1, 2]], mask_BP[:3]) is None  # unequal groups
+    assert fast.contiguous_group_size(ids_BP[[0, 2]], mask_BP[:2]) is None  # all distinct
+    padded_BP = mask_BP.clone()
+    padded_BP[1, 0] = False  # same ids, different padding: not the same prompt
+    assert fast.contiguous_group_size(ids_BP, padded_BP) is None
 
 
 @pytest.mark.parametrize("path", ["static", "model"])

@@ -13,6 +13,9 @@ time outside arithmetic (cache objects, mask building, logits processors, stoppi
 * one K/V buffer per layer, [B, H_kv, P + T, Dh], allocated once per batch; prefill writes
   columns [0, P) in one pass (each distinct prompt computed once, then copied to the rows of its
   group), then each step writes one column for the whole batch;
+* an RL batch (B / G distinct prompts, each repeated G times in a row) keeps each prompt's K/V
+  once ([U, H_kv, P, Dh]) and reads it once per group at every step (``GroupedCacheDecoder``):
+  decode-time attention is bound by reading the cache, and the prompt is most of it;
 * left padding is an explicit boolean attention mask and per-row position ids (RoPE);
   ``scaled_dot_product_attention`` with ``enable_gqa`` for grouped-query attention;
 * q/k/v and gate/up projections fused into one matrix each (rebuilt every call, so the engine
@@ -280,6 +283,134 @@ def prefill_mask(prompt_mask_BP: torch.Tensor) -> torch.Tensor:
     return ((causal_PP & prompt_mask_BP[:, None, :]) | diagonal_PP)[:, None]
 
 
+def rope_tables(model: PreTrainedModel, prompt_mask_BP: torch.Tensor, max_new_tokens: int
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(cos_BLD, sin_BLD)``: the model's RoPE tables at every row's positions (see :func:`position_ids`)."""
+    embed = model.get_input_embeddings()
+    positions_BL = position_ids(prompt_mask_BP, max_new_tokens)
+    table_positions_1N = torch.arange(int(positions_BL.max()) + 1, device=embed.weight.device)[None]
+    cos_1ND, sin_1ND = model.model.rotary_emb(embed.weight[:1], table_positions_1N)
+    return cos_1ND[0][positions_BL], sin_1ND[0][positions_BL]
+
+
+def final_logits(model: PreTrainedModel, hidden_BD: torch.Tensor) -> torch.Tensor:
+    """[B, V] float32 next-token logits from the last layer's output at one position."""
+    return model.get_output_embeddings()(model.model.norm(hidden_BD)).float()
+
+
+def contiguous_group_size(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor) -> int | None:
+    """G when the rows are B / G distinct prompts each repeated G >= 2 times in a row (an RL
+    batch); ``None`` otherwise."""
+    shared = distinct_rows(torch.cat([prompt_ids_BP, prompt_mask_BP.long()], dim=1))
+    if shared is None:
+        return None
+    first_U, inverse_B = shared
+    rows, distinct = inverse_B.shape[0], first_U.shape[0]
+    if rows % distinct:
+        return None
+    size = rows // distinct
+    starts_U = torch.arange(0, rows, size, device=inverse_B.device)
+    if not torch.equal(inverse_B, inverse_B[starts_U].repeat_interleave(size)):
+        return None
+    return size
+
+
+def grouped_attention(
+    layer: LayerWeights,
+    x_B1D: torch.Tensor,
+    cos_B1D: torch.Tensor,
+    sin_B1D: torch.Tensor,
+    prompt_cache: tuple[torch.Tensor, torch.Tensor],
+    response_cache: tuple[torch.Tensor, torch.Tensor],
+    t: int,
+    prompt_bias_U11P: torch.Tensor,
+    group_size: int,
+) -> torch.Tensor:
+    """One decode step's self-attention for groups of G rows sharing a prompt. -> [B, 1, D].
+
+    The prompt's keys and values ([U, H_kv, P, Dh], U = B / G) are read once per group: the G
+    rows' queries form one [G x heads-per-kv, Dh] matrix against them. The response's keys and
+    values ([B, H_kv, T, Dh], column ``t`` written here) are per row. One softmax spans both.
+    """
+    batch = x_B1D.shape[0]
+    heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    rep, groups, G = heads // kv_heads, batch // group_size, group_size
+    qkv_B1E = F.linear(x_B1D, layer.qkv_weight, layer.qkv_bias)
+    qk_B1E, v_B1E = qkv_B1E.split([(heads + kv_heads) * head_dim, kv_heads * head_dim], dim=-1)
+    qk_BHD = rotate(qk_B1E.view(batch, 1, heads + kv_heads, head_dim), cos_B1D, sin_B1D)[:, 0]
+    k_resp_BKTD, v_resp_BKTD = response_cache
+    k_resp_BKTD[:, :, t] = qk_BHD[:, heads:]
+    v_resp_BKTD[:, :, t] = v_B1E.view(batch, kv_heads, head_dim)
+    k_prompt_UKPD, v_prompt_UKPD = prompt_cache
+    prompt_len = k_prompt_UKPD.shape[2]
+    q_BKRD = qk_BHD[:, :heads].reshape(batch, kv_heads, rep, head_dim)  # query head h uses kv head h // rep
+    q_UKMD = q_BKRD.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(
+        groups, kv_heads, G * rep, head_dim)
+    scores_UKMP = torch.matmul(q_UKMD, k_prompt_UKPD.transpose(-1, -2)) * layer.scaling + prompt_bias_U11P
+    scores_BKRP = scores_UKMP.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(
+        batch, kv_heads, rep, prompt_len)
+    scores_BKRT = torch.matmul(q_BKRD, k_resp_BKTD[:, :, : t + 1].transpose(-1, -2)) * layer.scaling
+    probs_BKRL = torch.softmax(torch.cat([scores_BKRP, scores_BKRT], dim=-1), dim=-1)
+    probs_BKRP, probs_BKRT = probs_BKRL.split([prompt_len, t + 1], dim=-1)
+    probs_UKMP = probs_BKRP.reshape(groups, G, kv_heads, rep, prompt_len).transpose(1, 2).reshape(
+        groups, kv_heads, G * rep, prompt_len)
+    out_UKMD = torch.matmul(probs_UKMP, v_prompt_UKPD)
+    out_BKRD = out_UKMD.view(groups, kv_heads, G, rep, head_dim).transpose(1, 2).reshape(
+        batch, kv_heads, rep, head_dim) + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
+    return F.linear(out_BKRD.reshape(batch, 1, heads * head_dim), layer.o_weight, layer.o_bias)
+
+
+class GroupedCacheDecoder:
+    """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row.
+
+    Each prompt runs once in the prefill and its K/V columns are stored once ([U, H_kv, P, Dh]);
+    every step reads them once per group (:func:`grouped_attention`) instead of once per row. At
+    decode time attention is bound by reading the K/V cache, so this saves most of the prompt's
+    share of those reads."""
+
+    def __init__(
+        self, model: PreTrainedModel, layers: list[LayerWeights], prompt_ids_BP: torch.Tensor,
+        prompt_mask_BP: torch.Tensor, max_new_tokens: int, group_size: int,
+    ) -> None:
+        batch, width = prompt_ids_BP.shape
+        self.model, self.layers, self.width, self.group_size = model, layers, width, group_size
+        self.first_U = torch.arange(0, batch, group_size, device=prompt_ids_BP.device)
+        self.prompt_ids_UP, self.prompt_mask_UP = prompt_ids_BP[self.first_U], prompt_mask_BP[self.first_U]
+        weight = model.get_input_embeddings().weight
+        groups = self.first_U.shape[0]
+
+        def buffers(rows: int, length: int, layer: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
+            shape = (rows, layer.num_kv_heads, length, layer.head_dim)
+            return (torch.empty(shape, dtype=weight.dtype, device=weight.device),
+                    torch.empty(shape, dtype=weight.dtype, device=weight.device))
+
+        self.prompt_caches = [buffers(groups, width, layer) for layer in layers]
+        self.response_caches = [buffers(batch, max_new_tokens, layer) for layer in layers]
+        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BP, max_new_tokens)
+        self.prompt_bias_U11P = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
+            ~self.prompt_mask_UP[:, None, None, :], float("-inf"))
+
+    def prefill(self) -> torch.Tensor:
+        width = self.width
+        hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_UP)
+        hidden_UPD = decoder_layers(
+            self.layers, hidden_UPD, self.cos_BLD[self.first_U, :width], self.sin_BLD[self.first_U, :width],
+            self.prompt_caches, 0, prefill_mask(self.prompt_mask_UP),
+        )
+        return final_logits(self.model, hidden_UPD[:, -1]).repeat_interleave(self.group_size, dim=0)
+
+    def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
+        column = self.width + t
+        cos_B1D, sin_B1D = self.cos_BLD[:, column : column + 1], self.sin_BLD[:, column : column + 1]
+        hidden_B1D = self.model.get_input_embeddings()(token_B[:, None])
+        for layer, prompt_cache, response_cache in zip(self.layers, self.prompt_caches, self.response_caches):
+            normed_B1D = layer.input_norm(hidden_B1D)
+            hidden_B1D = hidden_B1D + grouped_attention(layer, normed_B1D, cos_B1D, sin_B1D, prompt_cache,
+                                                        response_cache, t, self.prompt_bias_U11P, self.group_size)
+            hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
+        return final_logits(self.model, hidden_B1D[:, 0])
+
+
 class StaticCacheDecoder:
     """Prefill and one-token steps of a Llama / Qwen2 model over a preallocated K/V cache."""
 
@@ -300,17 +431,13 @@ class StaticCacheDecoder:
             )
             for layer in layers
         ]
-        positions_BL = position_ids(prompt_mask_BP, max_new_tokens)
-        table_positions_1N = torch.arange(int(positions_BL.max()) + 1, device=device)[None]
-        cos_1ND, sin_1ND = model.model.rotary_emb(embed.weight[:1], table_positions_1N)
-        self.cos_BLD, self.sin_BLD = cos_1ND[0][positions_BL], sin_1ND[0][positions_BL]
+        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BP, max_new_tokens)
         self.key_mask_BL = torch.cat(
             [prompt_mask_BP, torch.ones(batch, max_new_tokens, dtype=torch.bool, device=device)], dim=1
         )
 
     def logits(self, hidden_BD: torch.Tensor) -> torch.Tensor:
-        """[B, V] float32 next-token logits from the last layer's output at one position."""
-        return self.model.get_output_embeddings()(self.model.model.norm(hidden_BD)).float()
+        return final_logits(self.model, hidden_BD)
 
     def prefill(self) -> torch.Tensor:
         """Run the prompts; -> [B, V] logits of the first response token.
@@ -476,8 +603,12 @@ class FastEngine(PromptEngine):
             layers = layer_weights(model) if self.path == "static" else []
             for start in range(0, len(prompt_ids), chunk):
                 ids_BP, mask_BP = prompt_ids_BP[start : start + chunk], prompt_mask_BP[start : start + chunk]
-                if self.path == "static":
-                    decoder: Decoder = StaticCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens)
+                group_size = contiguous_group_size(ids_BP, mask_BP) if self.path == "static" else None
+                if group_size is not None:
+                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens,
+                                                           group_size)
+                elif self.path == "static":
+                    decoder = StaticCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens)
                 else:
                     decoder = ModelCacheDecoder(model, ids_BP, mask_BP, params.max_new_tokens)
                 pieces.append(sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id))
