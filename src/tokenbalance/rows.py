@@ -19,3 +19,10 @@ def distinct_rows(key_BK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | N
     first_U = torch.full((distinct_UK.shape[0],), rows, dtype=torch.long, device=key_BK.device)
     first_U = first_U.scatter_reduce(0, inverse_B, torch.arange(rows, device=key_BK.device), reduce="amin")
     return first_U, inverse_B
+
+
+def distinct_prompts(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor
+                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """:func:`distinct_rows` of left-padded prompts: two rows are the same prompt when both their
+    ids and their padding agree."""
+    return distinct_rows(torch.cat([prompt_ids_BP, prompt_mask_BP.long()], dim=1))

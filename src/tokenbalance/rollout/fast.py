@@ -57,7 +57,7 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenbalance.rollout.base import Generation, SamplingParams
 from tokenbalance.rollout.hf import PromptEngine, mask_through_first_eos
-from tokenbalance.rows import distinct_rows
+from tokenbalance.rows import distinct_prompts
 
 STATIC_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies fixed at init
@@ -301,7 +301,7 @@ def final_logits(model: PreTrainedModel, hidden_BD: torch.Tensor) -> torch.Tenso
 def contiguous_group_size(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor) -> int | None:
     """G when the rows are B / G distinct prompts each repeated G >= 2 times in a row (an RL
     batch); ``None`` otherwise."""
-    shared = distinct_rows(torch.cat([prompt_ids_BP, prompt_mask_BP.long()], dim=1))
+    shared = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
     if shared is None:
         return None
     first_U, inverse_B = shared
@@ -445,7 +445,7 @@ class StaticCacheDecoder:
         A prompt repeated over rows (a GRPO group) runs once; its K/V columns are copied to every
         row that holds it (the same values a per-row prefill writes)."""
         width = self.width
-        shared = distinct_rows(torch.cat([self.prompt_ids_BP, self.prompt_mask_BP.long()], dim=1))
+        shared = distinct_prompts(self.prompt_ids_BP, self.prompt_mask_BP)
         if shared is None:
             hidden_BPD = self.model.get_input_embeddings()(self.prompt_ids_BP)
             hidden_BPD = decoder_layers(

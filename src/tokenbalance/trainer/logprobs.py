@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache
 
 from tokenbalance.algorithms.surrogate import entropy_from_logits
-from tokenbalance.rows import distinct_rows
+from tokenbalance.rows import distinct_prompts
 
 
 @dataclass(frozen=True)
@@ -59,10 +59,10 @@ class ResponseLogprobs:
 
 
 def distinct_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(first_U, inverse_B)`` of the distinct prompts (ids and mask), see :func:`distinct_rows`;
+    """``(first_U, inverse_B)`` of the distinct prompts, see :func:`tokenbalance.rows.distinct_rows`;
     ``None`` when every prompt is distinct (nothing to share)."""
     P = packed.prompt_len
-    return distinct_rows(torch.cat([packed.input_ids_BL[:, :P], packed.attention_mask_BL[:, :P].long()], dim=1))
+    return distinct_prompts(packed.input_ids_BL[:, :P], packed.attention_mask_BL[:, :P])
 
 
 def shared_prompt_hidden(model, packed: PackedSequences, first_U: torch.Tensor, inverse_B: torch.Tensor) -> torch.Tensor:
