@@ -617,11 +617,5 @@ class FastEngine(PromptEngine):
         sampler_logp_BT = torch.cat([pad_columns(logp, width, 0.0) for _, logp, _ in pieces])
         finished_B = torch.cat([finished for _, _, finished in pieces])
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
-        return Generation(
-            prompt_ids_BP=prompt_ids_BP,
-            prompt_mask_BP=prompt_mask_BP,
-            response_ids_BT=response_ids_BT.masked_fill(~response_mask_BT, self.pad_token_id),
-            response_mask_BT=response_mask_BT,
-            sampler_logp_BT=sampler_logp_BT.masked_fill(~response_mask_BT, 0.0),
-            finished_B=finished_B,
-        )
+        return self.generation(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT,
+                               finished_B)

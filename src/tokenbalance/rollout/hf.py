@@ -192,6 +192,19 @@ class PromptEngine:
         prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
         return prompt_ids_BP, prompt_mask_BP, device
 
+    def generation(self, prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor, response_ids_BT: torch.Tensor,
+                   response_mask_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, finished_B: torch.Tensor
+                   ) -> Generation:
+        """The :class:`Generation`, with pad ids and log-prob 0 after each row's first EOS."""
+        return Generation(
+            prompt_ids_BP=prompt_ids_BP,
+            prompt_mask_BP=prompt_mask_BP,
+            response_ids_BT=response_ids_BT.masked_fill(~response_mask_BT, self.pad_token_id),
+            response_mask_BT=response_mask_BT,
+            sampler_logp_BT=sampler_logp_BT.masked_fill(~response_mask_BT, 0.0),
+            finished_B=finished_B,
+        )
+
 
 class HFGenerateEngine(PromptEngine):
     """:class:`~tokenbalance.rollout.base.RolloutEngine` on ``model.generate``.
@@ -223,14 +236,8 @@ class HFGenerateEngine(PromptEngine):
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
         finished_B = (torch.isin(response_ids_BT, eos_ids) & response_mask_BT).any(dim=1)
         sampler_logp_BT = recorder.finish(sequences_BL)
-        return Generation(
-            prompt_ids_BP=prompt_ids_BP,
-            prompt_mask_BP=prompt_mask_BP,
-            response_ids_BT=response_ids_BT.masked_fill(~response_mask_BT, self.pad_token_id),
-            response_mask_BT=response_mask_BT,
-            sampler_logp_BT=sampler_logp_BT.masked_fill(~response_mask_BT, 0.0),
-            finished_B=finished_B,
-        )
+        return self.generation(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT,
+                               finished_B)
 
     def generation_config(self, params: SamplingParams) -> GenerationConfig:
         """``generate``'s config: sampling or greedy, no warpers of its own (ours are processors)."""
