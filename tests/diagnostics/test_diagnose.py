@@ -14,24 +14,10 @@ from tokenbalance.cli import main
 from tokenbalance.commands.diagnose import resolve_checkpoint, token_pieces
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 from tokenbalance.models import load_policy, save_policy
-from tokenbalance.tasks.base import ScoreResult
-from tokenbalance.tasks.kk.task import KKTask
 
 torch.set_num_threads(1)
 SMALL = ["--set", "data.train_difficulties=[2]", "--set", "rollout.max_new_tokens=10", "--set",
          "optim.micro_batch_size=4", "--set", "train.threads=1", "--prompts", "2", "--group-size", "4"]
-
-
-@pytest.fixture
-def mixed_rewards(monkeypatch):
-    """Two correct and two wrong responses per group of 4 (a random tiny model solves nothing)."""
-    calls = {"n": 0}
-
-    def score(self, response, example):
-        calls["n"] += 1
-        return ScoreResult(3.0 if calls["n"] % 4 in (1, 2) else -1.0, {})
-
-    monkeypatch.setattr(KKTask, "score", score)
 
 
 def test_diagnose_buckets(tiny_policy_dir, tmp_path, mixed_rewards, capsys):

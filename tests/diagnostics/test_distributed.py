@@ -1,13 +1,8 @@
 """Per-bucket gradient norms with two gloo ranks equal those of one process on the union batch."""
 
-import os
-import tempfile
-
 import torch
-import torch.distributed as dist
-import torch.multiprocessing as mp
 
-from tests.trainer.test_distributed import ROWS, fixed_batch
+from tests.trainer.test_distributed import ROWS, fixed_batch, on_two_gloo_ranks
 from tokenbalance.algorithms.methods import build_update_passes, get_method
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.step import StepDiagnostics
@@ -31,23 +26,11 @@ def bucket_norms(policy_dir, rows: slice, ctx: DistContext) -> dict:
         reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, ctx))
 
 
-def _rank_main(rank, policy_dir, init_file, out_dir):
-    torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
-    half = ROWS // 2
-    result = bucket_norms(policy_dir, slice(rank * half, (rank + 1) * half), DistContext(rank=rank, world_size=2))
-    torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
-    dist.destroy_process_group()
-
-
 def test_two_gloo_ranks_measure_the_global_bucket_gradients(tiny_policy_dir, tmp_path):
     torch.set_num_threads(1)
     single = bucket_norms(tiny_policy_dir, slice(0, ROWS), DistContext())
     assert single["diag/grad_norm/all"] > 0
-    init_file = tempfile.mktemp(dir=tmp_path)
-    mp.spawn(_rank_main, args=(str(tiny_policy_dir), init_file, str(tmp_path)), nprocs=2, join=True)
-    for rank in (0, 1):
-        ranked = torch.load(tmp_path / f"rank{rank}.pt")
+    for ranked in on_two_gloo_ranks(bucket_norms, tiny_policy_dir, tmp_path):
         assert ranked.keys() == single.keys()
         for key, value in single.items():
             assert abs(ranked[key] - value) <= 1e-5 * max(1.0, abs(value)), key

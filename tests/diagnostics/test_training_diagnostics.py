@@ -9,24 +9,10 @@ import torch
 from tests.trainer.conftest import replace_section
 from tests.trainer.test_loop import undocumented
 from tokenbalance.diagnostics.sinks import read_metrics
-from tokenbalance.tasks.base import ScoreResult
-from tokenbalance.tasks.kk.task import KKTask
 from tokenbalance.trainer import loop
 from tokenbalance.trainer.runner import run_training
 
 torch.set_num_threads(1)
-
-
-@pytest.fixture
-def mixed_rewards(monkeypatch):
-    """Every group of 4 gets two correct and two wrong responses (a random tiny model solves nothing)."""
-    calls = {"n": 0}
-
-    def score(self, response, example):
-        calls["n"] += 1
-        return ScoreResult(3.0 if calls["n"] % 4 in (1, 2) else -1.0, {})
-
-    monkeypatch.setattr(KKTask, "score", score)
 
 
 def train_records(config):

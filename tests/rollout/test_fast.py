@@ -7,7 +7,7 @@ from tokenbalance.rollout import fast
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine
 from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
 from tests.models.helpers import kk_tokenizer, tiny_model
-from tests.rollout.test_hf_engine import PROMPTS, full_forward_logits, random_model
+from tests.rollout.test_hf_engine import PROMPTS, assert_prompt_errors, full_forward_logits, random_model
 
 NO_EOS = [10**6]
 # float32 cached vs uncached forwards differ by ~1e-6 relative in the logits (HFGenerateEngine's own
@@ -305,21 +305,10 @@ def test_unsupported_configs_fall_back_or_are_refused(tokenizer):
 
 
 def test_prompt_and_parameter_errors(tokenizer):
-    engine = FastEngine(tiny_model(max_position_embeddings=64), tokenizer)
-    with pytest.raises(ValueError, match="prompt_ids is empty"):
-        engine.generate([], max_new_tokens=4, temperature=1.0, seed=0)
-    with pytest.raises(ValueError, match="prompt 1 is empty"):
-        engine.generate([[5, 6], []], max_new_tokens=4, temperature=1.0, seed=0)
-    too_long = r"prompt 1 has 55 tokens, more than the limit of 54 \(max_position_embeddings 64 - max_new_tokens 10\)"
-    with pytest.raises(ValueError, match=too_long):
-        engine.generate([[5] * 54, [5] * 55], max_new_tokens=10, temperature=1.0, seed=0)
-    with pytest.raises(ValueError, match=r"prompt 0 has a token id outside the vocabulary \[0, 512\)"):
-        engine.generate([[5, 512]], max_new_tokens=4, temperature=1.0, seed=0)
+    engine = FastEngine(tiny_model(max_position_embeddings=64), tokenizer, eos_token_ids=NO_EOS)
+    assert_prompt_errors(engine)
     with pytest.raises(ValueError, match="top_p must be in"):
         engine.generate([[5]], max_new_tokens=2, temperature=1.0, top_p=0, seed=0)
-    gen = FastEngine(tiny_model(max_position_embeddings=64), tokenizer, eos_token_ids=NO_EOS).generate(
-        [[5] * 54], max_new_tokens=10, temperature=1.0, seed=0)  # exactly at the limit
-    assert gen.response_ids_BT.shape == (1, 10)
     no_pad = kk_tokenizer()
     no_pad.pad_token = None
     with pytest.raises(ValueError, match="no pad token"):

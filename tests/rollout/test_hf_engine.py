@@ -222,8 +222,12 @@ def test_default_eos_ids_come_from_tokenizer_and_generation_config(tokenizer):
 
 
 def test_prompt_errors(tokenizer, prompts):
-    model = tiny_model(max_position_embeddings=64)
-    engine = HFGenerateEngine(model, tokenizer)
+    assert_prompt_errors(HFGenerateEngine(tiny_model(max_position_embeddings=64), tokenizer))
+
+
+def assert_prompt_errors(engine):
+    """The prompt checks every engine shares (a model with 64 positions and a 512-token vocabulary),
+    then a prompt exactly at the length limit generates the full budget."""
     with pytest.raises(ValueError, match="prompt_ids is empty"):
         engine.generate([], max_new_tokens=4, temperature=1.0, seed=0)
     with pytest.raises(ValueError, match="prompt 1 is empty"):

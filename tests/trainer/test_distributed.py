@@ -47,23 +47,28 @@ def one_update(policy_dir, rows: slice, ctx: DistContext):
     return [p.detach().clone() for p in policy.parameters()], metrics["optim/grad_norm"]
 
 
-def _rank_main(rank, policy_dir, init_file, out_dir):
+def _rank_main(rank, compute, policy_dir, init_file, out_dir):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=2)
     half = ROWS // 2
-    result = one_update(policy_dir, slice(rank * half, (rank + 1) * half), DistContext(rank=rank, world_size=2))
+    result = compute(policy_dir, slice(rank * half, (rank + 1) * half), DistContext(rank=rank, world_size=2))
     torch.save(result, os.path.join(out_dir, f"rank{rank}.pt"))
     dist.destroy_process_group()
+
+
+def on_two_gloo_ranks(compute, policy_dir, tmp_path) -> list:
+    """``compute(policy_dir, rows, ctx)`` on each half of the batch in two gloo processes (a
+    module-level function, so the processes can import it); their results, rank 0 first."""
+    init_file = tempfile.mktemp(dir=tmp_path)
+    mp.spawn(_rank_main, args=(compute, str(policy_dir), init_file, str(tmp_path)), nprocs=2, join=True)
+    return [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
 
 
 def test_two_gloo_ranks_equal_one_process(tiny_policy_dir, tmp_path):
     single, single_norm = one_update(tiny_policy_dir, slice(0, ROWS), DistContext())
     initial, _ = load_policy(tiny_policy_dir)
     assert max((a - b).abs().max().item() for a, b in zip(single, initial.parameters())) > 1e-5
-    init_file = tempfile.mktemp(dir=tmp_path)
-    mp.spawn(_rank_main, args=(str(tiny_policy_dir), init_file, str(tmp_path)), nprocs=2, join=True)
-    for rank in (0, 1):
-        ranked, norm = torch.load(tmp_path / f"rank{rank}.pt")
+    for ranked, norm in on_two_gloo_ranks(one_update, tiny_policy_dir, tmp_path):
         assert abs(norm - single_norm) < 1e-6 * max(1.0, single_norm)
         for a, b in zip(ranked, single):
             torch.testing.assert_close(a, b, atol=2e-6, rtol=0)
