@@ -159,8 +159,7 @@ def old_logprobs(parts: TrainerParts, generation, packed, with_entropy: bool) ->
         sampled_BT = generation.sampler_logp_BT
         if sampled_BT is None:
             raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")
-        mask_BT = generation.response_mask_BT.to(parts.device)
-        return ResponseLogprobs(logp_BT=sampled_BT.to(parts.device).masked_fill(~mask_BT, 0.0))
+        return ResponseLogprobs(logp_BT=sampled_BT.to(parts.device))  # already 0 after each row's EOS
     return batched_response_logprobs(parts.policy, packed, temperature=cfg.rollout.temperature,
                                      micro_batch=cfg.optim.micro_batch_size,
                                      with_hidden=parts.method.needs_hidden_states, with_entropy=with_entropy)
