@@ -58,6 +58,16 @@ class ResponseLogprobs:
     hidden_BTD: torch.Tensor | None = None
 
 
+def checkpointing(model) -> bool:
+    """Whether activation (gradient) checkpointing is on: the model then refuses a K/V cache in
+    training. transformers 5.23 renamed ``is_gradient_checkpointing`` (now deprecated, with a warning)
+    to ``is_activation_checkpointing``; 5.10 has only the old name."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(model), name):
+            return bool(getattr(model, name))
+    return False
+
+
 def distinct_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
     """``(first_U, inverse_B)`` of the distinct prompts, see :func:`tokenbalance.rows.distinct_rows`;
     ``None`` when every prompt is distinct (nothing to share)."""
@@ -120,9 +130,7 @@ def response_logprobs(
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
-    shared = None
-    if share_prompts and not getattr(model, "is_gradient_checkpointing", False):
-        shared = distinct_prompt_rows(packed)
+    shared = distinct_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
     hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
     logits_BTV = model.get_output_embeddings()(hidden_BTD).float() / temperature
     targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
