@@ -19,8 +19,9 @@ import torch
 from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer
 
 # The issue's reference size: a Qwen2-style model of about 1.1M parameters (hidden 128, 4 layers).
-BENCH_MODEL = TinyModelConfig(arch="qwen2", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512,
-                              max_position_embeddings=512)
+BENCH_MODEL = TinyModelConfig(
+    arch="qwen2", hidden_size=128, num_layers=4, num_heads=4, intermediate_size=512, max_position_embeddings=512
+)
 
 
 def bench_tokenizer(vocab_size: int = 1024):
@@ -39,8 +40,9 @@ def random_prompts(count: int, length: int, vocab_low: int, vocab_high: int, see
     return torch.randint(vocab_low, vocab_high, (count, length), generator=generator).tolist()
 
 
-def interleaved_medians(contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
-                        ) -> tuple[dict[str, float], dict[str, object]]:
+def interleaved_medians(
+    contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+) -> tuple[dict[str, float], dict[str, object]]:
     """Median wall time of each contender over ``repeats`` rounds, and each one's last result.
 
     Every round runs all contenders once, in turn, after ``warmup`` untimed rounds: a slow spell of
@@ -67,9 +69,11 @@ def matmul_flops_per_s(size: int = 512, repeats: int = 20) -> float:
 
 
 def machine_line() -> str:
-    return (f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {version('torch')} "
-            f"with {torch.get_num_threads()} threads, transformers {version('transformers')}, "
-            f"Python {platform.python_version()}")
+    return (
+        f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {version('torch')} "
+        f"with {torch.get_num_threads()} threads, transformers {version('transformers')}, "
+        f"Python {platform.python_version()}"
+    )
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
@@ -86,6 +90,8 @@ def profile_shares(fn: Callable[[], object], title: str, top: int = 6) -> str:
         fn()
     events = sorted(prof.key_averages(), key=lambda e: e.self_cpu_time_total, reverse=True)
     total = sum(e.self_cpu_time_total for e in events)
-    rows = [[e.key, f"{e.count}", f"{e.self_cpu_time_total / 1e3:.0f}", f"{e.self_cpu_time_total / total:.0%}"]
-            for e in events[:top]]
+    rows = [
+        [e.key, f"{e.count}", f"{e.self_cpu_time_total / 1e3:.0f}", f"{e.self_cpu_time_total / total:.0%}"]
+        for e in events[:top]
+    ]
     return markdown_table([f"operator ({title})", "calls", "self CPU ms", "share"], rows)

@@ -43,5 +43,6 @@ def embedded_batch(step: int = 0, config: RunConfig | None = None) -> RLBatch:
     g = rollout["generation"]
     packed = pack_sequences(g.prompt_ids_BP, g.prompt_mask_BP, g.response_ids_BT, g.response_mask_BT)
     scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32)
-    return RLBatch(parts, packed, g.response_mask_BT, scores_B, rollout["group_ids"],
-                   copy.deepcopy(policy.state_dict()))
+    return RLBatch(
+        parts, packed, g.response_mask_BT, scores_B, rollout["group_ids"], copy.deepcopy(policy.state_dict())
+    )

@@ -32,8 +32,19 @@ def run_seed(seed: int, out_dir: Path) -> dict:
     """One end-to-end `tokenbalance train` from an empty cache; returns wall time and evaluations."""
     run_dir = out_dir / f"seed{seed}"
     with tempfile.TemporaryDirectory(prefix="tokenbalance-cache-") as cache:
-        command = [sys.executable, "-m", "tokenbalance.cli", "train", "--seed", str(seed), "--no-progress",
-                   "--run-dir", str(run_dir), "--set", f"model.cache_dir={cache}"]
+        command = [
+            sys.executable,
+            "-m",
+            "tokenbalance.cli",
+            "train",
+            "--seed",
+            str(seed),
+            "--no-progress",
+            "--run-dir",
+            str(run_dir),
+            "--set",
+            f"model.cache_dir={cache}",
+        ]
         print("$ " + " ".join(command), flush=True)
         started = time.perf_counter()
         with open(out_dir / f"seed{seed}.log", "w") as log:
@@ -41,8 +52,14 @@ def run_seed(seed: int, out_dir: Path) -> dict:
         wall = time.perf_counter() - started
     evals = [r for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines()) if r["kind"] == "eval"]
     peak_rss_mb = json.loads((run_dir / "run_state.json").read_text())["peak_rss_mb"]
-    return {"seed": seed, "wall_s": wall, "peak_rss_mb": peak_rss_mb, "before": evals[0], "after": evals[-1],
-            "rl_steps": evals[-1]["step"]}
+    return {
+        "seed": seed,
+        "wall_s": wall,
+        "peak_rss_mb": peak_rss_mb,
+        "before": evals[0],
+        "after": evals[-1],
+        "rl_steps": evals[-1]["step"],
+    }
 
 
 def metric_keys(result: dict) -> list[str]:
@@ -65,25 +82,39 @@ def mean(values: list[float]) -> float:
 
 def markdown(results: list[dict]) -> str:
     seeds = [r["seed"] for r in results]
-    lines = ["| held-out accuracy | before (mean) | after (mean) | gain (mean) | "
-             + " | ".join(f"gain seed {s}" for s in seeds) + " |",
-             "|---|---:|---:|---:|" + "---:|" * len(seeds)]
+    lines = [
+        "| held-out accuracy | before (mean) | after (mean) | gain (mean) | "
+        + " | ".join(f"gain seed {s}" for s in seeds)
+        + " |",
+        "|---|---:|---:|---:|" + "---:|" * len(seeds),
+    ]
     for key in metric_keys(results[0]):
         before = [r["before"][key] for r in results]
         after = [r["after"][key] for r in results]
         gains = [a - b for a, b in zip(after, before)]
-        lines.append(f"| {label(key)} | {mean(before):.3f} | {mean(after):.3f} | {mean(gains):+.3f} | "
-                     + " | ".join(f"{g:+.3f}" for g in gains) + " |")
+        lines.append(
+            f"| {label(key)} | {mean(before):.3f} | {mean(after):.3f} | {mean(gains):+.3f} | "
+            + " | ".join(f"{g:+.3f}" for g in gains)
+            + " |"
+        )
     keys = metric_keys(results[0])
-    lines += ["", "| seed | RL steps | wall time (s) | peak RSS (MiB) | " + " | ".join(label(k) for k in keys) + " |",
-              "|---:|---:|---:|---:|" + "---|" * len(keys)]
+    lines += [
+        "",
+        "| seed | RL steps | wall time (s) | peak RSS (MiB) | " + " | ".join(label(k) for k in keys) + " |",
+        "|---:|---:|---:|---:|" + "---|" * len(keys),
+    ]
     for r in results:
         cells = [f"{r['before'][k]:.3f} -> {r['after'][k]:.3f}" for k in keys]
-        lines.append(f"| {r['seed']} | {r['rl_steps']} | {r['wall_s']:.0f} | {r['peak_rss_mb']:.0f} | "
-                     + " | ".join(cells) + " |")
+        lines.append(
+            f"| {r['seed']} | {r['rl_steps']} | {r['wall_s']:.0f} | {r['peak_rss_mb']:.0f} | "
+            + " | ".join(cells)
+            + " |"
+        )
     walls = [r["wall_s"] for r in results]
-    lines.append(f"\nwall time per run: mean {mean(walls):.0f} s, max {max(walls):.0f} s "
-                 f"({os.cpu_count()} CPUs, {platform.machine()}, torch {version('torch')}, Python {platform.python_version()})")
+    lines.append(
+        f"\nwall time per run: mean {mean(walls):.0f} s, max {max(walls):.0f} s "
+        f"({os.cpu_count()} CPUs, {platform.machine()}, torch {version('torch')}, Python {platform.python_version()})"
+    )
     return "\n".join(lines)
 
 

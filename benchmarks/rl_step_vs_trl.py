@@ -32,20 +32,29 @@ from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import prepare_training, rl_step
 
-os.environ.update({"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                   "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false"})
+os.environ.update(
+    {
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "WANDB_DISABLED": "true",
+        "TOKENIZERS_PARALLELISM": "false",
+    }
+)
 
 
-def our_steps(policy_dir: Path, engine: str, steps: int, first_step: int, old_logprobs: str = "recompute"
-              ) -> list[tuple[float, int]]:
+def our_steps(
+    policy_dir: Path, engine: str, steps: int, first_step: int, old_logprobs: str = "recompute"
+) -> list[tuple[float, int]]:
     config = RunConfig()
     config.rollout.engine = engine
     config.rollout.old_logprobs = old_logprobs
     config.train.method = "grpo"
     config.output.progress = False
     policy, tokenizer = load_policy(policy_dir)
-    parts = prepare_training(config, Path(tempfile.mkdtemp(prefix="bench-ours-")), policy, tokenizer,
-                             torch.device("cpu"), DistContext())
+    parts = prepare_training(
+        config, Path(tempfile.mkdtemp(prefix="bench-ours-")), policy, tokenizer, torch.device("cpu"), DistContext()
+    )
     results = []
     for step in range(first_step, first_step + steps):
         start = time.perf_counter()
@@ -64,12 +73,25 @@ def trl_steps(policy_dir: Path, steps: int, seed: int) -> list[tuple[float, int]
     _, tokenizer = load_policy(policy_dir)
     dataset = kk_prompt_dataset(16 * steps, difficulty=3, template=config.data.template, seed=seed)
     trainer = build_grpo_trainer(
-        str(policy_dir), tokenizer=tokenizer, train_dataset=dataset, reward_funcs=KKReward(tokenizer),
-        group_size=config.rollout.group_size, prompts_per_step=config.rollout.prompts_per_step,
-        max_completion_length=config.rollout.max_new_tokens, output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
-        method="grpo", tokenbalance_loss=False, learning_rate=config.optim.lr, max_steps=steps, seed=seed,
-        lr_scheduler_type="constant", warmup_steps=0, weight_decay=config.optim.weight_decay,
-        adam_beta1=config.optim.beta1, adam_beta2=config.optim.beta2, max_grad_norm=config.optim.grad_clip,
+        str(policy_dir),
+        tokenizer=tokenizer,
+        train_dataset=dataset,
+        reward_funcs=KKReward(tokenizer),
+        group_size=config.rollout.group_size,
+        prompts_per_step=config.rollout.prompts_per_step,
+        max_completion_length=config.rollout.max_new_tokens,
+        output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        method="grpo",
+        tokenbalance_loss=False,
+        learning_rate=config.optim.lr,
+        max_steps=steps,
+        seed=seed,
+        lr_scheduler_type="constant",
+        warmup_steps=0,
+        weight_decay=config.optim.weight_decay,
+        adam_beta1=config.optim.beta1,
+        adam_beta2=config.optim.beta2,
+        max_grad_norm=config.optim.grad_clip,
     )
     results: list[tuple[float, int]] = []
 
@@ -100,8 +122,12 @@ def main() -> None:
     config = RunConfig()
     policy_dir = ensure_embedded_policy(config, device=torch.device("cpu"), progress=False, log=lambda *_: None)
     sampler = "ours, fast engine, sampler log-probs"
-    runs: dict[str, list[tuple[float, int]]] = {"TRL GRPOTrainer": [], "ours, HF generate": [], "ours, fast engine": [],
-                                                sampler: []}
+    runs: dict[str, list[tuple[float, int]]] = {
+        "TRL GRPOTrainer": [],
+        "ours, HF generate": [],
+        "ours, fast engine": [],
+        sampler: [],
+    }
     for round_index in range(args.rounds):
         first = round_index * args.steps
         # the first step of each runner pays one-time costs (allocations, TRL's dataloader): dropped
@@ -116,8 +142,10 @@ def main() -> None:
         seconds = statistics.median(s for s, _ in results)
         tokens = sum(t for _, t in results) / sum(s for s, _ in results)
         rows.append([label, f"{seconds:.2f}", f"{tokens:,.0f}", f"{trl_median / seconds:.2f}x"])
-    print(f"GRPO, 16 prompts x 8 responses, <= 48 new tokens, T=1; median of {args.steps * args.rounds} steps "
-          f"per runner ({args.rounds} alternating rounds, first step of each round dropped).")
+    print(
+        f"GRPO, 16 prompts x 8 responses, <= 48 new tokens, T=1; median of {args.steps * args.rounds} steps "
+        f"per runner ({args.rounds} alternating rounds, first step of each round dropped)."
+    )
     print(machine_line())
     print()
     print(markdown_table(["runner", "median step (s)", "response tokens/s", "speed vs TRL"], rows))

@@ -62,19 +62,24 @@ def main() -> None:
     prompts = [ids for ids in distinct for _ in range(args.group_size)]
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     seconds, generations = interleaved_medians(
-        {label: (lambda e=engine: e.generate_with(prompts, params)) for label, engine in contenders}, args.repeats)
+        {label: (lambda e=engine: e.generate_with(prompts, params)) for label, engine in contenders}, args.repeats
+    )
     results = []
     for label, _ in contenders:
         tokens = int(generations[label].response_mask_BT.sum())
         results.append((label, tokens, seconds[label], tokens / seconds[label]))
         print(f"{label}: {tokens} tokens in {seconds[label]:.2f} s = {tokens / seconds[label]:,.0f} tok/s", flush=True)
     base = results[0][3]
-    rows = [[label, f"{tokens:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / base:.2f}x"]
-            for label, tokens, seconds, rate in results]
+    rows = [
+        [label, f"{tokens:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / base:.2f}x"]
+        for label, tokens, seconds, rate in results
+    ]
     print()
-    print(f"Model: Qwen2-style, {params_count / 1e6:.2f}M parameters; batch {args.batch} "
-          f"({args.batch // args.group_size} distinct prompts x {args.group_size}), prompt {args.prompt_len} "
-          f"tokens, {args.new_tokens} new tokens, T=1; median of {args.repeats} interleaved runs after one warm-up.")
+    print(
+        f"Model: Qwen2-style, {params_count / 1e6:.2f}M parameters; batch {args.batch} "
+        f"({args.batch // args.group_size} distinct prompts x {args.group_size}), prompt {args.prompt_len} "
+        f"tokens, {args.new_tokens} new tokens, T=1; median of {args.repeats} interleaved runs after one warm-up."
+    )
     print(machine_line())
     print()
     print(markdown_table(["engine", "tokens", "seconds", "tokens/s", "vs default generate"], rows))

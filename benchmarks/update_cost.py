@@ -42,15 +42,25 @@ BUDGETS = {"ar": ("step", 1.03), "tr_grpo": ("step", 1.03), "nthr": ("step", 1.1
 
 def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
     cfg, policy, packed = batch.parts.config, batch.parts.policy, batch.packed
-    old = batched_response_logprobs(policy, packed, temperature=cfg.rollout.temperature,
-                                    micro_batch=cfg.optim.micro_batch_size, with_hidden=method.needs_hidden_states)
+    old = batched_response_logprobs(
+        policy,
+        packed,
+        temperature=cfg.rollout.temperature,
+        micro_batch=cfg.optim.micro_batch_size,
+        with_hidden=method.needs_hidden_states,
+    )
     nthr_inputs = None
     if method.needs_hidden_states:
         head = policy.get_output_embeddings()
-        nthr_inputs = NTHRInputs(tokens_BT=packed.input_ids_BL[:, packed.prompt_len:], hidden_BTD=old.hidden_BTD,
-                                 unembed_VD=head.weight.detach(), temperature=cfg.rollout.temperature)
-    passes, _ = build_update_passes(method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT,
-                                    ref_logp_BT, nthr_inputs)
+        nthr_inputs = NTHRInputs(
+            tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
+            hidden_BTD=old.hidden_BTD,
+            unembed_VD=head.weight.detach(),
+            temperature=cfg.rollout.temperature,
+        )
+    passes, _ = build_update_passes(
+        method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT, ref_logp_BT, nthr_inputs
+    )
     return passes, old.logp_BT
 
 
@@ -59,12 +69,23 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
     log-probs (and hidden states), then every pass's loss and its backward to the log-probs."""
     packed, policy = batch.packed, batch.parts.policy
     head = policy.get_output_embeddings()
-    nthr_inputs = NTHRInputs(tokens_BT=packed.input_ids_BL[:, packed.prompt_len:], hidden_BTD=old.hidden_BTD,
-                             unembed_VD=head.weight.detach(), temperature=1.0)
+    nthr_inputs = NTHRInputs(
+        tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
+        hidden_BTD=old.hidden_BTD,
+        unembed_VD=head.weight.detach(),
+        temperature=1.0,
+    )
 
     def run():
-        passes, _ = build_update_passes(method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT,
-                                        ref_logp_BT, nthr_inputs if method.needs_hidden_states else None)
+        passes, _ = build_update_passes(
+            method,
+            batch.scores_B,
+            batch.group_ids_B,
+            batch.mask_BT,
+            old.logp_BT,
+            ref_logp_BT,
+            nthr_inputs if method.needs_hidden_states else None,
+        )
         logp_BT = old.logp_BT.clone().requires_grad_(True)
         for update_pass in passes:
             pass_loss(method, update_pass, logp_BT, old.logp_BT, ref_logp_BT, old.entropy_BT).loss.backward()
@@ -75,10 +96,19 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
 def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
     cfg, policy = batch.parts.config, batch.parts.policy
     return run_update_passes(
-        method=method, passes=passes, policy=policy, optimizer=make_optimizer(policy, cfg), packed=batch.packed,
-        old_logp_BT=old_logp_BT, ref_logp_BT=ref_logp_BT, temperature=cfg.rollout.temperature,
-        mini_batch_rows=cfg.optim.mini_batch_size, micro_batch_rows=cfg.optim.micro_batch_size,
-        grad_clip=cfg.optim.grad_clip, token_mean_scope=cfg.optim.token_mean_scope, ctx=batch.parts.ctx,
+        method=method,
+        passes=passes,
+        policy=policy,
+        optimizer=make_optimizer(policy, cfg),
+        packed=batch.packed,
+        old_logp_BT=old_logp_BT,
+        ref_logp_BT=ref_logp_BT,
+        temperature=cfg.rollout.temperature,
+        mini_batch_rows=cfg.optim.mini_batch_size,
+        micro_batch_rows=cfg.optim.micro_batch_size,
+        grad_clip=cfg.optim.grad_clip,
+        token_mean_scope=cfg.optim.token_mean_scope,
+        ctx=batch.parts.ctx,
     )
 
 
@@ -91,8 +121,9 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     batch = embedded_batch()
     cfg = batch.parts.config
-    ref_logp_BT = batched_response_logprobs(batch.parts.reference, batch.packed, temperature=cfg.rollout.temperature,
-                                            micro_batch=cfg.optim.micro_batch_size).logp_BT
+    ref_logp_BT = batched_response_logprobs(
+        batch.parts.reference, batch.packed, temperature=cfg.rollout.temperature, micro_batch=cfg.optim.micro_batch_size
+    ).logp_BT
     methods = {name: get_method(name) for name in METHODS}
     prepared = {}
 
@@ -100,12 +131,14 @@ def main() -> None:
         def run():
             batch.parts.policy.load_state_dict(batch.initial_state)
             prepared[name] = prepare(batch, methods[name], ref_logp_BT)
+
         return run
 
     def update_fn(name):
         def run():
             batch.parts.policy.load_state_dict(batch.initial_state)
             return update(batch, methods[name], *prepared[name], ref_logp_BT)
+
         return run
 
     def unshared_update():  # GRPO with every row's prompt in its own forward (before prompt sharing)
@@ -116,13 +149,21 @@ def main() -> None:
             update_module.response_logprobs = response_logprobs
 
     prep_s, _ = interleaved_medians({name: prepare_fn(name) for name in METHODS}, args.repeats)
-    update_s, _ = interleaved_medians({**{name: update_fn(name) for name in METHODS}, UNSHARED: unshared_update},
-                                      args.repeats)
+    update_s, _ = interleaved_medians(
+        {**{name: update_fn(name) for name in METHODS}, UNSHARED: unshared_update}, args.repeats
+    )
     batch.parts.policy.load_state_dict(batch.initial_state)
-    old = batched_response_logprobs(batch.parts.policy, batch.packed, temperature=cfg.rollout.temperature,
-                                    micro_batch=cfg.optim.micro_batch_size, with_hidden=True, with_entropy=True)
-    work_s, _ = interleaved_medians({name: method_work(batch, methods[name], old, ref_logp_BT) for name in METHODS},
-                                    args.repeats * 10)
+    old = batched_response_logprobs(
+        batch.parts.policy,
+        batch.packed,
+        temperature=cfg.rollout.temperature,
+        micro_batch=cfg.optim.micro_batch_size,
+        with_hidden=True,
+        with_entropy=True,
+    )
+    work_s, _ = interleaved_medians(
+        {name: method_work(batch, methods[name], old, ref_logp_BT) for name in METHODS}, args.repeats * 10
+    )
     with FlopCounterMode(display=False) as counter:
         update_fn("grpo")()
     grpo_flops = counter.get_total_flops()
@@ -138,34 +179,80 @@ def main() -> None:
             phase, limit = budget
             ratio = total / base_total if phase == "step" else update_s[name] / update_s["grpo"]
             verdict = f"{phase} {ratio:.3f}x (goal <= {limit}x: {'met' if ratio <= limit else 'missed'})"
-        rows.append([name, f"{prep_s[name] * 1e3:.0f}", f"{update_s[name] * 1e3:.0f}", f"{total * 1e3:.0f}",
-                     f"{update_s[name] / update_s['grpo']:.3f}x", f"{total / base_total:.3f}x", verdict])
-    rows.append([UNSHARED, "", f"{update_s[UNSHARED] * 1e3:.0f}", "", f"{update_s[UNSHARED] / update_s['grpo']:.3f}x",
-                 "", "the update without the shared-prompt forward"])
+        rows.append(
+            [
+                name,
+                f"{prep_s[name] * 1e3:.0f}",
+                f"{update_s[name] * 1e3:.0f}",
+                f"{total * 1e3:.0f}",
+                f"{update_s[name] / update_s['grpo']:.3f}x",
+                f"{total / base_total:.3f}x",
+                verdict,
+            ]
+        )
+    rows.append(
+        [
+            UNSHARED,
+            "",
+            f"{update_s[UNSHARED] * 1e3:.0f}",
+            "",
+            f"{update_s[UNSHARED] / update_s['grpo']:.3f}x",
+            "",
+            "the update without the shared-prompt forward",
+        ]
+    )
     tokens = int(batch.packed.attention_mask_BL.sum())
-    print(f"Batch: {batch.packed.input_ids_BL.shape[0]} responses x {batch.packed.input_ids_BL.shape[1]} columns "
-          f"(prompt {batch.packed.prompt_len}), {tokens} real tokens; mini-batch {cfg.optim.mini_batch_size}, "
-          f"micro-batch {cfg.optim.micro_batch_size}; median of {args.repeats} interleaved runs.")
+    print(
+        f"Batch: {batch.packed.input_ids_BL.shape[0]} responses x {batch.packed.input_ids_BL.shape[1]} columns "
+        f"(prompt {batch.packed.prompt_len}), {tokens} real tokens; mini-batch {cfg.optim.mini_batch_size}, "
+        f"micro-batch {cfg.optim.micro_batch_size}; median of {args.repeats} interleaved runs."
+    )
     print(machine_line())
     print()
-    print(markdown_table(["method", "prepare (ms)", "update (ms)", "total (ms)", "update vs GRPO", "total vs GRPO",
-                          "budget"], rows))
+    print(
+        markdown_table(
+            ["method", "prepare (ms)", "update (ms)", "total (ms)", "update vs GRPO", "total vs GRPO", "budget"], rows
+        )
+    )
     base_total = prep_s["grpo"] + update_s["grpo"]
     print()
-    print("The method's own arithmetic (no model forward): build_update_passes + each pass's loss and backward "
-          f"to the log-probs, median of {args.repeats * 10}; its extra over GRPO as a share of GRPO's prepare + "
-          "update above. NTHR's hidden states come from the old-policy forward it shares with GRPO (the "
-          "prepare column).")
+    print(
+        "The method's own arithmetic (no model forward): build_update_passes + each pass's loss and backward "
+        f"to the log-probs, median of {args.repeats * 10}; its extra over GRPO as a share of GRPO's prepare + "
+        "update above. NTHR's hidden states come from the old-policy forward it shares with GRPO (the "
+        "prepare column)."
+    )
     print()
-    print(markdown_table(["method", "own arithmetic (ms)", "extra over GRPO (ms)", "extra / GRPO prepare + update"],
-                         [[name, f"{work_s[name] * 1e3:.1f}", f"{(work_s[name] - work_s['grpo']) * 1e3:+.1f}",
-                           f"{(work_s[name] - work_s['grpo']) / base_total:+.1%}"] for name in METHODS]))
+    print(
+        markdown_table(
+            ["method", "own arithmetic (ms)", "extra over GRPO (ms)", "extra / GRPO prepare + update"],
+            [
+                [
+                    name,
+                    f"{work_s[name] * 1e3:.1f}",
+                    f"{(work_s[name] - work_s['grpo']) * 1e3:+.1f}",
+                    f"{(work_s[name] - work_s['grpo']) / base_total:+.1%}",
+                ]
+                for name in METHODS
+            ],
+        )
+    )
     achieved = grpo_flops / update_s["grpo"]
     print()
-    print(markdown_table(
-        ["GRPO update FLOPs", "update time (s)", "achieved FLOP/s", "matmul rate (512x512 fp32)", "fraction"],
-        [[f"{grpo_flops / 1e9:.1f} G", f"{update_s['grpo']:.3f}", f"{achieved / 1e9:.1f} G",
-          f"{peak / 1e9:.1f} G", f"{achieved / peak:.0%}"]]))
+    print(
+        markdown_table(
+            ["GRPO update FLOPs", "update time (s)", "achieved FLOP/s", "matmul rate (512x512 fp32)", "fraction"],
+            [
+                [
+                    f"{grpo_flops / 1e9:.1f} G",
+                    f"{update_s['grpo']:.3f}",
+                    f"{achieved / 1e9:.1f} G",
+                    f"{peak / 1e9:.1f} G",
+                    f"{achieved / peak:.0%}",
+                ]
+            ],
+        )
+    )
     if args.profile:
         print()
         print(profile_shares(update_fn("grpo"), "GRPO update: forward, backward, AdamW"))

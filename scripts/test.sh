@@ -14,6 +14,10 @@ fi
 # dev tools plus the verl and TRL extras: the integration tests run, they do not skip, in CI
 "$VENV/bin/python" -m pip install --quiet -e ".[dev,verl,trl]"
 
+# lint and format check first: seconds, and a failure names the file and line
+"$VENV/bin/python" -m ruff check src tests benchmarks
+"$VENV/bin/python" -m ruff format --check src tests benchmarks
+
 set +e
 "$VENV/bin/python" -m pytest -q "$@"
 status=$?

@@ -6,9 +6,22 @@ import pytest
 from tokenbalance.cli import main
 
 LOGIC_RL_COLUMNS = [
-    "quiz", "names", "knight_knave", "solution", "solution_text", "solution_text_format",
-    "cot_head", "cot_repeat_steps", "cot_foot", "statements", "index",
-    "data_source", "prompt", "ability", "reward_model", "extra_info",
+    "quiz",
+    "names",
+    "knight_knave",
+    "solution",
+    "solution_text",
+    "solution_text_format",
+    "cot_head",
+    "cot_repeat_steps",
+    "cot_foot",
+    "statements",
+    "index",
+    "data_source",
+    "prompt",
+    "ability",
+    "reward_model",
+    "extra_info",
 ]  # fmt: skip  (spec kk.md §9.3)
 
 
@@ -42,23 +55,62 @@ def test_kk_3ppl_test_file(tmp_path, capsys):
 
 def test_kk_merge_template_count_and_per_level_sources(tmp_path, capsys):
     merged = tmp_path / "merge.parquet"
-    assert main([
-        "gen-data", "kk", "--people", "3-4", "--split", "train", "--merge", "--count", "2",
-        "--template", "plain", "--per-level-source", "--out", str(merged),
-    ]) == 0
+    assert (
+        main(
+            [
+                "gen-data",
+                "kk",
+                "--people",
+                "3-4",
+                "--split",
+                "train",
+                "--merge",
+                "--count",
+                "2",
+                "--template",
+                "plain",
+                "--per-level-source",
+                "--out",
+                str(merged),
+            ]
+        )
+        == 0
+    )
     frame = pd.read_parquet(merged)
     assert frame["names"].map(len).tolist() == [3, 3, 4, 4]
     assert frame["data_source"].tolist() == ["kk_logic3", "kk_logic3", "kk_logic4", "kk_logic4"]
     assert frame["index"].tolist() == [100, 101, 100, 101]
-    assert frame.iloc[0]["quiz"].startswith("A very special island") and "Michael, Zoey, and Ethan" in frame.iloc[0]["quiz"]
+    assert (
+        frame.iloc[0]["quiz"].startswith("A very special island")
+        and "Michael, Zoey, and Ethan" in frame.iloc[0]["quiz"]
+    )
     assert frame.iloc[0]["prompt"][0]["content"].endswith("\nAssistant: <think>")
     assert "<|im_start|>" not in frame.iloc[0]["prompt"][0]["content"]
 
     pattern = str(tmp_path / "{n}ppl" / "test.parquet")
-    assert main([
-        "gen-data", "kk", "--people", "5-6", "--split", "test", "--count", "1", "--start-index", "7",
-        "--seed", "99", "--data-source", "kk_custom", "--out", pattern,
-    ]) == 0
+    assert (
+        main(
+            [
+                "gen-data",
+                "kk",
+                "--people",
+                "5-6",
+                "--split",
+                "test",
+                "--count",
+                "1",
+                "--start-index",
+                "7",
+                "--seed",
+                "99",
+                "--data-source",
+                "kk_custom",
+                "--out",
+                pattern,
+            ]
+        )
+        == 0
+    )
     five = pd.read_parquet(tmp_path / "5ppl" / "test.parquet")
     assert five["index"].tolist() == [7] and five["data_source"].tolist() == ["kk_custom"]
     assert len(capsys.readouterr().out.strip().splitlines()) == 3
@@ -67,10 +119,26 @@ def test_kk_merge_template_count_and_per_level_sources(tmp_path, capsys):
 def test_progress_goes_to_stderr_only(tmp_path, capsys):
     out = tmp_path / "late.parquet"
     # 2 x 1501 puzzles drawn > the 2,000 threshold: a progress display on stderr.
-    assert main([
-        "gen-data", "kk", "--people", "3-4", "--merge", "--split", "train", "--start-index", "1500",
-        "--count", "1", "--out", str(out),
-    ]) == 0
+    assert (
+        main(
+            [
+                "gen-data",
+                "kk",
+                "--people",
+                "3-4",
+                "--merge",
+                "--split",
+                "train",
+                "--start-index",
+                "1500",
+                "--count",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     captured = capsys.readouterr()
     assert "kk puzzles" in captured.err
     assert captured.out.strip() == f"wrote 2 rows (3-4 people, train, merged) to {out}"
@@ -91,7 +159,10 @@ def test_arith_file(tmp_path, capsys):
         (["kk", "--people", "9", "--split", "test"], "--people must be in 2..8 (A <= B for a range), got '9'"),
         (["kk", "--people", "three", "--split", "test"], "--people must be N or A-B with people in 2..8, got 'three'"),
         (["kk", "--people", "3-5", "--split", "test"], "gives one file per level: put {n} in --out"),
-        (["kk", "--split", "test", "--template", "chatml"], "unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain"),
+        (
+            ["kk", "--split", "test", "--template", "chatml"],
+            "unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain",
+        ),
         (["kk", "--split", "test", "--count", "0"], "count must be an integer >= 1, got 0"),
         (["kk", "--split", "test", "--level", "2"], "--level applies to arith only"),
         (["arith", "--split", "test", "--level", "7"], "level must be an integer in 1..5, got 7"),

@@ -6,8 +6,16 @@ from tokenbalance.config import RunConfig, apply_overrides, describe_options, lo
 
 
 def test_yaml_round_trip_and_overrides(tmp_path):
-    config = apply_overrides(RunConfig(), ["train.steps=7", "optim.lr=1e-4", "data.train_difficulties=[3, 4]",
-                                           "train.method_overrides.lopti.eta=0.4", "model.path=/models/x"])
+    config = apply_overrides(
+        RunConfig(),
+        [
+            "train.steps=7",
+            "optim.lr=1e-4",
+            "data.train_difficulties=[3, 4]",
+            "train.method_overrides.lopti.eta=0.4",
+            "model.path=/models/x",
+        ],
+    )
     assert (config.train.steps, config.optim.lr, config.data.train_difficulties) == (7, 1e-4, (3, 4))
     assert config.train.method_overrides == {"lopti.eta": 0.4} and config.model.path == "/models/x"
     save_config(config, tmp_path / "c.yaml")

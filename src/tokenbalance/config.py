@@ -26,15 +26,19 @@ from tokenbalance.options import option, validate
 
 @dataclass
 class ModelConfig:
-    path: str | None = option(None, "local Hugging Face model directory; None builds (or reuses) the "
-                                    "embedded tiny model, SFT-warmed on K&K", nullable=True)
+    path: str | None = option(
+        None,
+        "local Hugging Face model directory; None builds (or reuses) the embedded tiny model, SFT-warmed on K&K",
+        nullable=True,
+    )
     arch: str = option("llama", "architecture of the embedded tiny model", choices=("llama", "qwen2"))
     hidden_size: int = option(128, "embedded model hidden size", low=8, high=8192)
     num_layers: int = option(4, "embedded model layers", low=1, high=128)
     num_heads: int = option(4, "embedded model attention heads", low=1, high=128)
     intermediate_size: int = option(512, "embedded model MLP size", low=8, high=65536)
-    vocab_size: int = option(1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)",
-                             low=300, high=65536)
+    vocab_size: int = option(
+        1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)", low=300, high=65536
+    )
     attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
     dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16", "float16"))
     cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached")
@@ -43,83 +47,118 @@ class ModelConfig:
 @dataclass
 class DataConfig:
     task: str = option("kk", "task name", choices=("kk", "arith"))
-    template: str = option("compact", "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)")
-    train_difficulties: tuple[int, ...] = option((3,), "K&K people / arith levels to train on (SFT and RL); "
-                                                 "the default is 3 people: the tiny model stays at chance on "
-                                                 "2 people, whose ~300 RL puzzles are its SFT puzzles too "
-                                                 "(docs/results.md)", default_factory=lambda: (3,))
-    eval_difficulties: tuple[int, ...] = option((3,), "difficulties evaluated (per-difficulty accuracy)",
-                                                default_factory=lambda: (3,))
-    train_file: str | None = option(None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of "
-                                          "generated data", nullable=True)
+    template: str = option(
+        "compact",
+        "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)",
+    )
+    train_difficulties: tuple[int, ...] = option(
+        (3,),
+        "K&K people / arith levels to train on (SFT and RL); "
+        "the default is 3 people: the tiny model stays at chance on "
+        "2 people, whose ~300 RL puzzles are its SFT puzzles too "
+        "(docs/results.md)",
+        default_factory=lambda: (3,),
+    )
+    eval_difficulties: tuple[int, ...] = option(
+        (3,), "difficulties evaluated (per-difficulty accuracy)", default_factory=lambda: (3,)
+    )
+    train_file: str | None = option(
+        None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of generated data", nullable=True
+    )
     eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True)
-    eval_count: int = option(1000, "held-out examples per difficulty (K&K 2 people: at most 100); 1000 "
-                             "resolves a few points of accuracy and costs ~9 s per evaluation of the tiny model "
-                             "on 2 CPU cores", low=1, high=10**6)
+    eval_count: int = option(
+        1000,
+        "held-out examples per difficulty (K&K 2 people: at most 100); 1000 "
+        "resolves a few points of accuracy and costs ~9 s per evaluation of the tiny model "
+        "on 2 CPU cores",
+        low=1,
+        high=10**6,
+    )
     max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = option("fast", "rollout engine: the preallocated-KV-cache decode loop (Llama / Qwen2 run "
-                         "their layers directly, other models their own forward), or Hugging Face generate",
-                         choices=("fast", "hf"))
+    engine: str = option(
+        "fast",
+        "rollout engine: the preallocated-KV-cache decode loop (Llama / Qwen2 run "
+        "their layers directly, other models their own forward), or Hugging Face generate",
+        choices=("fast", "hf"),
+    )
     prompts_per_step: int = option(16, "prompts per RL step", low=1, high=10**6)
     group_size: int = option(8, "responses per prompt (G)", low=1, high=1024)
     max_new_tokens: int = option(48, "response budget in tokens", low=1, high=10**6)
-    temperature: float = option(1.0, "sampling temperature (also the log-prob temperature)", low=0.0,
-                                low_open=True, high=10.0)
+    temperature: float = option(
+        1.0, "sampling temperature (also the log-prob temperature)", low=0.0, low_open=True, high=10.0
+    )
     top_p: float = option(1.0, "nucleus sampling", low=0.0, low_open=True, high=1.0)
     top_k: int = option(0, "top-k sampling (0 = off)", low=0, high=10**6)
-    old_logprobs: str = option("recompute", "old-policy log-probs: recompute them with a forward pass (the "
-                               "reference's way), or take the sampler's (no forward; equal up to float rounding "
-                               "for a float32 model; needs top_p=1, top_k=0; NTHR still runs the forward; the "
-                               "bucket statistics then lack the old-policy entropy)",
-                               choices=("recompute", "sampler"))
+    old_logprobs: str = option(
+        "recompute",
+        "old-policy log-probs: recompute them with a forward pass (the "
+        "reference's way), or take the sampler's (no forward; equal up to float rounding "
+        "for a float32 model; needs top_p=1, top_k=0; NTHR still runs the forward; the "
+        "bucket statistics then lack the old-policy entropy)",
+        choices=("recompute", "sampler"),
+    )
 
     def __post_init__(self) -> None:
         if self.old_logprobs == "sampler" and (self.top_p != 1.0 or self.top_k != 0):
-            raise ValueError(f"rollout.old_logprobs='sampler' needs the untruncated distribution (top_p=1, top_k=0), "
-                             f"got top_p={self.top_p}, top_k={self.top_k}: the sampler's log-probs are of the "
-                             "truncated one")
+            raise ValueError(
+                f"rollout.old_logprobs='sampler' needs the untruncated distribution (top_p=1, top_k=0), "
+                f"got top_p={self.top_p}, top_k={self.top_k}: the sampler's log-probs are of the "
+                "truncated one"
+            )
 
 
 @dataclass
 class OptimConfig:
-    lr: float = option(2e-4, "AdamW learning rate (constant); 2e-4 is tuned for the embedded tiny model "
-                       "(docs/results.md): lower it for real models", low=0.0, low_open=True, high=1.0)
+    lr: float = option(
+        2e-4,
+        "AdamW learning rate (constant); 2e-4 is tuned for the embedded tiny model "
+        "(docs/results.md): lower it for real models",
+        low=0.0,
+        low_open=True,
+        high=1.0,
+    )
     beta1: float = option(0.9, "AdamW beta1", low=0.0, high=1.0)
     beta2: float = option(0.99, "AdamW beta2", low=0.0, high=1.0)
     weight_decay: float = option(0.01, "AdamW weight decay", low=0.0, high=1.0)
-    grad_clip: float = option(1.0, "gradient-norm clip before every optimizer step", low=0.0,
-                              low_open=True, high=1e6)
-    mini_batch_size: int = option(128, "responses per optimizer step (one step per mini-batch)",
-                                  low=1, high=10**6)
-    micro_batch_size: int = option(128, "responses per forward/backward (gradient accumulation)",
-                                   low=1, high=10**6)
-    token_mean_scope: str = option("mini_batch", "denominator scope: the whole mini-batch (the paper's "
-                                   "objective) or each micro-batch (the reference code)",
-                                   choices=("mini_batch", "micro_batch"))
+    grad_clip: float = option(1.0, "gradient-norm clip before every optimizer step", low=0.0, low_open=True, high=1e6)
+    mini_batch_size: int = option(128, "responses per optimizer step (one step per mini-batch)", low=1, high=10**6)
+    micro_batch_size: int = option(128, "responses per forward/backward (gradient accumulation)", low=1, high=10**6)
+    token_mean_scope: str = option(
+        "mini_batch",
+        "denominator scope: the whole mini-batch (the paper's objective) or each micro-batch (the reference code)",
+        choices=("mini_batch", "micro_batch"),
+    )
 
 
 @dataclass
 class SFTConfig:
     steps: int = option(400, "SFT optimizer steps", low=1, high=10**7)
     batch_size: int = option(64, "SFT batch (examples)", low=1, high=10**6)
-    lr: float = option(1e-3, "peak learning rate (warmup then cosine to 10%)", low=0.0, low_open=True,
-                       high=1.0)
+    lr: float = option(1e-3, "peak learning rate (warmup then cosine to 10%)", low=0.0, low_open=True, high=1.0)
     warmup_steps: int = option(50, "linear warmup steps", low=0, high=10**7)
-    target: str = option("answer", "what the response teaches: the answer only, or the synthetic CoT "
-                         "then the answer", choices=("answer", "cot"))
-    train_count: int = option(3000, "generated SFT examples per difficulty (disjoint from the RL "
-                              "prompts and the held-out set)", low=1, high=10**7)
+    target: str = option(
+        "answer",
+        "what the response teaches: the answer only, or the synthetic CoT then the answer",
+        choices=("answer", "cot"),
+    )
+    train_count: int = option(
+        3000,
+        "generated SFT examples per difficulty (disjoint from the RL prompts and the held-out set)",
+        low=1,
+        high=10**7,
+    )
 
 
 @dataclass
 class TrainConfig:
     method: str = option("ar_lopti", "method preset (tokenbalance list-methods)")
-    method_overrides: dict = option(None, "dotted overrides of the preset, e.g. {'lopti.eta': 0.4}",
-                                    default_factory=dict)
+    method_overrides: dict = option(
+        None, "dotted overrides of the preset, e.g. {'lopti.eta': 0.4}", default_factory=dict
+    )
     steps: int = option(60, "RL steps", low=0, high=10**7)
     seed: int = option(0, "seed of everything (data order, init, sampling)", low=0, high=2**31 - 1)
     eval_every: int = option(20, "evaluate every k steps (0 = only before and after)", low=0, high=10**7)
@@ -153,6 +192,7 @@ class RunConfig:
 
 def to_dict(config: Any) -> dict:
     """Plain nested dict (tuples become lists) for YAML / JSON."""
+
     def plain(value):
         if isinstance(value, tuple):
             return [plain(v) for v in value]

@@ -14,11 +14,19 @@ from dataclasses import MISSING, field
 from typing import Any
 
 
-def option(default: Any = MISSING, help: str = "", *, choices=None, low=None, high=None,
-           low_open: bool = False, default_factory: Any = MISSING, nullable: bool = False):
+def option(
+    default: Any = MISSING,
+    help: str = "",
+    *,
+    choices=None,
+    low=None,
+    high=None,
+    low_open: bool = False,
+    default_factory: Any = MISSING,
+    nullable: bool = False,
+):
     """A dataclass field carrying its help text and validity rule in ``metadata``."""
-    metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open,
-                "nullable": nullable}
+    metadata = {"help": help, "choices": choices, "low": low, "high": high, "low_open": low_open, "nullable": nullable}
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata=metadata)
     return field(default=default, metadata=metadata)

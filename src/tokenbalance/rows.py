@@ -21,8 +21,9 @@ def distinct_rows(key_BK: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | N
     return first_U, inverse_B
 
 
-def distinct_prompts(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor
-                     ) -> tuple[torch.Tensor, torch.Tensor] | None:
+def distinct_prompts(
+    prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor] | None:
     """:func:`distinct_rows` of left-padded prompts: two rows are the same prompt when both their
     ids and their padding agree."""
     return distinct_rows(torch.cat([prompt_ids_BP, prompt_mask_BP.long()], dim=1))

@@ -90,7 +90,12 @@ def passes_for(method, batch: Batch):
     from tokenbalance.algorithms.methods import build_update_passes
 
     return build_update_passes(
-        method, batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT, batch.ref_logp_BT,
+        method,
+        batch.scores_B,
+        batch.group_ids_B,
+        batch.mask_BT,
+        batch.old_logp_BT,
+        batch.ref_logp_BT,
         nthr_inputs=nthr_inputs(batch) if method.nthr is not None else None,
     )
 
@@ -103,8 +108,6 @@ def total_loss_fn(method, batch: Batch, passes=None):
         passes, _ = passes_for(method, batch)
 
     def fn(logp_BT, entropy_BT):
-        return sum(
-            pass_loss(method, p, logp_BT, batch.old_logp_BT, batch.ref_logp_BT, entropy_BT).loss for p in passes
-        )
+        return sum(pass_loss(method, p, logp_BT, batch.old_logp_BT, batch.ref_logp_BT, entropy_BT).loss for p in passes)
 
     return fn

@@ -6,6 +6,7 @@ import statistics
 import pytest
 import torch
 
+from tests.algorithms.conftest import assert_values
 from tokenbalance.algorithms.advantages import (
     discounted_returns,
     dr_grpo_advantages,
@@ -15,7 +16,6 @@ from tokenbalance.algorithms.advantages import (
     reinforce_pp_advantages,
     rloo_advantages,
 )
-from tests.algorithms.conftest import assert_values
 
 
 def full_mask(B, T):
@@ -35,8 +35,7 @@ def test_grpo_kk_score_group_matches_formula():
     scores = [3, -0.5, -1, -3, 3, 3, -3, -0.5]  # spec test checklist item 1
     mean = sum(scores) / 8  # 0.125
     std = statistics.stdev(scores)  # unbiased
-    adv = grpo_advantages(torch.tensor(scores, dtype=torch.float64), torch.zeros(8, dtype=torch.long),
-                          full_mask(8, 1))
+    adv = grpo_advantages(torch.tensor(scores, dtype=torch.float64), torch.zeros(8, dtype=torch.long), full_mask(8, 1))
     assert mean == 0.125
     assert adv[:, 0].tolist() == pytest.approx([(s - mean) / (std + 1e-6) for s in scores], abs=1e-12)
 
@@ -124,11 +123,20 @@ def test_kl_in_reward_subtracts_at_valid_tokens():
     [
         (lambda: grpo_advantages(torch.ones(3), torch.zeros(2, dtype=torch.long), full_mask(3, 2)), "group_ids_B"),
         (lambda: grpo_advantages(torch.ones(2), torch.zeros(2, dtype=torch.long), full_mask(3, 2)), "scores_B"),
-        (lambda: grpo_advantages(torch.tensor([1.0, float("nan")]), torch.zeros(2, dtype=torch.long), full_mask(2, 1)),
-         "scores_B: must be finite"),
-        (lambda: grpo_advantages(torch.ones(2), torch.zeros(2, dtype=torch.long), full_mask(2, 1), singleton="x"),
-         "singleton"),
-        (lambda: discounted_returns(torch.zeros(1, 2), full_mask(1, 2), 1.5), r"gamma: must be in \[0.0, 1.0\], got 1.5"),
+        (
+            lambda: grpo_advantages(
+                torch.tensor([1.0, float("nan")]), torch.zeros(2, dtype=torch.long), full_mask(2, 1)
+            ),
+            "scores_B: must be finite",
+        ),
+        (
+            lambda: grpo_advantages(torch.ones(2), torch.zeros(2, dtype=torch.long), full_mask(2, 1), singleton="x"),
+            "singleton",
+        ),
+        (
+            lambda: discounted_returns(torch.zeros(1, 2), full_mask(1, 2), 1.5),
+            r"gamma: must be in \[0.0, 1.0\], got 1.5",
+        ),
     ],
 )
 def test_bad_input_names_the_argument(call, match):

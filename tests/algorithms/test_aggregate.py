@@ -58,8 +58,10 @@ def test_micro_batches_with_global_normaliser_sum_to_full_batch(mode):
     mask[2] = False
     full = aggregate(loss, mask, mode)
     normaliser = loss_normaliser(mask, mode)
-    parts = sum(aggregate(loss[rows], mask[rows], mode, normaliser=normaliser, max_response_len=5)
-                for rows in (slice(0, 1), slice(1, 4), slice(4, 6)))
+    parts = sum(
+        aggregate(loss[rows], mask[rows], mode, normaliser=normaliser, max_response_len=5)
+        for rows in (slice(0, 1), slice(1, 4), slice(4, 6))
+    )
     assert parts.item() == pytest.approx(full.item(), abs=1e-12)
     (g_full,) = torch.autograd.grad(full, loss)
     (g_parts,) = torch.autograd.grad(parts, loss)

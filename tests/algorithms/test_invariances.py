@@ -57,13 +57,23 @@ def accumulate(method, batch, passes, row_slices, normaliser_rows=None):
             if normaliser_rows is None:
                 normaliser = pass_normaliser(method, update_pass)
             else:  # data-parallel: every rank contributes its count, the sum is shared
-                normaliser = sum((pass_normaliser(method, update_pass.select_rows(r)) for r in normaliser_rows[1:]),
-                                 pass_normaliser(method, update_pass.select_rows(normaliser_rows[0])))
+                normaliser = sum(
+                    (pass_normaliser(method, update_pass.select_rows(r)) for r in normaliser_rows[1:]),
+                    pass_normaliser(method, update_pass.select_rows(normaliser_rows[0])),
+                )
             for rows in row_slices:
-                total = total + pass_loss(
-                    method, update_pass.select_rows(rows), logp_BT[rows], batch.old_logp_BT[rows],
-                    batch.ref_logp_BT[rows], entropy_BT[rows], normaliser=normaliser,
-                ).loss
+                total = (
+                    total
+                    + pass_loss(
+                        method,
+                        update_pass.select_rows(rows),
+                        logp_BT[rows],
+                        batch.old_logp_BT[rows],
+                        batch.ref_logp_BT[rows],
+                        entropy_BT[rows],
+                        normaliser=normaliser,
+                    ).loss
+                )
         return total
 
     return fn
@@ -77,8 +87,7 @@ def test_micro_batch_accumulation_equals_full_batch(name, mode):
     passes, _ = passes_for(method, batch)
     full = accumulate(method, batch, passes, [slice(None)])
     micro = accumulate(method, batch, passes, [slice(0, 3), slice(3, 4), slice(4, 12)])
-    ranks = accumulate(method, batch, passes, [slice(0, 6), slice(6, 12)],
-                       normaliser_rows=[slice(0, 6), slice(6, 12)])
+    ranks = accumulate(method, batch, passes, [slice(0, 6), slice(6, 12)], normaliser_rows=[slice(0, 6), slice(6, 12)])
     full_loss, full_grad = loss_and_grad(batch, full)
     for variant in (micro, ranks):
         loss, grad = loss_and_grad(batch, variant)

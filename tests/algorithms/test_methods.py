@@ -8,8 +8,20 @@ from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import METHOD_PRESETS, KLConfig, Method, build_update_passes, get_method
 from tokenbalance.cli import main
 
-REQUIRED = ["grpo", "reinforce_pp", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr",
-            "reinforce_pp_ar", "reinforce_pp_lopti", "reinforce_pp_ar_lopti", "reinforce_pp_tr_grpo", "reinforce_pp_nthr"]
+REQUIRED = [
+    "grpo",
+    "reinforce_pp",
+    "ar",
+    "lopti",
+    "ar_lopti",
+    "tr_grpo",
+    "nthr",
+    "reinforce_pp_ar",
+    "reinforce_pp_lopti",
+    "reinforce_pp_ar_lopti",
+    "reinforce_pp_tr_grpo",
+    "reinforce_pp_nthr",
+]
 
 
 def test_required_presets_exist_with_citations():
@@ -95,5 +107,6 @@ def test_missing_inputs_are_named():
     with pytest.raises(ValueError, match="ref_logp_BT: required by method 'grpo'"):
         pass_loss(get_method("grpo"), grpo_pass, batch.logp(), batch.old_logp_BT)
     with pytest.raises(ValueError, match=r"old_logp_BT: expected shape \(8, 7\), got \(8, 6\)"):
-        build_update_passes(get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT,
-                            batch.old_logp_BT[:, :6])
+        build_update_passes(
+            get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT[:, :6]
+        )

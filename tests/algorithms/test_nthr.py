@@ -128,7 +128,7 @@ def naive_score(gh, pos_rows, token, skip_row=None):
     """Explicit double sum s_t = sum_{i in P} sum_k (g_ik . g_t)(h_ik . h_t)."""
     g_t, h_t = gh[token]
     s = 0.0
-    for (i, k), (g_ik, h_ik) in gh.items():
+    for (i, _k), (g_ik, h_ik) in gh.items():
         if i in pos_rows and i != skip_row:
             s += float(g_ik @ g_t) * float(h_ik @ h_t)
     return s
@@ -210,9 +210,7 @@ def test_exclude_rows_from_matrix_matches_double_sum_without_that_row():
     P = [0, 2, 5]
     vs = naive_vocab(batch, list(range(6)), "group")
     gh = naive_g_h(batch, vs)
-    got = call_scores(
-        batch, P, P, vocab=torch.tensor(vs), exclude_rows_from_matrix=torch.tensor([0, -1, 5])
-    )
+    got = call_scores(batch, P, P, vocab=torch.tensor(vs), exclude_rows_from_matrix=torch.tensor([0, -1, 5]))
     mask = batch["response_mask_BT"]
     for r, (i, skip) in enumerate([(0, 0), (2, None), (5, 5)]):
         for t in range(mask.shape[1]):
@@ -525,13 +523,12 @@ def test_padding_garbage_does_not_matter():
     pad = ~mask
     dirty["tokens_BT"] = torch.where(pad, torch.full_like(batch["tokens_BT"], 10**9), batch["tokens_BT"])
     dirty["tokens_BT"][pad.nonzero()[0].tolist()[0], -1] = -100
-    dirty["hidden_BTD"] = torch.where(pad[..., None], torch.full_like(batch["hidden_BTD"], math.nan),
-                                      batch["hidden_BTD"])
+    dirty["hidden_BTD"] = torch.where(
+        pad[..., None], torch.full_like(batch["hidden_BTD"], math.nan), batch["hidden_BTD"]
+    )
     dirty["hidden_BTD"][pad] = torch.tensor([1e300, -math.inf, 1e300, -math.inf], dtype=F64)
-    dirty["old_logp_BT"] = torch.where(pad, torch.full_like(batch["old_logp_BT"], math.nan),
-                                       batch["old_logp_BT"])
-    dirty["advantages_BT"] = torch.where(pad, torch.full_like(batch["advantages_BT"], 1e30),
-                                         batch["advantages_BT"])
+    dirty["old_logp_BT"] = torch.where(pad, torch.full_like(batch["old_logp_BT"], math.nan), batch["old_logp_BT"])
+    dirty["advantages_BT"] = torch.where(pad, torch.full_like(batch["advantages_BT"], 1e30), batch["advantages_BT"])
     for cfg in (NTHRConfig(beta=0.0, eta=0.5), NTHRConfig(eta=0.5, vocab="full", anchor_exclude_self=True)):
         w0, m0 = call_weights(batch, cfg)
         w1, m1 = call_weights(dirty, cfg)
@@ -565,8 +562,7 @@ def test_int_mask_equals_bool_mask_and_float32_close_to_float64():
     as_int = dict(batch, response_mask_BT=batch["response_mask_BT"].long())
     w_int, m_int = call_weights(as_int, cfg)
     assert torch.equal(w_int, w_ref) and m_int == m_ref
-    f32 = {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v)
-           for k, v in batch.items()}
+    f32 = {k: (v.float() if isinstance(v, torch.Tensor) and v.is_floating_point() else v) for k, v in batch.items()}
     s64 = call_scores(batch, [0, 2], [1, 3, 5])
     s32 = call_scores(f32, [0, 2], [1, 3, 5])
     assert s32.dtype == torch.float32
@@ -611,8 +607,10 @@ def _bad(batch, **changes):
     [
         (lambda b: _bad(b, hidden_BTD=b["hidden_BTD"][:, :, :3]), r"hidden_BTD: expected shape \(4, 5, 4\)"),
         (lambda b: _bad(b, hidden_BTD=b["hidden_BTD"][:, :4]), "hidden_BTD"),
-        (lambda b: _bad(b, unembed_VD=b["unembed_VD"][:, :3]),
-         r"hidden_BTD: expected shape \(4, 5, 3\) \(D from unembed_VD.*got \(4, 5, 4\)"),
+        (
+            lambda b: _bad(b, unembed_VD=b["unembed_VD"][:, :3]),
+            r"hidden_BTD: expected shape \(4, 5, 3\) \(D from unembed_VD.*got \(4, 5, 4\)",
+        ),
         (lambda b: _bad(b, old_logp_BT=b["old_logp_BT"][:, :4]), r"old_logp_BT: expected shape \(4, 5\)"),
         (lambda b: _bad(b, tokens_BT=b["tokens_BT"][:3]), "tokens_BT"),
         (lambda b: _bad(b, response_mask_BT=b["response_mask_BT"][:, :2]), "response_mask_BT"),
@@ -621,11 +619,15 @@ def _bad(batch, **changes):
         (lambda b: _bad(b, group_ids_B=b["group_ids_B"].double()), "group_ids_B"),
         (lambda b: _bad(b, unembed_bias_V=b["unembed_bias_V"][:3]), "unembed_bias_V"),
         (lambda b: _bad(b, tokens_BT=b["tokens_BT"].double()), "tokens_BT"),
-        (lambda b: _bad(b, tokens_BT=torch.where(b["response_mask_BT"], 11, b["tokens_BT"])),
-         r"tokens_BT: .*\[0, 11\).*11"),
+        (
+            lambda b: _bad(b, tokens_BT=torch.where(b["response_mask_BT"], 11, b["tokens_BT"])),
+            r"tokens_BT: .*\[0, 11\).*11",
+        ),
         (lambda b: _bad(b, tokens_BT=torch.where(b["response_mask_BT"], -1, b["tokens_BT"])), "tokens_BT"),
-        (lambda b: _bad(b, old_logp_BT=torch.where(b["response_mask_BT"], math.nan, b["old_logp_BT"])),
-         "old_logp_BT: must be finite"),
+        (
+            lambda b: _bad(b, old_logp_BT=torch.where(b["response_mask_BT"], math.nan, b["old_logp_BT"])),
+            "old_logp_BT: must be finite",
+        ),
         (lambda b: _bad(b, hidden_BTD=b["hidden_BTD"] * math.inf), "hidden_BTD: must be finite"),
         (lambda b: _bad(b, advantages_BT=b["advantages_BT"] + math.nan), "advantages_BT"),
         (lambda b: _bad(b, temperature=0.0), r"temperature: must be in \(0"),

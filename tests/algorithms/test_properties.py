@@ -40,9 +40,16 @@ def rl_batches(draw):
     gather = lambda z: torch.log_softmax(z, -1).gather(-1, tokens[..., None]).squeeze(-1)  # noqa: E731
     theta = logits().requires_grad_(True)
     return dict(
-        theta=theta, tokens=tokens, mask=mask, scores=scores, group_ids=torch.arange(groups).repeat_interleave(group_size),
-        old=gather(logits()), ref=gather(logits()), hidden=torch.randn(B, T, D, generator=gen) * scale,
-        unembed=torch.randn(V, D, generator=gen), gather=gather,
+        theta=theta,
+        tokens=tokens,
+        mask=mask,
+        scores=scores,
+        group_ids=torch.arange(groups).repeat_interleave(group_size),
+        old=gather(logits()),
+        ref=gather(logits()),
+        hidden=torch.randn(B, T, D, generator=gen) * scale,
+        unembed=torch.randn(V, D, generator=gen),
+        gather=gather,
     )
 
 
@@ -52,15 +59,19 @@ def assert_finite_metrics(metrics):
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(batch=rl_batches(), name=st.sampled_from(METHOD_PRESETS.names()),
-       mode=st.sampled_from(["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]))
+@given(
+    batch=rl_batches(),
+    name=st.sampled_from(METHOD_PRESETS.names()),
+    mode=st.sampled_from(["token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm"]),
+)
 def test_every_preset_is_finite_on_valid_inputs(batch, name, mode):
     method = get_method(name).replace(loss_agg_mode=mode, entropy_coeff=0.01)
     extras = NTHRInputs(batch["tokens"], batch["hidden"], batch["unembed"]) if method.nthr else None
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # singleton-group warning
-        passes, metrics = build_update_passes(method, batch["scores"], batch["group_ids"], batch["mask"],
-                                              batch["old"], batch["ref"], extras)
+        passes, metrics = build_update_passes(
+            method, batch["scores"], batch["group_ids"], batch["mask"], batch["old"], batch["ref"], extras
+        )
     assert_finite_metrics(metrics)
     logp_BTV = torch.log_softmax(batch["theta"], -1)
     entropy = -(logp_BTV.exp() * logp_BTV).sum(-1)
@@ -76,8 +87,11 @@ def test_every_preset_is_finite_on_valid_inputs(batch, name, mode):
 
 
 @settings(max_examples=40, deadline=None)
-@given(batch=rl_batches(), estimator=st.sampled_from(OUTCOME_ESTIMATORS.names()),
-       singleton=st.sampled_from(["reference", "zero"]))
+@given(
+    batch=rl_batches(),
+    estimator=st.sampled_from(OUTCOME_ESTIMATORS.names()),
+    singleton=st.sampled_from(["reference", "zero"]),
+)
 def test_outcome_estimators_are_finite(batch, estimator, singleton):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

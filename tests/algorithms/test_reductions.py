@@ -96,7 +96,9 @@ def test_ar_is_a_per_token_loss_weight_with_identical_clipping():
     torch.testing.assert_close(loss_and_grad(batch, via_method), loss_and_grad(batch, manual), atol=1e-12, rtol=0)
     logp = batch.logp().detach()
     clip_ar = clipped_surrogate(logp, batch.old_logp_BT, ar_pass.advantages_BT, batch.mask_BT, method.clip).clipped_BT
-    clip_grpo = clipped_surrogate(logp, batch.old_logp_BT, grpo_pass.advantages_BT, batch.mask_BT, method.clip).clipped_BT
+    clip_grpo = clipped_surrogate(
+        logp, batch.old_logp_BT, grpo_pass.advantages_BT, batch.mask_BT, method.clip
+    ).clipped_BT
     assert torch.equal(clip_ar, clip_grpo) and clip_grpo.any()
 
 
@@ -107,8 +109,13 @@ def test_tr_grpo_loss_multiplier_equals_advantage_scaling():
     (grpo_pass,), _ = passes_for(GRPO, batch)
     weights = tr_grpo_token_weights(batch.old_logp_BT, batch.mask_BT, config)
     assert weights.max() > 1.0  # non-trivial weights
-    scaled = grpo_pass.__class__(grpo_pass.name, grpo_pass.advantages_BT * weights, grpo_pass.policy_mask_BT,
-                                 grpo_pass.kl_entropy_mask_BT, grpo_pass.normaliser_mask_BT)
+    scaled = grpo_pass.__class__(
+        grpo_pass.name,
+        grpo_pass.advantages_BT * weights,
+        grpo_pass.policy_mask_BT,
+        grpo_pass.kl_entropy_mask_BT,
+        grpo_pass.normaliser_mask_BT,
+    )
     plain = GRPO.replace(entropy_coeff=0.0)
 
     def tr(logp_BT, _e):

@@ -76,9 +76,14 @@ def test_ratio_weight_inside_clip_zeroes_positive_gradient():
     # TR-GRPO paper-literal: w = 1.4, eps_high = 0.2, r = 1, A > 0 -> clip(w r) = 1.2, no gradient
     logp = torch.zeros(1, 2, dtype=torch.float64, requires_grad=True)
     adv = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
-    out = clipped_surrogate(logp, torch.zeros_like(logp), adv, torch.ones(1, 2, dtype=torch.bool),
-                            ClipConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=None),
-                            ratio_weight_BT=torch.full((1, 2), 1.4, dtype=torch.float64))
+    out = clipped_surrogate(
+        logp,
+        torch.zeros_like(logp),
+        adv,
+        torch.ones(1, 2, dtype=torch.bool),
+        ClipConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=None),
+        ratio_weight_BT=torch.full((1, 2), 1.4, dtype=torch.float64),
+    )
     (grad,) = torch.autograd.grad(out.loss_BT.sum(), logp)
     assert_values(out.loss_BT, [[-1.2, 1.4]], atol=1e-12)
     assert_values(grad, [[0.0, 1.4]], atol=1e-12)
@@ -86,8 +91,9 @@ def test_ratio_weight_inside_clip_zeroes_positive_gradient():
 
 def test_log_ratio_clamp():
     logp = torch.tensor([[30.0]])
-    out = clipped_surrogate(logp, torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool),
-                            ClipConfig(log_ratio_clamp=20.0))
+    out = clipped_surrogate(
+        logp, torch.zeros(1, 1), torch.ones(1, 1), torch.ones(1, 1, dtype=torch.bool), ClipConfig(log_ratio_clamp=20.0)
+    )
     assert out.ratio_BT.item() == pytest.approx(math.exp(20.0), rel=1e-6)
 
 
@@ -134,8 +140,9 @@ def test_straight_through_has_k3_value_and_k2_gradient():
 def test_weighted_kl_is_nonzero_at_equal_policies():
     # rho = w pi_ref / pi = 1.4 -> 1.4 - log 1.4 - 1
     logp = torch.zeros(1, 1, dtype=torch.float64)
-    value = kl_penalty(logp, logp, torch.ones(1, 1, dtype=torch.bool), "k3",
-                       ref_weight_BT=torch.full((1, 1), 1.4, dtype=torch.float64))
+    value = kl_penalty(
+        logp, logp, torch.ones(1, 1, dtype=torch.bool), "k3", ref_weight_BT=torch.full((1, 1), 1.4, dtype=torch.float64)
+    )
     assert value.item() == pytest.approx(0.4 - math.log(1.4), abs=1e-12)
 
 
@@ -153,16 +160,34 @@ def test_entropy_from_logits():
         (lambda: ClipConfig(eps_low=1.2), r"clip.eps_low: must be in \[0.0, 1.0\), got 1.2"),
         (lambda: ClipConfig(dual_clip_c=0.5), r"clip.dual_clip_c: must be in \(1.0, inf\], got 0.5"),
         (lambda: ClipConfig(importance_sampling="maybe"), "clip.importance_sampling: unknown value 'maybe'"),
-        (lambda: kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), "k7"),
-         "estimator: unknown value 'k7'; valid: 'k1', 'kl'"),
-        (lambda: kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), "full"),
-         "not implemented"),
-        (lambda: clipped_surrogate(torch.zeros(2, 3), torch.zeros(2, 2), torch.zeros(2, 3),
-                                   torch.ones(2, 3, dtype=torch.bool), ClipConfig()),
-         r"old_logp_BT: expected shape \(2, 3\), got \(2, 2\)"),
-        (lambda: clipped_surrogate(torch.tensor([[float("nan")]]), torch.zeros(1, 1), torch.zeros(1, 1),
-                                   torch.ones(1, 1, dtype=torch.bool), ClipConfig()),
-         "logp_BT: must be finite"),
+        (
+            lambda: kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), "k7"),
+            "estimator: unknown value 'k7'; valid: 'k1', 'kl'",
+        ),
+        (
+            lambda: kl_penalty(torch.zeros(1, 2), torch.zeros(1, 2), torch.ones(1, 2, dtype=torch.bool), "full"),
+            "not implemented",
+        ),
+        (
+            lambda: clipped_surrogate(
+                torch.zeros(2, 3),
+                torch.zeros(2, 2),
+                torch.zeros(2, 3),
+                torch.ones(2, 3, dtype=torch.bool),
+                ClipConfig(),
+            ),
+            r"old_logp_BT: expected shape \(2, 3\), got \(2, 2\)",
+        ),
+        (
+            lambda: clipped_surrogate(
+                torch.tensor([[float("nan")]]),
+                torch.zeros(1, 1),
+                torch.zeros(1, 1),
+                torch.ones(1, 1, dtype=torch.bool),
+                ClipConfig(),
+            ),
+            "logp_BT: must be finite",
+        ),
     ],
 )
 def test_bad_input(make, match):

@@ -54,7 +54,9 @@ def test_tr_grpo_readings_match_the_table():
     assert_values(shift, [1.0, 1.0, 1.0, 2 * sig(0.45), 1.4, 1.4], atol=1e-12)
     assert shift[3].item() == pytest.approx(1.221, abs=1e-3)
     # reading B: clip(2 (sigmoid(9 p) - 0.25), 1, 1.4); p = 0.2 -> 1.216, p = 0.25 -> 1.309
-    assert_values(mul, [1.0, 2 * (sig(1.8) - 0.25), 2 * (sig(2.25) - 0.25), 2 * (sig(2.7) - 0.25), 1.4, 1.4], atol=1e-12)
+    assert_values(
+        mul, [1.0, 2 * (sig(1.8) - 0.25), 2 * (sig(2.25) - 0.25), 2 * (sig(2.7) - 0.25), 1.4, 1.4], atol=1e-12
+    )
     assert mul[3].item() == pytest.approx(1.374, abs=1e-3)
     assert mul[1].item() == pytest.approx(1.216, abs=1e-3) and mul[2].item() == pytest.approx(1.309, abs=1e-3)
 
@@ -82,8 +84,12 @@ def test_tr_grpo_weights_increase_with_probability_and_are_detached():
         (lambda: TRGRPOConfig(shape="tanh"), "tr_grpo.shape: unknown value 'tanh'"),
         (lambda: TRGRPOConfig(lower=1.5, upper=1.4), r"tr_grpo.upper: must be in \[1.5, inf\], got 1.4"),
         (lambda: TRGRPOConfig(placement="inside"), "tr_grpo.placement"),
-        (lambda: ar_token_weights(torch.tensor([[float("inf"), 0.0]]), torch.ones(1, 2, dtype=torch.bool), ARConfig()),
-         "logp_BT: must be finite at valid positions, found inf"),
+        (
+            lambda: ar_token_weights(
+                torch.tensor([[float("inf"), 0.0]]), torch.ones(1, 2, dtype=torch.bool), ARConfig()
+            ),
+            "logp_BT: must be finite at valid positions, found inf",
+        ),
     ],
 )
 def test_bad_hyper_parameters(make, match):

@@ -40,7 +40,11 @@ def test_bucket_index_follows_the_paper_intervals():
     p = torch.tensor([0.0, 0.1, 0.25, 0.4999, 0.5, 0.75, 0.99, 1.0])
     assert bucket_index(p, (0, 0.25, 0.5, 0.75, 1)).tolist() == [0, 0, 1, 1, 2, 3, 3, 3]
     assert [interval_label((0, 0.25, 0.5, 0.75, 1), b) for b in range(4)] == [
-        "[0, 0.25)", "[0.25, 0.5)", "[0.5, 0.75)", "[0.75, 1]"]
+        "[0, 0.25)",
+        "[0.25, 0.5)",
+        "[0.5, 0.75)",
+        "[0.75, 1]",
+    ]
 
 
 def test_bucket_masks_are_disjoint_and_cover_the_valid_tokens():
@@ -53,21 +57,44 @@ def test_bucket_statistics_on_a_hand_made_batch():
     stats = bucket_token_stats(old_logp(), ADV, MASK, clipped_BT=CLIPPED, entropy_BT=ENTROPY)
     expected = {
         # bucket 0: p = .1 (A = 1)
-        "bucket0/lo": 0.0, "bucket0/hi": 0.25, "bucket0/token_frac": 1 / 7, "bucket0/adv_mean": 1.0,
-        "bucket0/clip_frac": 0.0, "bucket0/entropy": 1.0, "bucket0/pos/token_frac": 1 / 7,
+        "bucket0/lo": 0.0,
+        "bucket0/hi": 0.25,
+        "bucket0/token_frac": 1 / 7,
+        "bucket0/adv_mean": 1.0,
+        "bucket0/clip_frac": 0.0,
+        "bucket0/entropy": 1.0,
+        "bucket0/pos/token_frac": 1 / 7,
         "bucket0/neg/token_frac": 0.0,
         # bucket 1: p = .3 (A = 2, clipped, H = 2) and p = .25 (A = -2, H = 6)
-        "bucket1/token_frac": 2 / 7, "bucket1/adv_mean": 0.0, "bucket1/clip_frac": 0.5, "bucket1/entropy": 4.0,
-        "bucket1/pos/token_frac": 1 / 7, "bucket1/pos/adv_mean": 2.0, "bucket1/pos/clip_frac": 1.0,
-        "bucket1/pos/entropy": 2.0, "bucket1/neg/token_frac": 1 / 7, "bucket1/neg/adv_mean": -2.0,
-        "bucket1/neg/clip_frac": 0.0, "bucket1/neg/entropy": 6.0,
+        "bucket1/token_frac": 2 / 7,
+        "bucket1/adv_mean": 0.0,
+        "bucket1/clip_frac": 0.5,
+        "bucket1/entropy": 4.0,
+        "bucket1/pos/token_frac": 1 / 7,
+        "bucket1/pos/adv_mean": 2.0,
+        "bucket1/pos/clip_frac": 1.0,
+        "bucket1/pos/entropy": 2.0,
+        "bucket1/neg/token_frac": 1 / 7,
+        "bucket1/neg/adv_mean": -2.0,
+        "bucket1/neg/clip_frac": 0.0,
+        "bucket1/neg/entropy": 6.0,
         # bucket 2: p = .6 (A = 3)
-        "bucket2/token_frac": 1 / 7, "bucket2/adv_mean": 3.0, "bucket2/entropy": 3.0,
+        "bucket2/token_frac": 1 / 7,
+        "bucket2/adv_mean": 3.0,
+        "bucket2/entropy": 3.0,
         # bucket 3: p = .9 (A = 4, clipped, H = 4), p = 1 (A = -2, H = 5), p = .75 (A = -2, clipped, H = 7)
-        "bucket3/lo": 0.75, "bucket3/hi": 1.0, "bucket3/token_frac": 3 / 7, "bucket3/adv_mean": 0.0,
-        "bucket3/clip_frac": 2 / 3, "bucket3/entropy": 16 / 3, "bucket3/pos/adv_mean": 4.0,
-        "bucket3/pos/clip_frac": 1.0, "bucket3/neg/token_frac": 2 / 7, "bucket3/neg/adv_mean": -2.0,
-        "bucket3/neg/clip_frac": 0.5, "bucket3/neg/entropy": 6.0,
+        "bucket3/lo": 0.75,
+        "bucket3/hi": 1.0,
+        "bucket3/token_frac": 3 / 7,
+        "bucket3/adv_mean": 0.0,
+        "bucket3/clip_frac": 2 / 3,
+        "bucket3/entropy": 16 / 3,
+        "bucket3/pos/adv_mean": 4.0,
+        "bucket3/pos/clip_frac": 1.0,
+        "bucket3/neg/token_frac": 2 / 7,
+        "bucket3/neg/adv_mean": -2.0,
+        "bucket3/neg/clip_frac": 0.5,
+        "bucket3/neg/entropy": 6.0,
     }
     for key, value in expected.items():
         assert stats["diag/" + key] == pytest.approx(value, abs=1e-12), key
@@ -91,13 +118,16 @@ def test_quantile_buckets_have_equal_counts():
     assert stats["diag/bucket1/token_frac"] == pytest.approx(4 / 7)
 
 
-@pytest.mark.parametrize("edges, message", [
-    ((0.1, 0.5, 1.0), "first edge must be 0"),
-    ((0.0, 0.5, 0.9), "last 1"),
-    ((0.0, 0.6, 0.4, 1.0), "strictly increasing"),
-    ((0.0,), "at least two edges"),
-    (("a", 1), "list of numbers"),
-])
+@pytest.mark.parametrize(
+    "edges, message",
+    [
+        ((0.1, 0.5, 1.0), "first edge must be 0"),
+        ((0.0, 0.5, 0.9), "last 1"),
+        ((0.0, 0.6, 0.4, 1.0), "strictly increasing"),
+        ((0.0,), "at least two edges"),
+        (("a", 1), "list of numbers"),
+    ],
+)
 def test_bad_edges_are_rejected_naming_the_option(edges, message):
     with pytest.raises(ValueError, match=f"diagnostics.bucket_edges: .*{message}"):
         check_bucket_edges(edges)

@@ -16,17 +16,43 @@ from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 from tokenbalance.models import load_policy, save_policy
 
 torch.set_num_threads(1)
-SMALL = ["--set", "data.train_difficulties=[2]", "--set", "rollout.max_new_tokens=10", "--set",
-         "optim.micro_batch_size=4", "--set", "train.threads=1", "--prompts", "2", "--group-size", "4"]
+SMALL = [
+    "--set",
+    "data.train_difficulties=[2]",
+    "--set",
+    "rollout.max_new_tokens=10",
+    "--set",
+    "optim.micro_batch_size=4",
+    "--set",
+    "train.threads=1",
+    "--prompts",
+    "2",
+    "--group-size",
+    "4",
+]
 
 
 def test_diagnose_buckets(tiny_policy_dir, tmp_path, mixed_rewards, capsys):
     out = tmp_path / "buckets.json"
     # a low temperature spreads the random model's token probabilities over the buckets (with the
     # HF engine's random stream this sample fills all four; the spread depends on the sample)
-    assert main(["diagnose", "buckets", str(tiny_policy_dir), *SMALL, "--set", "rollout.temperature=0.1",
-                 "--set", "rollout.engine=hf",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                "buckets",
+                str(tiny_policy_dir),
+                *SMALL,
+                "--set",
+                "rollout.temperature=0.1",
+                "--set",
+                "rollout.engine=hf",
+                "--json",
+                str(out),
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "update on lowest tokens ([0, 0.25)" in printed and "up|A>0" in printed
     result = json.loads(out.read_text())
@@ -45,8 +71,12 @@ def test_diagnose_buckets(tiny_policy_dir, tmp_path, mixed_rewards, capsys):
 
 def test_diagnose_lld(tiny_policy_dir, tmp_path, mixed_rewards, capsys):
     out = tmp_path / "lld.json"
-    assert main(["diagnose", "lld", str(tiny_policy_dir), *SMALL, "--optimizer", "sgd", "--lr", "0.05",
-                 "--json", str(out)]) == 0
+    assert (
+        main(
+            ["diagnose", "lld", str(tiny_policy_dir), *SMALL, "--optimizer", "sgd", "--lr", "0.05", "--json", str(out)]
+        )
+        == 0
+    )
     result = json.loads(out.read_text())
     assert result["summary"]["questions"] == 2 and len(result["questions"]) == 2
     for row in result["questions"]:
@@ -57,8 +87,22 @@ def test_diagnose_lld(tiny_policy_dir, tmp_path, mixed_rewards, capsys):
 
 def test_diagnose_nthr_prints_selected_tokens(tiny_policy_dir, mixed_rewards, capsys):
     # beta = -inf selects every negative token: each incorrect response is printed fully bracketed
-    assert main(["diagnose", "nthr", str(tiny_policy_dir), *SMALL, "--plain", "--max-groups", "1",
-                 "--set", "train.method_overrides.nthr.beta=-inf"]) == 0
+    assert (
+        main(
+            [
+                "diagnose",
+                "nthr",
+                str(tiny_policy_dir),
+                *SMALL,
+                "--plain",
+                "--max-groups",
+                "1",
+                "--set",
+                "train.method_overrides.nthr.beta=-inf",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "2 mixed group(s)" in printed and "p = 0.500, eta = 0.000" in printed
     responses = [line for line in printed.splitlines() if line.startswith("--- response")]
@@ -73,10 +117,26 @@ def test_nthr_selection_matches_the_algorithm_weights(beta, exclude):
     batch = make_batch(seed=5, groups=3, group_size=4)
     config = NTHRConfig(beta=beta, eta=0.5, anchor_exclude_self=exclude)
     adv = compute_advantages(get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT)
-    weights, metrics = nthr_token_weights(adv, batch.mask_BT, batch.group_ids_B, batch.tokens_BT, batch.old_logp_BT,
-                                          batch.hidden_BTD, batch.unembed_VD, config)
-    views = nthr_selections(adv, batch.mask_BT, batch.group_ids_B, batch.tokens_BT, batch.old_logp_BT,
-                            batch.hidden_BTD, batch.unembed_VD, config)
+    weights, metrics = nthr_token_weights(
+        adv,
+        batch.mask_BT,
+        batch.group_ids_B,
+        batch.tokens_BT,
+        batch.old_logp_BT,
+        batch.hidden_BTD,
+        batch.unembed_VD,
+        config,
+    )
+    views = nthr_selections(
+        adv,
+        batch.mask_BT,
+        batch.group_ids_B,
+        batch.tokens_BT,
+        batch.old_logp_BT,
+        batch.hidden_BTD,
+        batch.unembed_VD,
+        config,
+    )
     assert len(views) == metrics["nthr/mixed_groups"] > 0
     selected = torch.zeros_like(batch.mask_BT)
     for view in views:

@@ -20,10 +20,15 @@ def bucket_norms(policy_dir, rows: slice, ctx: DistContext) -> dict:
     passes, _ = build_update_passes(method, scores, groups, mask, old, old)
     diag = StepDiagnostics(DiagnosticsConfig(grad_norm_every=1, grad_norm_rows=0), method, step=0)
     return diag.before_update(
-        passes, old, mask, policy=policy, micro_batch_rows=2,
+        passes,
+        old,
+        mask,
+        policy=policy,
+        micro_batch_rows=2,
         score_fn=lambda index: response_logprobs(policy, packed.rows(index), temperature=0.3).logp_BT,
         reduce_grads=lambda params: sum_gradients(params, ctx),
-        reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, ctx))
+        reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, ctx),
+    )
 
 
 def test_two_gloo_ranks_measure_the_global_bucket_gradients(tiny_policy_dir, tmp_path):

@@ -54,9 +54,16 @@ def run(method, batch, adv, theta, masks, micro=5, shared=None, **kwargs):
     params = [("theta", theta)] + ([] if shared is None else [("lm_head.bias", shared)])
     logits = (lambda: theta) if shared is None else (lambda: theta + shared)
     return bucket_gradient_norms(
-        method=method, named_params=params, logp_fn=lambda rows: batch.logp(logits())[rows],
-        old_logp_BT=batch.old_logp_BT, advantages_BT=adv, mask_BT=batch.mask_BT, masks=masks,
-        micro_batch_rows=micro, **kwargs)
+        method=method,
+        named_params=params,
+        logp_fn=lambda rows: batch.logp(logits())[rows],
+        old_logp_BT=batch.old_logp_BT,
+        advantages_BT=adv,
+        mask_BT=batch.mask_BT,
+        masks=masks,
+        micro_batch_rows=micro,
+        **kwargs,
+    )
 
 
 @pytest.mark.parametrize("name", ["grpo", "ar_lopti", "tr_grpo"])
@@ -110,8 +117,14 @@ def test_parameter_groups_and_grouped_norms():
     assert parameter_group("model.embed_tokens.weight") == "embed"
     assert parameter_group("lm_head.weight") == "head"
     assert parameter_group("model.norm.weight") == "other"
-    total, groups = grouped_norms([("model.layers.0.a", torch.tensor([3.0])), ("model.layers.0.b", torch.tensor([4.0])),
-                                   ("model.layers.1.a", torch.tensor([12.0])), ("lm_head.weight", None)])
+    total, groups = grouped_norms(
+        [
+            ("model.layers.0.a", torch.tensor([3.0])),
+            ("model.layers.0.b", torch.tensor([4.0])),
+            ("model.layers.1.a", torch.tensor([12.0])),
+            ("lm_head.weight", None),
+        ]
+    )
     assert groups == {"layer0": 5.0, "layer1": 12.0, "head": 0.0} and total == pytest.approx(13.0)
 
 

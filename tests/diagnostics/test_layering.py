@@ -12,8 +12,7 @@ import tokenbalance
 
 DIAGNOSTICS = Path(tokenbalance.__file__).parent / "diagnostics"
 IMPURE = {"sinks.py", "plots.py"}
-ALLOWED_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", "tokenbalance.options",
-                    "tokenbalance.diagnostics")
+ALLOWED_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", "tokenbalance.options", "tokenbalance.diagnostics")
 
 
 def test_measurement_modules_import_only_pure_code():
@@ -22,11 +21,17 @@ def test_measurement_modules_import_only_pure_code():
     bad = []
     for path in files:
         for node in ast.walk(ast.parse(path.read_text())):
-            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
-                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom) and not node.level
+                else []
+            )
             for name in names:
                 root = name.split(".")[0]
-                if not (root in sys.stdlib_module_names or root in ("numpy", "torch")
-                        or name.startswith(ALLOWED_INTERNAL)):
+                if not (
+                    root in sys.stdlib_module_names or root in ("numpy", "torch") or name.startswith(ALLOWED_INTERNAL)
+                ):
                     bad.append(f"{path.name} imports {name}")
     assert bad == []

@@ -20,10 +20,14 @@ def test_only_correct_responses_of_mixed_groups_are_measured():
 def test_statistics_on_known_numbers():
     mask = torch.tensor([[1, 1, 0], [1, 1, 1], [1, 0, 0], [1, 1, 1]]).bool()
     old = torch.zeros(4, 3)
-    new = torch.tensor([[0.5, 0.5, 9.0],      # Δ = 1 over 2 tokens (padding ignored)
-                        [-1.0, 0.0, -2.0],    # Δ = -3 over 3 tokens
-                        [0.25, 0.0, 0.0],     # Δ = 0.25 over 1 token
-                        [0.0, 0.0, 0.0]])     # Δ = 0
+    new = torch.tensor(
+        [
+            [0.5, 0.5, 9.0],  # Δ = 1 over 2 tokens (padding ignored)
+            [-1.0, 0.0, -2.0],  # Δ = -3 over 3 tokens
+            [0.25, 0.0, 0.0],  # Δ = 0.25 over 1 token
+            [0.0, 0.0, 0.0],
+        ]
+    )  # Δ = 0
     seq, tok = sequence_deltas(new, old, mask)
     assert seq.tolist() == [1.0, -3.0, 0.25, 0.0] and tok.tolist() == pytest.approx([0.5, -1.0, 0.25, 0.0])
     groups = torch.tensor([7, 7, 8, 9])  # Δ(x): group 7 -> -1, group 8 -> 0.25, group 9 -> 0

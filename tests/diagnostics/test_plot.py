@@ -17,15 +17,32 @@ def write_log(path, records, tail=""):
 def full_records(steps=4):
     records = [{"step": 0, "kind": "eval", "eval/greedy/acc_2": 0.1, "eval/greedy/acc_3": 0.0}]
     for step in range(1, steps + 1):
-        record = {"step": step, "kind": "train", "reward/mean": -1 + 0.5 * step, "reward/acc": 0.1 * step,
-                  "response/len_mean": 20.0 + step, "diag/grad_norm/all": 0.8,
-                  "diag/lld/delta_mean": 0.1, "diag/lld/delta_p10": -0.2, "diag/lld/delta_p50": 0.05,
-                  "diag/lld/frac_below_eps": 0.25}
+        record = {
+            "step": step,
+            "kind": "train",
+            "reward/mean": -1 + 0.5 * step,
+            "reward/acc": 0.1 * step,
+            "response/len_mean": 20.0 + step,
+            "diag/grad_norm/all": 0.8,
+            "diag/lld/delta_mean": 0.1,
+            "diag/lld/delta_p10": -0.2,
+            "diag/lld/delta_p50": 0.05,
+            "diag/lld/frac_below_eps": 0.25,
+        }
         for b, share in enumerate([0.2, 0.1, 0.1, 0.6]):
             key = f"diag/bucket{b}/"
-            record.update({key + "lo": b / 4, key + "hi": (b + 1) / 4, key + "token_frac": share,
-                           key + "pos/adv_mean": 1.0, key + "neg/adv_mean": "nan", key + "clip_frac": 0.1,
-                           key + "entropy": 2.0 - b / 2, f"diag/grad_norm/bucket{b}": 0.7 - b / 6})
+            record.update(
+                {
+                    key + "lo": b / 4,
+                    key + "hi": (b + 1) / 4,
+                    key + "token_frac": share,
+                    key + "pos/adv_mean": 1.0,
+                    key + "neg/adv_mean": "nan",
+                    key + "clip_frac": 0.1,
+                    key + "entropy": 2.0 - b / 2,
+                    f"diag/grad_norm/bucket{b}": 0.7 - b / 6,
+                }
+            )
         records.append(record)
     records.append({"step": steps, "kind": "eval", "eval/greedy/acc_2": 0.5, "eval/greedy/acc_3": 0.25})
     return records
@@ -49,7 +66,11 @@ def test_default_output_directory_and_one_format(tmp_path):
     run = write_log(tmp_path / "r", full_records(2))
     assert main(["plot", str(run), "--format", "png"]) == 0
     assert sorted(p.name for p in (run / "plots").iterdir()) == [
-        "buckets.png", "buckets_steps.png", "lld.png", "training.png"]
+        "buckets.png",
+        "buckets_steps.png",
+        "lld.png",
+        "training.png",
+    ]
 
 
 def test_legend_labels_of_a_panel_a_run_lacks():

@@ -31,7 +31,8 @@ def test_every_diagnostic_logs_documented_keys(small_config, mixed_rewards):
     assert "diag/grad_norm/all" in first and "diag/grad_norm/all" not in second  # steps 1, 3, ... only
     assert first["diag/grad_norm/all"] > 0 and "diag/grad_norm/bucket0/layer1" in first
     assert first["diag/grad_norm/bucket0"] <= first["diag/grad_norm/all"] + sum(
-        first[f"diag/grad_norm/bucket{b}"] for b in range(1, 4))  # triangle inequality of the vector sum
+        first[f"diag/grad_norm/bucket{b}"] for b in range(1, 4)
+    )  # triangle inequality of the vector sum
     assert first["diag/lld/groups"] == 2 and math.isfinite(first["diag/lld/delta_mean"])
     assert first["diag/lld/delta_mean"] != 0.0  # the update moved the correct responses
     assert first["timing/diag_s"] >= 0 and first["diag/grad_norm/probe_tokens"] > 0

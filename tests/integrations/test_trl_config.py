@@ -25,8 +25,14 @@ from tokenbalance.models import load_policy
 from tokenbalance.tasks.kk.templates import reference_response
 
 PRESETS = ("grpo", "ar", "tr_grpo", "lopti", "ar_lopti", "nthr", "tr_grpo_literal")
-BASE = {"output_dir": "unused", "num_generations": 4, "per_device_train_batch_size": 4, "use_cpu": True,
-        "report_to": "none", "max_completion_length": 16}
+BASE = {
+    "output_dir": "unused",
+    "num_generations": 4,
+    "per_device_train_batch_size": 4,
+    "use_cpu": True,
+    "report_to": "none",
+    "max_completion_length": 16,
+}
 
 
 def config(method, **changes):
@@ -57,8 +63,9 @@ def test_dr_grpo_aggregation_maps_to_trl_dr_grpo():
         check_config(method.replace(max_response_len=32), config(method))
 
 
-@pytest.mark.parametrize(("field", "value"), [("beta", 0.0), ("epsilon", 0.3), ("scale_rewards", "batch"),
-                                              ("num_iterations", 3)])
+@pytest.mark.parametrize(
+    ("field", "value"), [("beta", 0.0), ("epsilon", 0.3), ("scale_rewards", "batch"), ("num_iterations", 3)]
+)
 def test_conflicting_field_is_named(field, value):
     with pytest.raises(ValueError, match=f"GRPOConfig.{field}="):
         config("ar", **{field: value})
@@ -74,29 +81,40 @@ def test_a_hand_made_config_that_contradicts_the_method_is_rejected_at_construct
         TokenBalanceGRPOTrainer(str(tiny_policy_dir()), None, None, method="ar")
 
 
-@pytest.mark.parametrize(("method", "reason"), [
-    (get_method("reinforce_pp"), "advantage.estimator='reinforce_pp'"),
-    (get_method("grpo").replace(kl=get_method("grpo").kl.__class__(placement="reward")), "KL in the reward"),
-    (apply_method_overrides(get_method("lopti"), {"lopti": LoptiConfig(threshold_mode="quantile", portion=0.5)}),
-     "quantile threshold"),
-    (apply_method_overrides(get_method("lopti"), {"lopti.renormalize_per_stage": True}), "renormalize_per_stage"),
-    (apply_method_overrides(get_method("nthr"), {"lopti.eta": 0.5}), "combines NTHR and Lopti"),
-    (get_method("grpo").replace(policy_loss_agg_mode="seq-mean-token-mean"), "one loss_type"),
-    (get_method("grpo").replace(loss_agg_mode="seq-mean-token-sum"), "has no TRL loss_type"),
-])
+@pytest.mark.parametrize(
+    ("method", "reason"),
+    [
+        (get_method("reinforce_pp"), "advantage.estimator='reinforce_pp'"),
+        (get_method("grpo").replace(kl=get_method("grpo").kl.__class__(placement="reward")), "KL in the reward"),
+        (
+            apply_method_overrides(get_method("lopti"), {"lopti": LoptiConfig(threshold_mode="quantile", portion=0.5)}),
+            "quantile threshold",
+        ),
+        (apply_method_overrides(get_method("lopti"), {"lopti.renormalize_per_stage": True}), "renormalize_per_stage"),
+        (apply_method_overrides(get_method("nthr"), {"lopti.eta": 0.5}), "combines NTHR and Lopti"),
+        (get_method("grpo").replace(policy_loss_agg_mode="seq-mean-token-mean"), "one loss_type"),
+        (get_method("grpo").replace(loss_agg_mode="seq-mean-token-sum"), "has no TRL loss_type"),
+    ],
+)
 def test_methods_trl_cannot_run_are_refused_with_the_reason(method, reason):
     assert reason in unsupported_reason(method)
     with pytest.raises(ValueError, match=reason):
         grpo_config_for_method(method, **BASE)
 
 
-@pytest.mark.parametrize(("method", "changes", "field"), [
-    ("nthr", {"steps_per_generation": 2}, "steps_per_generation"),
-    ("nthr", {"num_iterations": 2}, "num_iterations"),
-    ("lopti", {"num_iterations": 3}, "num_iterations"),
-    ("lopti", {"gradient_accumulation_steps": 2, "steps_per_generation": 3, "per_device_train_batch_size": 4},
-     "steps_per_generation"),
-])
+@pytest.mark.parametrize(
+    ("method", "changes", "field"),
+    [
+        ("nthr", {"steps_per_generation": 2}, "steps_per_generation"),
+        ("nthr", {"num_iterations": 2}, "num_iterations"),
+        ("lopti", {"num_iterations": 3}, "num_iterations"),
+        (
+            "lopti",
+            {"gradient_accumulation_steps": 2, "steps_per_generation": 3, "per_device_train_batch_size": 4},
+            "steps_per_generation",
+        ),
+    ],
+)
 def test_schedules_the_method_cannot_follow_are_refused(method, changes, field):
     from trl import GRPOConfig
 
@@ -129,8 +147,9 @@ def test_kk_reward_scores_prompt_plus_completion_with_special_tokens_kept():
     good = reference_response(row["solution_text_format"])
     ids = [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in (good, " nonsense")]
     reward = KKReward(tokenizer)
-    scores = reward([row["prompt"]] * 2, ["ignored", "ignored"], ids,
-                    solution_text_format=[row["solution_text_format"]] * 2)
+    scores = reward(
+        [row["prompt"]] * 2, ["ignored", "ignored"], ids, solution_text_format=[row["solution_text_format"]] * 2
+    )
     assert scores == [3.0, -3.0]
     assert KKReward()([row["prompt"]], [good], None, solution_text_format=[row["solution_text_format"]]) == [3.0]
     with pytest.raises(ValueError, match="solution_text_format"):

@@ -40,19 +40,40 @@ def check_run(result: dict, name: str, passes: int, steps: int) -> None:
 
 @pytest.mark.parametrize("name", list(METHOD_KEYS))
 def test_each_preset_trains_on_cpu(name, tmp_path):
-    result = run_method(name, tiny_policy_dir(), tmp_path, steps=2, group_size=4, prompts_per_step=2,
-                        max_completion_length=16)
+    result = run_method(
+        name, tiny_policy_dir(), tmp_path, steps=2, group_size=4, prompts_per_step=2, max_completion_length=16
+    )
     check_run(result, name, 2 if name == "lopti" else 1, steps=2)
 
 
 def test_two_processes_keep_identical_parameters(tmp_path):
     """torchrun, 2 CPU ranks: Lopti with both passes non-empty, NTHR selecting tokens, and GRPO."""
     specs = ["grpo", "lopti@lopti.eta=0.002", "nthr@nthr.beta=0"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "HF_DATASETS_OFFLINE": "1"}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-               "-m", "tokenbalance.integrations.trl.smoke", "--model", str(tiny_policy_dir()),
-               "--out", str(tmp_path), "--methods", ",".join(specs), "--steps", "2"]
+    env = {
+        **os.environ,
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_DATASETS_OFFLINE": "1",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "tokenbalance.integrations.trl.smoke",
+        "--model",
+        str(tiny_policy_dir()),
+        "--out",
+        str(tmp_path),
+        "--methods",
+        ",".join(specs),
+        "--steps",
+        "2",
+    ]
     done = subprocess.run(command, check=False, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     for spec in specs:

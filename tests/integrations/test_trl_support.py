@@ -17,8 +17,13 @@ import torch
 
 pytest.importorskip("trl")
 
-for _key, _value in {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                     "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false"}.items():
+for _key, _value in {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_DISABLED": "true",
+    "TOKENIZERS_PARALLELISM": "false",
+}.items():
     os.environ.setdefault(_key, _value)
 
 GROUP = 4
@@ -50,8 +55,8 @@ def fixed_batch(tokenizer, *, prompts: int = 2, group: int = GROUP, max_len: int
     prompt_ids = torch.full((B, P), tokenizer.pad_token_id, dtype=torch.long)
     prompt_mask = torch.zeros(B, P, dtype=torch.long)
     for i, ids in enumerate(prompt_lists):
-        prompt_ids[i, P - len(ids):] = torch.tensor(ids)
-        prompt_mask[i, P - len(ids):] = 1
+        prompt_ids[i, P - len(ids) :] = torch.tensor(ids)
+        prompt_mask[i, P - len(ids) :] = 1
     lengths = torch.randint(2, max_len + 1, (B,), generator=gen)
     lengths[0] = max_len
     completion_ids = torch.randint(10, 400, (B, max_len), generator=gen)
@@ -59,7 +64,10 @@ def fixed_batch(tokenizer, *, prompts: int = 2, group: int = GROUP, max_len: int
     completion_ids = completion_ids.masked_fill(completion_mask == 0, tokenizer.pad_token_id)
     scores_B = torch.randn(B, generator=gen, dtype=torch.float64).round(decimals=1)
     return {
-        "prompt_ids": prompt_ids, "prompt_mask": prompt_mask,
-        "completion_ids": completion_ids, "completion_mask": completion_mask,
-        "scores_B": scores_B, "group_ids_B": torch.arange(B) // group,
+        "prompt_ids": prompt_ids,
+        "prompt_mask": prompt_mask,
+        "completion_ids": completion_ids,
+        "completion_mask": completion_mask,
+        "scores_B": scores_B,
+        "group_ids_B": torch.arange(B) // group,
     }

@@ -83,17 +83,36 @@ def make_batch(seed: int = 0, rows: int = 8, length: int = 6):
     uids = np.array([f"uid-{int(g)}" for g in group_ids_B], dtype=object)
     token_rewards_BT = torch.zeros(rows, length)
     token_rewards_BT[torch.arange(rows), lengths - 1] = scores_B
-    return {"mask": mask_BT, "logp": logp_BT, "old": old_BT, "ref": ref_BT, "scores": scores_B, "groups": group_ids_B,
-                "uids": uids, "token_rewards": token_rewards_BT}
+    return {
+        "mask": mask_BT,
+        "logp": logp_BT,
+        "old": old_BT,
+        "ref": ref_BT,
+        "scores": scores_B,
+        "groups": group_ids_B,
+        "uids": uids,
+        "token_rewards": token_rewards_BT,
+    }
 
 
 def actor_config(policy_loss, *, use_kl_loss=False, batch=None, **overrides) -> ActorConfig:
     """A real verl ActorConfig with the AR-Lopti K&K clip settings and verl's global batch info."""
-    values = {"clip_ratio_low": 0.2, "clip_ratio_high": 0.24, "clip_ratio_c": 10.0, "kl_loss_type": "low_var_kl",
-                  "kl_loss_coef": 0.001}
+    values = {
+        "clip_ratio_low": 0.2,
+        "clip_ratio_high": 0.24,
+        "clip_ratio_c": 10.0,
+        "kl_loss_type": "low_var_kl",
+        "kl_loss_coef": 0.001,
+    }
     values.update(overrides)
-    config = ActorConfig(strategy="fsdp", rollout_n=4, ppo_micro_batch_size_per_gpu=2, use_kl_loss=use_kl_loss,
-                         policy_loss=policy_loss, **values)
+    config = ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_micro_batch_size_per_gpu=2,
+        use_kl_loss=use_kl_loss,
+        policy_loss=policy_loss,
+        **values,
+    )
     if batch is not None:
         config.global_batch_info.update(
             dp_size=1, batch_num_tokens=int(batch["mask"].sum()), global_batch_size=batch["mask"].shape[0]
@@ -128,8 +147,13 @@ def test_registered_loss_through_verl_registry_equals_core_pass_loss(loss_mode, 
     logp_verl = batch["logp"].clone().requires_grad_(True)
     loss_fn = core_algos.get_policy_loss_fn(loss_mode)
     verl_loss, metrics = loss_fn(
-        old_log_prob=batch["old"], log_prob=logp_verl, advantages=advantages_BT, response_mask=batch["mask"],
-        loss_agg_mode="token-mean", config=config, rollout_is_weights=None,
+        old_log_prob=batch["old"],
+        log_prob=logp_verl,
+        advantages=advantages_BT,
+        response_mask=batch["mask"],
+        loss_agg_mode="token-mean",
+        config=config,
+        rollout_is_weights=None,
     )
     logp_core = batch["logp"].clone().requires_grad_(True)
     core = pass_loss(method, passes[0], logp_core, batch["old"])
@@ -139,7 +163,9 @@ def test_registered_loss_through_verl_registry_equals_core_pass_loss(loss_mode, 
     torch.testing.assert_close(grad_of(verl_loss, logp_verl), grad_of(core.loss, logp_core), rtol=0, atol=1e-12)
     assert abs(metrics["actor/pg_clipfrac"] - core.metrics["clip/frac"]) < 1e-12
     if preset != "grpo":  # the token weights change the loss: the comparison is not vacuous
-        grpo_passes, _ = build_update_passes(core_method("grpo"), batch["scores"], batch["groups"], batch["mask"], batch["old"])
+        grpo_passes, _ = build_update_passes(
+            core_method("grpo"), batch["scores"], batch["groups"], batch["mask"], batch["old"]
+        )
         grpo_loss = pass_loss(core_method("grpo"), grpo_passes[0], batch["logp"], batch["old"]).loss
         assert abs(grpo_loss.item() - core.loss.item()) > 1e-4
 
@@ -151,7 +177,9 @@ def test_registered_loss_uses_global_normaliser_across_micro_batches():
     config = actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_ar", ar_alpha=0.3), batch=batch)
     loss_fn = core_algos.get_policy_loss_fn("tokenbalance_ar")
     parts = [
-        loss_fn(batch["old"][rows], batch["logp"][rows], advantages_BT[rows], batch["mask"][rows], "token-mean", config)[0]
+        loss_fn(
+            batch["old"][rows], batch["logp"][rows], advantages_BT[rows], batch["mask"][rows], "token-mean", config
+        )[0]
         for rows in (slice(0, 3), slice(3, 8))
     ]
     whole, _ = loss_fn(batch["old"], batch["logp"], advantages_BT, batch["mask"], "token-mean", config)
@@ -194,7 +222,9 @@ def test_verl_grpo_and_reinforce_pp_advantages_equal_ours():
         batch["token_rewards"], batch["mask"].double(), config=AlgoConfig(gamma=1.0)
     )
     # same formula (unbiased batch variance, eps 1e-8), summed in a different order
-    torch.testing.assert_close(verl_rpp, reinforce_pp_advantages(batch["token_rewards"], batch["mask"]), rtol=0, atol=1e-9)
+    torch.testing.assert_close(
+        verl_rpp, reinforce_pp_advantages(batch["token_rewards"], batch["mask"]), rtol=0, atol=1e-9
+    )
 
 
 # --------------------------------------------------------------------------- (c) registered estimators
@@ -205,8 +235,10 @@ def test_registered_estimators_equal_compute_advantages(name):
     batch = make_batch(seed=3)
     estimator = core_algos.get_adv_estimator_fn(name)
     advantages_BT, returns_BT = estimator(
-        token_level_rewards=batch["token_rewards"], response_mask=batch["mask"].double(),
-        config=AlgoConfig(gamma=1.0), index=batch["uids"],
+        token_level_rewards=batch["token_rewards"],
+        response_mask=batch["mask"].double(),
+        config=AlgoConfig(gamma=1.0),
+        index=batch["uids"],
     )
     method = Method(advantage=AdvantageConfig(estimator=ADVANTAGE_ESTIMATORS[name]), kl=KLConfig(placement="none"))
     expected_BT = compute_advantages(method, batch["scores"], batch["groups"], batch["mask"])
@@ -279,8 +311,15 @@ def test_lopti_schedule_runs_two_passes_one_step_per_mini_batch_and_matches_core
             config.global_batch_info.update(dp_size=1, batch_num_tokens=int(mask_BT[mini].sum()), global_batch_size=4)
             total = 0.0
             for micro in MICRO_BATCHES[mini.start]:
-                loss, _ = lopti_pass_loss(config, name, policy(micro), old_BT[micro], advantages_BT[micro],
-                                          mask_BT[micro], ref_log_prob=ref_BT[micro])
+                loss, _ = lopti_pass_loss(
+                    config,
+                    name,
+                    policy(micro),
+                    old_BT[micro],
+                    advantages_BT[micro],
+                    mask_BT[micro],
+                    ref_log_prob=ref_BT[micro],
+                )
                 loss.backward()
                 total += loss.item()
             optimizer.step()
@@ -310,8 +349,14 @@ def test_lopti_schedule_runs_two_passes_one_step_per_mini_batch_and_matches_core
             normaliser = pass_normaliser(method, update_pass.select_rows(mini))
             total = 0.0
             for micro in MICRO_BATCHES[mini.start]:
-                out = pass_loss(method, update_pass.select_rows(micro), policy(micro), old_BT[micro],
-                                ref_logp_BT=ref_BT[micro], normaliser=normaliser)
+                out = pass_loss(
+                    method,
+                    update_pass.select_rows(micro),
+                    policy(micro),
+                    old_BT[micro],
+                    ref_logp_BT=ref_BT[micro],
+                    normaliser=normaliser,
+                )
                 out.loss.backward()
                 total += out.loss.item()
             optimizer.step()
@@ -326,8 +371,9 @@ def test_lopti_passes_add_up_to_verl_single_pass_loss_with_kl():
     """At fixed parameters, the two pass losses sum to verl's vanilla loss + verl's own KL term."""
     batch = make_batch(seed=6)
     advantages_BT = grpo_advantages(batch["scores"], batch["groups"], batch["mask"])
-    config = actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo", lopti_eta=0.5),
-                          use_kl_loss=True, batch=batch)
+    config = actor_config(
+        TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo", lopti_eta=0.5), use_kl_loss=True, batch=batch
+    )
     logp = batch["logp"].clone().requires_grad_(True)
     lopti_total = sum(
         lopti_pass_loss(config, name, logp, batch["old"], advantages_BT, batch["mask"], ref_log_prob=batch["ref"])[0]
@@ -335,9 +381,15 @@ def test_lopti_passes_add_up_to_verl_single_pass_loss_with_kl():
     )
     logp_verl = batch["logp"].clone().requires_grad_(True)
     vanilla = actor_config(PolicyLossConfig(loss_mode="vanilla"), batch=batch)
-    pg, _ = core_algos.get_policy_loss_fn("vanilla")(batch["old"], logp_verl, advantages_BT, batch["mask"], "token-mean", vanilla)
-    kl = core_algos.agg_loss(core_algos.kl_penalty(logp_verl, batch["ref"], "low_var_kl"), batch["mask"], "token-mean",
-                             **vanilla.global_batch_info)
+    pg, _ = core_algos.get_policy_loss_fn("vanilla")(
+        batch["old"], logp_verl, advantages_BT, batch["mask"], "token-mean", vanilla
+    )
+    kl = core_algos.agg_loss(
+        core_algos.kl_penalty(logp_verl, batch["ref"], "low_var_kl"),
+        batch["mask"],
+        "token-mean",
+        **vanilla.global_batch_info,
+    )
     verl_total = pg + 0.001 * kl
     torch.testing.assert_close(lopti_total, verl_total, rtol=0, atol=1e-12)
     torch.testing.assert_close(grad_of(lopti_total, logp), grad_of(verl_total, logp_verl), rtol=0, atol=1e-12)
@@ -358,21 +410,29 @@ def test_lopti_pass_loss_reports_the_low_token_share():
 
 
 def launch_config(**overrides):
-    config = OmegaConf.create({
-        "algorithm": {"adv_estimator": "tokenbalance_grpo"},
-        "trainer": {"use_v1": True, "v1": {"trainer_mode": "sync"}},
-        "actor_rollout_ref": {"actor": {"policy_loss": {"_target_": POLICY_LOSS_CONFIG_TARGET, "loss_mode": "tokenbalance_ar"}}},
-    })
+    config = OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": "tokenbalance_grpo"},
+            "trainer": {"use_v1": True, "v1": {"trainer_mode": "sync"}},
+            "actor_rollout_ref": {
+                "actor": {"policy_loss": {"_target_": POLICY_LOSS_CONFIG_TARGET, "loss_mode": "tokenbalance_ar"}}
+            },
+        }
+    )
     for key, value in overrides.items():
         OmegaConf.update(config, key, value, force_add=True)
     return config
 
 
 def test_nthr_rejected_at_launch_with_the_reason():
-    for key, value in [("actor_rollout_ref.actor.policy_loss.loss_mode", "tokenbalance_nthr"),
-                       ("algorithm.adv_estimator", "tokenbalance_nthr"),
-                       ("trainer.v1.trainer_mode", "tokenbalance_nthr")]:
-        with pytest.raises(ValueError, match="NTHR is not supported on verl: it needs the old policy's last-layer hidden states"):
+    for key, value in [
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", "tokenbalance_nthr"),
+        ("algorithm.adv_estimator", "tokenbalance_nthr"),
+        ("trainer.v1.trainer_mode", "tokenbalance_nthr"),
+    ]:
+        with pytest.raises(
+            ValueError, match="NTHR is not supported on verl: it needs the old policy's last-layer hidden states"
+        ):
             validate_launch(launch_config(**{key: value}))
     with pytest.raises(ValueError, match=r"loss_mode='tokenbalance_nthr'.*hidden states"):
         TokenBalancePolicyLossConfig(loss_mode="tokenbalance_nthr")
@@ -393,21 +453,28 @@ def test_bad_values_and_names_fail_naming_the_field():
         validate_launch(launch_config(**{"actor_rollout_ref.actor.policy_loss._target_": None}))
     with pytest.raises(ValueError, match=r"actor_rollout_ref\.actor\.clip_ratio_c: must be in \(1\.0, inf\], got 0\.5"):
         core_algos.get_policy_loss_fn("tokenbalance_grpo")(
-            *(torch.zeros(1, 2),) * 3, torch.ones(1, 2, dtype=torch.bool), "token-mean",
-            actor_config(TokenBalancePolicyLossConfig(), clip_ratio_c=0.5))
+            *(torch.zeros(1, 2),) * 3,
+            torch.ones(1, 2, dtype=torch.bool),
+            "token-mean",
+            actor_config(TokenBalancePolicyLossConfig(), clip_ratio_c=0.5),
+        )
 
 
 def test_lopti_settings_need_the_lopti_trainer():
     with pytest.raises(ValueError, match=f"lopti_eta is set but the update runs a single pass.*{LOPTI_TRAINER}"):
         validate_launch(launch_config(**{"actor_rollout_ref.actor.policy_loss.lopti_eta": 0.4}))
     with pytest.raises(ValueError, match="needs a tokenbalance loss"):
-        validate_launch(launch_config(**{"trainer.v1.trainer_mode": LOPTI_TRAINER,
-                                          "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla"}))
+        validate_launch(
+            launch_config(
+                **{"trainer.v1.trainer_mode": LOPTI_TRAINER, "actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla"}
+            )
+        )
     batch = make_batch()
     config = actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo", lopti_eta=0.4), batch=batch)
     with pytest.raises(ValueError, match="runs a single pass"):
-        core_algos.get_policy_loss_fn("tokenbalance_grpo")(batch["old"], batch["logp"], batch["old"], batch["mask"],
-                                                             "token-mean", config)
+        core_algos.get_policy_loss_fn("tokenbalance_grpo")(
+            batch["old"], batch["logp"], batch["old"], batch["mask"], "token-mean", config
+        )
     validate_launch(launch_config())  # a valid config passes
 
 

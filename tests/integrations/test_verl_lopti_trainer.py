@@ -104,8 +104,11 @@ def make_rollout(seed: int = 0) -> Rollout:
     entropy_BT = 0.1 + 2.0 * torch.rand(rows, length, generator=gen, dtype=torch.float64)
     zero = torch.zeros((), dtype=torch.float64)
     return Rollout(
-        mask_BT=mask_BT, logp_BT=torch.where(mask_BT, logp_BT, zero), old_BT=torch.where(mask_BT, old_BT, zero),
-        ref_BT=torch.where(mask_BT, ref_BT, zero), advantages_BT=advantages_B[:, None] * mask_BT,
+        mask_BT=mask_BT,
+        logp_BT=torch.where(mask_BT, logp_BT, zero),
+        old_BT=torch.where(mask_BT, old_BT, zero),
+        ref_BT=torch.where(mask_BT, ref_BT, zero),
+        advantages_BT=advantages_B[:, None] * mask_BT,
         entropy_BT=torch.where(mask_BT, entropy_BT, zero),
     )
 
@@ -118,14 +121,23 @@ def stored_batch(rollout: Rollout, extra_info: dict):
         response_ids = torch.arange(response_len) + 1
         input_ids = torch.cat([prompts, response_ids])
         response_mask = rollout.mask_BT[row, :response_len].long()
-        responses.append({
-            "prompts": prompts, "responses": response_ids, "input_ids": input_ids,
-            "attention_mask": torch.ones_like(input_ids), "position_ids": torch.arange(len(input_ids)),
-            "response_mask": response_mask, "loss_mask": response_mask,
-        })
+        responses.append(
+            {
+                "prompts": prompts,
+                "responses": response_ids,
+                "input_ids": input_ids,
+                "attention_mask": torch.ones_like(input_ids),
+                "position_ids": torch.arange(len(input_ids)),
+                "response_mask": response_mask,
+                "loss_mask": response_mask,
+            }
+        )
     data = tu.list_of_dict_to_tensordict(responses)
-    for key, padded_BT in (("old_log_probs", rollout.old_BT), ("advantages", rollout.advantages_BT),
-                           ("ref_log_prob", rollout.ref_BT)):
+    for key, padded_BT in (
+        ("old_log_probs", rollout.old_BT),
+        ("advantages", rollout.advantages_BT),
+        ("ref_log_prob", rollout.ref_BT),
+    ):
         data[key] = response_to_nested(padded_BT, data["response_mask"])
     for key, value in extra_info.items():
         tu.assign_non_tensor_data(data, key, value)
@@ -136,8 +148,9 @@ def engine_micro_batches(data, mini_batch_size: int = MINI_BATCH, micro_batch_si
     """``[[micro-batch, ...] per mini-batch]`` as verl's worker and FSDP engine split ``data`` (one rank)."""
     tu.assign_non_tensor(data, use_dynamic_bsz=False, micro_batch_size_per_gpu=micro_batch_size)
     mini_batches = []
-    for mini in tu.make_iterator(data, mini_batch_size=mini_batch_size, epochs=1, seed=42,
-                                 dataloader_kwargs={"shuffle": False}):
+    for mini in tu.make_iterator(
+        data, mini_batch_size=mini_batch_size, epochs=1, seed=42, dataloader_kwargs={"shuffle": False}
+    ):
         tu.assign_non_tensor(mini, batch_num_tokens=int(mini["loss_mask"].sum()), dp_size=1)
         micro_batches, _ = prepare_micro_batches(mini, dp_group=None, same_micro_num_in_dp=True)
         mini_batches.append(micro_batches)
@@ -171,24 +184,45 @@ def model_output(micro_batch, logp_BT, entropy_BT=None) -> dict:
 
 
 def actor_config(policy_loss) -> ActorConfig:
-    return ActorConfig(strategy="fsdp", rollout_n=4, ppo_mini_batch_size=1, ppo_micro_batch_size_per_gpu=MICRO_BATCH,
-                       clip_ratio_low=0.2, clip_ratio_high=0.24, clip_ratio_c=10.0, use_kl_loss=True,
-                       kl_loss_type="low_var_kl", kl_loss_coef=0.001, entropy_coeff=ENTROPY_COEFF,
-                       policy_loss=policy_loss)
+    return ActorConfig(
+        strategy="fsdp",
+        rollout_n=4,
+        ppo_mini_batch_size=1,
+        ppo_micro_batch_size_per_gpu=MICRO_BATCH,
+        clip_ratio_low=0.2,
+        clip_ratio_high=0.24,
+        clip_ratio_c=10.0,
+        use_kl_loss=True,
+        kl_loss_type="low_var_kl",
+        kl_loss_coef=0.001,
+        entropy_coeff=ENTROPY_COEFF,
+        policy_loss=policy_loss,
+    )
 
 
 def core_method(with_ar: bool, with_lopti: bool = True) -> Method:
     """Our Method equal to :func:`actor_config` with AR alpha 0.3 / Lopti eta 0.5."""
-    return Method(clip=CLIP, kl=KL, entropy_coeff=ENTROPY_COEFF, ar=ARConfig(alpha=0.3) if with_ar else None,
-                  lopti=LoptiConfig(eta=0.5) if with_lopti else None)
+    return Method(
+        clip=CLIP,
+        kl=KL,
+        entropy_coeff=ENTROPY_COEFF,
+        ar=ARConfig(alpha=0.3) if with_ar else None,
+        lopti=LoptiConfig(eta=0.5) if with_lopti else None,
+    )
 
 
 def core_mini_batch_loss(method: Method, pass_name: str | None, rollout: Rollout, rows: list[int], logp_BT, entropy_BT):
     """Our ``pass_loss`` of one pass (``None``: the single pass) on a mini-batch's padded rows."""
     passes, _ = passes_from_advantages(method, rollout.advantages_BT[rows], rollout.mask_BT[rows], rollout.old_BT[rows])
     update_pass = passes[0] if pass_name is None else select_pass(passes, pass_name)
-    return pass_loss(method, update_pass, logp_BT[rows], rollout.old_BT[rows], ref_logp_BT=rollout.ref_BT[rows],
-                     entropy_BT=entropy_BT[rows]).loss
+    return pass_loss(
+        method,
+        update_pass,
+        logp_BT[rows],
+        rollout.old_BT[rows],
+        ref_logp_BT=rollout.ref_BT[rows],
+        entropy_BT=entropy_BT[rows],
+    ).loss
 
 
 def leaves(rollout: Rollout):
@@ -213,12 +247,21 @@ def test_import_verl_registers_our_trainer_subclass():
 
 
 def lopti_launch_config():
-    return OmegaConf.create({
-        "algorithm": {"adv_estimator": "tokenbalance_grpo"},
-        "trainer": {"use_v1": True, "v1": {"trainer_mode": LOPTI_TRAINER}},
-        "actor_rollout_ref": {"actor": {"policy_loss": {
-            "_target_": POLICY_LOSS_CONFIG_TARGET, "loss_mode": "tokenbalance_ar", "lopti_eta": 0.5}}},
-    })
+    return OmegaConf.create(
+        {
+            "algorithm": {"adv_estimator": "tokenbalance_grpo"},
+            "trainer": {"use_v1": True, "v1": {"trainer_mode": LOPTI_TRAINER}},
+            "actor_rollout_ref": {
+                "actor": {
+                    "policy_loss": {
+                        "_target_": POLICY_LOSS_CONFIG_TARGET,
+                        "loss_mode": "tokenbalance_ar",
+                        "lopti_eta": 0.5,
+                    }
+                }
+            },
+        }
+    )
 
 
 def test_without_transfer_queue_the_trainer_is_skipped_and_a_launch_fails_clearly(monkeypatch):
@@ -229,10 +272,13 @@ def test_without_transfer_queue_the_trainer_is_skipped_and_a_launch_fails_clearl
     monkeypatch.setattr(lopti, "LOPTI_TRAINER_IMPORT_ERROR", None)
     plugin.register_all()
     assert "transfer_queue" in lopti.LOPTI_TRAINER_IMPORT_ERROR
-    with pytest.raises(ValueError, match=(
-        r"trainer\.v1\.trainer_mode=tokenbalance_lopti: verl's v1 trainer could not be imported "
-        r"\(ModuleNotFoundError: .*transfer_queue.*\); install tokenbalance's verl extra .*TransferQueue"
-    )):
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"trainer\.v1\.trainer_mode=tokenbalance_lopti: verl's v1 trainer could not be imported "
+            r"\(ModuleNotFoundError: .*transfer_queue.*\); install tokenbalance's verl extra .*TransferQueue"
+        ),
+    ):
         validate_launch(lopti_launch_config())
 
 
@@ -253,10 +299,12 @@ def test_lopti_ppo_loss_on_verl_nested_micro_batches_equals_pass_loss(pass_name)
     verl_total, core_total = 0.0, 0.0
     for micro_batches in engine_micro_batches(stored_batch(rollout, extra_info)):
         rows = [row for micro in micro_batches for row in rows_of(micro)]
-        losses, metrics = zip(*[
-            loss_fn(model_output=model_output(micro, logp_BT, entropy_BT), data=micro, dp_group=None)
-            for micro in micro_batches
-        ])
+        losses, metrics = zip(
+            *[
+                loss_fn(model_output=model_output(micro, logp_BT, entropy_BT), data=micro, dp_group=None)
+                for micro in micro_batches
+            ]
+        )
         core = core_mini_batch_loss(core_method(with_ar=True), pass_name, rollout, rows, logp_core_BT, entropy_core_BT)
         torch.testing.assert_close(sum(losses), core, rtol=0, atol=1e-10)
         logged = metrics[0]["actor/pg_loss"].init_list()
@@ -266,8 +314,9 @@ def test_lopti_ppo_loss_on_verl_nested_micro_batches_equals_pass_loss(pass_name)
         verl_total, core_total = verl_total + sum(losses), core_total + core
 
     assert abs(core_total.item()) > 1e-3
-    for verl_grad, core_grad in zip(grads(verl_total, logp_BT, entropy_BT), grads(core_total, logp_core_BT, entropy_core_BT),
-                                    strict=True):
+    for verl_grad, core_grad in zip(
+        grads(verl_total, logp_BT, entropy_BT), grads(core_total, logp_core_BT, entropy_core_BT), strict=True
+    ):
         assert torch.isfinite(verl_grad).all()  # no FILLER position was read
         torch.testing.assert_close(verl_grad, core_grad, rtol=0, atol=1e-10)
         assert verl_grad.abs().max() > 1e-4
@@ -277,8 +326,9 @@ def test_lopti_passes_sum_to_verl_ppo_loss_on_the_same_micro_batches():
     """Both passes through lopti_ppo_loss == verl's own ppo_loss (vanilla, k3 KL, entropy) in
     value and gradient, micro-batch by micro-batch."""
     rollout = make_rollout(seed=1)
-    ours = partial(lopti_ppo_loss, config=actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo",
-                                                                                    lopti_eta=0.5)))
+    ours = partial(
+        lopti_ppo_loss, config=actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo", lopti_eta=0.5))
+    )
     verls = partial(ppo_loss, config=actor_config(PolicyLossConfig(loss_mode="vanilla")))
     logp_BT, entropy_BT = leaves(rollout)
     logp_verl_BT, entropy_verl_BT = leaves(rollout)
@@ -292,8 +342,9 @@ def test_lopti_passes_sum_to_verl_ppo_loss_on_the_same_micro_batches():
                 single, _ = verls(model_output=model_output(micro, logp_verl_BT, entropy_verl_BT), data=micro)
                 verl_total = verl_total + single
     torch.testing.assert_close(ours_total, verl_total, rtol=0, atol=1e-10)
-    for our_grad, verl_grad in zip(grads(ours_total, logp_BT, entropy_BT), grads(verl_total, logp_verl_BT, entropy_verl_BT),
-                                   strict=True):
+    for our_grad, verl_grad in zip(
+        grads(ours_total, logp_BT, entropy_BT), grads(verl_total, logp_verl_BT, entropy_verl_BT), strict=True
+    ):
         torch.testing.assert_close(our_grad, verl_grad, rtol=0, atol=1e-10)
 
 
@@ -330,24 +381,41 @@ class FakeActorWorkerGroup:
         mini_batch_size = tu.pop(data, key="mini_batch_size", default=None)
         entropy_BT = self.rollout.entropy_BT if tu.get(data, "calculate_entropy", default=False) else None
         losses = [
-            sum(self.loss_fn(model_output=model_output(micro, self.rollout.logp_BT, entropy_BT), data=micro)[0].item()
-                for micro in micro_batches)
+            sum(
+                self.loss_fn(model_output=model_output(micro, self.rollout.logp_BT, entropy_BT), data=micro)[0].item()
+                for micro in micro_batches
+            )
             for micro_batches in engine_micro_batches(data, mini_batch_size=mini_batch_size)
         ]
-        return {"metrics": {"pg_loss": losses, "mfu": [0.5] * len(losses),
-                            "grad_norm": [self.grad_norms.pop(0)] * len(losses)}}
+        return {
+            "metrics": {
+                "pg_loss": losses,
+                "mfu": [0.5] * len(losses),
+                "grad_norm": [self.grad_norms.pop(0)] * len(losses),
+            }
+        }
 
 
 def composed_config():
     """verl's ppo_trainer config composed by hydra, as examples/verl/kk_ar_lopti.sh sets it."""
     actor, loss = "actor_rollout_ref.actor", "actor_rollout_ref.actor.policy_loss"
     overrides = [
-        f"{loss}._target_={POLICY_LOSS_CONFIG_TARGET}", f"{loss}.loss_mode=tokenbalance_ar",
-        f"+{loss}.ar_alpha=0.3", f"+{loss}.lopti_eta=0.5", f"trainer.v1.trainer_mode={LOPTI_TRAINER}",
-        "algorithm.adv_estimator=tokenbalance_grpo", "actor_rollout_ref.rollout.n=4", f"{actor}.ppo_mini_batch_size=1",
-        f"{actor}.ppo_micro_batch_size_per_gpu={MICRO_BATCH}", f"{actor}.clip_ratio_low=0.2",
-        f"{actor}.clip_ratio_high=0.24", f"{actor}.clip_ratio_c=10.0", f"{actor}.use_kl_loss=True",
-        f"{actor}.kl_loss_type=low_var_kl", f"{actor}.kl_loss_coef=0.001", f"{actor}.entropy_coeff={ENTROPY_COEFF}",
+        f"{loss}._target_={POLICY_LOSS_CONFIG_TARGET}",
+        f"{loss}.loss_mode=tokenbalance_ar",
+        f"+{loss}.ar_alpha=0.3",
+        f"+{loss}.lopti_eta=0.5",
+        f"trainer.v1.trainer_mode={LOPTI_TRAINER}",
+        "algorithm.adv_estimator=tokenbalance_grpo",
+        "actor_rollout_ref.rollout.n=4",
+        f"{actor}.ppo_mini_batch_size=1",
+        f"{actor}.ppo_micro_batch_size_per_gpu={MICRO_BATCH}",
+        f"{actor}.clip_ratio_low=0.2",
+        f"{actor}.clip_ratio_high=0.24",
+        f"{actor}.clip_ratio_c=10.0",
+        f"{actor}.use_kl_loss=True",
+        f"{actor}.kl_loss_type=low_var_kl",
+        f"{actor}.kl_loss_coef=0.001",
+        f"{actor}.entropy_coeff={ENTROPY_COEFF}",
         "actor_rollout_ref.rollout.temperature=0.7",
     ]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
@@ -370,11 +438,18 @@ def test_trainer_setup_installs_our_loss_and_update_actor_runs_verl_once_per_pas
     assert workers.loss_fn.func is lopti_ppo_loss
     installed = workers.loss_fn.keywords["config"]
     assert isinstance(installed, ActorConfig) and isinstance(installed.policy_loss, TokenBalancePolicyLossConfig)
-    assert (installed.policy_loss.ar_alpha, installed.policy_loss.lopti_eta, installed.entropy_coeff) == (0.3, 0.5, 0.01)
-    assert pickle.loads(pickle.dumps(workers.loss_fn)).keywords["config"].policy_loss.lopti_eta == 0.5  # ships to workers
+    assert (installed.policy_loss.ar_alpha, installed.policy_loss.lopti_eta, installed.entropy_coeff) == (
+        0.3,
+        0.5,
+        0.01,
+    )
+    assert (
+        pickle.loads(pickle.dumps(workers.loss_fn)).keywords["config"].policy_loss.lopti_eta == 0.5
+    )  # ships to workers
 
-    batch = KVBatchMeta(keys=[f"uid{i}" for i in range(8)], tags=[{}] * 8, partition_id="train",
-                        extra_info={"temperature": 0.7})
+    batch = KVBatchMeta(
+        keys=[f"uid{i}" for i in range(8)], tags=[{}] * 8, partition_id="train", extra_info={"temperature": 0.7}
+    )
     metrics = {"actor/entropy": 0.25}
     assert trainer._update_actor(batch, metrics) is batch
 
@@ -385,12 +460,24 @@ def test_trainer_setup_installs_our_loss_and_update_actor_runs_verl_once_per_pas
         assert info["global_batch_size"] == MINI_BATCH and info["calculate_entropy"] is True  # verl's own settings
 
     expected = {
-        name: sum(core_mini_batch_loss(core_method(with_ar=True), name, rollout, rows, rollout.logp_BT,
-                                       rollout.entropy_BT).item() for rows in ([0, 1, 2, 3], [4, 5, 6, 7])) / 2
+        name: sum(
+            core_mini_batch_loss(
+                core_method(with_ar=True), name, rollout, rows, rollout.logp_BT, rollout.entropy_BT
+            ).item()
+            for rows in ([0, 1, 2, 3], [4, 5, 6, 7])
+        )
+        / 2
         for name in PASSES
     }  # verl's reduce_metrics averages the mini-batches
-    single = sum(core_mini_batch_loss(core_method(with_ar=True, with_lopti=False), None, rollout, rows, rollout.logp_BT,
-                                      rollout.entropy_BT).item() for rows in ([0, 1, 2, 3], [4, 5, 6, 7])) / 2
+    single = (
+        sum(
+            core_mini_batch_loss(
+                core_method(with_ar=True, with_lopti=False), None, rollout, rows, rollout.logp_BT, rollout.entropy_BT
+            ).item()
+            for rows in ([0, 1, 2, 3], [4, 5, 6, 7])
+        )
+        / 2
+    )
     for name in PASSES:
         assert abs(metrics[f"actor/pg_loss/{name}"] - expected[name]) < 1e-10
     assert abs(metrics["actor/pg_loss"] - single) < 1e-10  # the passes' sum = the single-pass loss
@@ -403,11 +490,22 @@ def test_trainer_setup_installs_our_loss_and_update_actor_runs_verl_once_per_pas
 
 def test_preset_dry_run_validates_and_writes_nothing_in_the_working_directory(tmp_path, tmp_path_factory):
     scratch = tmp_path_factory.mktemp("tmpdir")  # TMPDIR: where the dry run's hydra log goes
-    env = {**os.environ, "DRY_RUN": "1", "TMPDIR": str(scratch),
-           "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "DRY_RUN": "1",
+        "TMPDIR": str(scratch),
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+    }
     script = str(REPO / "examples/verl/kk_ar_lopti.sh")
-    result = subprocess.run(["bash", script, "trainer.total_epochs=1"], cwd=tmp_path, check=False,
-                            env=env, capture_output=True, text=True, timeout=180)
+    result = subprocess.run(
+        ["bash", script, "trainer.total_epochs=1"],
+        cwd=tmp_path,
+        check=False,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokenbalance: config valid (dry run, nothing launched)" in result.stdout
     assert f"trainer_mode: {LOPTI_TRAINER}" in result.stdout and "lopti_eta: 0.5" in result.stdout

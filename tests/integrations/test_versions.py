@@ -52,7 +52,9 @@ def test_installed_hosts_are_in_range(host):
         installed = metadata.version(host)
     except metadata.PackageNotFoundError:
         if os.environ.get("CI"):
-            pytest.fail(f"{host} is not installed in CI: its integration tests would be skipped "
-                        f"(scripts/test.sh installs the '{host}' extra)")
+            pytest.fail(
+                f"{host} is not installed in CI: its integration tests would be skipped "
+                f"(scripts/test.sh installs the '{host}' extra)"
+            )
         pytest.skip(f"{host} not installed")
     assert version_in_range(require_host(host), *SUPPORTED_HOSTS[host]), installed

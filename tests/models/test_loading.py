@@ -5,8 +5,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from tokenbalance.models import check_special_tokens, load_policy, save_policy
 from tests.models.helpers import kk_tokenizer, tiny_model
+from tokenbalance.models import check_special_tokens, load_policy, save_policy
 
 IDS = torch.tensor([[5, 6, 7, 8, 9, 10], [11, 12, 13, 14, 15, 16]])
 
@@ -178,9 +178,13 @@ def test_check_special_tokens_names_tags_that_do_not_round_trip():
     tokenizer = kk_tokenizer()
     tokenizer.add_special_tokens({"extra_special_tokens": ["<secret>"]})
     # a special token round-trips only when not skipped; emulate a lossy tokenizer instead:
-    lossy = type("Lossy", (), {
-        "encode": lambda self, text, add_special_tokens=False: tokenizer.encode(text, add_special_tokens=False),
-        "decode": lambda self, ids, **kw: tokenizer.decode(ids, **kw).replace("</answer>", ""),
-    })()
+    lossy = type(
+        "Lossy",
+        (),
+        {
+            "encode": lambda self, text, add_special_tokens=False: tokenizer.encode(text, add_special_tokens=False),
+            "decode": lambda self, ids, **kw: tokenizer.decode(ids, **kw).replace("</answer>", ""),
+        },
+    )()
     with pytest.raises(ValueError, match="does not round-trip these tags: </answer>$"):
         check_special_tokens(lossy)

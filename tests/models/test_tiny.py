@@ -1,10 +1,9 @@
 import pytest
 import torch
-
-from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters
 from transformers import LlamaForCausalLM, Qwen2ForCausalLM
 
 from tests.models.helpers import kk_tokenizer, tiny_model
+from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters
 
 
 def expected_parameter_count(config: TinyModelConfig, vocab: int) -> int:
@@ -26,10 +25,24 @@ def expected_parameter_count(config: TinyModelConfig, vocab: int) -> int:
         TinyModelConfig(),
         TinyModelConfig(arch="llama", hidden_size=32, num_layers=2, intermediate_size=64),
         TinyModelConfig(arch="qwen2", hidden_size=32, num_layers=2, intermediate_size=64),
-        TinyModelConfig(arch="qwen2", hidden_size=48, num_layers=3, num_heads=6, num_kv_heads=2,
-                        intermediate_size=40, tie_word_embeddings=False),
-        TinyModelConfig(arch="llama", hidden_size=32, num_layers=1, num_heads=2, num_kv_heads=1,
-                        intermediate_size=16, tie_word_embeddings=False),
+        TinyModelConfig(
+            arch="qwen2",
+            hidden_size=48,
+            num_layers=3,
+            num_heads=6,
+            num_kv_heads=2,
+            intermediate_size=40,
+            tie_word_embeddings=False,
+        ),
+        TinyModelConfig(
+            arch="llama",
+            hidden_size=32,
+            num_layers=1,
+            num_heads=2,
+            num_kv_heads=1,
+            intermediate_size=16,
+            tie_word_embeddings=False,
+        ),
     ],
 )
 def test_parameter_count_matches_hand_formula(config):

@@ -1,10 +1,9 @@
 import pytest
-
-from tokenbalance.models import EOS_TOKEN, PAD_TOKEN, REASONING_TAGS, kk_response_text, train_tokenizer
-from tokenbalance.tasks.kk import compute_score, generate_rows
 from transformers import AutoTokenizer
 
 from tests.models.helpers import kk_tokenizer
+from tokenbalance.models import EOS_TOKEN, PAD_TOKEN, REASONING_TAGS, kk_response_text, train_tokenizer
+from tokenbalance.tasks.kk import compute_score, generate_rows
 
 
 @pytest.fixture(scope="module")

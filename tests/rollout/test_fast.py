@@ -3,11 +3,10 @@
 import pytest
 import torch
 
-from tokenbalance.rollout import fast
-from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine
-from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
 from tests.models.helpers import kk_tokenizer, tiny_model
 from tests.rollout.test_hf_engine import PROMPTS, assert_prompt_errors, full_forward_logits, random_model
+from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine, fast
+from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
 
 NO_EOS = [10**6]
 # float32 cached vs uncached forwards differ by ~1e-6 relative in the logits (HFGenerateEngine's own
@@ -33,8 +32,7 @@ def model(request):
     return random_model(request.param)
 
 
-def reference_sample(model, engine, prompts, *, max_new_tokens, temperature, top_k=0, top_p=1.0, seed,
-                     generator=None):
+def reference_sample(model, engine, prompts, *, max_new_tokens, temperature, top_k=0, top_p=1.0, seed, generator=None):
     """A straightforward sampler: every step runs the model's full forward (no cache) over the
     left-padded prompts + the tokens so far and calls ``sample_next`` on the last logits, drawing
     for every row, finished rows then overwritten with pad. -> (tokens_BT, logp_BT)."""
@@ -107,10 +105,12 @@ def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokeni
 
 def spy(cls, calls):
     """``cls`` recording each instance's group size in ``calls``."""
+
     def make(*args, **kwargs):
         decoder = cls(*args, **kwargs)
         calls.append(decoder.group_size)
         return decoder
+
     return make
 
 
@@ -157,8 +157,9 @@ def test_mask_is_true_through_the_first_eos_and_pad_after(tokenizer):
     model = random_model("llama")
     prompts = [tokenizer.encode(f"{name} is a knave") for name in ("A", "B", "Zoey", "Oliver")] * 2
     eos_ids = list(range(100, 180))
-    gen = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(prompts, max_new_tokens=8, temperature=1.0,
-                                                                       seed=1)
+    gen = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(
+        prompts, max_new_tokens=8, temperature=1.0, seed=1
+    )
     pad = tokenizer.pad_token_id
     for ids, mask, logp in zip(gen.response_ids_BT.tolist(), gen.response_mask_BT.tolist(), gen.sampler_logp_BT):
         first = next((t for t, token in enumerate(ids) if token in eos_ids), None)
@@ -184,8 +185,10 @@ def test_sub_batches_continue_the_same_random_stream(tokenizer, prompts):
     gen = engine.generate(batch, max_new_tokens=5, temperature=1.0, seed=2)
     generator = torch.Generator().manual_seed(2)
     width = max(map(len, batch))
-    first, second = (reference_sample(model, engine, part, max_new_tokens=5, temperature=1.0, seed=2,
-                                      generator=generator) for part in (batch[:4], batch[4:]))
+    first, second = (
+        reference_sample(model, engine, part, max_new_tokens=5, temperature=1.0, seed=2, generator=generator)
+        for part in (batch[:4], batch[4:])
+    )
     assert torch.equal(gen.response_ids_BT, torch.cat([first[0], second[0]]))
     torch.testing.assert_close(gen.sampler_logp_BT, torch.cat([first[1], second[1]]), **LOGP_TOL)
     assert gen.prompt_ids_BP.shape == (6, width)
@@ -195,8 +198,12 @@ def test_sub_batches_of_different_lengths_are_padded_together(tokenizer, prompts
     model = random_model("llama")
     free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
     eos = free.response_ids_BT[0, 0].item()  # row 0 stops at once; its sub-batch is 1 column wide
-    whole, split = (FastEngine(model, tokenizer, eos_token_ids=[eos], max_batch_size=size).generate(
-        prompts, max_new_tokens=6, temperature=0, seed=0) for size in (None, 1))
+    whole, split = (
+        FastEngine(model, tokenizer, eos_token_ids=[eos], max_batch_size=size).generate(
+            prompts, max_new_tokens=6, temperature=0, seed=0
+        )
+        for size in (None, 1)
+    )
     assert split.response_ids_BT.shape[1] > 1 and split.response_lengths_B[0] == 1
     for name in ("response_ids_BT", "response_mask_BT", "finished_B", "prompt_ids_BP"):
         assert torch.equal(getattr(whole, name), getattr(split, name)), name
@@ -238,10 +245,10 @@ def test_greedy_logp_is_the_untempered_log_softmax_and_ignores_the_seed(model, t
 
 
 def test_greedy_equals_the_hf_engine(model, tokenizer, prompts):
-    fast = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0,
-                                                                       seed=0)
-    hf = HFGenerateEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0,
-                                                                            seed=0)
+    fast = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    hf = HFGenerateEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
+        prompts, max_new_tokens=6, temperature=0, seed=0
+    )
     assert torch.equal(fast.prompt_ids_BP, hf.prompt_ids_BP) and torch.equal(fast.response_ids_BT, hf.response_ids_BT)
     torch.testing.assert_close(fast.sampler_logp_BT, hf.sampler_logp_BT, **LOGP_TOL)
 

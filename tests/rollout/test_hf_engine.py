@@ -1,9 +1,9 @@
 import pytest
 import torch
 
+from tests.models.helpers import kk_tokenizer, tiny_model
 from tokenbalance.rollout import Generation, HFGenerateEngine, RolloutEngine, SamplingParams
 from tokenbalance.rollout.hf import mask_through_first_eos
-from tests.models.helpers import kk_tokenizer, tiny_model
 
 PROMPTS = ["User: who is a knight?", "A is a knave", "Zoey said that Oliver is a knight if and only if"]
 
@@ -131,8 +131,12 @@ def test_sampler_logp_with_top_k_and_top_p(model, tokenizer, prompts):
     mask = gen.response_mask_BT
     assert keep.gather(2, gen.response_ids_BT[..., None])[..., 0][mask].all()
     torch.testing.assert_close(gen.sampler_logp_BT[mask], expected_BT[mask], atol=1e-4, rtol=0)
-    assert (gen.sampler_logp_BT[mask] > torch.log_softmax(full_forward_logits(model, gen) / temperature, -1)
-            .gather(2, gen.response_ids_BT[..., None])[..., 0][mask]).any()  # truncation renormalised
+    assert (
+        gen.sampler_logp_BT[mask]
+        > torch.log_softmax(full_forward_logits(model, gen) / temperature, -1).gather(
+            2, gen.response_ids_BT[..., None]
+        )[..., 0][mask]
+    ).any()  # truncation renormalised
 
 
 def test_response_mask_runs_through_the_first_eos(tokenizer):
@@ -271,9 +275,14 @@ def test_engine_validates_sampling_params(tokenizer):
 
 def test_generation_checks_shapes_and_dtypes():
     ids, mask = torch.zeros(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.bool)
-    good = dict(prompt_ids_BP=ids, prompt_mask_BP=mask, response_ids_BT=torch.zeros(2, 4, dtype=torch.int64),
-                response_mask_BT=torch.ones(2, 4, dtype=torch.bool), sampler_logp_BT=None,
-                finished_B=torch.zeros(2, dtype=torch.bool))
+    good = dict(
+        prompt_ids_BP=ids,
+        prompt_mask_BP=mask,
+        response_ids_BT=torch.zeros(2, 4, dtype=torch.int64),
+        response_mask_BT=torch.ones(2, 4, dtype=torch.bool),
+        sampler_logp_BT=None,
+        finished_B=torch.zeros(2, dtype=torch.bool),
+    )
     gen = Generation(**good)
     assert gen.batch_size == 2 and gen.sequences()[0].shape == (2, 7)
     with pytest.raises(ValueError, match=r"response_mask_BT must be torch.bool of shape \(2, 4\), got torch.int64"):

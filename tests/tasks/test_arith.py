@@ -169,20 +169,33 @@ def test_deepscaler_reader_round_trip_and_errors(tmp_path):
     assert examples[1].data_source == "arith"
 
     dsr_rows = [
-        {"data_source": "aime_dsr", "prompt": [{"content": "What is 1+1? Let's think", "role": "user"}],
-         "reward_model": {"ground_truth": "2", "style": "rule"}},
-        {"data_source": "aime_dsr", "prompt": [{"content": "Q2", "role": "user"}],
-         "reward_model": {"ground_truth": None, "style": "rule"}},
+        {
+            "data_source": "aime_dsr",
+            "prompt": [{"content": "What is 1+1? Let's think", "role": "user"}],
+            "reward_model": {"ground_truth": "2", "style": "rule"},
+        },
+        {
+            "data_source": "aime_dsr",
+            "prompt": [{"content": "Q2", "role": "user"}],
+            "reward_model": {"ground_truth": None, "style": "rule"},
+        },
     ]
     bad = tmp_path / "dsr.parquet"
     pq.write_table(pa.Table.from_pylist(dsr_rows), bad)
-    with pytest.raises(ValueError, match=r"dsr.parquet: row 1: column 'reward_model.ground_truth': expected str or int or list, got NoneType"):
+    with pytest.raises(
+        ValueError,
+        match=r"dsr.parquet: row 1: column 'reward_model.ground_truth': expected str or int or list, got NoneType",
+    ):
         read_math_examples(bad)
     good = tmp_path / "dsr_ok.parquet"
     pq.write_table(pa.Table.from_pylist(dsr_rows[:1]), good)
     (example,) = read_math_examples(good)
     assert (example.prompt, example.question, example.ground_truth, example.data_source, example.index) == (
-        "What is 1+1? Let's think", "What is 1+1? Let's think", "2", "aime_dsr", 0
+        "What is 1+1? Let's think",
+        "What is 1+1? Let's think",
+        "2",
+        "aime_dsr",
+        0,
     )
     no_prompt = tmp_path / "np.parquet"
     pq.write_table(pa.Table.from_pylist([{"reward_model": {"ground_truth": "2"}}]), no_prompt)

@@ -64,9 +64,7 @@ def test_no_eval_or_exec_in_tasks():
     for path in sorted(TASKS_DIR.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
         calls = {
-            node.func.id
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            node.func.id for node in ast.walk(tree) if isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
         }
         assert not calls & {"eval", "exec", "sympify", "compile"}, path.name
 

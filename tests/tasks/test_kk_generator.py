@@ -35,7 +35,7 @@ def test_names_and_templates_lists():
     assert len(COMMON_NAMES) == 51 and len(set(COMMON_NAMES)) == 51
     assert COMMON_NAMES[:3] == ("Emma", "Liam", "Olivia") and COMMON_NAMES[-1] == "Penelope"
     assert len(SAYING_TEMPLATES) == 18
-    assert SAYING_TEMPLATES[5] == "In {name}'s words: \"{content}\"."
+    assert SAYING_TEMPLATES[5] == 'In {name}\'s words: "{content}".'
     assert SAYING_TEMPLATES[10] == '"{content}" - {name}.'
     assert join_with_oxford_comma(["Zoey", "Oliver"]) == "Zoey, and Oliver"
 
@@ -44,9 +44,9 @@ def test_logic_rl_3ppl_train_row_0():
     # §8.2, Logic-RL 3-ppl train row 0 = K&K index 100
     row = generate_rows(3, "train", count=1)[0]
     assert row["quiz"] == INTRO + (
-        "You meet 3 inhabitants: Michael, Zoey, and Ethan. Michael was heard saying, \"Ethan is a "
-        "knight if and only if Michael is a knight\". \"Zoey is a knight or Ethan is a knight,\" Zoey "
-        "mentioned. Ethan asserted: \"Michael is a knave if and only if Zoey is a knave\". So who is "
+        'You meet 3 inhabitants: Michael, Zoey, and Ethan. Michael was heard saying, "Ethan is a '
+        'knight if and only if Michael is a knight". "Zoey is a knight or Ethan is a knight," Zoey '
+        'mentioned. Ethan asserted: "Michael is a knave if and only if Zoey is a knave". So who is '
         "a knight and who is a knave?"
     )
     assert row["names"] == ["Michael", "Zoey", "Ethan"]
@@ -57,20 +57,16 @@ def test_logic_rl_3ppl_train_row_0():
     )
     assert row["solution"] == [True, True, True]
     assert row["solution_text"] == "Michael is a knight, Zoey is a knight, and Ethan is a knight."
-    assert row["solution_text_format"] == (
-        "(1) Michael is a knight\n(2) Zoey is a knight\n(3) Ethan is a knight"
-    )
+    assert row["solution_text_format"] == ("(1) Michael is a knight\n(2) Zoey is a knight\n(3) Ethan is a knight")
     assert row["cot_head"] == (
-        "Let's think step by step, by considering whether each person is lying and if that leads "
-        "to contradiction."
+        "Let's think step by step, by considering whether each person is lying and if that leads to contradiction."
     )
     assert row["cot_repeat_steps"] == [
         "Assume Michael is a knight. No contradiction is found in their claim that Ethan is a "
         "knight if and only if Michael is a knight.",
         "Assume Ethan is a knight. No contradiction is found in their claim that Michael is a knave "
         "if and only if Zoey is a knave.",
-        "Assume Zoey is a knight. No contradiction is found in their claim that Zoey is a knight or "
-        "Ethan is a knight.",
+        "Assume Zoey is a knight. No contradiction is found in their claim that Zoey is a knight or Ethan is a knight.",
     ]
     assert row["cot_foot"] == "This leads to a feasible solution."
     assert row["index"] == 100
@@ -96,22 +92,19 @@ def test_logic_rl_3ppl_test_row_0():
     assert row["index"] == 1000 and row["extra_info"] == {"index": 0, "split": "test"}
     assert row["quiz"] == INTRO + (
         "You meet 3 inhabitants: Amelia, Penelope, and Evelyn. Amelia said that Evelyn is not a "
-        "knight. Penelope was heard saying, \"Penelope is a knight or Evelyn is a knave\". Evelyn "
-        "was heard saying, \"Penelope is a knight if and only if Penelope is a knave\". So who is a "
+        'knight. Penelope was heard saying, "Penelope is a knight or Evelyn is a knave". Evelyn '
+        'was heard saying, "Penelope is a knight if and only if Penelope is a knave". So who is a '
         "knight and who is a knave?"
     )
     assert row["statements"] == (
         "(('not', ('telling-truth', 2)), ('or', ('telling-truth', 1), ('lying', 2)), "
         "('<=>', ('telling-truth', 1), ('lying', 1)))"
     )
-    assert row["solution_text_format"] == (
-        "(1) Amelia is a knight\n(2) Penelope is a knight\n(3) Evelyn is a knave"
-    )
+    assert row["solution_text_format"] == ("(1) Amelia is a knight\n(2) Penelope is a knight\n(3) Evelyn is a knave")
     # The reordering rule (§7.3): Evelyn, mentioned by Amelia, is considered before Penelope.
     assert row["cot_repeat_steps"] == [
         "Assume Amelia is a knight. No contradiction is found in their claim that Evelyn is not a knight.",
-        "Evelyn cannot be a knight, because this would contradict the claim of Amelia that Evelyn is "
-        "not a knight.",
+        "Evelyn cannot be a knight, because this would contradict the claim of Amelia that Evelyn is not a knight.",
         "Assume Evelyn is a knave. No contradiction is found in their false claim that Penelope is a "
         "knight if and only if Penelope is a knave.",
         "Assume Penelope is a knight. No contradiction is found in their claim that Penelope is a "
@@ -135,9 +128,9 @@ def test_logic_rl_7ppl_test_row_0():
     )
     assert row["quiz"] == INTRO + (
         "You meet 7 inhabitants: Harper, Benjamin, Olivia, Daniel, Henry, Jackson, and Sebastian. "
-        "According to Harper, \"Sebastian is a knave if and only if Henry is a knight\". Benjamin "
-        "asserted: \"Henry is a knight if and only if Olivia is a knight\". Olivia commented, "
-        "\"Benjamin is a knave and Daniel is a knave\". Daniel stated, \"Jackson is a knave\". Henry "
+        'According to Harper, "Sebastian is a knave if and only if Henry is a knight". Benjamin '
+        'asserted: "Henry is a knight if and only if Olivia is a knight". Olivia commented, '
+        '"Benjamin is a knave and Daniel is a knave". Daniel stated, "Jackson is a knave". Henry '
         "told you that Olivia is not a knight. Jackson said that Harper is a knight and Benjamin is "
         "a knight. Sebastian told you that Daniel is a knight and Jackson is a knight. So who is a "
         "knight and who is a knave?"
@@ -151,13 +144,11 @@ def test_kk_2ppl_index_0_and_self_conflict_wording():
     # §8.2, K&K 2-ppl release test index 0 (the "Zoey ... Oliver" example)
     row = record(2, 0)
     assert row["quiz"] == INTRO + (
-        "You meet 2 inhabitants: Zoey, and Oliver. Zoey remarked, \"Oliver is not a knight\". "
-        "Oliver stated, \"Oliver is a knight if and only if Zoey is a knave\". So who is a knight "
+        'You meet 2 inhabitants: Zoey, and Oliver. Zoey remarked, "Oliver is not a knight". '
+        'Oliver stated, "Oliver is a knight if and only if Zoey is a knave". So who is a knight '
         "and who is a knave?"
     )
-    assert row["statements"] == (
-        "(('not', ('telling-truth', 1)), ('<=>', ('telling-truth', 1), ('lying', 0)))"
-    )
+    assert row["statements"] == ("(('not', ('telling-truth', 1)), ('<=>', ('telling-truth', 1), ('lying', 0)))")
     assert row["solution_text"] == "Zoey is a knave, and Oliver is a knight."
     assert row["cot_repeat_steps"][2] == (
         "Oliver cannot be a knave, because this would contradict the false claim of their own that "
@@ -169,9 +160,9 @@ def test_worked_cot_example_3ppl_index_105():
     # §7.3: Logic-RL 3-ppl train row 5 (K&K index 105), including a reconsider step.
     row = record(3, 105)
     assert row["quiz"].endswith(
-        "You meet 3 inhabitants: Penelope, Matthew, and Victoria. \"Penelope is a knight and "
-        "Matthew is a knight,\" Penelope claimed. Matthew was heard saying, \"Victoria is a knave and "
-        "Victoria is a knight\". Victoria said that If Matthew is a knight then Matthew is a knave. So "
+        'You meet 3 inhabitants: Penelope, Matthew, and Victoria. "Penelope is a knight and '
+        'Matthew is a knight," Penelope claimed. Matthew was heard saying, "Victoria is a knave and '
+        'Victoria is a knight". Victoria said that If Matthew is a knight then Matthew is a knave. So '
         "who is a knight and who is a knave?"
     )
     assert row["cot_repeat_steps"] == [
@@ -198,21 +189,16 @@ def test_cot_backtracking_lists_exhausted_people_and_reports_failure():
     assert foot == "All the configurations lead to contradictions."
     assert len(steps) == 37  # per Dee value: 1 + 17 steps; plus one "reconsider Dee"
     assert steps[3] == (
-        "Cy cannot be a knight, because this would contradict the claim of their own that Cy is "
-        "not a knight."
+        "Cy cannot be a knight, because this would contradict the claim of their own that Cy is not a knight."
     )
     assert steps[4] == (
-        "Cy cannot be a knave, because this would contradict the false claim of their own that Cy "
-        "is not a knight."
+        "Cy cannot be a knave, because this would contradict the false claim of their own that Cy is not a knight."
     )
     assert steps[5] == "We have exhausted all possibilities for Cy, so let us go back and reconsider Bob."
     assert steps[6] == "Assume Bob is a knave. No contradiction is found in their false claim that Bob is a knight."
-    assert steps[9] == (
-        "We have exhausted all possibilities for Cy and Bob, so let us go back and reconsider Ann."
-    )
+    assert steps[9] == ("We have exhausted all possibilities for Cy and Bob, so let us go back and reconsider Ann.")
     assert steps[18] == (
-        "We have exhausted all possibilities for Cy, Bob, and Ann, so let us go back and "
-        "reconsider Dee."
+        "We have exhausted all possibilities for Cy, Bob, and Ann, so let us go back and reconsider Dee."
     )
     assert steps[19] == "Assume Dee is a knave. No contradiction is found in their false claim that Dee is a knight."
 
@@ -286,7 +272,10 @@ def test_rows_parse_back_and_solution_matches():
         ({"n_people": 3, "split": "dev"}, r"split must be one of train, test, got 'dev'"),
         ({"n_people": 3, "split": "test", "count": 0}, r"count must be an integer >= 1, got 0"),
         ({"n_people": 3, "split": "test", "start_index": -1}, r"start_index must be an integer >= 0"),
-        ({"n_people": 3, "split": "test", "template": "chatml"}, r"unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain"),
+        (
+            {"n_people": 3, "split": "test", "template": "chatml"},
+            r"unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain",
+        ),
     ],
 )
 def test_bad_arguments_raise_clear_errors(kwargs, message):

@@ -70,7 +70,10 @@ def test_reader_gives_the_same_examples_as_the_task(tmp_path, rows_3ppl):
     # Re-rendering with another template uses the quiz.
     plain = read_kk_examples(path, template="plain")[0]
     assert plain.prompt.endswith(rows_3ppl[0]["quiz"] + "\nAssistant: <think>")
-    assert KKTask().score(" r </think><answer>" + first.ground_truth["solution_text_format"] + "</answer>", plain).reward == 3
+    assert (
+        KKTask().score(" r </think><answer>" + first.ground_truth["solution_text_format"] + "</answer>", plain).reward
+        == 3
+    )
 
 
 def test_reader_accepts_kk_release_jsonl(tmp_path):
@@ -94,14 +97,22 @@ def parquet_with(tmp_path, rows_3ppl, row_number, change, name="bad.parquet"):
     ("change", "message"),
     [
         (lambda r: r.update(quiz=None), r"bad.parquet: row 2: column 'quiz': expected str, got NoneType"),
-        (lambda r: r["reward_model"]["ground_truth"].update(solution_text_format=None),
-         r"bad.parquet: row 2: column 'reward_model.ground_truth.solution_text_format': expected str"),
-        (lambda r: r["reward_model"]["ground_truth"].update(solution_text_format="nobody here"),
-         r"row 2: column 'reward_model.ground_truth.solution_text_format': no '\(k\) Name is a knight\|knave' line"),
-        (lambda r: r["reward_model"]["ground_truth"].update(statements="__import__('os')"),
-         r"row 2: column 'reward_model.ground_truth.statements': cannot parse statements"),
-        (lambda r: r.update(statements="(('lying', 1), ('lying', 0))"),
-         r"row 2: column 'statements': expected 3 statements"),
+        (
+            lambda r: r["reward_model"]["ground_truth"].update(solution_text_format=None),
+            r"bad.parquet: row 2: column 'reward_model.ground_truth.solution_text_format': expected str",
+        ),
+        (
+            lambda r: r["reward_model"]["ground_truth"].update(solution_text_format="nobody here"),
+            r"row 2: column 'reward_model.ground_truth.solution_text_format': no '\(k\) Name is a knight\|knave' line",
+        ),
+        (
+            lambda r: r["reward_model"]["ground_truth"].update(statements="__import__('os')"),
+            r"row 2: column 'reward_model.ground_truth.statements': cannot parse statements",
+        ),
+        (
+            lambda r: r.update(statements="(('lying', 1), ('lying', 0))"),
+            r"row 2: column 'statements': expected 3 statements",
+        ),
         (lambda r: r.update(names=["A", "B"]), r"row 2: column 'names': 2 names but 3 people"),
         (lambda r: r.update(solution=[True]), r"row 2: column 'solution': 1 values for 3 people"),
         (lambda r: r.update(prompt=[]), r"row 2: column 'prompt': expected at least one message"),

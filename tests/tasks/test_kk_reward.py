@@ -24,13 +24,21 @@ def sha(text):
 def test_reference_templates_are_byte_exact():
     # §10.2 and §10.3: lengths and SHA-256 of prefix and suffix.
     assert (len(QWEN_INSTRUCT.prefix), sha(QWEN_INSTRUCT.prefix)) == (
-        622, "64806840465c8c36af99ee49107116942bcd78dbfd87b2ca10b335d1c4592802")
+        622,
+        "64806840465c8c36af99ee49107116942bcd78dbfd87b2ca10b335d1c4592802",
+    )
     assert (len(QWEN_INSTRUCT.suffix), sha(QWEN_INSTRUCT.suffix)) == (
-        41, "6e15548abe3a54a8dca08ecdcf39c8fdf549a6337e0f5296944f7f40771861b2")
+        41,
+        "6e15548abe3a54a8dca08ecdcf39c8fdf549a6337e0f5296944f7f40771861b2",
+    )
     assert (len(QWEN_BASE.prefix), sha(QWEN_BASE.prefix)) == (
-        686, "e04350d7250c023e780e29a851bbad5c071986be1bc75f17e321c77a593c885a")
+        686,
+        "e04350d7250c023e780e29a851bbad5c071986be1bc75f17e321c77a593c885a",
+    )
     assert (len(QWEN_BASE.suffix), sha(QWEN_BASE.suffix)) == (
-        19, "294545b08eb94d808c6dd912679086b6667ad4e92daed2c2b8f60d54c1f4a5a0")
+        19,
+        "294545b08eb94d808c6dd912679086b6667ad4e92daed2c2b8f60d54c1f4a5a0",
+    )
     assert P.endswith("<|im_start|>assistant\n<think>")
 
 
@@ -136,16 +144,40 @@ def test_accuracy_metric():
     # §17.8
     assert accuracy([3, -0.5, 3, -3]) == 0.5
     assert accuracy_by_source([3, -1, 3, 3, -3], ["kk_logic3", "kk_logic3", "kk_logic4", "kk_logic4", "kk_logic5"]) == {
-        "kk_logic3": 0.5, "kk_logic4": 1.0, "kk_logic5": 0.0, "mean": 0.5,
+        "kk_logic3": 0.5,
+        "kk_logic4": 1.0,
+        "kk_logic5": 0.0,
+        "mean": 0.5,
     }
     with pytest.raises(ValueError, match="at least one reward"):
         accuracy([])
 
 
-PIECES = st.sampled_from([
-    "<think>", "</think>", "<answer>", "</answer>", "Assistant:", "<|im_start|>assistant", "<|im_end|>",
-    "Zoey", "Oliver", " is a ", "knight", "knave", "knights", "(1) ", "\n", " ", ",", ".", "\\b", "(", "[",
-])
+PIECES = st.sampled_from(
+    [
+        "<think>",
+        "</think>",
+        "<answer>",
+        "</answer>",
+        "Assistant:",
+        "<|im_start|>assistant",
+        "<|im_end|>",
+        "Zoey",
+        "Oliver",
+        " is a ",
+        "knight",
+        "knave",
+        "knights",
+        "(1) ",
+        "\n",
+        " ",
+        ",",
+        ".",
+        "\\b",
+        "(",
+        "[",
+    ]
+)
 FUZZ_TEXT = st.lists(st.one_of(PIECES, st.text(max_size=8)), max_size=30).map("".join)
 
 

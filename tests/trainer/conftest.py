@@ -31,8 +31,9 @@ def tiny_policy_dir(tmp_path_factory):
     torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("policy") / "tiny"
     tokenizer = train_tokenizer(list(kk_tokenizer_corpus(people=(2, 3), count=40, template="compact")))
-    model = build_tiny_model(TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64),
-                             tokenizer, seed=0)
+    model = build_tiny_model(
+        TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer, seed=0
+    )
     save_policy(model, tokenizer, path)
     return path
 

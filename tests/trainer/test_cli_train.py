@@ -8,15 +8,17 @@ from tests.trainer.conftest import SMALL_RUN
 
 
 def tokenbalance(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "tokenbalance.cli", *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "tokenbalance.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
+    )
 
 
 def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
     sets = [arg for item in SMALL_RUN for arg in ("--set", item)]
     run_dir = tmp_path / "run"
-    result = tokenbalance("train", "--model", str(tiny_policy_dir), "--method", "grpo", "--run-dir", str(run_dir),
-                          *sets)
+    result = tokenbalance(
+        "train", "--model", str(tiny_policy_dir), "--method", "grpo", "--run-dir", str(run_dir), *sets
+    )
     assert result.returncode == 0, result.stderr
     assert "held-out accuracy" in result.stdout and "greedy/acc_3" in result.stdout
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -7,12 +7,13 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from tests.tolerances import assert_close_in, dtype_atol
 from tokenbalance.algorithms.methods import build_update_passes, get_method
+from tokenbalance.config import RunConfig
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
 from tokenbalance.trainer.loop import make_optimizer
-from tokenbalance.config import RunConfig
 from tokenbalance.trainer.update import run_update_passes
 
 ROWS, GROUP, T = 8, 4, 5
@@ -37,10 +38,21 @@ def one_update(policy_dir, rows: slice, ctx: DistContext):
     method = get_method("ar_lopti")
     passes, _ = build_update_passes(method, scores, groups, mask, old, old)
     optimizer = make_optimizer(policy, RunConfig())
-    metrics = run_update_passes(method=method, passes=passes, policy=policy, optimizer=optimizer, packed=packed,
-                                old_logp_BT=old, ref_logp_BT=old, temperature=1.0,
-                                mini_batch_rows=8 // ctx.world_size, micro_batch_rows=2, grad_clip=1.0,
-                                token_mean_scope="mini_batch", ctx=ctx)
+    metrics = run_update_passes(
+        method=method,
+        passes=passes,
+        policy=policy,
+        optimizer=optimizer,
+        packed=packed,
+        old_logp_BT=old,
+        ref_logp_BT=old,
+        temperature=1.0,
+        mini_batch_rows=8 // ctx.world_size,
+        micro_batch_rows=2,
+        grad_clip=1.0,
+        token_mean_scope="mini_batch",
+        ctx=ctx,
+    )
     assert metrics["optim/steps"] == 2
     # the pre-clip gradient norm sees the summed gradient: a rank that averaged (or skipped the
     # all-reduce) would report a different norm even where AdamW's scale invariance hides it
@@ -69,6 +81,6 @@ def test_two_gloo_ranks_equal_one_process(tiny_policy_dir, tmp_path):
     initial, _ = load_policy(tiny_policy_dir)
     assert max((a - b).abs().max().item() for a, b in zip(single, initial.parameters())) > 1e-5
     for ranked, norm in on_two_gloo_ranks(one_update, tiny_policy_dir, tmp_path):
-        assert abs(norm - single_norm) < 1e-6 * max(1.0, single_norm)
+        assert abs(norm - single_norm) <= dtype_atol(torch.float32, single_norm)
         for a, b in zip(ranked, single):
-            torch.testing.assert_close(a, b, atol=2e-6, rtol=0)
+            assert_close_in(a, b, torch.float32)  # float32 model; the ranks sum in another order

@@ -15,13 +15,35 @@ from tokenbalance.trainer import loop
 from tokenbalance.trainer.runner import run_training
 
 TRAIN_KEYS = {
-    "reward/mean", "reward/acc", "reward/format_ok", "response/len_mean", "response/truncated_frac",
-    "reward/mixed_group_frac", "adv/mean", "adv_weighted/mean", "loss/policy", "loss/kl", "loss/entropy",
-    "loss/total", "clip/frac", "optim/grad_norm", "optim/steps", "timing/rollout_s", "timing/update_s",
-    "throughput/tokens_per_s", "lopti/low_token_frac",
+    "reward/mean",
+    "reward/acc",
+    "reward/format_ok",
+    "response/len_mean",
+    "response/truncated_frac",
+    "reward/mixed_group_frac",
+    "adv/mean",
+    "adv_weighted/mean",
+    "loss/policy",
+    "loss/kl",
+    "loss/entropy",
+    "loss/total",
+    "clip/frac",
+    "optim/grad_norm",
+    "optim/steps",
+    "timing/rollout_s",
+    "timing/update_s",
+    "throughput/tokens_per_s",
+    "lopti/low_token_frac",
 }
-EVAL_KEYS = {"eval/greedy/acc", "eval/greedy/acc_2", "eval/greedy/acc_3", "eval/sample/acc", "eval/sample/reward",
-             "eval/greedy/response_len", "eval/greedy/format_error"}
+EVAL_KEYS = {
+    "eval/greedy/acc",
+    "eval/greedy/acc_2",
+    "eval/greedy/acc_3",
+    "eval/sample/acc",
+    "eval/sample/reward",
+    "eval/greedy/response_len",
+    "eval/greedy/format_error",
+}
 
 
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "metrics.md"
@@ -100,7 +122,8 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "rl_step", real_step)
     run_training(None, run_dir=crashed, resume=True, log=lambda *_: None)
     assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(
-        read_metrics(reference / "metrics.jsonl"))
+        read_metrics(reference / "metrics.jsonl")
+    )
 
 
 def test_hf_engine_trains_like_the_fast_engine(small_config):
@@ -136,5 +159,15 @@ def test_prompt_order_is_a_seeded_permutation_per_epoch():
 
 
 def test_undocumented_keys_are_caught():
-    assert undocumented([{"step": 1, "kind": "train", "loss/policy": 0.0, "pass/lopti_low/clip/frac": 0.1,
-                          "eval/sample/acc_7": 0.5, "loss/mystery": 1.0}]) == {"loss/mystery"}
+    assert undocumented(
+        [
+            {
+                "step": 1,
+                "kind": "train",
+                "loss/policy": 0.0,
+                "pass/lopti_low/clip/frac": 0.1,
+                "eval/sample/acc_7": 0.5,
+                "loss/mystery": 1.0,
+            }
+        ]
+    ) == {"loss/mystery"}

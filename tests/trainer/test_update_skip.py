@@ -43,8 +43,9 @@ def reference_update(method, passes, policy, optimizer, packed, old, mini, micro
                 micro_pass = update_pass.select_rows(rows)
                 normaliser = shared if scope == "mini_batch" else pass_normaliser(method, micro_pass)
                 current = response_logprobs(policy, packed.rows(rows), temperature=1.0, with_entropy=True)
-                loss = pass_loss(method, micro_pass, current.logp_BT, old[rows], old[rows], current.entropy_BT,
-                                 normaliser=normaliser).loss
+                loss = pass_loss(
+                    method, micro_pass, current.logp_BT, old[rows], old[rows], current.entropy_BT, normaliser=normaliser
+                ).loss
                 (loss if scope == "mini_batch" else loss / len(slices)).backward()
             torch.nn.utils.clip_grad_norm_(list(policy.parameters()), 1.0)
             optimizer.step()
@@ -63,9 +64,21 @@ def test_lopti_update_with_skipped_rows_equals_the_plain_loop(scope, quantile):
         passes, _ = build_update_passes(method, scores, groups, mask, old, old)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
         if skip:
-            run_update_passes(method=method, passes=passes, policy=policy, optimizer=optimizer, packed=packed,
-                              old_logp_BT=old, ref_logp_BT=old, temperature=1.0, mini_batch_rows=4,
-                              micro_batch_rows=2, grad_clip=1.0, token_mean_scope=scope, ctx=DistContext())
+            run_update_passes(
+                method=method,
+                passes=passes,
+                policy=policy,
+                optimizer=optimizer,
+                packed=packed,
+                old_logp_BT=old,
+                ref_logp_BT=old,
+                temperature=1.0,
+                mini_batch_rows=4,
+                micro_batch_rows=2,
+                grad_clip=1.0,
+                token_mean_scope=scope,
+                ctx=DistContext(),
+            )
         else:
             reference_update(method, passes, policy, optimizer, packed, old, 4, 2, scope)
         results.append(([p.detach().clone() for p in policy.parameters()], passes))

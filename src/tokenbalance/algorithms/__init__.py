@@ -28,9 +28,9 @@ from tokenbalance.algorithms.methods import (
     Method,
     NTHRInputs,
     build_update_passes,
-    passes_from_advantages,
     compute_advantages,
     get_method,
+    passes_from_advantages,
 )
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass

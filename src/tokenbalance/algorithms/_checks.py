@@ -23,10 +23,7 @@ def check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None
 def check_ndim(name: str, tensor: torch.Tensor, ndim: int, suffix: str) -> None:
     """Fail unless ``tensor`` has ``ndim`` dimensions; ``suffix`` names them (e.g. ``"BT"``)."""
     if tensor.dim() != ndim:
-        raise ValueError(
-            f"{name}: expected a {ndim}-d tensor [{', '.join(suffix)}], "
-            f"got shape {tuple(tensor.shape)}"
-        )
+        raise ValueError(f"{name}: expected a {ndim}-d tensor [{', '.join(suffix)}], got shape {tuple(tensor.shape)}")
 
 
 def check_range(
@@ -41,9 +38,7 @@ def check_range(
     """Fail unless ``low <= value <= high`` (each bound strict when its ``*_open`` flag is set)."""
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
     if ok:
-        ok = (value > low if low_open else value >= low) and (
-            value < high if high_open else value <= high
-        )
+        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
     if not ok:
         left = "(" if low_open else "["
         right = ")" if high_open else "]"

@@ -33,9 +33,7 @@ from tokenbalance.algorithms.registry import Registry
 SINGLETON_RULES = ("reference", "zero")
 
 
-def _check_outcome_inputs(
-    scores_B: torch.Tensor, group_ids_B: torch.Tensor, response_mask_BT: torch.Tensor
-) -> None:
+def _check_outcome_inputs(scores_B: torch.Tensor, group_ids_B: torch.Tensor, response_mask_BT: torch.Tensor) -> None:
     check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
     batch = response_mask_BT.shape[0]
     check_shape("scores_B", scores_B, (batch,))
@@ -53,9 +51,7 @@ def group_statistics(
     _, inverse_B = torch.unique(group_ids_B, return_inverse=True)
     num_groups = int(inverse_B.max().item()) + 1 if inverse_B.numel() else 0
     scores = scores_B.detach().to(torch.float64)
-    size_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(
-        0, inverse_B, torch.ones_like(scores)
-    )
+    size_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, torch.ones_like(scores))
     mean_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, scores) / size_P
     centred_B = scores - mean_P[inverse_B]
     sq_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, centred_B**2)
@@ -117,7 +113,10 @@ def grpo_advantages(
     """
     check_range("eps", eps, 0.0, float("inf"))
     return _group_advantages(
-        scores_B, group_ids_B, response_mask_BT, singleton,
+        scores_B,
+        group_ids_B,
+        response_mask_BT,
+        singleton,
         lambda s, size, mean, std: (s - mean) / (std + eps),
     )
 
@@ -130,9 +129,7 @@ def dr_grpo_advantages(
     singleton: str = "reference",
 ) -> torch.Tensor:
     """Dr. GRPO (arXiv 2503.20783): the mean-only baseline ``A_i = s_i - mean_g`` (no std)."""
-    return _group_advantages(
-        scores_B, group_ids_B, response_mask_BT, singleton, lambda s, size, mean, std: s - mean
-    )
+    return _group_advantages(scores_B, group_ids_B, response_mask_BT, singleton, lambda s, size, mean, std: s - mean)
 
 
 def rloo_advantages(
@@ -148,7 +145,10 @@ def rloo_advantages(
     ``"zero"`` gives 0.
     """
     return _group_advantages(
-        scores_B, group_ids_B, response_mask_BT, singleton,
+        scores_B,
+        group_ids_B,
+        response_mask_BT,
+        singleton,
         lambda s, size, mean, std: (s - mean) * torch.where(size > 1, size / (size - 1).clamp(min=1), 1.0),
     )
 

@@ -38,9 +38,7 @@ from tokenbalance.algorithms._checks import (
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
 
-def loss_normaliser(
-    denominator_mask_BT: torch.Tensor, mode: str, *, max_response_len: int | None = None
-) -> float:
+def loss_normaliser(denominator_mask_BT: torch.Tensor, mode: str, *, max_response_len: int | None = None) -> float:
     """The denominator ``aggregate`` uses for ``mode`` on this (mini-)batch, as a float.
 
     Sum it over micro-batches / ranks to get a global normaliser.

@@ -108,9 +108,7 @@ def pass_loss(
         logp_BT, old_logp_BT, advantages_BT, valid_BT, method.clip, ratio_weight_BT=ratio_weight_BT
     )
     agg = dict(denominator_mask_BT=update_pass.normaliser_mask_BT, max_response_len=method.max_response_len)
-    policy_loss = aggregate(
-        surrogate.loss_BT, policy_BT, method.policy_agg_mode, normaliser=normaliser.policy, **agg
-    )
+    policy_loss = aggregate(surrogate.loss_BT, policy_BT, method.policy_agg_mode, normaliser=normaliser.policy, **agg)
     total = policy_loss
     metrics["loss/policy"] = float(policy_loss.detach().item())
 

@@ -199,8 +199,9 @@ def compute_advantages(
     if method.kl.placement == "reward" and method.kl.coef > 0:
         if old_logp_BT is None or ref_logp_BT is None:
             raise ValueError("old_logp_BT / ref_logp_BT: both required for the KL-in-reward penalty")
-        kl_BT = kl_penalty(old_logp_BT, ref_logp_BT, mask_BT, method.kl.estimator,
-                           log_ratio_clamp=method.kl.log_ratio_clamp)
+        kl_BT = kl_penalty(
+            old_logp_BT, ref_logp_BT, mask_BT, method.kl.estimator, log_ratio_clamp=method.kl.log_ratio_clamp
+        )
         token_rewards_BT = kl_in_reward(token_rewards_BT, kl_BT, mask_BT, method.kl.coef)
     if config.estimator == "reinforce_pp":
         return reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=config.gamma)
@@ -315,9 +316,15 @@ _BASE_CITATIONS = (
 
 def _base(name: str, estimator: str, description: str, citations=(), **stages) -> Method:
     advantage_source = (
-        ("advantage=grpo, eps=1e-6, unbiased std", "DeepSeekMath arXiv 2402.03300; verl reference (docs/methods.md §2.2)")
+        (
+            "advantage=grpo, eps=1e-6, unbiased std",
+            "DeepSeekMath arXiv 2402.03300; verl reference (docs/methods.md §2.2)",
+        )
         if estimator == "grpo"
-        else ("advantage=reinforce_pp, gamma=1, batch whitening", "Hu, arXiv 2501.03262; verl reference (docs/methods.md §2.3)")
+        else (
+            "advantage=reinforce_pp, gamma=1, batch whitening",
+            "Hu, arXiv 2501.03262; verl reference (docs/methods.md §2.3)",
+        )
     )
     return Method(
         name=name,
@@ -339,31 +346,74 @@ def _add(method: Method) -> None:
 
 def _token_level_presets(prefix: str, estimator: str, alpha: float, alpha_source: str) -> None:
     base_name = "GRPO" if estimator == "grpo" else "REINFORCE++"
-    ar_cite = ("ar.alpha=%s" % alpha, alpha_source)
+    ar_cite = (f"ar.alpha={alpha}", alpha_source)
     eta_cite = ("lopti.eta=0.5", f"{_AR_LOPTI}, Figure 4 / Tables 1, 7 (the Lopti-only script uses 0.4)")
-    _add(_base(f"{prefix}ar", estimator, f"{base_name} + Advantage Reweighting",
-               (ar_cite,), ar=ARConfig(alpha=alpha)))
-    _add(_base(f"{prefix}lopti", estimator, f"{base_name} + Low-Probability Token Isolation",
-               (eta_cite,), lopti=LoptiConfig(eta=0.5)))
-    _add(_base(f"{prefix}ar_lopti", estimator, f"{base_name} + Advantage Reweighting + Lopti",
-               (ar_cite, eta_cite), ar=ARConfig(alpha=alpha), lopti=LoptiConfig(eta=0.5)))
-    _add(_base(f"{prefix}tr_grpo", estimator, f"{base_name} + TR-GRPO probability weights (loss multiplier)",
-               (("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
-                 "arXiv 2511.00066 via third-party constants, UNVERIFIED (docs/methods.md §5)"),),
-               tr_grpo=TRGRPOConfig()))
-    _add(_base(f"{prefix}nthr", estimator, f"{base_name} + Negative Token Hidden Reward",
-               (("nthr.beta=1, eta=2|0.5-p|", "Deng et al. 2025, arXiv 2505.18830, §7.3 (docs/methods.md §6)"),),
-               nthr=NTHRConfig(beta=1.0, eta="2|0.5-p|")))
+    _add(_base(f"{prefix}ar", estimator, f"{base_name} + Advantage Reweighting", (ar_cite,), ar=ARConfig(alpha=alpha)))
+    _add(
+        _base(
+            f"{prefix}lopti",
+            estimator,
+            f"{base_name} + Low-Probability Token Isolation",
+            (eta_cite,),
+            lopti=LoptiConfig(eta=0.5),
+        )
+    )
+    _add(
+        _base(
+            f"{prefix}ar_lopti",
+            estimator,
+            f"{base_name} + Advantage Reweighting + Lopti",
+            (ar_cite, eta_cite),
+            ar=ARConfig(alpha=alpha),
+            lopti=LoptiConfig(eta=0.5),
+        )
+    )
+    _add(
+        _base(
+            f"{prefix}tr_grpo",
+            estimator,
+            f"{base_name} + TR-GRPO probability weights (loss multiplier)",
+            (
+                (
+                    "tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
+                    "arXiv 2511.00066 via third-party constants, UNVERIFIED (docs/methods.md §5)",
+                ),
+            ),
+            tr_grpo=TRGRPOConfig(),
+        )
+    )
+    _add(
+        _base(
+            f"{prefix}nthr",
+            estimator,
+            f"{base_name} + Negative Token Hidden Reward",
+            (("nthr.beta=1, eta=2|0.5-p|", "Deng et al. 2025, arXiv 2505.18830, §7.3 (docs/methods.md §6)"),),
+            nthr=NTHRConfig(beta=1.0, eta="2|0.5-p|"),
+        )
+    )
 
 
 _add(_base("grpo", "grpo", "GRPO baseline (AR-Lopti K&K settings)"))
 _add(_base("reinforce_pp", "reinforce_pp", "REINFORCE++ baseline (KL as a loss, as the released scripts)"))
 _token_level_presets("", "grpo", 0.3, f"{_AR_LOPTI}, Figure 4 caption (the AR-only script uses 0.2)")
-_add(_base(
-    "tr_grpo_literal", "grpo", "GRPO + TR-GRPO, paper-literal placement per the reviews (w*r inside the clip, weighted KL)",
-    (("tr_grpo: ratio_in_clip + weight_kl", "arXiv 2511.00066 Eq. 9 as described by OpenReview reviewer 4 (docs/methods.md §5)"),
-     ("tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4", "third-party constants, UNVERIFIED (docs/methods.md §5)")),
-    tr_grpo=TRGRPOConfig(placement="ratio_in_clip", weight_kl=True)))
+_add(
+    _base(
+        "tr_grpo_literal",
+        "grpo",
+        "GRPO + TR-GRPO, paper-literal placement per the reviews (w*r inside the clip, weighted KL)",
+        (
+            (
+                "tr_grpo: ratio_in_clip + weight_kl",
+                "arXiv 2511.00066 Eq. 9 as described by OpenReview reviewer 4 (docs/methods.md §5)",
+            ),
+            (
+                "tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
+                "third-party constants, UNVERIFIED (docs/methods.md §5)",
+            ),
+        ),
+        tr_grpo=TRGRPOConfig(placement="ratio_in_clip", weight_kl=True),
+    )
+)
 _token_level_presets("reinforce_pp_", "reinforce_pp", 0.1, f"{_AR_LOPTI}, Table 7 (REINFORCE++)")
 
 

@@ -94,12 +94,7 @@ class NTHRConfig:
 
     def __post_init__(self) -> None:
         beta = self.beta
-        if (
-            isinstance(beta, bool)
-            or not isinstance(beta, (int, float))
-            or math.isnan(beta)
-            or beta == math.inf
-        ):
+        if isinstance(beta, bool) or not isinstance(beta, (int, float)) or math.isnan(beta) or beta == math.inf:
             raise ValueError(
                 f"beta: must be a finite float or float('-inf') (select all negative tokens), got {beta!r}"
             )
@@ -107,19 +102,14 @@ class NTHRConfig:
         if isinstance(eta, str):
             if eta not in ETA_RULES:
                 raise ValueError(
-                    f"eta: unknown value {eta!r}; valid: {', '.join(map(repr, ETA_RULES))} "
-                    "or a float in [0, 1]"
+                    f"eta: unknown value {eta!r}; valid: {', '.join(map(repr, ETA_RULES))} or a float in [0, 1]"
                 )
         elif isinstance(eta, bool) or not isinstance(eta, (int, float)):
-            raise ValueError(
-                f"eta: must be one of {ETA_RULES} or a float in [0, 1], got {eta!r}"
-            )
+            raise ValueError(f"eta: must be one of {ETA_RULES} or a float in [0, 1], got {eta!r}")
         else:
             check_range("eta", eta, 0.0, 1.0)
         if not isinstance(self.anchor_exclude_self, bool):
-            raise ValueError(
-                f"anchor_exclude_self: must be a bool, got {self.anchor_exclude_self!r}"
-            )
+            raise ValueError(f"anchor_exclude_self: must be a bool, got {self.anchor_exclude_self!r}")
         if not isinstance(self.vocab, str):
             raise ValueError(f"vocab: must be one of {VOCAB_MODES}, got {self.vocab!r}")
         check_choice("vocab", self.vocab, VOCAB_MODES)
@@ -199,8 +189,7 @@ def _validate_token_inputs(
         if lo < 0 or hi >= V:
             bad = lo if lo < 0 else hi
             raise ValueError(
-                f"tokens_BT: token ids at valid positions must be in [0, {V}) (V = unembed_VD.shape[0]), "
-                f"found {bad}"
+                f"tokens_BT: token ids at valid positions must be in [0, {V}) (V = unembed_VD.shape[0]), found {bad}"
             )
     check_finite("old_logp_BT", old_logp_BT.detach(), mask_BT)
     check_finite("hidden_BTD", hidden_BTD.detach(), mask_BT)
@@ -244,11 +233,7 @@ class _Scorer:
         vocab_S: Tensor | None,
         chunk_tokens: int,
     ) -> None:
-        self.dtype = (
-            torch.float64
-            if torch.float64 in (hidden_BTD.dtype, unembed_VD.dtype)
-            else torch.float32
-        )
+        self.dtype = torch.float64 if torch.float64 in (hidden_BTD.dtype, unembed_VD.dtype) else torch.float32
         self.tokens_BT = tokens_BT
         self.mask_BT = mask_BT
         self.hidden_BTD = hidden_BTD
@@ -285,9 +270,7 @@ class _Scorer:
             t = t_N[start : start + self.chunk]
             h = self.hidden_BTD[r, t].to(self.dtype)
             col = self.columns(self.tokens_BT[r, t])
-            q = _restricted_probs(
-                h, col, self.old_logp_BT[r, t].to(self.dtype), self.W_SD, self.b_S, self.temperature
-            )
+            q = _restricted_probs(h, col, self.old_logp_BT[r, t].to(self.dtype), self.W_SD, self.b_S, self.temperature)
             yield h, q, col
 
     def matrix(self, rows_R: Tensor) -> Tensor:
@@ -448,9 +431,15 @@ def nthr_token_scores(
             if vocab_S.numel() == 0:  # no valid token anywhere: every score is 0
                 vocab_S = torch.zeros(1, dtype=torch.long, device=tokens.device)
     scorer = _Scorer(
-        tokens, mask_BT, hidden, old_logp, unembed_VD.detach(),
+        tokens,
+        mask_BT,
+        hidden,
+        old_logp,
+        unembed_VD.detach(),
         None if unembed_bias_V is None else unembed_bias_V.detach(),
-        temperature, vocab_S, chunk_tokens,
+        temperature,
+        vocab_S,
+        chunk_tokens,
     )
     return _score_rows(scorer, positive_rows, rows, exclude)
 
@@ -514,8 +503,12 @@ def nthr_restricted_probs(
         W = W[vocab_S]
         b = None if b is None else b[vocab_S]
     return _restricted_probs(
-        hidden_ND.detach().to(dtype), col, old_logp_N.detach().to(dtype), W.to(dtype),
-        None if b is None else b.to(dtype), float(temperature),
+        hidden_ND.detach().to(dtype),
+        col,
+        old_logp_N.detach().to(dtype),
+        W.to(dtype),
+        None if b is None else b.to(dtype),
+        float(temperature),
     )
 
 
@@ -599,9 +592,7 @@ def nthr_token_weights(
         eta = nthr_eta(config.eta, pos.numel() / rows.numel())
         eta_sum += eta
         vocab_S = None if config.vocab == "full" else _group_vocab(tokens, mask_BT, rows)
-        scorer = _Scorer(
-            tokens, mask_BT, hidden, old_logp, unembed, bias, temperature, vocab_S, config.chunk_tokens
-        )
+        scorer = _Scorer(tokens, mask_BT, hidden, old_logp, unembed, bias, temperature, vocab_S, config.chunk_tokens)
         s_neg_NT = _score_rows(scorer, pos, neg, None)
         valid_neg_NT = mask_BT[neg]
         if select_all:

@@ -73,9 +73,7 @@ class ARConfig:
         return 1.0 - self.alpha if self.tau is None else self.tau
 
 
-def ar_token_weights(
-    logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: ARConfig
-) -> torch.Tensor:
+def ar_token_weights(logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: ARConfig) -> torch.Tensor:
     """AR weights ``alpha * exp(logp) + tau`` ([B, T], 1 at padding, no gradient)."""
     check_ndim("logp_BT", logp_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
@@ -177,9 +175,7 @@ def tr_grpo_weight_range(config: TRGRPOConfig, points: int = 1001) -> tuple[floa
     return float(weights.min()), float(weights.max())
 
 
-def tr_grpo_token_weights(
-    logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: TRGRPOConfig
-) -> torch.Tensor:
+def tr_grpo_token_weights(logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: TRGRPOConfig) -> torch.Tensor:
     """TR-GRPO weights from log-probs ([B, T], 1 at padding, no gradient).
 
     Pass the current log-probs (detached here) for ``prob_source="current"``, the old ones for

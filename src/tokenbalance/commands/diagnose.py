@@ -41,14 +41,22 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
     def common(name: str, help_text: str, prompts: int, method: str):
         sub = inner.add_parser(name, help=help_text, description=help_text)
-        sub.add_argument("checkpoint", nargs="?", metavar="CHECKPOINT",
-                         help="a policy directory, a run's checkpoints/step_N directory, or a run directory "
-                              "(its latest checkpoint); default --model / the embedded policy")
+        sub.add_argument(
+            "checkpoint",
+            nargs="?",
+            metavar="CHECKPOINT",
+            help="a policy directory, a run's checkpoints/step_N directory, or a run directory "
+            "(its latest checkpoint); default --model / the embedded policy",
+        )
         add_config_arguments(sub)
         sub.add_argument("--prompts", type=int, default=prompts, help=f"training prompts sampled (default {prompts})")
         sub.add_argument("--group-size", type=int, help="responses per prompt (default rollout.group_size)")
-        sub.add_argument("--method", default=method, help=f"method preset for the advantages (default {method}; "
-                                                          "--set train.method_overrides.KEY=VALUE changes it)")
+        sub.add_argument(
+            "--method",
+            default=method,
+            help=f"method preset for the advantages (default {method}; "
+            "--set train.method_overrides.KEY=VALUE changes it)",
+        )
         return sub
 
     sub = common("buckets", "bucket-only single-update experiment (AR-Lopti Figures 1 and 3)", 8, "grpo")
@@ -57,8 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
     sub.set_defaults(func=run_buckets)
 
-    sub = common("lld", "LLD per question: reset, one update, change of likelihood of correct responses "
-                        "(NTHR paper protocol)", 16, "grpo")
+    sub = common(
+        "lld",
+        "LLD per question: reset, one update, change of likelihood of correct responses (NTHR paper protocol)",
+        16,
+        "grpo",
+    )
     sub.add_argument("--optimizer", choices=("adamw", "sgd"), default="adamw", help="optimizer of the single update")
     sub.add_argument("--lr", type=float, help="learning rate (default optim.lr)")
     sub.add_argument("--pos-only", action="store_true", help="zero the negative advantages (the paper's Pos Only)")
@@ -150,28 +162,53 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Rol
     prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
     vocab = model.get_input_embeddings().num_embeddings
     if max(max(row) for row in prompt_ids) >= vocab:
-        raise ValueError(f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
-                         "the checkpoint and the tokenizer do not match")
+        raise ValueError(
+            f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
+            "the checkpoint and the tokenizer do not match"
+        )
     examples = [e for e in chosen for _ in range(group_size)]
     engine = make_engine(config.rollout.engine, model, tokenizer)
-    generation = engine.generate([ids for ids in prompt_ids for _ in range(group_size)],
-                                 max_new_tokens=config.rollout.max_new_tokens, temperature=config.rollout.temperature,
-                                 top_p=config.rollout.top_p, top_k=config.rollout.top_k,
-                                 seed=derive_seed(config.train.seed, 0, 0, 97))
-    texts = decode_responses(tokenizer, generation.response_ids_BT, generation.response_mask_BT,
-                             set(engine.eos_token_ids))
+    generation = engine.generate(
+        [ids for ids in prompt_ids for _ in range(group_size)],
+        max_new_tokens=config.rollout.max_new_tokens,
+        temperature=config.rollout.temperature,
+        top_p=config.rollout.top_p,
+        top_k=config.rollout.top_k,
+        seed=derive_seed(config.train.seed, 0, 0, 97),
+    )
+    texts = decode_responses(
+        tokenizer, generation.response_ids_BT, generation.response_mask_BT, set(engine.eos_token_ids)
+    )
     results = score_responses(task, texts, examples)
     scores = torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
-    packed = pack_sequences(generation.prompt_ids_BP.to(device), generation.prompt_mask_BP.to(device),
-                            generation.response_ids_BT.to(device), generation.response_mask_BT.to(device))
-    old = batched_response_logprobs(model, packed, temperature=config.rollout.temperature,
-                                    micro_batch=config.optim.micro_batch_size,
-                                    with_hidden=with_hidden or method.needs_hidden_states)
+    packed = pack_sequences(
+        generation.prompt_ids_BP.to(device),
+        generation.prompt_mask_BP.to(device),
+        generation.response_ids_BT.to(device),
+        generation.response_mask_BT.to(device),
+    )
+    old = batched_response_logprobs(
+        model,
+        packed,
+        temperature=config.rollout.temperature,
+        micro_batch=config.optim.micro_batch_size,
+        with_hidden=with_hidden or method.needs_hidden_states,
+    )
     return RolloutBatch(
-        config=config, model=model, tokenizer=tokenizer, device=device, task=task, examples=examples, texts=texts,
-        packed=packed, mask_BT=generation.response_mask_BT.to(device), scores_B=scores,
+        config=config,
+        model=model,
+        tokenizer=tokenizer,
+        device=device,
+        task=task,
+        examples=examples,
+        texts=texts,
+        packed=packed,
+        mask_BT=generation.response_mask_BT.to(device),
+        scores_B=scores,
         group_ids_B=torch.arange(args.prompts, device=device).repeat_interleave(group_size),
-        correct_B=scores == full_reward(task), old=old, method=method,
+        correct_B=scores == full_reward(task),
+        old=old,
+        method=method,
     )
 
 
@@ -180,8 +217,10 @@ def nthr_inputs(batch: RolloutBatch):
 
     head = batch.model.get_output_embeddings()
     return NTHRInputs(
-        tokens_BT=batch.packed.input_ids_BL[:, batch.packed.prompt_len:], hidden_BTD=batch.old.hidden_BTD.float(),
-        unembed_VD=head.weight.detach().float(), temperature=batch.config.rollout.temperature,
+        tokens_BT=batch.packed.input_ids_BL[:, batch.packed.prompt_len :],
+        hidden_BTD=batch.old.hidden_BTD.float(),
+        unembed_VD=head.weight.detach().float(),
+        temperature=batch.config.rollout.temperature,
         unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
     )
 
@@ -194,11 +233,17 @@ def method_passes(batch: RolloutBatch, method, rows=None):
     nthr = None
     if method.needs_hidden_states:
         full = nthr_inputs(batch)
-        nthr = NTHRInputs(tokens_BT=full.tokens_BT[rows], hidden_BTD=full.hidden_BTD[rows], unembed_VD=full.unembed_VD,
-                          temperature=full.temperature, unembed_bias_V=full.unembed_bias_V)
+        nthr = NTHRInputs(
+            tokens_BT=full.tokens_BT[rows],
+            hidden_BTD=full.hidden_BTD[rows],
+            unembed_VD=full.unembed_VD,
+            temperature=full.temperature,
+            unembed_bias_V=full.unembed_bias_V,
+        )
     old = batch.old.logp_BT[rows]
-    return build_update_passes(method, batch.scores_B[rows], batch.group_ids_B[rows], batch.mask_BT[rows], old, old,
-                               nthr)
+    return build_update_passes(
+        method, batch.scores_B[rows], batch.group_ids_B[rows], batch.mask_BT[rows], old, old, nthr
+    )
 
 
 def single_update(batch: RolloutBatch, method, passes, optimizer, rows=None) -> dict:
@@ -209,10 +254,18 @@ def single_update(batch: RolloutBatch, method, passes, optimizer, rows=None) -> 
     rows = slice(None) if rows is None else rows
     old = batch.old.logp_BT[rows]
     return run_update_passes(
-        method=method, passes=passes, policy=batch.model, optimizer=optimizer, packed=batch.packed.rows(rows),
-        old_logp_BT=old, ref_logp_BT=old if method.needs_ref_logp else None,
-        temperature=batch.config.rollout.temperature, mini_batch_rows=old.shape[0],
-        micro_batch_rows=batch.config.optim.micro_batch_size, grad_clip=math.inf, token_mean_scope="mini_batch",
+        method=method,
+        passes=passes,
+        policy=batch.model,
+        optimizer=optimizer,
+        packed=batch.packed.rows(rows),
+        old_logp_BT=old,
+        ref_logp_BT=old if method.needs_ref_logp else None,
+        temperature=batch.config.rollout.temperature,
+        mini_batch_rows=old.shape[0],
+        micro_batch_rows=batch.config.optim.micro_batch_size,
+        grad_clip=math.inf,
+        token_mean_scope="mini_batch",
         ctx=DistContext(device=batch.device),
     )
 
@@ -221,8 +274,12 @@ def rescore(batch: RolloutBatch, rows=None):
     from tokenbalance.trainer.logprobs import batched_response_logprobs
 
     packed = batch.packed if rows is None else batch.packed.rows(rows)
-    return batched_response_logprobs(batch.model, packed, temperature=batch.config.rollout.temperature,
-                                     micro_batch=batch.config.optim.micro_batch_size).logp_BT
+    return batched_response_logprobs(
+        batch.model,
+        packed,
+        temperature=batch.config.rollout.temperature,
+        micro_batch=batch.config.optim.micro_batch_size,
+    ).logp_BT
 
 
 def _fmt(value: float, spec: str = "+.4f") -> str:
@@ -252,7 +309,7 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     for i, token in enumerate(ids):
         text = tokenizer.decode(ids[: i + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False)
         if text.startswith(previous) and not text.endswith("\ufffd"):
-            pieces.append(text[len(previous):])
+            pieces.append(text[len(previous) :])
             previous = text
         elif text.endswith("\ufffd") and i + 1 < len(ids):
             pieces.append("")  # an incomplete character: shown with the token that completes it
@@ -296,8 +353,9 @@ def bucket_experiment(batch: RolloutBatch, *, edges, lr: float) -> dict:
         new = rescore(batch)
         results[mode] = {
             "updated_tokens": int(sum(int(p.policy_mask_BT.sum()) for p in mode_passes)),
-            "updated_interval": "all" if mode == "all" else interval_label(
-                edges, 0 if mode == "lowest" else len(edges) - 2),
+            "updated_interval": "all"
+            if mode == "all"
+            else interval_label(edges, 0 if mode == "lowest" else len(edges) - 2),
             "grad_norm": metrics["optim/grad_norm"],
             "buckets": probability_change_stats(batch.old.logp_BT, new, adv_BT, batch.mask_BT, edges),
         }
@@ -316,22 +374,41 @@ def run_buckets(args: argparse.Namespace) -> int:
     batch = prepare_batch(args)
     results = bucket_experiment(batch, edges=edges, lr=args.lr)
     tokens = int(batch.mask_BT.sum())
-    print(f"{len(batch.texts)} responses ({args.prompts} prompts), {tokens} tokens, accuracy "
-          f"{float(batch.correct_B.float().mean()):.3f}; method {batch.method.name} (KL off), one SGD step, "
-          f"lr {args.lr:g}")
-    print("dp: mean change of token probability after the update; up|A>0: share of positive-advantage tokens "
-          "whose probability rose (Figure 3); down|A<0: share of negative-advantage tokens whose probability fell")
+    print(
+        f"{len(batch.texts)} responses ({args.prompts} prompts), {tokens} tokens, accuracy "
+        f"{float(batch.correct_B.float().mean()):.3f}; method {batch.method.name} (KL off), one SGD step, "
+        f"lr {args.lr:g}"
+    )
+    print(
+        "dp: mean change of token probability after the update; up|A>0: share of positive-advantage tokens "
+        "whose probability rose (Figure 3); down|A<0: share of negative-advantage tokens whose probability fell"
+    )
     for mode, result in results.items():
-        print(f"\nupdate on {mode} tokens ({result['updated_interval']}, {result['updated_tokens']} tokens), "
-              f"gradient norm {result['grad_norm']:.4g}")
-        print(f"  {'bucket':<14}{'tokens':>7}{'dp mean':>10}{'dp p10':>10}{'dp p50':>10}{'dp p90':>10}"
-              f"{'up|A>0':>9}{'down|A<0':>10}")
+        print(
+            f"\nupdate on {mode} tokens ({result['updated_interval']}, {result['updated_tokens']} tokens), "
+            f"gradient norm {result['grad_norm']:.4g}"
+        )
+        print(
+            f"  {'bucket':<14}{'tokens':>7}{'dp mean':>10}{'dp p10':>10}{'dp p50':>10}{'dp p90':>10}"
+            f"{'up|A>0':>9}{'down|A<0':>10}"
+        )
         for row in result["buckets"]:
-            print(f"  {row['interval']:<14}{row['tokens']:>7}{_fmt(row['dp_mean']):>10}{_fmt(row['dp_p10']):>10}"
-                  f"{_fmt(row['dp_p50']):>10}{_fmt(row['dp_p90']):>10}{_fmt(row['pos_up_frac'], '.3f'):>9}"
-                  f"{_fmt(row['neg_down_frac'], '.3f'):>10}")
-    _write_json(args.json_out, {"edges": list(edges), "lr": args.lr, "method": batch.method.name,
-                                "responses": len(batch.texts), "tokens": tokens, "updates": results})
+            print(
+                f"  {row['interval']:<14}{row['tokens']:>7}{_fmt(row['dp_mean']):>10}{_fmt(row['dp_p10']):>10}"
+                f"{_fmt(row['dp_p50']):>10}{_fmt(row['dp_p90']):>10}{_fmt(row['pos_up_frac'], '.3f'):>9}"
+                f"{_fmt(row['neg_down_frac'], '.3f'):>10}"
+            )
+    _write_json(
+        args.json_out,
+        {
+            "edges": list(edges),
+            "lr": args.lr,
+            "method": batch.method.name,
+            "responses": len(batch.texts),
+            "tokens": tokens,
+            "updates": results,
+        },
+    )
     return 0
 
 
@@ -357,19 +434,36 @@ def lld_experiment(batch: RolloutBatch, *, optimizer_name: str, lr: float, pos_o
         batch.model.load_state_dict(initial)
         passes, _ = method_passes(batch, batch.method, rows)
         if pos_only:
-            passes = [UpdatePass(p.name, p.advantages_BT.clamp(min=0), p.policy_mask_BT, p.kl_entropy_mask_BT,
-                                 p.normaliser_mask_BT) for p in passes]
+            passes = [
+                UpdatePass(
+                    p.name, p.advantages_BT.clamp(min=0), p.policy_mask_BT, p.kl_entropy_mask_BT, p.normaliser_mask_BT
+                )
+                for p in passes
+            ]
         params = [p for p in batch.model.parameters() if p.requires_grad]
-        optimizer = (torch.optim.SGD(params, lr=lr) if optimizer_name == "sgd" else
-                     torch.optim.AdamW(params, lr=lr, betas=(batch.config.optim.beta1, batch.config.optim.beta2),
-                                       weight_decay=batch.config.optim.weight_decay))
+        optimizer = (
+            torch.optim.SGD(params, lr=lr)
+            if optimizer_name == "sgd"
+            else torch.optim.AdamW(
+                params,
+                lr=lr,
+                betas=(batch.config.optim.beta1, batch.config.optim.beta2),
+                weight_decay=batch.config.optim.weight_decay,
+            )
+        )
         single_update(batch, batch.method, passes, optimizer, rows)
         positive = rows[correct]
         seq, tok = sequence_deltas(rescore(batch, positive), batch.old.logp_BT[positive], batch.mask_BT[positive])
-        out.append({"question": int(g), "example": f"{batch.examples[int(rows[0])].data_source}:"
-                                                   f"{batch.examples[int(rows[0])].index}",
-                    "correct": int(correct.sum()), "group_size": int(rows.numel()),
-                    "delta": float(seq.mean()), "delta_tok": float(tok.mean())})
+        out.append(
+            {
+                "question": int(g),
+                "example": f"{batch.examples[int(rows[0])].data_source}:{batch.examples[int(rows[0])].index}",
+                "correct": int(correct.sum()),
+                "group_size": int(rows.numel()),
+                "delta": float(seq.mean()),
+                "delta_tok": float(tok.mean()),
+            }
+        )
     batch.model.load_state_dict(initial)
     return out
 
@@ -384,28 +478,52 @@ def run_lld(args: argparse.Namespace) -> int:
     if not lr > 0:
         raise ValueError(f"--lr: must be > 0, got {lr}")
     rows = lld_experiment(batch, optimizer_name=args.optimizer, lr=lr, pos_only=args.pos_only)
-    print(f"{args.prompts} questions x {len(batch.texts) // args.prompts} responses, accuracy "
-          f"{float(batch.correct_B.float().mean()):.3f}; {len(rows)} mixed question(s); one {args.optimizer} step "
-          f"(lr {lr:g}) of {batch.method.name}{' (pos only)' if args.pos_only else ''} per question from the "
-          "checkpoint")
+    print(
+        f"{args.prompts} questions x {len(batch.texts) // args.prompts} responses, accuracy "
+        f"{float(batch.correct_B.float().mean()):.3f}; {len(rows)} mixed question(s); one {args.optimizer} step "
+        f"(lr {lr:g}) of {batch.method.name}{' (pos only)' if args.pos_only else ''} per question from the "
+        "checkpoint"
+    )
     summary = {"questions": len(rows)}
     if rows:
         print(f"\n  {'question':<22}{'N+/G':>7}{'delta':>12}{'delta/token':>13}  LLD (delta < {args.epsilon:g})")
         for row in rows:
             flag = "yes" if row["delta"] < args.epsilon else ""
-            print(f"  {row['example']:<22}{row['correct']:>4}/{row['group_size']:<2}{row['delta']:>12.4g}"
-                  f"{row['delta_tok']:>13.4g}  {flag}")
+            print(
+                f"  {row['example']:<22}{row['correct']:>4}/{row['group_size']:<2}{row['delta']:>12.4g}"
+                f"{row['delta_tok']:>13.4g}  {flag}"
+            )
         deltas = torch.tensor([r["delta"] for r in rows], dtype=torch.float64)
         q = torch.quantile(deltas, torch.tensor([0.1, 0.5], dtype=torch.float64)).tolist()
-        summary.update({"delta_mean": float(deltas.mean()), "delta_p10": q[0], "delta_p50": q[1],
-                        "frac_below_eps": float((deltas < args.epsilon).double().mean())})
-        print(f"\nmean delta {summary['delta_mean']:.4g}, p10 {q[0]:.4g}, median {q[1]:.4g}, "
-              f"LLD share {summary['frac_below_eps']:.3f}")
+        summary.update(
+            {
+                "delta_mean": float(deltas.mean()),
+                "delta_p10": q[0],
+                "delta_p50": q[1],
+                "frac_below_eps": float((deltas < args.epsilon).double().mean()),
+            }
+        )
+        print(
+            f"\nmean delta {summary['delta_mean']:.4g}, p10 {q[0]:.4g}, median {q[1]:.4g}, "
+            f"LLD share {summary['frac_below_eps']:.3f}"
+        )
     else:
-        print("no mixed question (every group all correct or all wrong): nothing to measure; "
-              "try more --prompts or a larger --group-size")
-    _write_json(args.json_out, {"method": batch.method.name, "pos_only": args.pos_only, "optimizer": args.optimizer,
-                                "lr": lr, "epsilon": args.epsilon, "summary": summary, "questions": rows})
+        print(
+            "no mixed question (every group all correct or all wrong): nothing to measure; "
+            "try more --prompts or a larger --group-size"
+        )
+    _write_json(
+        args.json_out,
+        {
+            "method": batch.method.name,
+            "pos_only": args.pos_only,
+            "optimizer": args.optimizer,
+            "lr": lr,
+            "epsilon": args.epsilon,
+            "summary": summary,
+            "questions": rows,
+        },
+    )
     return 0
 
 
@@ -425,33 +543,48 @@ def run_nthr(args: argparse.Namespace) -> int:
     config = batch.method.nthr or NTHRConfig()
     advantages = compute_advantages(batch.method, batch.scores_B, batch.group_ids_B, batch.mask_BT)
     inputs = nthr_inputs(batch)
-    groups = nthr_selections(advantages, batch.mask_BT, batch.group_ids_B, inputs.tokens_BT, batch.old.logp_BT,
-                             inputs.hidden_BTD, inputs.unembed_VD, config, temperature=inputs.temperature,
-                             unembed_bias_V=inputs.unembed_bias_V)
+    groups = nthr_selections(
+        advantages,
+        batch.mask_BT,
+        batch.group_ids_B,
+        inputs.tokens_BT,
+        batch.old.logp_BT,
+        inputs.hidden_BTD,
+        inputs.unembed_VD,
+        config,
+        temperature=inputs.temperature,
+        unembed_bias_V=inputs.unembed_bias_V,
+    )
     colour = args.color or (not args.plain and sys.stdout.isatty())
     console = None
     if colour:
         from rich.console import Console
 
         console = Console(force_terminal=True, highlight=False)
-    print(f"NTHR (beta {config.beta:g}, eta {config.eta}) on {len(batch.texts)} responses: {len(groups)} mixed "
-          f"group(s); selected tokens (their negative advantage is scaled by eta) are "
-          f"{'highlighted' if colour else 'in [brackets]'}")
+    print(
+        f"NTHR (beta {config.beta:g}, eta {config.eta}) on {len(batch.texts)} responses: {len(groups)} mixed "
+        f"group(s); selected tokens (their negative advantage is scaled by eta) are "
+        f"{'highlighted' if colour else 'in [brackets]'}"
+    )
     if not groups:
         print("no mixed group (every group all correct or all wrong); try more --prompts or a larger --group-size")
     tokens_BT = inputs.tokens_BT
     for view in groups[: args.max_groups]:
         first = view.positive_rows[0]
         example = batch.examples[first]
-        print(f"\n=== question {example.data_source}:{example.index}: {len(view.positive_rows)} positive, "
-              f"{len(view.negative_rows)} negative, p = {view.p:.3f}, eta = {view.eta:.3f}, tau = {view.tau:.4g}")
+        print(
+            f"\n=== question {example.data_source}:{example.index}: {len(view.positive_rows)} positive, "
+            f"{len(view.negative_rows)} negative, p = {view.p:.3f}, eta = {view.eta:.3f}, tau = {view.tau:.4g}"
+        )
         for n, row in enumerate(view.negative_rows):
             valid = batch.mask_BT[row].bool()
             ids = tokens_BT[row][valid].tolist()
             chosen = view.selected_NT[n][valid].tolist()
             pieces = token_pieces(batch.tokenizer, ids)
-            print(f"--- response {row} (reward {float(batch.scores_B[row]):g}): {sum(chosen)} of {len(ids)} tokens "
-                  "selected")
+            print(
+                f"--- response {row} (reward {float(batch.scores_B[row]):g}): {sum(chosen)} of {len(ids)} tokens "
+                "selected"
+            )
             if console is not None:
                 from rich.text import Text
 

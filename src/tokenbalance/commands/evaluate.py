@@ -33,10 +33,16 @@ def run(args: argparse.Namespace) -> int:
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     engine = make_engine(config.rollout.engine, model, tokenizer)
-    metrics = evaluate(engine, tokenizer, get_task(config.data.task), eval_examples(config.data),
-                       eos_token_ids=set(engine.eos_token_ids),
-                       max_new_tokens=config.rollout.max_new_tokens, max_prompt_tokens=config.data.max_prompt_tokens,
-                       seed=config.train.seed)
+    metrics = evaluate(
+        engine,
+        tokenizer,
+        get_task(config.data.task),
+        eval_examples(config.data),
+        eos_token_ids=set(engine.eos_token_ids),
+        max_new_tokens=config.rollout.max_new_tokens,
+        max_prompt_tokens=config.data.max_prompt_tokens,
+        seed=config.train.seed,
+    )
     if args.json:
         print(json.dumps(metrics))
     else:

@@ -25,27 +25,55 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("task", choices=("kk", "arith"), help="which task's data to write")
-    parser.add_argument("--split", required=True, choices=("train", "test"),
-                        help="kk: train = global indices 100..999, test = 1000..1099 (n = 2: 100..299 / 0..99)")
-    parser.add_argument("--out", required=True,
-                        help="output .parquet path; with a --people range and no --merge it must contain {n}")
-    parser.add_argument("--people", default=None,
-                        help="kk: number of people, N or A-B (2..8; default 3)")
-    parser.add_argument("--merge", action="store_true",
-                        help="kk: with a --people range, write one file with the levels concatenated in ascending n")
-    parser.add_argument("--template", default=None,
-                        help="prompt template: kk: qwen-instruct (default), qwen-base, plain; "
-                             "arith: raw (default), plain, qwen-instruct")
-    parser.add_argument("--count", type=int, default=None,
-                        help="rows per level (kk default: the published split size; arith default 1000 train / 100 test)")
-    parser.add_argument("--start-index", type=int, default=None,
-                        help="first global index (kk default: 100 train / 1000 test; arith default 0)")
-    parser.add_argument("--seed", type=int, default=None,
-                        help="kk: sampler seed, formatter seeds are seed + index (default 1234); arith: default 0")
-    parser.add_argument("--data-source", default=None,
-                        help="data_source column; {n} is replaced by the level (kk default kk_logic, arith default arith)")
-    parser.add_argument("--per-level-source", action="store_true",
-                        help="kk: data_source kk_logic{n} per level, as AR-Lopti's test_new files")
+    parser.add_argument(
+        "--split",
+        required=True,
+        choices=("train", "test"),
+        help="kk: train = global indices 100..999, test = 1000..1099 (n = 2: 100..299 / 0..99)",
+    )
+    parser.add_argument(
+        "--out", required=True, help="output .parquet path; with a --people range and no --merge it must contain {n}"
+    )
+    parser.add_argument("--people", default=None, help="kk: number of people, N or A-B (2..8; default 3)")
+    parser.add_argument(
+        "--merge",
+        action="store_true",
+        help="kk: with a --people range, write one file with the levels concatenated in ascending n",
+    )
+    parser.add_argument(
+        "--template",
+        default=None,
+        help="prompt template: kk: qwen-instruct (default), qwen-base, plain; "
+        "arith: raw (default), plain, qwen-instruct",
+    )
+    parser.add_argument(
+        "--count",
+        type=int,
+        default=None,
+        help="rows per level (kk default: the published split size; arith default 1000 train / 100 test)",
+    )
+    parser.add_argument(
+        "--start-index",
+        type=int,
+        default=None,
+        help="first global index (kk default: 100 train / 1000 test; arith default 0)",
+    )
+    parser.add_argument(
+        "--seed",
+        type=int,
+        default=None,
+        help="kk: sampler seed, formatter seeds are seed + index (default 1234); arith: default 0",
+    )
+    parser.add_argument(
+        "--data-source",
+        default=None,
+        help="data_source column; {n} is replaced by the level (kk default kk_logic, arith default arith)",
+    )
+    parser.add_argument(
+        "--per-level-source",
+        action="store_true",
+        help="kk: data_source kk_logic{n} per level, as AR-Lopti's test_new files",
+    )
     parser.add_argument("--level", type=int, default=None, help="arith: difficulty level 1..5 (default 2)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
     parser.set_defaults(func=run)
@@ -103,8 +131,10 @@ def _run_kk(args: argparse.Namespace) -> int:
     slices = {}
     for n in levels:
         start, count = default_slice(n, args.split)
-        slices[n] = (start if args.start_index is None else args.start_index,
-                     count if args.count is None else args.count)
+        slices[n] = (
+            start if args.start_index is None else args.start_index,
+            count if args.count is None else args.count,
+        )
     total_draws = sum(start + count for start, count in slices.values())
     seed = DEFAULT_SEED if args.seed is None else args.seed
     merged: list[dict] = []
@@ -113,13 +143,23 @@ def _run_kk(args: argparse.Namespace) -> int:
         advance = (lambda: progress.advance(task_id)) if progress else None
         for n in levels:
             start, count = slices[n]
-            rows = generate_rows(n, args.split, start_index=start, count=count, seed=seed,
-                                 template=template, data_source=data_source, on_progress=advance)
+            rows = generate_rows(
+                n,
+                args.split,
+                start_index=start,
+                count=count,
+                seed=seed,
+                template=template,
+                data_source=data_source,
+                on_progress=advance,
+            )
             if args.merge:
                 merged.extend(rows)
             else:
                 path = write_logic_rl_parquet(rows, args.out.replace("{n}", str(n)))
-                print(f"wrote {len(rows)} rows ({n} people, {args.split}, indices {start}..{start + count - 1}) to {path}")
+                print(
+                    f"wrote {len(rows)} rows ({n} people, {args.split}, indices {start}..{start + count - 1}) to {path}"
+                )
     if args.merge:
         path = write_logic_rl_parquet(merged, args.out)
         print(f"wrote {len(merged)} rows ({people} people, {args.split}, merged) to {path}")
@@ -132,7 +172,9 @@ def _run_arith(args: argparse.Namespace) -> int:
     if args.merge or args.per_level_source or args.people is not None:
         raise ValueError("--people, --merge and --per-level-source apply to kk only; arith takes --level")
     problems = generate_problems(
-        2 if args.level is None else args.level, args.split, args.count,
+        2 if args.level is None else args.level,
+        args.split,
+        args.count,
         seed=DEFAULT_SEED if args.seed is None else args.seed,
         start_index=0 if args.start_index is None else args.start_index,
     )
@@ -146,4 +188,3 @@ def run(args: argparse.Namespace) -> int:
     if not args.out.endswith(".parquet"):
         raise ValueError(f"--out must be a .parquet path, got {args.out!r}")
     return _run_kk(args) if args.task == "kk" else _run_arith(args)
-

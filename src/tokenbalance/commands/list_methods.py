@@ -6,9 +6,7 @@ import argparse
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "list-methods", help="list the method presets and their hyper-parameters"
-    )
+    parser = subparsers.add_parser("list-methods", help="list the method presets and their hyper-parameters")
     parser.add_argument("name", nargs="?", help="show only this preset")
     parser.set_defaults(func=run)
 

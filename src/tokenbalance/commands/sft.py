@@ -34,9 +34,16 @@ def run(args: argparse.Namespace) -> int:
         summary = build_embedded_policy(config, out, device=device, progress=config.output.progress)
     else:
         model, tokenizer = load_policy(config.model.path, device=device)
-        losses = run_sft(model, tokenizer, sft_pairs(config.data, config.sft), config.sft, seed=config.train.seed,
-                         max_prompt_tokens=config.data.max_prompt_tokens, device=device,
-                         progress=config.output.progress)
+        losses = run_sft(
+            model,
+            tokenizer,
+            sft_pairs(config.data, config.sft),
+            config.sft,
+            seed=config.train.seed,
+            max_prompt_tokens=config.data.max_prompt_tokens,
+            device=device,
+            progress=config.output.progress,
+        )
         save_policy(model, tokenizer, out)
         summary = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
     print(f"saved the SFT policy to {out} (final loss {summary['sft_final_loss']:.4f})")

@@ -11,8 +11,14 @@ from pathlib import Path
 
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", help="YAML run config (see --help-config for every option)")
-    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE",
-                        help="override one option, e.g. --set rollout.group_size=4 (repeatable)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one option, e.g. --set rollout.group_size=4 (repeatable)",
+    )
     parser.add_argument("--model", help="local Hugging Face model directory (default: the embedded tiny policy)")
     parser.add_argument("--device", help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--seed", type=int)
@@ -35,8 +41,14 @@ def config_from_args(args: argparse.Namespace):
 
     config = load_config(args.config) if args.config else RunConfig()
     shorthand = []
-    for flag, key in (("model", "model.path"), ("device", "train.device"), ("seed", "train.seed"),
-                      ("method", "train.method"), ("steps", "train.steps"), ("run_dir", "output.run_dir")):
+    for flag, key in (
+        ("model", "model.path"),
+        ("device", "train.device"),
+        ("seed", "train.seed"),
+        ("method", "train.method"),
+        ("steps", "train.steps"),
+        ("run_dir", "output.run_dir"),
+    ):
         value = getattr(args, flag, None)
         if value is not None:
             shorthand.append(f"{key}={value}")

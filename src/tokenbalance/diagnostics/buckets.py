@@ -147,16 +147,23 @@ def probability_change_stats(
         dp_N = dp_BT[in_bucket_BT]
         pos_N = dp_BT[in_bucket_BT & (adv_BT > 0)]
         neg_N = dp_BT[in_bucket_BT & (adv_BT < 0)]
-        quantiles = (torch.quantile(dp_N, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
-                     if dp_N.numel() else [float("nan")] * 3)
-        rows.append({
-            "interval": interval_label(edges, b),
-            "tokens": int(dp_N.numel()),
-            "dp_mean": float(dp_N.mean()) if dp_N.numel() else float("nan"),
-            "dp_p10": quantiles[0], "dp_p50": quantiles[1], "dp_p90": quantiles[2],
-            "pos_tokens": int(pos_N.numel()),
-            "pos_up_frac": float((pos_N > 0).double().mean()) if pos_N.numel() else float("nan"),
-            "neg_tokens": int(neg_N.numel()),
-            "neg_down_frac": float((neg_N < 0).double().mean()) if neg_N.numel() else float("nan"),
-        })
+        quantiles = (
+            torch.quantile(dp_N, torch.tensor([0.1, 0.5, 0.9], dtype=torch.float64)).tolist()
+            if dp_N.numel()
+            else [float("nan")] * 3
+        )
+        rows.append(
+            {
+                "interval": interval_label(edges, b),
+                "tokens": int(dp_N.numel()),
+                "dp_mean": float(dp_N.mean()) if dp_N.numel() else float("nan"),
+                "dp_p10": quantiles[0],
+                "dp_p50": quantiles[1],
+                "dp_p90": quantiles[2],
+                "pos_tokens": int(pos_N.numel()),
+                "pos_up_frac": float((pos_N > 0).double().mean()) if pos_N.numel() else float("nan"),
+                "neg_tokens": int(neg_N.numel()),
+                "neg_down_frac": float((neg_N < 0).double().mean()) if neg_N.numel() else float("nan"),
+            }
+        )
     return rows

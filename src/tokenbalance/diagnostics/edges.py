@@ -15,15 +15,17 @@ def check_bucket_edges(edges) -> tuple[float, ...]:
     try:
         values = tuple(float(e) for e in edges)
     except (TypeError, ValueError):
-        raise ValueError(f"{EDGES_NAME}: expected a list of numbers such as [0, 0.25, 0.5, 0.75, 1], "
-                         f"got {edges!r}") from None
+        raise ValueError(
+            f"{EDGES_NAME}: expected a list of numbers such as [0, 0.25, 0.5, 0.75, 1], got {edges!r}"
+        ) from None
     if len(values) < 2:
         raise ValueError(f"{EDGES_NAME}: need at least two edges (one bucket), got {list(values)}")
     if not all(math.isfinite(v) for v in values):
         raise ValueError(f"{EDGES_NAME}: edges must be finite, got {list(values)}")
     if values[0] != 0.0 or values[-1] != 1.0:
-        raise ValueError(f"{EDGES_NAME}: the buckets must cover [0, 1]: the first edge must be 0 and the last 1, "
-                         f"got {list(values)}")
+        raise ValueError(
+            f"{EDGES_NAME}: the buckets must cover [0, 1]: the first edge must be 0 and the last 1, got {list(values)}"
+        )
     if any(b <= a for a, b in itertools.pairwise(values)):
         raise ValueError(f"{EDGES_NAME}: edges must be strictly increasing, got {list(values)}")
     return values
@@ -34,8 +36,9 @@ def parse_edges(text: str) -> tuple[float, ...]:
     try:
         values = [float(piece) for piece in text.replace("[", "").replace("]", "").split(",") if piece.strip()]
     except ValueError:
-        raise ValueError(f"{EDGES_NAME}: expected comma-separated numbers such as 0,0.25,0.5,0.75,1, "
-                         f"got {text!r}") from None
+        raise ValueError(
+            f"{EDGES_NAME}: expected comma-separated numbers such as 0,0.25,0.5,0.75,1, got {text!r}"
+        ) from None
     return check_bucket_edges(values)
 
 

@@ -126,8 +126,9 @@ def bucket_gradient_norms(
             for start in range(0, num_rows, micro_batch_rows):
                 rows = slice(start, min(start + micro_batch_rows, num_rows))
                 logp_BT = logp_fn(rows)
-                out = pass_loss(loss_method, full_pass.select_rows(rows), logp_BT, old_logp_BT[rows],
-                                normaliser=normaliser)
+                out = pass_loss(
+                    loss_method, full_pass.select_rows(rows), logp_BT, old_logp_BT[rows], normaliser=normaliser
+                )
                 out.loss.backward()
             if reduce_grads is not None:
                 reduce_grads(params)

@@ -36,12 +36,16 @@ def lld_rows(correct_B: torch.Tensor, group_ids_B: torch.Tensor) -> torch.Tensor
     return keep.nonzero(as_tuple=True)[0]
 
 
-def sequence_deltas(new_logp_RT: torch.Tensor, old_logp_RT: torch.Tensor, mask_RT: torch.Tensor
-                    ) -> tuple[torch.Tensor, torch.Tensor]:
+def sequence_deltas(
+    new_logp_RT: torch.Tensor, old_logp_RT: torch.Tensor, mask_RT: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Per response: Σ_t (new - old) over valid tokens, and the same divided by the length (float64)."""
     valid = mask_RT.bool()
-    diff = torch.where(valid, new_logp_RT.detach().double() - old_logp_RT.detach().double(),
-                       torch.zeros((), dtype=torch.float64, device=new_logp_RT.device))
+    diff = torch.where(
+        valid,
+        new_logp_RT.detach().double() - old_logp_RT.detach().double(),
+        torch.zeros((), dtype=torch.float64, device=new_logp_RT.device),
+    )
     total = diff.sum(dim=1)
     return total, total / valid.sum(dim=1).clamp(min=1).double()
 
@@ -49,8 +53,9 @@ def sequence_deltas(new_logp_RT: torch.Tensor, old_logp_RT: torch.Tensor, mask_R
 def group_deltas(delta_R: torch.Tensor, group_ids_R: torch.Tensor) -> tuple[list[int], torch.Tensor]:
     """Δ(x) per group: the mean of ``delta_R`` over each group's rows (groups in sorted order)."""
     groups = torch.unique(group_ids_R).tolist()
-    return groups, torch.stack([delta_R[group_ids_R == g].mean() for g in groups]) if groups else \
-        torch.zeros(0, dtype=torch.float64)
+    return groups, torch.stack([delta_R[group_ids_R == g].mean() for g in groups]) if groups else torch.zeros(
+        0, dtype=torch.float64
+    )
 
 
 def lld_stats(

@@ -70,22 +70,45 @@ def nthr_selections(
         vocab = None
         if config.vocab != "full":
             vocab = torch.unique(tokens_BT[rows][valid[rows]]).sort().values
-        common = {"temperature": temperature, "unembed_bias_V": unembed_bias_V,
-                  "vocab": "full" if vocab is None else vocab, "chunk_tokens": config.chunk_tokens}
+        common = {
+            "temperature": temperature,
+            "unembed_bias_V": unembed_bias_V,
+            "vocab": "full" if vocab is None else vocab,
+            "chunk_tokens": config.chunk_tokens,
+        }
         s_neg = nthr_token_scores(tokens_BT, valid, hidden_BTD, unembed_VD, old_logp_BT, pos, neg, **common)
         if select_all:
             tau = -math.inf
             selected = valid[neg].clone()
         else:
             exclude = pos if config.anchor_exclude_self and pos.numel() > 1 else None
-            s_pos = nthr_token_scores(tokens_BT, valid, hidden_BTD, unembed_VD, old_logp_BT, pos, pos,
-                                      exclude_rows_from_matrix=exclude, **common)
+            s_pos = nthr_token_scores(
+                tokens_BT,
+                valid,
+                hidden_BTD,
+                unembed_VD,
+                old_logp_BT,
+                pos,
+                pos,
+                exclude_rows_from_matrix=exclude,
+                **common,
+            )
             sbar = s_pos.sum(1) / valid[pos].sum(1)
             tau = config.beta * float(sbar.min())
             selected = valid[neg] & (s_neg > tau)
         p = pos.numel() / rows.numel()
-        out.append(GroupSelection(group=int(g), positive_rows=pos.tolist(), negative_rows=neg.tolist(), p=p,
-                                  eta=nthr_eta(config.eta, p), tau=tau, scores_NT=s_neg, selected_NT=selected))
+        out.append(
+            GroupSelection(
+                group=int(g),
+                positive_rows=pos.tolist(),
+                negative_rows=neg.tolist(),
+                p=p,
+                eta=nthr_eta(config.eta, p),
+                tau=tau,
+                scores_NT=s_neg,
+                selected_NT=selected,
+            )
+        )
     return out
 
 

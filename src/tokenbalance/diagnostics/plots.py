@@ -91,8 +91,7 @@ def load_run(run_dir: str | Path) -> Run:
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: not a directory (expected a run directory holding metrics.jsonl)")
     if not path.is_file():
-        raise ValueError(f"{run_dir}: no metrics.jsonl here (is this a run directory? `tokenbalance train` "
-                         "writes it)")
+        raise ValueError(f"{run_dir}: no metrics.jsonl here (is this a run directory? `tokenbalance train` writes it)")
     run = Run(name=run_dir.resolve().name, path=run_dir)
     for line in path.read_text().splitlines():
         if not line.strip():
@@ -158,14 +157,24 @@ def training_figure(runs: list[Run]) -> Figure:
         _line(axes[0], run, i, "reward/mean")
         _line(axes[1], run, i, "reward/acc")
         _line(axes[3], run, i, "response/len_mean")
-        difficulties = sorted({m.group(1) for r in run.eval for k in r for m in [_EVAL_ACC.match(k)] if m},
-                              key=lambda d: (len(d), d))
+        difficulties = sorted(
+            {m.group(1) for r in run.eval for k in r for m in [_EVAL_ACC.match(k)] if m}, key=lambda d: (len(d), d)
+        )
         if not difficulties:
             axes[2].plot([], [], color=_colour(i), label=run.name + NO_DATA)
         styles = ["-", "--", ":", "-."]
         for j, d in enumerate(difficulties):
-            _line(axes[2], run, i, f"eval/greedy/acc_{d}", kind="eval", label=f"{run.name} d={d}",
-                  linestyle=styles[j % len(styles)], marker="o", markersize=3)
+            _line(
+                axes[2],
+                run,
+                i,
+                f"eval/greedy/acc_{d}",
+                kind="eval",
+                label=f"{run.name} d={d}",
+                linestyle=styles[j % len(styles)],
+                marker="o",
+                markersize=3,
+            )
     _finish(axes[0], "training reward (mean)", "reward")
     _finish(axes[1], "training accuracy (full reward)", "share")
     _finish(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
@@ -222,23 +231,33 @@ def buckets_figure(runs: list[Run]) -> Figure:
                 pos = [run.mean(_bucket_key(stat, b, "pos/")) for b in buckets]
                 neg = [run.mean(_bucket_key(stat, b, "neg/")) for b in buckets]
                 found = any(math.isfinite(v) for v in pos + neg)
-                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in pos], width, color=_colour(i),
-                       label=run.name + ("" if found else NO_DATA))
-                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=_colour(i), alpha=0.5,
-                       hatch="//")
+                ax.bar(
+                    xs,
+                    [v if math.isfinite(v) else 0.0 for v in pos],
+                    width,
+                    color=_colour(i),
+                    label=run.name + ("" if found else NO_DATA),
+                )
+                ax.bar(
+                    xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=_colour(i), alpha=0.5, hatch="//"
+                )
             else:
                 values = [run.mean(_bucket_key(stat, b)) for b in buckets]
                 found = any(math.isfinite(v) for v in values)
-                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in values], width, color=_colour(i),
-                       label=run.name + ("" if found else NO_DATA))
+                ax.bar(
+                    xs,
+                    [v if math.isfinite(v) else 0.0 for v in values],
+                    width,
+                    color=_colour(i),
+                    label=run.name + ("" if found else NO_DATA),
+                )
         ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
         if stat == "adv_mean":
             ax.axhline(0.0, color="black", linewidth=0.6)
         if stat == "grad_norm":
             title = "gradient norm (one bucket's tokens; all)"
         _finish(ax, title, ylabel, xlabel="probability bucket (old policy)")
-    fig.suptitle("token statistics by probability bucket (mean over steps; hatched: negative advantages)",
-                 fontsize=10)
+    fig.suptitle("token statistics by probability bucket (mean over steps; hatched: negative advantages)", fontsize=10)
     return fig
 
 
@@ -258,8 +277,7 @@ def buckets_steps_figure(runs: list[Run]) -> Figure:
                     if stat == "grad_norm" and found:
                         steps, values = run.series("diag/grad_norm/all")
                         ax.plot(steps, values, color=_colour(i), linestyle=":", linewidth=0.8)
-            _finish(ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "",
-                    fast_legend=True)
+            _finish(ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "", fast_legend=True)
     return fig
 
 
@@ -285,8 +303,9 @@ FIGURES = {
 }
 
 
-def plot_runs(run_dirs: list[str | Path], out_dir: str | Path | None = None, *,
-              formats: tuple[str, ...] = FORMATS) -> list[Path]:
+def plot_runs(
+    run_dirs: list[str | Path], out_dir: str | Path | None = None, *, formats: tuple[str, ...] = FORMATS
+) -> list[Path]:
     """Write every figure in every format; returns the files written (``out_dir`` default:
     the first run's ``plots/``)."""
     if not run_dirs:

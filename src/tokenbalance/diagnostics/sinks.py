@@ -21,8 +21,15 @@ def _json_safe(value):
 class MetricsLog:
     """Append-only JSONL log plus optional TensorBoard / W&B mirrors."""
 
-    def __init__(self, run_dir: Path, *, tensorboard: bool = False, wandb: bool = False,
-                 run_name: str = "", config: dict | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        *,
+        tensorboard: bool = False,
+        wandb: bool = False,
+        run_name: str = "",
+        config: dict | None = None,
+    ) -> None:
         self.path = Path(run_dir) / "metrics.jsonl"
         self._tb = None
         self._wandb = None
@@ -30,7 +37,9 @@ class MetricsLog:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError as err:
-                raise ValueError("output.tensorboard needs the tensorboard extra: pip install -e '.[tensorboard]'") from err
+                raise ValueError(
+                    "output.tensorboard needs the tensorboard extra: pip install -e '.[tensorboard]'"
+                ) from err
             self._tb = SummaryWriter(str(Path(run_dir) / "tensorboard"))
         if wandb:
             try:
@@ -44,8 +53,11 @@ class MetricsLog:
         """Drop records logged after ``step`` (a resumed run repeats them)."""
         if not self.path.exists():
             return
-        kept = [line for line in self.path.read_text().splitlines()
-                if line.strip() and json.loads(line).get("step", 0) <= step]
+        kept = [
+            line
+            for line in self.path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("step", 0) <= step
+        ]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, kind: str, metrics: dict[str, float]) -> None:

@@ -37,8 +37,7 @@ from tokenbalance.diagnostics.lld import lld_rows, lld_stats
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
-def token_clip_flags(method, update_pass: UpdatePass, logp_BT: torch.Tensor, old_logp_BT: torch.Tensor
-                     ) -> torch.Tensor:
+def token_clip_flags(method, update_pass: UpdatePass, logp_BT: torch.Tensor, old_logp_BT: torch.Tensor) -> torch.Tensor:
     """[B, T] bool: where the PPO clip acts for ``update_pass`` at the current log-probs.
 
     The same test as :func:`~tokenbalance.algorithms.loss.pass_loss` (``clip/frac``): AR and
@@ -52,8 +51,9 @@ def token_clip_flags(method, update_pass: UpdatePass, logp_BT: torch.Tensor, old
     if tr is not None and tr.placement != "loss_multiplier":
         source_BT = logp_BT if tr.prob_source == "current" else old_logp_BT
         ratio_weight_BT = tr_grpo_token_weights(source_BT, valid_BT, tr)
-    out = clipped_surrogate(logp_BT.detach(), old_logp_BT, update_pass.advantages_BT, valid_BT, method.clip,
-                            ratio_weight_BT=ratio_weight_BT)
+    out = clipped_surrogate(
+        logp_BT.detach(), old_logp_BT, update_pass.advantages_BT, valid_BT, method.clip, ratio_weight_BT=ratio_weight_BT
+    )
     return out.clipped_BT & policy_BT
 
 
@@ -91,12 +91,18 @@ class StepDiagnostics:
         every = self.config.grad_norm_every
         return bool(every) and self.step % every == 0
 
-    def before_update(self, passes: list[UpdatePass], old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, *,
-                      policy: torch.nn.Module, score_fn: Callable[[torch.Tensor], torch.Tensor],
-                      micro_batch_rows: int,
-                      reduce_grads: Callable[[list], None] | None = None,
-                      reduce_normaliser: Callable[[LossNormaliser], LossNormaliser] | None = None,
-                      ) -> dict[str, float]:
+    def before_update(
+        self,
+        passes: list[UpdatePass],
+        old_logp_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        *,
+        policy: torch.nn.Module,
+        score_fn: Callable[[torch.Tensor], torch.Tensor],
+        micro_batch_rows: int,
+        reduce_grads: Callable[[list], None] | None = None,
+        reduce_normaliser: Callable[[LossNormaliser], LossNormaliser] | None = None,
+    ) -> dict[str, float]:
         """Start collecting clip flags; the per-bucket gradient norms on the steps that measure them."""
         start = time.perf_counter()
         self._old_logp_BT = old_logp_BT
@@ -121,9 +127,14 @@ class StepDiagnostics:
                 norms, _ = bucket_gradient_norms(
                     method=self.method,
                     named_params=[(n, p) for n, p in policy.named_parameters() if p.requires_grad],
-                    logp_fn=lambda rows: score_fn(index[rows]), old_logp_BT=probe_old,
-                    advantages_BT=adv_BT[index], mask_BT=probe_mask, masks=masks,
-                    micro_batch_rows=micro_batch_rows, normaliser=normaliser, reduce_grads=reduce_grads,
+                    logp_fn=lambda rows: score_fn(index[rows]),
+                    old_logp_BT=probe_old,
+                    advantages_BT=adv_BT[index],
+                    mask_BT=probe_mask,
+                    masks=masks,
+                    micro_batch_rows=micro_batch_rows,
+                    normaliser=normaliser,
+                    reduce_grads=reduce_grads,
                     per_layer=self.config.grad_norm_per_layer,
                 )
             finally:
@@ -142,23 +153,47 @@ class StepDiagnostics:
         self.clipped_BT[rows] |= flags
         self.seconds += time.perf_counter() - start
 
-    def after_update(self, passes: list[UpdatePass], old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, *,
-                     entropy_BT: torch.Tensor | None, correct_B: torch.Tensor, group_ids_B: torch.Tensor,
-                     score_fn: Callable[[torch.Tensor], torch.Tensor]) -> dict[str, float]:
+    def after_update(
+        self,
+        passes: list[UpdatePass],
+        old_logp_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        *,
+        entropy_BT: torch.Tensor | None,
+        correct_B: torch.Tensor,
+        group_ids_B: torch.Tensor,
+        score_fn: Callable[[torch.Tensor], torch.Tensor],
+    ) -> dict[str, float]:
         """Bucket statistics and the LLD monitor; returns the ``diag/*`` metrics of the step."""
         start = time.perf_counter()
         metrics: dict[str, float] = {}
         if self.config.bucket_stats:
             adv_BT, _ = update_advantages(passes, mask_BT.bool())
-            metrics.update(bucket_token_stats(old_logp_BT, adv_BT, mask_BT, self.edges, clipped_BT=self.clipped_BT,
-                                              entropy_BT=entropy_BT, mode=self.config.bucket_mode))
+            metrics.update(
+                bucket_token_stats(
+                    old_logp_BT,
+                    adv_BT,
+                    mask_BT,
+                    self.edges,
+                    clipped_BT=self.clipped_BT,
+                    entropy_BT=entropy_BT,
+                    mode=self.config.bucket_mode,
+                )
+            )
         if self.config.lld:
             rows = lld_rows(correct_B.to(mask_BT.device), group_ids_B.to(mask_BT.device))
             if rows.numel():
                 with torch.no_grad():
                     new_logp = score_fn(rows)
-                metrics.update(lld_stats(new_logp, old_logp_BT[rows], mask_BT[rows], group_ids_B.to(rows.device)[rows],
-                                         epsilon=self.config.lld_epsilon))
+                metrics.update(
+                    lld_stats(
+                        new_logp,
+                        old_logp_BT[rows],
+                        mask_BT[rows],
+                        group_ids_B.to(rows.device)[rows],
+                        epsilon=self.config.lld_epsilon,
+                    )
+                )
             else:
                 metrics.update(lld_stats(old_logp_BT[:0], old_logp_BT[:0], mask_BT[:0], group_ids_B[:0]))
         self.seconds += time.perf_counter() - start

@@ -118,9 +118,7 @@ def check_policy_dir(path: str | os.PathLike, *, allow_pickle: bool = False) -> 
             "Convert them to safetensors, or pass allow_pickle=True for a directory you trust"
         )
     if not any((directory / name).is_file() for name in TOKENIZER_FILES):
-        raise ValueError(
-            f"{directory}: missing tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})"
-        )
+        raise ValueError(f"{directory}: missing tokenizer files (expected one of {', '.join(TOKENIZER_FILES)})")
     return directory
 
 

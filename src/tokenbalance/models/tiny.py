@@ -66,9 +66,7 @@ class TinyModelConfig:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.hidden_size % self.num_heads != 0:
-            raise ValueError(
-                f"hidden_size must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}"
-            )
+            raise ValueError(f"hidden_size must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}")
         if (self.hidden_size // self.num_heads) % 2 != 0:
             raise ValueError(
                 f"hidden_size / num_heads (the head size) must be even for RoPE, got "
@@ -101,9 +99,7 @@ def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
     if tokenizer.pad_token_id is None:
-        raise ValueError(
-            "the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token"
-        )
+        raise ValueError("the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token")
     bos = tokenizer.bos_token_id
     return {
         "pad_token_id": tokenizer.pad_token_id,
@@ -146,8 +142,7 @@ def build_tiny_model(
     """
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
-            f"attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, "
-            f"got {attn_implementation!r}"
+            f"attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, got {attn_implementation!r}"
         )
     token_ids = special_token_ids(tokenizer)
     architecture = hf_config(config, len(tokenizer), token_ids)

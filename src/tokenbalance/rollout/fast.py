@@ -47,9 +47,9 @@ Tests: ``.venv/bin/pytest tests/rollout/test_fast.py -q``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -283,8 +283,9 @@ def prefill_mask(prompt_mask_BP: torch.Tensor) -> torch.Tensor:
     return ((causal_PP & prompt_mask_BP[:, None, :]) | diagonal_PP)[:, None]
 
 
-def rope_tables(model: PreTrainedModel, prompt_mask_BP: torch.Tensor, max_new_tokens: int
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(
+    model: PreTrainedModel, prompt_mask_BP: torch.Tensor, max_new_tokens: int
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos_BLD, sin_BLD)``: the model's RoPE tables at every row's positions (see :func:`position_ids`)."""
     embed = model.get_input_embeddings()
     positions_BL = position_ids(prompt_mask_BP, max_new_tokens)
@@ -344,19 +345,25 @@ def grouped_attention(
     k_prompt_UKPD, v_prompt_UKPD = prompt_cache
     prompt_len = k_prompt_UKPD.shape[2]
     q_BKRD = qk_BHD[:, :heads].reshape(batch, kv_heads, rep, head_dim)  # query head h uses kv head h // rep
-    q_UKMD = q_BKRD.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(
-        groups, kv_heads, G * rep, head_dim)
+    q_UKMD = (
+        q_BKRD.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(groups, kv_heads, G * rep, head_dim)
+    )
     scores_UKMP = torch.matmul(q_UKMD, k_prompt_UKPD.transpose(-1, -2)) * layer.scaling + prompt_bias_U11P
-    scores_BKRP = scores_UKMP.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(
-        batch, kv_heads, rep, prompt_len)
+    scores_BKRP = (
+        scores_UKMP.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(batch, kv_heads, rep, prompt_len)
+    )
     scores_BKRT = torch.matmul(q_BKRD, k_resp_BKTD[:, :, : t + 1].transpose(-1, -2)) * layer.scaling
     probs_BKRL = torch.softmax(torch.cat([scores_BKRP, scores_BKRT], dim=-1), dim=-1)
     probs_BKRP, probs_BKRT = probs_BKRL.split([prompt_len, t + 1], dim=-1)
-    probs_UKMP = probs_BKRP.reshape(groups, G, kv_heads, rep, prompt_len).transpose(1, 2).reshape(
-        groups, kv_heads, G * rep, prompt_len)
+    probs_UKMP = (
+        probs_BKRP.reshape(groups, G, kv_heads, rep, prompt_len)
+        .transpose(1, 2)
+        .reshape(groups, kv_heads, G * rep, prompt_len)
+    )
     out_UKMD = torch.matmul(probs_UKMP, v_prompt_UKPD)
     out_BKRD = out_UKMD.view(groups, kv_heads, G, rep, head_dim).transpose(1, 2).reshape(
-        batch, kv_heads, rep, head_dim) + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
+        batch, kv_heads, rep, head_dim
+    ) + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
     return F.linear(out_BKRD.reshape(batch, 1, heads * head_dim), layer.o_weight, layer.o_bias)
 
 
@@ -369,8 +376,13 @@ class GroupedCacheDecoder:
     share of those reads."""
 
     def __init__(
-        self, model: PreTrainedModel, layers: list[LayerWeights], prompt_ids_BP: torch.Tensor,
-        prompt_mask_BP: torch.Tensor, max_new_tokens: int, group_size: int,
+        self,
+        model: PreTrainedModel,
+        layers: list[LayerWeights],
+        prompt_ids_BP: torch.Tensor,
+        prompt_mask_BP: torch.Tensor,
+        max_new_tokens: int,
+        group_size: int,
     ) -> None:
         batch, width = prompt_ids_BP.shape
         self.model, self.layers, self.width, self.group_size = model, layers, width, group_size
@@ -381,21 +393,29 @@ class GroupedCacheDecoder:
 
         def buffers(rows: int, length: int, layer: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
             shape = (rows, layer.num_kv_heads, length, layer.head_dim)
-            return (torch.empty(shape, dtype=weight.dtype, device=weight.device),
-                    torch.empty(shape, dtype=weight.dtype, device=weight.device))
+            return (
+                torch.empty(shape, dtype=weight.dtype, device=weight.device),
+                torch.empty(shape, dtype=weight.dtype, device=weight.device),
+            )
 
         self.prompt_caches = [buffers(groups, width, layer) for layer in layers]
         self.response_caches = [buffers(batch, max_new_tokens, layer) for layer in layers]
         self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BP, max_new_tokens)
         self.prompt_bias_U11P = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
-            ~self.prompt_mask_UP[:, None, None, :], float("-inf"))
+            ~self.prompt_mask_UP[:, None, None, :], float("-inf")
+        )
 
     def prefill(self) -> torch.Tensor:
         width = self.width
         hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_UP)
         hidden_UPD = decoder_layers(
-            self.layers, hidden_UPD, self.cos_BLD[self.first_U, :width], self.sin_BLD[self.first_U, :width],
-            self.prompt_caches, 0, prefill_mask(self.prompt_mask_UP),
+            self.layers,
+            hidden_UPD,
+            self.cos_BLD[self.first_U, :width],
+            self.sin_BLD[self.first_U, :width],
+            self.prompt_caches,
+            0,
+            prefill_mask(self.prompt_mask_UP),
         )
         return final_logits(self.model, hidden_UPD[:, -1]).repeat_interleave(self.group_size, dim=0)
 
@@ -405,8 +425,17 @@ class GroupedCacheDecoder:
         hidden_B1D = self.model.get_input_embeddings()(token_B[:, None])
         for layer, prompt_cache, response_cache in zip(self.layers, self.prompt_caches, self.response_caches):
             normed_B1D = layer.input_norm(hidden_B1D)
-            hidden_B1D = hidden_B1D + grouped_attention(layer, normed_B1D, cos_B1D, sin_B1D, prompt_cache,
-                                                        response_cache, t, self.prompt_bias_U11P, self.group_size)
+            hidden_B1D = hidden_B1D + grouped_attention(
+                layer,
+                normed_B1D,
+                cos_B1D,
+                sin_B1D,
+                prompt_cache,
+                response_cache,
+                t,
+                self.prompt_bias_U11P,
+                self.group_size,
+            )
             hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
         return final_logits(self.model, hidden_B1D[:, 0])
 
@@ -415,8 +444,12 @@ class StaticCacheDecoder:
     """Prefill and one-token steps of a Llama / Qwen2 model over a preallocated K/V cache."""
 
     def __init__(
-        self, model: PreTrainedModel, layers: list[LayerWeights], prompt_ids_BP: torch.Tensor,
-        prompt_mask_BP: torch.Tensor, max_new_tokens: int,
+        self,
+        model: PreTrainedModel,
+        layers: list[LayerWeights],
+        prompt_ids_BP: torch.Tensor,
+        prompt_mask_BP: torch.Tensor,
+        max_new_tokens: int,
     ) -> None:
         batch, width = prompt_ids_BP.shape
         length = width + max_new_tokens
@@ -449,17 +482,28 @@ class StaticCacheDecoder:
         if shared is None:
             hidden_BPD = self.model.get_input_embeddings()(self.prompt_ids_BP)
             hidden_BPD = decoder_layers(
-                self.layers, hidden_BPD, self.cos_BLD[:, :width], self.sin_BLD[:, :width], self.caches, 0,
+                self.layers,
+                hidden_BPD,
+                self.cos_BLD[:, :width],
+                self.sin_BLD[:, :width],
+                self.caches,
+                0,
                 prefill_mask(self.prompt_mask_BP),
             )
             return self.logits(hidden_BPD[:, -1])
         first_U, inverse_B = shared
-        distinct_caches = [(torch.empty_like(k[first_U, :, :width]), torch.empty_like(v[first_U, :, :width]))
-                           for k, v in self.caches]
+        distinct_caches = [
+            (torch.empty_like(k[first_U, :, :width]), torch.empty_like(v[first_U, :, :width])) for k, v in self.caches
+        ]
         hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_BP[first_U])
         hidden_UPD = decoder_layers(
-            self.layers, hidden_UPD, self.cos_BLD[first_U, :width], self.sin_BLD[first_U, :width], distinct_caches,
-            0, prefill_mask(self.prompt_mask_BP[first_U]),
+            self.layers,
+            hidden_UPD,
+            self.cos_BLD[first_U, :width],
+            self.sin_BLD[first_U, :width],
+            distinct_caches,
+            0,
+            prefill_mask(self.prompt_mask_BP[first_U]),
         )
         for (k_BHLD, v_BHLD), (k_UHPD, v_UHPD) in zip(self.caches, distinct_caches):
             k_BHLD[:, :, :width] = k_UHPD[inverse_B]
@@ -471,8 +515,13 @@ class StaticCacheDecoder:
         column = self.width + t
         hidden_B1D = self.model.get_input_embeddings()(token_B[:, None])
         hidden_B1D = decoder_layers(
-            self.layers, hidden_B1D, self.cos_BLD[:, column : column + 1], self.sin_BLD[:, column : column + 1],
-            self.caches, column, self.key_mask_BL[:, None, None, : column + 1],
+            self.layers,
+            hidden_B1D,
+            self.cos_BLD[:, column : column + 1],
+            self.sin_BLD[:, column : column + 1],
+            self.caches,
+            column,
+            self.key_mask_BL[:, None, None, : column + 1],
         )
         return self.logits(hidden_B1D[:, 0])
 
@@ -480,8 +529,9 @@ class StaticCacheDecoder:
 class ModelCacheDecoder:
     """The fallback: the model's own forward with a ``DynamicCache`` (any causal LM)."""
 
-    def __init__(self, model: PreTrainedModel, prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor,
-                 max_new_tokens: int) -> None:
+    def __init__(
+        self, model: PreTrainedModel, prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor, max_new_tokens: int
+    ) -> None:
         batch = prompt_ids_BP.shape[0]
         self.model, self.width = model, prompt_ids_BP.shape[1]
         self.prompt_ids_BP = prompt_ids_BP
@@ -493,8 +543,12 @@ class ModelCacheDecoder:
     def forward(self, ids_BQ: torch.Tensor, start: int) -> torch.Tensor:
         end = start + ids_BQ.shape[1]
         out = self.model(
-            input_ids=ids_BQ, attention_mask=self.mask_BL[:, :end], position_ids=self.positions_BL[:, start:end],
-            past_key_values=self.cache, use_cache=True, logits_to_keep=1,
+            input_ids=ids_BQ,
+            attention_mask=self.mask_BL[:, :end],
+            position_ids=self.positions_BL[:, start:end],
+            past_key_values=self.cache,
+            use_cache=True,
+            logits_to_keep=1,
         )
         return out.logits[:, -1].float()
 
@@ -605,8 +659,9 @@ class FastEngine(PromptEngine):
                 ids_BP, mask_BP = prompt_ids_BP[start : start + chunk], prompt_mask_BP[start : start + chunk]
                 group_size = contiguous_group_size(ids_BP, mask_BP) if self.path == "static" else None
                 if group_size is not None:
-                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens,
-                                                           group_size)
+                    decoder: Decoder = GroupedCacheDecoder(
+                        model, layers, ids_BP, mask_BP, params.max_new_tokens, group_size
+                    )
                 elif self.path == "static":
                     decoder = StaticCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens)
                 else:
@@ -617,5 +672,6 @@ class FastEngine(PromptEngine):
         sampler_logp_BT = torch.cat([pad_columns(logp, width, 0.0) for _, logp, _ in pieces])
         finished_B = torch.cat([finished for _, _, finished in pieces])
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
-        return self.generation(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT,
-                               finished_B)
+        return self.generation(
+            prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B
+        )

@@ -155,9 +155,7 @@ class PromptEngine:
         eos_token_ids: Iterable[int] | None = None,
     ) -> None:
         if tokenizer.pad_token_id is None:
-            raise ValueError(
-                "the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token"
-            )
+            raise ValueError("the tokenizer has no pad token; set one, e.g. tokenizer.pad_token = tokenizer.eos_token")
         self.model = model
         self.pad_token_id: int = tokenizer.pad_token_id
         self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
@@ -192,9 +190,15 @@ class PromptEngine:
         prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
         return prompt_ids_BP, prompt_mask_BP, device
 
-    def generation(self, prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor, response_ids_BT: torch.Tensor,
-                   response_mask_BT: torch.Tensor, sampler_logp_BT: torch.Tensor, finished_B: torch.Tensor
-                   ) -> Generation:
+    def generation(
+        self,
+        prompt_ids_BP: torch.Tensor,
+        prompt_mask_BP: torch.Tensor,
+        response_ids_BT: torch.Tensor,
+        response_mask_BT: torch.Tensor,
+        sampler_logp_BT: torch.Tensor,
+        finished_B: torch.Tensor,
+    ) -> Generation:
         """The :class:`Generation`, with pad ids and log-prob 0 after each row's first EOS."""
         return Generation(
             prompt_ids_BP=prompt_ids_BP,
@@ -236,8 +240,9 @@ class HFGenerateEngine(PromptEngine):
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
         finished_B = (torch.isin(response_ids_BT, eos_ids) & response_mask_BT).any(dim=1)
         sampler_logp_BT = recorder.finish(sequences_BL)
-        return self.generation(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT,
-                               finished_B)
+        return self.generation(
+            prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B
+        )
 
     def generation_config(self, params: SamplingParams) -> GenerationConfig:
         """``generate``'s config: sampling or greedy, no warpers of its own (ours are processors)."""

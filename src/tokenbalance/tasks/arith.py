@@ -195,9 +195,7 @@ ARITH_TEMPLATE_NAMES = tuple(ARITH_TEMPLATES)
 def render_arith_prompt(question: str, template: str = "plain") -> str:
     """The prompt text for ``question`` under one of :data:`ARITH_TEMPLATE_NAMES`."""
     if template not in ARITH_TEMPLATES:
-        raise ValueError(
-            f"unknown template {template!r}; valid templates: {', '.join(ARITH_TEMPLATE_NAMES)}"
-        )
+        raise ValueError(f"unknown template {template!r}; valid templates: {', '.join(ARITH_TEMPLATE_NAMES)}")
     return ARITH_TEMPLATES[template].replace("{question}", question)
 
 
@@ -241,9 +239,7 @@ def _gold_answers(ground_truth: Any) -> list[str]:
     return [strip_boxed(str(a)) for a in answers]
 
 
-def score_math(
-    response: str, ground_truth: Any, *, timeout_s: int | None = DEFAULT_TIMEOUT_S
-) -> ScoreResult:
+def score_math(response: str, ground_truth: Any, *, timeout_s: int | None = DEFAULT_TIMEOUT_S) -> ScoreResult:
     """Score a math ``response`` (its last ``\\boxed{}`` after ``</think>``) against ``ground_truth``.
 
     Returns ``ScoreResult(reward 1.0 or 0.0, metrics {"boxed", "parsed", "correct"})``.

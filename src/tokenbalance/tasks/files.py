@@ -119,9 +119,7 @@ def read_rows(path: str | os.PathLike) -> list[RowReader]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ValueError(
-                    f"{file}: row {row_number} (line {line_number}): invalid JSON: {err}"
-                ) from None
+                raise ValueError(f"{file}: row {row_number} (line {line_number}): invalid JSON: {err}") from None
             readers.append(RowReader(file, row_number, row, line=line_number))
         return readers
     valid = ", ".join(PARQUET_SUFFIXES + JSONL_SUFFIXES)

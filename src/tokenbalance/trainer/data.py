@@ -42,8 +42,13 @@ def _generated(config: DataConfig, difficulties, use: str, count: int) -> list[T
     for level in difficulties:
         if config.task == "kk":
             start, n = _kk_range(level, use, count)
-            examples += task.examples("test" if use == "eval" else "train", difficulty=level, count=n,
-                                      start_index=start, template=config.template)
+            examples += task.examples(
+                "test" if use == "eval" else "train",
+                difficulty=level,
+                count=n,
+                start_index=start,
+                template=config.template,
+            )
         else:
             split = "test" if use == "eval" else "train"
             seed = {"eval": 0, "rl": 1, "sft": 2}[use]
@@ -61,7 +66,9 @@ def _from_file(config: DataConfig, path: str) -> list[TaskExample]:
 
         examples = read_math_examples(path)
     if not examples:
-        raise ValueError(f"{path}: the file holds no examples; point data.train_file / data.eval_file at a non-empty file")
+        raise ValueError(
+            f"{path}: the file holds no examples; point data.train_file / data.eval_file at a non-empty file"
+        )
     return examples
 
 

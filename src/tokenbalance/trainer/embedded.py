@@ -25,8 +25,11 @@ def embedded_key(config: RunConfig) -> str:
     relevant = {
         "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir")},
         "sft": to_dict(config.sft),
-        "data": {"task": config.data.task, "template": config.data.template,
-                 "train_difficulties": list(config.data.train_difficulties)},
+        "data": {
+            "task": config.data.task,
+            "template": config.data.template,
+            "train_difficulties": list(config.data.train_difficulties),
+        },
         "seed": config.train.seed,
         "version": __version__,
     }
@@ -36,27 +39,47 @@ def embedded_key(config: RunConfig) -> str:
 
 def tiny_config(config: RunConfig) -> TinyModelConfig:
     m = config.model
-    return TinyModelConfig(arch=m.arch, hidden_size=m.hidden_size, num_layers=m.num_layers, num_heads=m.num_heads,
-                           intermediate_size=m.intermediate_size)
+    return TinyModelConfig(
+        arch=m.arch,
+        hidden_size=m.hidden_size,
+        num_layers=m.num_layers,
+        num_heads=m.num_heads,
+        intermediate_size=m.intermediate_size,
+    )
 
 
-def build_embedded_policy(config: RunConfig, out_dir: Path, *, device: torch.device, progress: bool = True,
-                          log=print) -> dict:
+def build_embedded_policy(
+    config: RunConfig, out_dir: Path, *, device: torch.device, progress: bool = True, log=print
+) -> dict:
     """Train the tokenizer, build the tiny model, run SFT and save it to ``out_dir``."""
     if config.data.task != "kk":
         raise ValueError("the embedded tiny policy is built for data.task='kk'; give model.path for other tasks")
     started = time.perf_counter()
     corpus = list(kk_tokenizer_corpus(people=config.data.train_difficulties, template=config.data.template))
     tokenizer = train_tokenizer(corpus, vocab_size=config.model.vocab_size)
-    model = build_tiny_model(tiny_config(config), tokenizer, seed=config.train.seed,
-                             attn_implementation=config.model.attn_implementation).to(device)
-    log(f"embedded policy: tiny {config.model.arch} with {count_parameters(model):,} parameters, "
-        f"vocabulary {len(tokenizer)}; SFT for {config.sft.steps} steps")
-    losses = run_sft(model, tokenizer, sft_pairs(config.data, config.sft), config.sft, seed=config.train.seed,
-                     max_prompt_tokens=config.data.max_prompt_tokens, device=device, progress=progress)
+    model = build_tiny_model(
+        tiny_config(config), tokenizer, seed=config.train.seed, attn_implementation=config.model.attn_implementation
+    ).to(device)
+    log(
+        f"embedded policy: tiny {config.model.arch} with {count_parameters(model):,} parameters, "
+        f"vocabulary {len(tokenizer)}; SFT for {config.sft.steps} steps"
+    )
+    losses = run_sft(
+        model,
+        tokenizer,
+        sft_pairs(config.data, config.sft),
+        config.sft,
+        seed=config.train.seed,
+        max_prompt_tokens=config.data.max_prompt_tokens,
+        device=device,
+        progress=progress,
+    )
     save_policy(model, tokenizer, out_dir)
-    summary = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:]), "sft_seconds": time.perf_counter() - started,
-               "parameters": count_parameters(model)}
+    summary = {
+        "sft_final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        "sft_seconds": time.perf_counter() - started,
+        "parameters": count_parameters(model),
+    }
     (out_dir / "tokenbalance_sft.json").write_text(json.dumps(summary, indent=1) + "\n")
     return summary
 

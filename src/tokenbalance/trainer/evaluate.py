@@ -17,9 +17,18 @@ def full_reward(task: Task) -> float:
     return 3.0 if task.name == "kk" else 1.0
 
 
-def evaluate(engine, tokenizer, task: Task, examples: list[TaskExample], *, eos_token_ids: set[int],
-             max_new_tokens: int, max_prompt_tokens: int, batch_size: int = 256,
-             seed: int = 0) -> dict[str, float]:
+def evaluate(
+    engine,
+    tokenizer,
+    task: Task,
+    examples: list[TaskExample],
+    *,
+    eos_token_ids: set[int],
+    max_new_tokens: int,
+    max_prompt_tokens: int,
+    batch_size: int = 256,
+    seed: int = 0,
+) -> dict[str, float]:
     """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,format_error}`` metrics."""
     prompts = encode_prompts(tokenizer, examples, max_prompt_tokens)
     target = full_reward(task)
@@ -29,11 +38,16 @@ def evaluate(engine, tokenizer, task: Task, examples: list[TaskExample], *, eos_
         rewards, lengths, format_errors = [], [], []
         for start in range(0, len(prompts), batch_size):
             batch = examples[start : start + batch_size]
-            out = engine.generate(prompts[start : start + batch_size], max_new_tokens=max_new_tokens,
-                                  temperature=temperature, seed=seed + start)
+            out = engine.generate(
+                prompts[start : start + batch_size],
+                max_new_tokens=max_new_tokens,
+                temperature=temperature,
+                seed=seed + start,
+            )
             texts = decode_responses(tokenizer, out.response_ids_BT, out.response_mask_BT, eos_token_ids)
-            for example, result, length in zip(batch, score_responses(task, texts, batch),
-                                               out.response_mask_BT.sum(dim=1).tolist()):
+            for example, result, length in zip(
+                batch, score_responses(task, texts, batch), out.response_mask_BT.sum(dim=1).tolist()
+            ):
                 correct = float(result.reward == target)
                 per_level[example.difficulty].append(correct)
                 rewards.append(result.reward)

@@ -37,8 +37,9 @@ class PackedSequences:
     prompt_len: int
 
     def rows(self, rows) -> PackedSequences:
-        return PackedSequences(self.input_ids_BL[rows], self.attention_mask_BL[rows],
-                               self.position_ids_BL[rows], self.prompt_len)
+        return PackedSequences(
+            self.input_ids_BL[rows], self.attention_mask_BL[rows], self.position_ids_BL[rows], self.prompt_len
+        )
 
 
 def pack_sequences(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT) -> PackedSequences:
@@ -51,7 +52,7 @@ def pack_sequences(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask
 
 @dataclass(frozen=True)
 class ResponseLogprobs:
-    """``logp_BT`` (float32, with gradient if the pass had it), optional ``entropy_BT``, ``hidden_BTD``."""
+    """``logp_BT`` (float32, or float64 for a float64 model; with gradient if the pass had it), optional ``entropy_BT``, ``hidden_BTD``."""
 
     logp_BT: torch.Tensor
     entropy_BT: torch.Tensor | None = None
@@ -75,7 +76,9 @@ def distinct_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.T
     return distinct_prompts(packed.input_ids_BL[:, :P], packed.attention_mask_BL[:, :P])
 
 
-def shared_prompt_hidden(model, packed: PackedSequences, first_U: torch.Tensor, inverse_B: torch.Tensor) -> torch.Tensor:
+def shared_prompt_hidden(
+    model, packed: PackedSequences, first_U: torch.Tensor, inverse_B: torch.Tensor
+) -> torch.Tensor:
     """[B, T, D] hidden states predicting the response tokens, the prompts run once each (see module doc)."""
     decoder = model.get_decoder()
     P = packed.prompt_len
@@ -132,7 +135,8 @@ def response_logprobs(
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
     shared = distinct_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
     hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
-    logits_BTV = model.get_output_embeddings()(hidden_BTD).float() / temperature
+    logits_BTV = model.get_output_embeddings()(hidden_BTD)
+    logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / temperature
     targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
     logp_BT = torch.log_softmax(logits_BTV, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
     entropy_BT = None
@@ -147,9 +151,16 @@ def response_logprobs(
 
 
 @torch.no_grad()
-def batched_response_logprobs(model, packed: PackedSequences, *, temperature: float, micro_batch: int,
-                              with_hidden: bool = False, with_entropy: bool = False,
-                              share_prompts: bool = True) -> ResponseLogprobs:
+def batched_response_logprobs(
+    model,
+    packed: PackedSequences,
+    *,
+    temperature: float,
+    micro_batch: int,
+    with_hidden: bool = False,
+    with_entropy: bool = False,
+    share_prompts: bool = True,
+) -> ResponseLogprobs:
     """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time.
 
     ``with_entropy`` returns the per-token entropy of the same distribution (the bucket statistics
@@ -159,9 +170,14 @@ def batched_response_logprobs(model, packed: PackedSequences, *, temperature: fl
     model.eval()
     try:
         parts = [
-            response_logprobs(model, packed.rows(slice(start, start + micro_batch)),
-                              temperature=temperature, with_hidden=with_hidden, with_entropy=with_entropy,
-                              share_prompts=share_prompts)
+            response_logprobs(
+                model,
+                packed.rows(slice(start, start + micro_batch)),
+                temperature=temperature,
+                with_hidden=with_hidden,
+                with_entropy=with_entropy,
+                share_prompts=share_prompts,
+            )
             for start in range(0, packed.input_ids_BL.shape[0], micro_batch)
         ]
     finally:

@@ -107,8 +107,12 @@ class TrainerParts:
 
 def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
     opt = config.optim
-    return torch.optim.AdamW([p for p in policy.parameters() if p.requires_grad], lr=opt.lr,
-                             betas=(opt.beta1, opt.beta2), weight_decay=opt.weight_decay)
+    return torch.optim.AdamW(
+        [p for p in policy.parameters() if p.requires_grad],
+        lr=opt.lr,
+        betas=(opt.beta1, opt.beta2),
+        weight_decay=opt.weight_decay,
+    )
 
 
 def rollout_and_score(parts: TrainerParts, step: int) -> dict:
@@ -123,11 +127,16 @@ def rollout_and_score(parts: TrainerParts, step: int) -> dict:
     prompt_ids = [parts.train_prompt_ids[i] for i in mine for _ in range(G)]
     group_ids = torch.tensor([step * per_step + parts.ctx.rank * share + j for j in range(len(mine)) for _ in range(G)])
     generation = parts.engine.generate(
-        prompt_ids, max_new_tokens=cfg.rollout.max_new_tokens, temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p, top_k=cfg.rollout.top_k, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank),
+        prompt_ids,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        temperature=cfg.rollout.temperature,
+        top_p=cfg.rollout.top_p,
+        top_k=cfg.rollout.top_k,
+        seed=derive_seed(cfg.train.seed, step, parts.ctx.rank),
     )
-    texts = decode_responses(parts.tokenizer, generation.response_ids_BT, generation.response_mask_BT,
-                             parts.eos_token_ids)
+    texts = decode_responses(
+        parts.tokenizer, generation.response_ids_BT, generation.response_mask_BT, parts.eos_token_ids
+    )
     results = score_responses(parts.task, texts, examples)
     return {"generation": generation, "examples": examples, "results": results, "group_ids": group_ids}
 
@@ -160,9 +169,14 @@ def old_logprobs(parts: TrainerParts, generation, packed, with_entropy: bool) ->
         if sampled_BT is None:
             raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")
         return ResponseLogprobs(logp_BT=sampled_BT.to(parts.device))  # already 0 after each row's EOS
-    return batched_response_logprobs(parts.policy, packed, temperature=cfg.rollout.temperature,
-                                     micro_batch=cfg.optim.micro_batch_size,
-                                     with_hidden=parts.method.needs_hidden_states, with_entropy=with_entropy)
+    return batched_response_logprobs(
+        parts.policy,
+        packed,
+        temperature=cfg.rollout.temperature,
+        micro_batch=cfg.optim.micro_batch_size,
+        with_hidden=parts.method.needs_hidden_states,
+        with_entropy=with_entropy,
+    )
 
 
 def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
@@ -173,55 +187,86 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     timings["timing/rollout_s"] = time.perf_counter() - start
     generation = rollout["generation"]
     device = parts.device
-    packed = pack_sequences(generation.prompt_ids_BP.to(device), generation.prompt_mask_BP.to(device),
-                            generation.response_ids_BT.to(device), generation.response_mask_BT.to(device))
+    packed = pack_sequences(
+        generation.prompt_ids_BP.to(device),
+        generation.prompt_mask_BP.to(device),
+        generation.response_ids_BT.to(device),
+        generation.response_mask_BT.to(device),
+    )
     mask_BT = generation.response_mask_BT.to(device)
     scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32, device=device)
     temperature = cfg.rollout.temperature
-    diag = StepDiagnostics(cfg.diagnostics, parts.method, step,
-                           seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31))
+    diag = StepDiagnostics(
+        cfg.diagnostics, parts.method, step, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31)
+    )
 
     t0 = time.perf_counter()
     micro = cfg.optim.micro_batch_size
     old = old_logprobs(parts, generation, packed, diag.wants_entropy)
     ref_logp = None
     if parts.method.needs_ref_logp:
-        ref_logp = batched_response_logprobs(parts.reference, packed, temperature=temperature,
-                                             micro_batch=micro).logp_BT
+        ref_logp = batched_response_logprobs(
+            parts.reference, packed, temperature=temperature, micro_batch=micro
+        ).logp_BT
     timings["timing/logprob_s"] = time.perf_counter() - t0
 
     nthr_inputs = None
     if parts.method.needs_hidden_states:
         head = parts.policy.get_output_embeddings()
         nthr_inputs = NTHRInputs(
-            tokens_BT=packed.input_ids_BL[:, packed.prompt_len :], hidden_BTD=old.hidden_BTD.float(),
-            unembed_VD=head.weight.detach().float(), temperature=temperature,
+            tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
+            hidden_BTD=old.hidden_BTD.float(),
+            unembed_VD=head.weight.detach().float(),
+            temperature=temperature,
             unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
         )
     t0 = time.perf_counter()
-    passes, prep_metrics = build_update_passes(parts.method, scores_B, rollout["group_ids"].to(device), mask_BT,
-                                               old.logp_BT, ref_logp, nthr_inputs)
+    passes, prep_metrics = build_update_passes(
+        parts.method, scores_B, rollout["group_ids"].to(device), mask_BT, old.logp_BT, ref_logp, nthr_inputs
+    )
     world = parts.ctx.world_size
     diag_metrics = diag.before_update(
-        passes, old.logp_BT, mask_BT, policy=parts.policy, micro_batch_rows=micro,
+        passes,
+        old.logp_BT,
+        mask_BT,
+        policy=parts.policy,
+        micro_batch_rows=micro,
         score_fn=lambda rows: response_logprobs(parts.policy, packed.rows(rows), temperature=temperature).logp_BT,
         reduce_grads=lambda params: sum_gradients(params, parts.ctx),
         reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, parts.ctx),
     )
     update_metrics = run_update_passes(
-        method=parts.method, passes=passes, policy=parts.policy, optimizer=parts.optimizer, packed=packed,
-        old_logp_BT=old.logp_BT, ref_logp_BT=ref_logp, temperature=temperature,
+        method=parts.method,
+        passes=passes,
+        policy=parts.policy,
+        optimizer=parts.optimizer,
+        packed=packed,
+        old_logp_BT=old.logp_BT,
+        ref_logp_BT=ref_logp,
+        temperature=temperature,
         mini_batch_rows=max(1, cfg.optim.mini_batch_size // world),
-        micro_batch_rows=max(1, cfg.optim.micro_batch_size), grad_clip=cfg.optim.grad_clip,
-        token_mean_scope=cfg.optim.token_mean_scope, ctx=parts.ctx, on_micro_batch=diag.on_micro_batch,
+        micro_batch_rows=max(1, cfg.optim.micro_batch_size),
+        grad_clip=cfg.optim.grad_clip,
+        token_mean_scope=cfg.optim.token_mean_scope,
+        ctx=parts.ctx,
+        on_micro_batch=diag.on_micro_batch,
     )
     timings["timing/update_s"] = time.perf_counter() - t0 - diag.seconds  # diagnostics: timing/diag_s
-    diag_metrics.update(diag.after_update(
-        passes, old.logp_BT, mask_BT, entropy_BT=old.entropy_BT, correct_B=scores_B == full_reward(parts.task),
-        group_ids_B=rollout["group_ids"],
-        score_fn=lambda rows: batched_response_logprobs(parts.policy, packed.rows(rows), temperature=temperature,
-                                                        micro_batch=micro).logp_BT,
-    ))
+    diag_metrics.update(
+        diag.after_update(
+            passes,
+            old.logp_BT,
+            mask_BT,
+            entropy_BT=old.entropy_BT,
+            correct_B=scores_B == full_reward(parts.task),
+            group_ids_B=rollout["group_ids"],
+            score_fn=lambda rows: (
+                batched_response_logprobs(
+                    parts.policy, packed.rows(rows), temperature=temperature, micro_batch=micro
+                ).logp_BT
+            ),
+        )
+    )
     timings["timing/diag_s"] = diag_metrics.pop("timing/diag_s")
     timings["timing/step_s"] = time.perf_counter() - start
     tokens = float(mask_BT.sum())
@@ -235,9 +280,16 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
 def run_evaluation(parts: TrainerParts) -> dict[str, float]:
     cfg = parts.config
     # every rank evaluates the same examples; only the main rank's numbers are logged
-    return evaluate(parts.engine, parts.tokenizer, parts.task, parts.eval_examples,
-                    eos_token_ids=parts.eos_token_ids, max_new_tokens=cfg.rollout.max_new_tokens,
-                    max_prompt_tokens=cfg.data.max_prompt_tokens, seed=cfg.train.seed)
+    return evaluate(
+        parts.engine,
+        parts.tokenizer,
+        parts.task,
+        parts.eval_examples,
+        eos_token_ids=parts.eos_token_ids,
+        max_new_tokens=cfg.rollout.max_new_tokens,
+        max_prompt_tokens=cfg.data.max_prompt_tokens,
+        seed=cfg.train.seed,
+    )
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
@@ -261,15 +313,22 @@ def train(parts: TrainerParts) -> dict:
     """Run RL steps ``parts.start_step .. config.train.steps``; returns before/after evaluations."""
     cfg, ctx = parts.config, parts.ctx
     run_dir = parts.run_dir
-    log = MetricsLog(run_dir, tensorboard=cfg.output.tensorboard and ctx.is_main,
-                     wandb=cfg.output.wandb and ctx.is_main, run_name=run_dir.name, config=to_dict(cfg)) \
-        if ctx.is_main else None
+    log = (
+        MetricsLog(
+            run_dir,
+            tensorboard=cfg.output.tensorboard and ctx.is_main,
+            wandb=cfg.output.wandb and ctx.is_main,
+            run_name=run_dir.name,
+            config=to_dict(cfg),
+        )
+        if ctx.is_main
+        else None
+    )
     if log is not None:
         log.truncate_after(parts.start_step)
         write_status(run_dir, "running", step=parts.start_step)
     evaluations = {}
-    progress = StepProgress(cfg.train.steps, start=parts.start_step,
-                            enabled=cfg.output.progress and ctx.is_main)
+    progress = StepProgress(cfg.train.steps, start=parts.start_step, enabled=cfg.output.progress and ctx.is_main)
     try:
         with progress:
             if parts.start_step == 0:
@@ -293,8 +352,14 @@ def train(parts: TrainerParts) -> dict:
                     progress.note_eval(result)
                 if last or (cfg.train.save_every and done % cfg.train.save_every == 0):
                     if ctx.is_main:
-                        save_checkpoint(run_dir, done, parts.policy, parts.tokenizer, parts.optimizer,
-                                        {"seed": cfg.train.seed, "data_position": done * cfg.rollout.prompts_per_step})
+                        save_checkpoint(
+                            run_dir,
+                            done,
+                            parts.policy,
+                            parts.tokenizer,
+                            parts.optimizer,
+                            {"seed": cfg.train.seed, "data_position": done * cfg.rollout.prompts_per_step},
+                        )
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)
     except BaseException as err:
@@ -321,12 +386,15 @@ def resume_state(parts: TrainerParts) -> int:
     return int(state["step"])
 
 
-def prepare_training(config: RunConfig, run_dir: Path, policy, tokenizer, device: torch.device,
-                     ctx: DistContext, *, resume: bool = False) -> TrainerParts:
+def prepare_training(
+    config: RunConfig, run_dir: Path, policy, tokenizer, device: torch.device, ctx: DistContext, *, resume: bool = False
+) -> TrainerParts:
     """Build the method, reference model, optimizer, engine and data; write the resolved config."""
     if config.rollout.prompts_per_step % ctx.world_size:
-        raise ValueError(f"rollout.prompts_per_step={config.rollout.prompts_per_step} must be divisible by "
-                         f"the number of ranks ({ctx.world_size}): each rank takes whole prompt groups")
+        raise ValueError(
+            f"rollout.prompts_per_step={config.rollout.prompts_per_step} must be divisible by "
+            f"the number of ranks ({ctx.world_size}): each rank takes whole prompt groups"
+        )
     method = apply_method_overrides(get_method(config.train.method), config.train.method_overrides)
     reference = None
     if method.needs_ref_logp:
@@ -341,9 +409,21 @@ def prepare_training(config: RunConfig, run_dir: Path, policy, tokenizer, device
     train_ids = encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
     encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)  # fail early on long prompts
     parts = TrainerParts(
-        config=config, run_dir=run_dir, policy=policy, reference=reference, tokenizer=tokenizer, method=method,
-        optimizer=make_optimizer(policy, config), engine=None, task=task, train_examples=train_examples,
-        eval_examples=evals, train_prompt_ids=train_ids, eos_token_ids=set(), device=device, ctx=ctx,
+        config=config,
+        run_dir=run_dir,
+        policy=policy,
+        reference=reference,
+        tokenizer=tokenizer,
+        method=method,
+        optimizer=make_optimizer(policy, config),
+        engine=None,
+        task=task,
+        train_examples=train_examples,
+        eval_examples=evals,
+        train_prompt_ids=train_ids,
+        eos_token_ids=set(),
+        device=device,
+        ctx=ctx,
     )
     parts.engine = make_engine(config.rollout.engine, policy, tokenizer)  # stops at the tokenizer's and model's EOS
     parts.eos_token_ids = set(parts.engine.eos_token_ids)

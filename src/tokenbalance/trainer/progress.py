@@ -17,9 +17,15 @@ class StepProgress:
         self._progress = None
         if self.enabled:
             self._progress = Progress(
-                TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-                TextColumn("{task.fields[stats]}"), TimeElapsedColumn(), TextColumn("left"),
-                TimeRemainingColumn(), console=Console(stderr=True), transient=False,
+                TextColumn("[bold]{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                TextColumn("left"),
+                TimeRemainingColumn(),
+                console=Console(stderr=True),
+                transient=False,
             )
             self._task = self._progress.add_task(description, total=total, completed=start, stats="")
 
@@ -36,9 +42,13 @@ class StepProgress:
         if self._progress is None:
             return
         parts = []
-        for key, label, fmt in (("reward/mean", "reward", "{:+.2f}"), ("reward/acc", "acc", "{:.2f}"),
-                                ("loss/total", "loss", "{:.3f}"), ("sft/loss", "loss", "{:.3f}"),
-                                ("throughput/tokens_per_s", "tok/s", "{:.0f}")):
+        for key, label, fmt in (
+            ("reward/mean", "reward", "{:+.2f}"),
+            ("reward/acc", "acc", "{:.2f}"),
+            ("loss/total", "loss", "{:.3f}"),
+            ("sft/loss", "loss", "{:.3f}"),
+            ("throughput/tokens_per_s", "tok/s", "{:.0f}"),
+        ):
             if key in metrics:
                 parts.append(f"{label} {fmt.format(metrics[key])}")
         stats = "  ".join(parts) + (f"  | {self._last_eval}" if self._last_eval else "")

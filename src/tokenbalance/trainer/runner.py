@@ -38,8 +38,12 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) 
 
     if not ctx.is_main:
         barrier(ctx)
-    path = ensure_embedded_policy(config, device=device, progress=config.output.progress and ctx.is_main,
-                                  log=log if ctx.is_main else (lambda *_: None))
+    path = ensure_embedded_policy(
+        config,
+        device=device,
+        progress=config.output.progress and ctx.is_main,
+        log=log if ctx.is_main else (lambda *_: None),
+    )
     if ctx.is_main:
         barrier(ctx)
     return str(path)
@@ -52,7 +56,9 @@ def before_after_table(run_dir: Path) -> str:
         return "no evaluation logged"
     first, last = evals[0], evals[-1]
     keys = sorted({k for k in first if k.startswith("eval/") and "/acc" in k})
-    lines = [f"{'held-out accuracy':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}{'change':>10}"]
+    lines = [
+        f"{'held-out accuracy':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}{'change':>10}"
+    ]
     for key in keys:
         before, after = first[key], last.get(key, float("nan"))
         lines.append(f"{key.removeprefix('eval/'):<28}{before:>10.3f}{after:>10.3f}{after - before:>+10.3f}")
@@ -78,8 +84,9 @@ def run_training(config: RunConfig, *, run_dir: Path | None = None, resume: bool
     config.model.path = policy_path(config, device, ctx, log)
     run_dir = Path(run_dir) if run_dir is not None else Path(config.output.run_dir or default_run_dir(config))
     if not resume and (run_dir / "metrics.jsonl").exists():
-        raise ValueError(f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose "
-                         "another --run-dir")
+        raise ValueError(
+            f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose another --run-dir"
+        )
     config.output.run_dir = str(run_dir)
     dtype = getattr(torch, config.model.dtype)
     policy, tokenizer = load_policy(config.model.path, device=device, dtype=dtype)

@@ -22,8 +22,9 @@ def encode_prompts(tokenizer, examples: list[TaskExample], max_prompt_tokens: in
     return ids
 
 
-def decode_responses(tokenizer, response_ids_BT: torch.Tensor, response_mask_BT: torch.Tensor,
-                     eos_token_ids: set[int]) -> list[str]:
+def decode_responses(
+    tokenizer, response_ids_BT: torch.Tensor, response_mask_BT: torch.Tensor, eos_token_ids: set[int]
+) -> list[str]:
     """Response text up to (not including) the EOS token, special tokens kept (the reward reads tags)."""
     texts = []
     for ids, mask in zip(response_ids_BT.tolist(), response_mask_BT.tolist()):

@@ -42,7 +42,9 @@ def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
         start, count = _kk_range(n, "sft", sft.train_count)
         for row in generate_rows(n, "train", start_index=start, count=count, template=data.template):
             thinking = reference_cot(row) if sft.target == "cot" else ""
-            pairs.append(SFTPair(row["prompt"][0]["content"], reference_response(row["solution_text_format"], thinking)))
+            pairs.append(
+                SFTPair(row["prompt"][0]["content"], reference_response(row["solution_text_format"], thinking))
+            )
     return pairs
 
 
@@ -51,7 +53,9 @@ def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens
     responses = tokenizer([p.response for p in pairs], add_special_tokens=False)["input_ids"]
     for i, ids in enumerate(prompts):
         if len(ids) > max_prompt_tokens:
-            raise ValueError(f"SFT prompt {i} has {len(ids)} tokens, more than data.max_prompt_tokens={max_prompt_tokens}")
+            raise ValueError(
+                f"SFT prompt {i} has {len(ids)} tokens, more than data.max_prompt_tokens={max_prompt_tokens}"
+            )
     return prompts, [r + [eos_id] for r in responses]
 
 
@@ -64,8 +68,8 @@ def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int, d
     response_ids = torch.full((len(prompts), T), pad_id, dtype=torch.long)
     response_mask = torch.zeros((len(prompts), T), dtype=torch.bool)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        prompt_ids[i, P - len(p):] = torch.tensor(p)
-        prompt_mask[i, P - len(p):] = True
+        prompt_ids[i, P - len(p) :] = torch.tensor(p)
+        prompt_mask[i, P - len(p) :] = True
         response_ids[i, : len(r)] = torch.tensor(r)
         response_mask[i, : len(r)] = True
     return [t.to(device) for t in (prompt_ids, prompt_mask, response_ids, response_mask)]
@@ -78,8 +82,18 @@ def lr_at(step: int, config: SFTConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def run_sft(model, tokenizer, pairs: list[SFTPair], config: SFTConfig, *, seed: int, max_prompt_tokens: int,
-            device, progress: bool = True, on_step=None) -> list[float]:
+def run_sft(
+    model,
+    tokenizer,
+    pairs: list[SFTPair],
+    config: SFTConfig,
+    *,
+    seed: int,
+    max_prompt_tokens: int,
+    device,
+    progress: bool = True,
+    on_step=None,
+) -> list[float]:
     """Train ``model`` in place; returns the loss of every step."""
     if not pairs:
         raise ValueError("SFT needs at least one example; check data.train_difficulties / sft.train_count")

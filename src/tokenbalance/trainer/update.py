@@ -25,8 +25,9 @@ def row_chunks(num_rows: int, size: int) -> list[slice]:
     return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
 
 
-def rows_with_terms(rows: slice, micro_pass: UpdatePass, update_pass: UpdatePass
-                    ) -> tuple[slice | torch.Tensor | None, UpdatePass]:
+def rows_with_terms(
+    rows: slice, micro_pass: UpdatePass, update_pass: UpdatePass
+) -> tuple[slice | torch.Tensor | None, UpdatePass]:
     """The rows of ``rows`` holding at least one token of the pass (policy, KL or entropy term), and
     the pass restricted to them: ``rows`` itself when all do, an index tensor when some do, ``None``
     when none do. Skipping the others is exact: their loss terms and gradients are zero (Lopti's
@@ -105,11 +106,20 @@ def run_update_passes(
                 rows, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
                 if rows is None:
                     continue  # no token of this pass here: its loss and gradient are zero
-                current = response_logprobs(policy, packed.rows(rows), temperature=temperature, with_entropy=True,
-                                            entropy_grad=method.entropy_coeff != 0)
+                current = response_logprobs(
+                    policy,
+                    packed.rows(rows),
+                    temperature=temperature,
+                    with_entropy=True,
+                    entropy_grad=method.entropy_coeff != 0,
+                )
                 out = pass_loss(
-                    method, micro_pass, current.logp_BT, old_logp_BT[rows],
-                    None if ref_logp_BT is None else ref_logp_BT[rows], current.entropy_BT,
+                    method,
+                    micro_pass,
+                    current.logp_BT,
+                    old_logp_BT[rows],
+                    None if ref_logp_BT is None else ref_logp_BT[rows],
+                    current.entropy_BT,
                     normaliser=micro_normaliser,
                 )
                 (out.loss * scale).backward()

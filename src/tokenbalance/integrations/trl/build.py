@@ -24,8 +24,7 @@ from tokenbalance.integrations.trl.config import (
 )
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
-QUIET = {"report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True,
-         "log_completions": False}
+QUIET = {"report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True, "log_completions": False}
 
 
 def build_grpo_trainer(
@@ -84,8 +83,9 @@ def build_grpo_trainer(
     }
     if tokenbalance_loss:
         args = grpo_config_for_method(method, **settings)
-        return TokenBalanceGRPOTrainer(model, reward_funcs, args, method=method, train_dataset=train_dataset,
-                                       processing_class=tokenizer)
+        return TokenBalanceGRPOTrainer(
+            model, reward_funcs, args, method=method, train_dataset=train_dataset, processing_class=tokenizer
+        )
     fields = {**method_fields(method), "num_iterations": 1}
     args = GRPOConfig(**{**fields, **settings})
     return GRPOTrainer(model, reward_funcs, args, train_dataset=train_dataset, processing_class=tokenizer)

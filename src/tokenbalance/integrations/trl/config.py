@@ -57,34 +57,47 @@ def unsupported_reason(method: Method) -> str | None:
     """Why the TRL subclass cannot run ``method`` (None when it can)."""
     name = method.name
     if method.advantage.estimator not in ESTIMATOR_SCALE_REWARDS:
-        return (f"method {name!r} uses advantage.estimator={method.advantage.estimator!r}; on TRL the advantages "
-                f"come from GRPOTrainer (group-normalised rewards), which matches only "
-                f"{sorted(ESTIMATOR_SCALE_REWARDS)}; run REINFORCE++ / RLOO methods on our trainer or verl")
+        return (
+            f"method {name!r} uses advantage.estimator={method.advantage.estimator!r}; on TRL the advantages "
+            f"come from GRPOTrainer (group-normalised rewards), which matches only "
+            f"{sorted(ESTIMATOR_SCALE_REWARDS)}; run REINFORCE++ / RLOO methods on our trainer or verl"
+        )
     if method.kl.placement == "reward" and method.kl.coef > 0:
-        return (f"method {name!r} puts the KL in the reward (kl.placement='reward'); TRL has no KL-in-reward "
-                "step; use kl.placement='loss' or our trainer")
+        return (
+            f"method {name!r} puts the KL in the reward (kl.placement='reward'); TRL has no KL-in-reward "
+            "step; use kl.placement='loss' or our trainer"
+        )
     if method.policy_agg_mode != method.loss_agg_mode:
-        return (f"method {name!r} aggregates the policy term with {method.policy_agg_mode!r} and the KL / entropy "
-                f"with {method.loss_agg_mode!r}; TRL has one loss_type, so both must be the same")
+        return (
+            f"method {name!r} aggregates the policy term with {method.policy_agg_mode!r} and the KL / entropy "
+            f"with {method.loss_agg_mode!r}; TRL has one loss_type, so both must be the same"
+        )
     if method.loss_agg_mode not in AGG_MODE_LOSS_TYPES:
-        return (f"method {name!r} uses loss_agg_mode={method.loss_agg_mode!r}, which has no TRL loss_type; "
-                f"supported: {sorted(AGG_MODE_LOSS_TYPES)}")
+        return (
+            f"method {name!r} uses loss_agg_mode={method.loss_agg_mode!r}, which has no TRL loss_type; "
+            f"supported: {sorted(AGG_MODE_LOSS_TYPES)}"
+        )
     if method.lopti is not None:
         if method.lopti.threshold_mode != "prob":
-            return (f"method {name!r} uses lopti.threshold_mode={method.lopti.threshold_mode!r}: the quantile "
-                    "threshold is a statistic of the whole batch, while the TRL subclass splits each "
-                    "micro-batch on its own; use threshold_mode='prob'")
+            return (
+                f"method {name!r} uses lopti.threshold_mode={method.lopti.threshold_mode!r}: the quantile "
+                "threshold is a statistic of the whole batch, while the TRL subclass splits each "
+                "micro-batch on its own; use threshold_mode='prob'"
+            )
         if method.lopti.renormalize_per_stage:
-            return (f"method {name!r} sets lopti.renormalize_per_stage: that needs each stage's token count over "
-                    "the whole optimizer step, which TRL does not provide; use our trainer")
+            return (
+                f"method {name!r} sets lopti.renormalize_per_stage: that needs each stage's token count over "
+                "the whole optimizer step, which TRL does not provide; use our trainer"
+            )
     if method.nthr is not None and method.lopti is not None:
-        return (f"method {name!r} combines NTHR and Lopti: NTHR reads the old policy's hidden states from the "
-                "training forward, which is the old policy only in the first of Lopti's two passes")
+        return (
+            f"method {name!r} combines NTHR and Lopti: NTHR reads the old policy's hidden states from the "
+            "training forward, which is the old policy only in the first of Lopti's two passes"
+        )
     return None
 
 
-def method_fields(method: Method, *, iterations_per_pass: int = 1,
-                  loss_type: str | None = None) -> dict[str, object]:
+def method_fields(method: Method, *, iterations_per_pass: int = 1, loss_type: str | None = None) -> dict[str, object]:
     """The ``GRPOConfig`` fields ``method`` fixes (see the module table).
 
     ``loss_type`` picks between the TRL loss types valid for the method's aggregation mode
@@ -99,8 +112,10 @@ def method_fields(method: Method, *, iterations_per_pass: int = 1,
     if loss_type is None:
         loss_type = loss_types[0]
     elif loss_type not in loss_types:
-        raise ValueError(f"loss_type={loss_type!r} does not aggregate like method {method.name!r} "
-                         f"({method.loss_agg_mode}); valid: {list(loss_types)}")
+        raise ValueError(
+            f"loss_type={loss_type!r} does not aggregate like method {method.name!r} "
+            f"({method.loss_agg_mode}); valid: {list(loss_types)}"
+        )
     kl_loss = method.kl.placement == "loss" and method.kl.coef > 0
     return {
         "scale_rewards": ESTIMATOR_SCALE_REWARDS[method.advantage.estimator],
@@ -132,16 +147,20 @@ def grpo_config_for_method(method: Method | str, *, iterations_per_pass: int = 1
     fields = method_fields(method, iterations_per_pass=iterations_per_pass, loss_type=config.pop("loss_type", None))
     for key, value in config.items():
         if key in fields and value != fields[key]:
-            raise ValueError(f"GRPOConfig.{key}={value!r} conflicts with method {method.name!r}, which needs "
-                             f"{key}={fields[key]!r} (see docs/trl.md)")
+            raise ValueError(
+                f"GRPOConfig.{key}={value!r} conflicts with method {method.name!r}, which needs "
+                f"{key}={fields[key]!r} (see docs/trl.md)"
+            )
     args = GRPOConfig(**{**config, **fields})
     check_config(method, args)
     return args
 
 
 def _mismatch(field: str, actual, expected, method: Method, why: str) -> ValueError:
-    return ValueError(f"GRPOConfig.{field}={actual!r} does not fit method {method.name!r}: {why}; expected "
-                      f"{expected!r} (build the config with tokenbalance.integrations.trl.grpo_config_for_method)")
+    return ValueError(
+        f"GRPOConfig.{field}={actual!r} does not fit method {method.name!r}: {why}; expected "
+        f"{expected!r} (build the config with tokenbalance.integrations.trl.grpo_config_for_method)"
+    )
 
 
 def check_config(method: Method, args) -> None:
@@ -153,11 +172,12 @@ def check_config(method: Method, args) -> None:
     why = {
         "scale_rewards": f"advantage.estimator={method.advantage.estimator!r}",
         "multi_objective_aggregation": "our advantages are of the weighted reward sum",
-        "epsilon": "clip.eps_low", "epsilon_high": "clip.eps_high",
+        "epsilon": "clip.eps_low",
+        "epsilon_high": "clip.eps_high",
         "delta": "our dual clip is clip.dual_clip_c; TRL's delta is a different two-sided clip",
         "importance_sampling_level": "our surrogate is token-level",
         "beta": f"kl.coef={method.kl.coef} with placement {method.kl.placement!r} (TRL computes reference "
-                "log-probs only when beta != 0)",
+        "log-probs only when beta != 0)",
         "use_bias_correction_kl": "our KL term is not importance-weighted",
         "top_entropy_quantile": "the entropy mask is a TRL loss feature our loss does not implement",
         "entropy_coef": "the entropy term is the method's entropy_coeff, applied by our loss",
@@ -172,32 +192,67 @@ def check_config(method: Method, args) -> None:
             raise _mismatch(field, actual, expected[field], method, reason_text)
     loss_types = AGG_MODE_LOSS_TYPES[method.loss_agg_mode]
     if args.loss_type not in loss_types:
-        raise _mismatch("loss_type", args.loss_type, loss_types[0], method,
-                        f"loss_agg_mode={method.loss_agg_mode!r} maps to {list(loss_types)}")
+        raise _mismatch(
+            "loss_type",
+            args.loss_type,
+            loss_types[0],
+            method,
+            f"loss_agg_mode={method.loss_agg_mode!r} maps to {list(loss_types)}",
+        )
     if method.loss_agg_mode == "seq-mean-token-sum-norm" and method.max_response_len not in (
-        None, args.max_completion_length
+        None,
+        args.max_completion_length,
     ):
-        raise _mismatch("max_completion_length", args.max_completion_length, method.max_response_len, method,
-                        "TRL's dr_grpo divides by max_completion_length, our max_response_len must equal it")
+        raise _mismatch(
+            "max_completion_length",
+            args.max_completion_length,
+            method.max_response_len,
+            method,
+            "TRL's dr_grpo divides by max_completion_length, our max_response_len must equal it",
+        )
     passes = pass_count(method)
     if args.num_iterations % passes:
-        raise _mismatch("num_iterations", args.num_iterations, passes, method,
-                        f"the method runs {passes} optimizer passes per batch, one TRL iteration each, so "
-                        "num_iterations must be a multiple of it")
+        raise _mismatch(
+            "num_iterations",
+            args.num_iterations,
+            passes,
+            method,
+            f"the method runs {passes} optimizer passes per batch, one TRL iteration each, so "
+            "num_iterations must be a multiple of it",
+        )
     if passes > 1 and args.steps_per_generation % args.gradient_accumulation_steps:
-        raise _mismatch("steps_per_generation", args.steps_per_generation, args.gradient_accumulation_steps, method,
-                        "each Lopti pass must be whole optimizer steps, so steps_per_generation must be a "
-                        "multiple of gradient_accumulation_steps")
+        raise _mismatch(
+            "steps_per_generation",
+            args.steps_per_generation,
+            args.gradient_accumulation_steps,
+            method,
+            "each Lopti pass must be whole optimizer steps, so steps_per_generation must be a "
+            "multiple of gradient_accumulation_steps",
+        )
     if method.nthr is not None:
         if args.num_iterations != 1:
-            raise _mismatch("num_iterations", args.num_iterations, 1, method,
-                            "NTHR reads the old policy's hidden states from the training forward, which is the "
-                            "old policy only in the first iteration")
+            raise _mismatch(
+                "num_iterations",
+                args.num_iterations,
+                1,
+                method,
+                "NTHR reads the old policy's hidden states from the training forward, which is the "
+                "old policy only in the first iteration",
+            )
         if args.steps_per_generation != 1:
-            raise _mismatch("steps_per_generation", args.steps_per_generation, 1, method,
-                            "NTHR scores whole prompt groups in one training forward; TRL shuffles and splits a "
-                            "generation batch over steps_per_generation micro-batches, breaking the groups")
+            raise _mismatch(
+                "steps_per_generation",
+                args.steps_per_generation,
+                1,
+                method,
+                "NTHR scores whole prompt groups in one training forward; TRL shuffles and splits a "
+                "generation batch over steps_per_generation micro-batches, breaking the groups",
+            )
         if args.per_device_train_batch_size % args.num_generations:
-            raise _mismatch("per_device_train_batch_size", args.per_device_train_batch_size,
-                            f"a multiple of num_generations={args.num_generations}", method,
-                            "NTHR needs every prompt group on one process")
+            raise _mismatch(
+                "per_device_train_batch_size",
+                args.per_device_train_batch_size,
+                f"a multiple of num_generations={args.num_generations}",
+                method,
+                "NTHR needs every prompt group on one process",
+            )

@@ -29,8 +29,10 @@ def decoder_of(model: torch.nn.Module) -> torch.nn.Module:
         model = model.get_base_model()
     decoder = getattr(model, "base_model", None)
     if decoder is None or decoder is model:
-        raise ValueError(f"{type(model).__name__} has no separate decoder (model.base_model); NTHR needs the "
-                         "last-layer hidden states that feed lm_head")
+        raise ValueError(
+            f"{type(model).__name__} has no separate decoder (model.base_model); NTHR needs the "
+            "last-layer hidden states that feed lm_head"
+        )
     return decoder
 
 

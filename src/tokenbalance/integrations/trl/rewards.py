@@ -37,8 +37,10 @@ class KKReward:
             kept = [t for t in completion_ids if int(t) not in self.eos_token_ids]
             return self.tokenizer.decode(kept, skip_special_tokens=False)
         if not isinstance(completion, str):
-            raise TypeError("KKReward: conversational completions are not supported; use plain-text prompts "
-                             "with the template already applied (tokenbalance.tasks.kk templates)")
+            raise TypeError(
+                "KKReward: conversational completions are not supported; use plain-text prompts "
+                "with the template already applied (tokenbalance.tasks.kk templates)"
+            )
         return completion
 
     def __call__(self, prompts, completions, completion_ids=None, **columns) -> list[float]:
@@ -52,8 +54,9 @@ class KKReward:
         ]
 
 
-def kk_prompt_rows(count: int, *, difficulty: int = 3, template: str = "compact", split: str = "train",
-                   seed: int | None = None) -> list[dict[str, str]]:
+def kk_prompt_rows(
+    count: int, *, difficulty: int = 3, template: str = "compact", split: str = "train", seed: int | None = None
+) -> list[dict[str, str]]:
     """``count`` K&K puzzles as ``{"prompt", "solution_text_format"}`` rows (prompt template applied)."""
     from tokenbalance.tasks import get_task
 

@@ -27,8 +27,13 @@ if TYPE_CHECKING:
     from tokenbalance.algorithms.methods import Method
 
 SMOKE_METHODS = ("grpo", "ar", "tr_grpo", "lopti", "nthr")
-OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               "WANDB_DISABLED": "true", "TOKENIZERS_PARALLELISM": "false"}
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "WANDB_DISABLED": "true",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 
 
 def build_tiny_policy(directory: str | os.PathLike, *, seed: int = 0) -> Path:
@@ -42,8 +47,9 @@ def build_tiny_policy(directory: str | os.PathLike, *, seed: int = 0) -> Path:
     )
 
     tokenizer = train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=512)
-    config = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64,
-                             max_position_embeddings=256)
+    config = TinyModelConfig(
+        hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=256
+    )
     return save_policy(build_tiny_model(config, tokenizer, seed=seed), tokenizer, directory)
 
 
@@ -78,9 +84,18 @@ def method_from_spec(spec: str) -> Method:
     return apply_method_overrides(get_method(name), overrides)
 
 
-def run_method(method: Method | str, model_dir: str | os.PathLike, output_dir: str | os.PathLike, *, steps: int = 2,
-               group_size: int = 4, prompts_per_step: int = 2, max_completion_length: int = 16,
-               learning_rate: float = 1e-2, seed: int = 0) -> dict:
+def run_method(
+    method: Method | str,
+    model_dir: str | os.PathLike,
+    output_dir: str | os.PathLike,
+    *,
+    steps: int = 2,
+    group_size: int = 4,
+    prompts_per_step: int = 2,
+    max_completion_length: int = 16,
+    learning_rate: float = 1e-2,
+    seed: int = 0,
+) -> dict:
     """Train ``method`` for ``steps`` generation batches; returns what the tests assert on."""
     import torch
 
@@ -96,11 +111,21 @@ def run_method(method: Method | str, model_dir: str | os.PathLike, output_dir: s
     _, tokenizer = load_policy(model_dir)
     dataset = kk_prompt_dataset(prompts_per_step * steps, difficulty=2, template="compact")
     trainer = build_grpo_trainer(
-        str(model_dir), tokenizer=tokenizer, train_dataset=dataset,
-        reward_funcs=[KKReward(tokenizer), even_token_share], reward_weights=[1.0, 1.0], method=method,
-        group_size=group_size, prompts_per_step=prompts_per_step, max_completion_length=max_completion_length,
-        output_dir=str(output_dir), world_size=world_size, max_steps=steps * passes, learning_rate=learning_rate,
-        seed=seed, shuffle_dataset=False,
+        str(model_dir),
+        tokenizer=tokenizer,
+        train_dataset=dataset,
+        reward_funcs=[KKReward(tokenizer), even_token_share],
+        reward_weights=[1.0, 1.0],
+        method=method,
+        group_size=group_size,
+        prompts_per_step=prompts_per_step,
+        max_completion_length=max_completion_length,
+        output_dir=str(output_dir),
+        world_size=world_size,
+        max_steps=steps * passes,
+        learning_rate=learning_rate,
+        seed=seed,
+        shuffle_dataset=False,
     )
     policy = trainer.accelerator.unwrap_model(trainer.model)
     before = {name: p.detach().clone() for name, p in policy.named_parameters()}
@@ -127,8 +152,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="local policy directory (default: build the tiny one under --out)")
     parser.add_argument("--out", required=True, help="output directory (one JSON per method and rank)")
-    parser.add_argument("--methods", default=",".join(SMOKE_METHODS),
-                        help="comma-separated presets, each optionally with overrides: lopti@lopti.eta=0.002")
+    parser.add_argument(
+        "--methods",
+        default=",".join(SMOKE_METHODS),
+        help="comma-separated presets, each optionally with overrides: lopti@lopti.eta=0.002",
+    )
     parser.add_argument("--steps", type=int, default=2, help="generation batches per method")
     parser.add_argument("--group-size", type=int, default=4)
     parser.add_argument("--prompts-per-step", type=int, default=2)
@@ -146,13 +174,21 @@ def main(argv: list[str] | None = None) -> None:
         _wait_for(model_dir)
     for spec in args.methods.split(","):
         method = method_from_spec(spec)
-        result = run_method(method, model_dir, out / method.name, steps=args.steps, group_size=args.group_size,
-                            prompts_per_step=args.prompts_per_step,
-                            max_completion_length=args.max_completion_length)
+        result = run_method(
+            method,
+            model_dir,
+            out / method.name,
+            steps=args.steps,
+            group_size=args.group_size,
+            prompts_per_step=args.prompts_per_step,
+            max_completion_length=args.max_completion_length,
+        )
         path = out / f"{method.name}.rank{result['rank']}.json"
         path.write_text(json.dumps(result, indent=1, default=float))
-        print(f"{method.name} rank {result['rank']}/{result['world_size']}: {result['optimizer_steps']} optimizer "
-              f"steps, losses {result['losses']}, parameter change {result['parameter_change']:.3g}")
+        print(
+            f"{method.name} rank {result['rank']}/{result['world_size']}: {result['optimizer_steps']} optimizer "
+            f"steps, losses {result['losses']}, parameter change {result['parameter_change']:.3g}"
+        )
 
 
 def _wait_for(path: Path, timeout_s: float = 120.0) -> None:

@@ -51,8 +51,18 @@ from tokenbalance.integrations.trl.passes import (
 )
 from tokenbalance.types import LossNormaliser, UpdatePass
 
-FORWARD_KEYS = ("pixel_values", "image_grid_thw", "num_images", "pixel_attention_mask", "spatial_shapes",
-                "num_tiles", "image_sizes", "token_type_ids", "mm_token_type_ids", "image_position_ids")
+FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
 
 
 class TokenBalanceGRPOTrainer(GRPOTrainer):
@@ -66,16 +76,20 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
     def __init__(self, model, reward_funcs=None, args=None, *, method: Method | str = "grpo", **kwargs):
         method = resolve_method(method)
         if args is None:
-            raise ValueError("args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
-                             "loss fields agree with the method")
+            raise ValueError(
+                "args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
+                "loss fields agree with the method"
+            )
         check_config(method, args)
         if method.loss_agg_mode == "seq-mean-token-sum-norm":
             method = method.replace(max_response_len=args.max_completion_length)
         self.balance_method = method
         super().__init__(model, reward_funcs, args, **kwargs)
         if self.aux_loss_enabled:
-            raise ValueError("the model adds a mixture-of-experts router loss, which the tokenbalance loss does not "
-                             "include; set router_aux_loss_coef=0.0")
+            raise ValueError(
+                "the model adds a mixture-of-experts router loss, which the tokenbalance loss does not "
+                "include; set router_aux_loss_coef=0.0"
+            )
         if method.nthr is not None:
             decoder_of(self._policy_module())  # fails now, not at the first step
 
@@ -97,8 +111,9 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
             old_logp_BT = logp_BT.detach()  # the training forward is the old policy (config.check_config)
         nthr_inputs = self._nthr_inputs(inputs, hidden_BTD) if method.nthr is not None else None
         advantages_BT = broadcast_advantages(inputs["advantages"], mask_BT).to(old_logp_BT.dtype)
-        passes, metrics = passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT,
-                                                inputs.get("group_ids"), nthr_inputs)
+        passes, metrics = passes_from_advantages(
+            method, advantages_BT, mask_BT, old_logp_BT, inputs.get("group_ids"), nthr_inputs
+        )
         training = self.model.training
         chosen = [self._pass_index()] if training else range(len(passes))  # eval: the whole objective
         loss = logp_BT.new_zeros(())
@@ -106,8 +121,15 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
             update_pass = passes[index]
             if "importance_sampling_ratio" in inputs:
                 update_pass = scale_pass_advantages(update_pass, inputs["importance_sampling_ratio"])
-            out = pass_loss(method, update_pass, logp_BT, old_logp_BT, inputs.get("ref_per_token_logps"),
-                            entropy_BT, normaliser=self._normaliser(update_pass, inputs, training))
+            out = pass_loss(
+                method,
+                update_pass,
+                logp_BT,
+                old_logp_BT,
+                inputs.get("ref_per_token_logps"),
+                entropy_BT,
+                normaliser=self._normaliser(update_pass, inputs, training),
+            )
             loss = loss + out.loss
             metrics.update(out.metrics)
             if len(passes) > 1:
@@ -136,11 +158,15 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
         T = completion_ids.shape[1]
         extra = {key: inputs.get(key) for key in FORWARD_KEYS}
-        capture = (capture_last_hidden(self._policy_module()) if self.balance_method.nthr is not None
-                   else contextlib.nullcontext({}))
+        capture = (
+            capture_last_hidden(self._policy_module())
+            if self.balance_method.nthr is not None
+            else contextlib.nullcontext({})
+        )
         with capture as store:
             logp_BT, entropy_BT, _ = self._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, T, compute_entropy=True, **extra)
+                model, input_ids, attention_mask, T, compute_entropy=True, **extra
+            )
         hidden_BTD = completion_hidden(store["hidden_BLD"], T) if "hidden_BLD" in store else None
         return logp_BT, entropy_BT, hidden_BTD
 
@@ -153,14 +179,18 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         group_size = self.num_generations if self.model.training else self.num_generations_eval
         counts = torch.unique(group_ids_B, return_counts=True)[1]
         if bool((counts != group_size).any()):
-            raise RuntimeError(f"NTHR needs whole prompt groups of {group_size} in each micro-batch, got group "
-                               f"sizes {counts.tolist()}; see the NTHR constraints in docs/trl.md")
+            raise RuntimeError(
+                f"NTHR needs whole prompt groups of {group_size} in each micro-batch, got group "
+                f"sizes {counts.tolist()}; see the NTHR constraints in docs/trl.md"
+            )
         head = self._policy_module().get_output_embeddings()
         dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
         bias = getattr(head, "bias", None)
         return NTHRInputs(
-            tokens_BT=inputs["completion_ids"], hidden_BTD=hidden_BTD.to(dtype),
-            unembed_VD=head.weight.detach().to(dtype), temperature=self.temperature,
+            tokens_BT=inputs["completion_ids"],
+            hidden_BTD=hidden_BTD.to(dtype),
+            unembed_VD=head.weight.detach().to(dtype),
+            temperature=self.temperature,
             unembed_bias_V=None if bias is None else bias.detach().to(dtype),
         )
 

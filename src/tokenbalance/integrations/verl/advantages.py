@@ -37,7 +37,9 @@ from tokenbalance.integrations.verl.names import ADVANTAGE_ESTIMATORS
 def group_ids_from_index(index, batch_size: int) -> torch.Tensor:
     """[B] int64 group ids from verl's per-response uids (any hashable values)."""
     if index is None:
-        raise ValueError("index: the grouped tokenbalance estimators need verl's per-response uid (non_tensor_batch['uid'])")
+        raise ValueError(
+            "index: the grouped tokenbalance estimators need verl's per-response uid (non_tensor_batch['uid'])"
+        )
     values = np.asarray(index)
     if values.shape != (batch_size,):
         raise ValueError(f"index: expected {batch_size} uids, got shape {values.shape}")

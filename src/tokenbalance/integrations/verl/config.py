@@ -43,7 +43,7 @@ def _renamed(error: ValueError, section: str, verl_names: dict[str, str]) -> Val
     text = str(error)
     for ours, theirs in verl_names.items():
         if text.startswith(f"{section}.{ours}:"):
-            return ValueError(theirs + text[len(section) + len(ours) + 1:])
+            return ValueError(theirs + text[len(section) + len(ours) + 1 :])
     return ValueError(f"{section} ({', '.join(verl_names.values())}): {text}")
 
 
@@ -61,10 +61,18 @@ def _build(config_type, section: str, values: dict[str, Any], verl_names: dict[s
 
 
 _ACTOR = "actor_rollout_ref.actor."
-_CLIP_NAMES = {"eps_low": _ACTOR + "clip_ratio_low", "eps_high": _ACTOR + "clip_ratio_high",
-               "dual_clip_c": _ACTOR + "clip_ratio_c", "log_ratio_clamp": "(verl's fixed clamp)"}
-_KL_NAMES = {"coef": _ACTOR + "kl_loss_coef", "estimator": _ACTOR + "kl_loss_type",
-             "log_ratio_clamp": "(verl's fixed clamp)", "placement": _ACTOR + "use_kl_loss"}
+_CLIP_NAMES = {
+    "eps_low": _ACTOR + "clip_ratio_low",
+    "eps_high": _ACTOR + "clip_ratio_high",
+    "dual_clip_c": _ACTOR + "clip_ratio_c",
+    "log_ratio_clamp": "(verl's fixed clamp)",
+}
+_KL_NAMES = {
+    "coef": _ACTOR + "kl_loss_coef",
+    "estimator": _ACTOR + "kl_loss_type",
+    "log_ratio_clamp": "(verl's fixed clamp)",
+    "placement": _ACTOR + "use_kl_loss",
+}
 
 
 @dataclass
@@ -135,12 +143,16 @@ def token_stages(policy_loss) -> dict[str, Any]:
     loss_mode = policy_loss.loss_mode
     check_loss_mode(loss_mode)
     with_ar, with_tr = POLICY_LOSS_STAGES.get(loss_mode, (False, False))
-    ar = _build(ARConfig, "ar", {
-        "alpha": _field(policy_loss, "ar_alpha"),
-        "tau": _field(policy_loss, "ar_tau"),
-        "neg_adv_weight": _field(policy_loss, "ar_neg_adv_weight"),
-        "prob_source": _field(policy_loss, "ar_prob_source"),
-    })
+    ar = _build(
+        ARConfig,
+        "ar",
+        {
+            "alpha": _field(policy_loss, "ar_alpha"),
+            "tau": _field(policy_loss, "ar_tau"),
+            "neg_adv_weight": _field(policy_loss, "ar_neg_adv_weight"),
+            "prob_source": _field(policy_loss, "ar_prob_source"),
+        },
+    )
     tr_names = ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
     tr = _build(TRGRPOConfig, "tr_grpo", {name: _field(policy_loss, f"tr_grpo_{name}") for name in tr_names})
     return {"ar": ar if with_ar else None, "tr_grpo": tr if with_tr else None}
@@ -148,11 +160,15 @@ def token_stages(policy_loss) -> dict[str, Any]:
 
 def lopti_config(policy_loss) -> LoptiConfig:
     """The Lopti schedule's config from the ``lopti_*`` fields (prob threshold mode only)."""
-    return _build(LoptiConfig, "lopti", {
-        "eta": _field(policy_loss, "lopti_eta"),
-        "order": _field(policy_loss, "lopti_order"),
-        "strict_less": _field(policy_loss, "lopti_strict_less"),
-    })
+    return _build(
+        LoptiConfig,
+        "lopti",
+        {
+            "eta": _field(policy_loss, "lopti_eta"),
+            "order": _field(policy_loss, "lopti_order"),
+            "strict_less": _field(policy_loss, "lopti_strict_less"),
+        },
+    )
 
 
 def lopti_fields_set(policy_loss) -> list[str]:
@@ -174,19 +190,29 @@ def method_from_actor_config(actor_config, *, with_regularisers: bool, with_lopt
     clip_ratio = actor_config.get("clip_ratio", 0.2)
     low = actor_config.get("clip_ratio_low", None)
     high = actor_config.get("clip_ratio_high", None)
-    clip = _build(ClipConfig, "clip", {
-        "eps_low": clip_ratio if low is None else low,
-        "eps_high": clip_ratio if high is None else high,
-        "dual_clip_c": actor_config.get("clip_ratio_c", 3.0),
-        "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
-    }, _CLIP_NAMES)
+    clip = _build(
+        ClipConfig,
+        "clip",
+        {
+            "eps_low": clip_ratio if low is None else low,
+            "eps_high": clip_ratio if high is None else high,
+            "dual_clip_c": actor_config.get("clip_ratio_c", 3.0),
+            "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
+        },
+        _CLIP_NAMES,
+    )
     use_kl = with_regularisers and bool(actor_config.get("use_kl_loss", False))
-    kl = _build(KLConfig, "kl", {
-        "coef": float(actor_config.get("kl_loss_coef", 0.0)),
-        "estimator": actor_config.get("kl_loss_type", "low_var_kl"),
-        "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
-        "placement": "loss" if use_kl else "none",
-    }, _KL_NAMES)
+    kl = _build(
+        KLConfig,
+        "kl",
+        {
+            "coef": float(actor_config.get("kl_loss_coef", 0.0)),
+            "estimator": actor_config.get("kl_loss_type", "low_var_kl"),
+            "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
+            "placement": "loss" if use_kl else "none",
+        },
+        _KL_NAMES,
+    )
     agg_mode = actor_config.get("loss_agg_mode", "token-mean")
     try:
         return Method(
@@ -200,4 +226,6 @@ def method_from_actor_config(actor_config, *, with_regularisers: bool, with_lopt
             **token_stages(policy_loss),
         )
     except ValueError as error:
-        raise ValueError(f"{_ACTOR}{error} (the tokenbalance losses support the modes of docs/methods.md §2.7)") from None
+        raise ValueError(
+            f"{_ACTOR}{error} (the tokenbalance losses support the modes of docs/methods.md §2.7)"
+        ) from None

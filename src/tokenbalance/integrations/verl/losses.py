@@ -131,7 +131,12 @@ def lopti_pass_loss(
     update_pass = select_pass(passes, pass_name)
     normaliser = global_normaliser(method, update_pass, actor_config.global_batch_info)
     output = pass_loss(
-        method, update_pass, log_prob, old_log_prob, ref_logp_BT=ref_log_prob, entropy_BT=entropy,
+        method,
+        update_pass,
+        log_prob,
+        old_log_prob,
+        ref_logp_BT=ref_log_prob,
+        entropy_BT=entropy,
         normaliser=normaliser,
     )
     metrics = _verl_metrics({**output.metrics, **lopti_metrics})

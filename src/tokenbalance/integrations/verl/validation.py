@@ -87,7 +87,9 @@ def validate_launch(config) -> None:
     use_v1 = bool(_select(config, "trainer.use_v1", True))
     lopti_on = use_v1 and trainer_mode == LOPTI_TRAINER
     if trainer_mode == LOPTI_TRAINER and not use_v1:
-        raise ValueError(f"trainer.use_v1=False: the {LOPTI_TRAINER} trainer is a verl v1 trainer; set trainer.use_v1=True")
+        raise ValueError(
+            f"trainer.use_v1=False: the {LOPTI_TRAINER} trainer is a verl v1 trainer; set trainer.use_v1=True"
+        )
     if lopti_on and not ours:
         raise ValueError(
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: the {LOPTI_TRAINER} trainer needs a "

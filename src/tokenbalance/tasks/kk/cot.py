@@ -15,13 +15,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from tokenbalance.tasks.kk.formatter import join_with_oxford_comma
-from tokenbalance.tasks.kk.solver import knight_masks, full_mask, truth_mask
+from tokenbalance.tasks.kk.solver import full_mask, knight_masks, truth_mask
 from tokenbalance.tasks.kk.statements import Puzzle, mentioned_people, render_statement
 
-COT_HEAD = (
-    "Let's think step by step, by considering whether each person is lying and if that leads to "
-    "contradiction."
-)
+COT_HEAD = "Let's think step by step, by considering whether each person is lying and if that leads to contradiction."
 COT_FOOT_SUCCESS = "This leads to a feasible solution."
 COT_FOOT_FAIL = "All the configurations lead to contradictions."
 
@@ -132,10 +129,7 @@ def render_step(event: Proposal | Reconsider, puzzle: Puzzle, names: tuple[str, 
     claim = "claim" if other_is_knight else "false claim"
     owner = "their own" if other == event.person else names[other]
     content = render_statement(puzzle[other], names)
-    return (
-        f"{name} cannot be {role}, because this would contradict the {claim} of {owner} "
-        f"that {content}."
-    )
+    return f"{name} cannot be {role}, because this would contradict the {claim} of {owner} that {content}."
 
 
 def chain_of_thought(puzzle: Puzzle, names: tuple[str, ...]) -> tuple[str, list[str], str]:

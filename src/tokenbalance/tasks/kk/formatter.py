@@ -36,7 +36,7 @@ SAYING_TEMPLATES = (
     '{name} said, "{content}."',
     '{name} stated, "{content}".',
     'According to {name}, "{content}".',
-    "In {name}'s words: \"{content}\".",
+    'In {name}\'s words: "{content}".',
     '{name} remarked, "{content}".',
     '"{content}," {name} declared.',
     '{name} was heard saying, "{content}".',
@@ -80,9 +80,7 @@ class FormattedProblem:
     solution_text_format: str
 
 
-def draw_names_and_templates(
-    seed: int, n_people: int
-) -> tuple[tuple[str, ...], tuple[int, ...]]:
+def draw_names_and_templates(seed: int, n_people: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
     """The per-puzzle RNG draws, in the reference order: names first, then one template per person."""
     rng = np.random.default_rng(seed)
     names = tuple(str(name) for name in rng.choice(COMMON_NAMES, size=n_people, replace=False))
@@ -97,9 +95,7 @@ def join_with_oxford_comma(items: list[str] | tuple[str, ...]) -> str:
     return ", ".join(items[:-1]) + ", and " + items[-1]
 
 
-def format_quiz(
-    statements: Puzzle, names: tuple[str, ...], template_ids: tuple[int, ...]
-) -> str:
+def format_quiz(statements: Puzzle, names: tuple[str, ...], template_ids: tuple[int, ...]) -> str:
     """The ``quiz`` column: intro, the inhabitants, one sentence per person, the question."""
     parts = [QUIZ_INTRO, f"You meet {len(names)} inhabitants: ", join_with_oxford_comma(names), "."]
     for person, statement in enumerate(statements):
@@ -112,10 +108,7 @@ def format_quiz(
 
 def role_sentences(names: tuple[str, ...] | list[str], solution: tuple[bool, ...] | list[bool]) -> list[str]:
     """``["Zoey is a knight", "Oliver is a knave"]``: one sentence per person, index order."""
-    return [
-        f"{name} is a {'knight' if is_knight else 'knave'}"
-        for name, is_knight in zip(names, solution)
-    ]
+    return [f"{name} is a {'knight' if is_knight else 'knave'}" for name, is_knight in zip(names, solution)]
 
 
 def format_solution_text(names: tuple[str, ...], solution: tuple[bool, ...]) -> str:

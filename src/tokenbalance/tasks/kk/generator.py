@@ -53,9 +53,7 @@ class KKProblem:
 def check_people(n_people: object) -> int:
     """Validate the number of people (an int in 2..8) and return it."""
     if type(n_people) is not int or not MIN_PEOPLE <= n_people <= MAX_PEOPLE:
-        raise ValueError(
-            f"people must be an integer in {MIN_PEOPLE}..{MAX_PEOPLE}, got {n_people!r}"
-        )
+        raise ValueError(f"people must be an integer in {MIN_PEOPLE}..{MAX_PEOPLE}, got {n_people!r}")
     return n_people
 
 

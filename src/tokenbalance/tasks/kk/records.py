@@ -133,8 +133,6 @@ def generate_rows(
         on_progress=on_progress,
     )
     return [
-        logic_rl_row(
-            kk_record(problem, seed), row_index=row, split=split, data_source=data_source, template=template
-        )
+        logic_rl_row(kk_record(problem, seed), row_index=row, split=split, data_source=data_source, template=template)
         for row, problem in enumerate(problems)
     ]

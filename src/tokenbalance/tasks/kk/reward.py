@@ -140,8 +140,7 @@ def _solution_text_format(ground_truth: Mapping[str, Any] | str) -> str:
         if isinstance(value, str):
             return value
         raise ValueError(
-            "ground_truth['solution_text_format'] must be a string, "
-            f"got {type(value).__name__}: {value!r}"
+            f"ground_truth['solution_text_format'] must be a string, got {type(value).__name__}: {value!r}"
         )
     raise ValueError(
         "ground_truth must be the reward_model.ground_truth dict or the solution_text_format "
@@ -176,7 +175,12 @@ def score_with_metrics(solution_str: str, ground_truth: Mapping[str, Any] | str)
     if logger.isEnabledFor(logging.DEBUG):
         logger.debug(
             "kk reward %.1f (format_ok=%s, parsed=%s, correct=%s) gold=%s predicted=%s",
-            score.total, format_ok, score.answer_parsed, correct, gold, predicted,
+            score.total,
+            format_ok,
+            score.answer_parsed,
+            correct,
+            gold,
+            predicted,
         )
     return score
 
@@ -186,9 +190,7 @@ def compute_score(solution_str: str, ground_truth: Mapping[str, Any] | str) -> f
     return score_with_metrics(solution_str, ground_truth).total
 
 
-def score_response(
-    response: str, ground_truth: Mapping[str, Any] | str, template: str = DEFAULT_TEMPLATE
-) -> KKScore:
+def score_response(response: str, ground_truth: Mapping[str, Any] | str, template: str = DEFAULT_TEMPLATE) -> KKScore:
     """Score a response *without* its prompt, as if the ``template`` prompt came before it.
 
     The template's assistant header (ending in the prompt's opening ``<think>``) is put in front,

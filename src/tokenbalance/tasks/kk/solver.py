@@ -13,14 +13,14 @@ The results are identical; the generator and the chain of thought get a large sp
 
 from __future__ import annotations
 
-from functools import lru_cache
+from functools import cache
 
 from tokenbalance.tasks.kk.statements import KNAVE_ATOM, KNIGHT_ATOM, Puzzle, Statement
 
 MAX_PEOPLE = 16  # a truth table of 2**16 bits is still instant; the task itself allows 2..8
 
 
-@lru_cache(maxsize=None)
+@cache
 def knight_masks(n_people: int) -> tuple[int, ...]:
     """Bit ``a`` of mask j is set when person j is a knight in candidate ``a`` (product order:
     person 0 varies slowest and True comes first, so knight <=> bit ``n-1-j`` of ``a`` is 0)."""

@@ -18,7 +18,7 @@ this grammar, so untrusted files can never run code.
 from __future__ import annotations
 
 import re
-from typing import Any, Union
+from typing import Any
 
 KNIGHT_ATOM = "telling-truth"
 KNAVE_ATOM = "lying"
@@ -28,7 +28,7 @@ OPERATOR_TAGS = ("not", "and", "or", "->", "<=>")
 # A statement tree: ('telling-truth', 0), ('and', ('lying', 1), ('telling-truth', 2)), ...
 Statement = tuple[Any, ...]
 Puzzle = tuple[Statement, ...]
-StatementLike = Union[Statement, list]
+StatementLike = Statement | list
 
 
 def is_atom(statement: Statement) -> bool:
@@ -130,7 +130,7 @@ def _tokenize(text: str) -> list[tuple[str, Any]]:
     while pos < end:
         match = _TOKEN_RE.match(text, pos)
         if match is None or match.end() == pos:
-            raise ValueError(f"unexpected character {text[pos:pos + 1]!r} at offset {pos}")
+            raise ValueError(f"unexpected character {text[pos : pos + 1]!r} at offset {pos}")
         kind = match.lastgroup
         assert kind is not None
         if kind in ("squote", "dquote"):

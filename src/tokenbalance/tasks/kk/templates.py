@@ -41,8 +41,10 @@ class PromptTemplate:
         if self.question_style == "quiz":
             return self.render(quiz)
         if statements is None or names is None:
-            raise ValueError(f"template {self.name!r} renders the puzzle from its statements and names, "
-                             "which this example does not carry")
+            raise ValueError(
+                f"template {self.name!r} renders the puzzle from its statements and names, "
+                "which this example does not carry"
+            )
         from tokenbalance.tasks.kk.statements import compact_question
 
         return self.render(compact_question(statements, names))
@@ -109,9 +111,7 @@ def get_template(name: str) -> PromptTemplate:
     try:
         return TEMPLATES[name]
     except (KeyError, TypeError):
-        raise ValueError(
-            f"unknown template {name!r}; valid templates: {', '.join(TEMPLATE_NAMES)}"
-        ) from None
+        raise ValueError(f"unknown template {name!r}; valid templates: {', '.join(TEMPLATE_NAMES)}") from None
 
 
 def render_prompt(quiz: str, template: str = DEFAULT_TEMPLATE) -> str:
