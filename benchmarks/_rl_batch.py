@@ -17,8 +17,8 @@ from tokenbalance.config import RunConfig
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
-from tokenbalance.trainer.logprobs import PackedSequences, pack_sequences
-from tokenbalance.trainer.loop import TrainerParts, prepare_training, rollout_and_score
+from tokenbalance.trainer.logprobs import PackedSequences
+from tokenbalance.trainer.loop import TrainerParts, prepare_training, rollout
 
 
 @dataclass
@@ -39,10 +39,7 @@ def embedded_batch(step: int = 0, config: RunConfig | None = None) -> RLBatch:
     policy, tokenizer = load_policy(path, device=device)
     run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-"))
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
-    rollout = rollout_and_score(parts, step)
-    g = rollout["generation"]
-    packed = pack_sequences(g.prompt_ids_BP, g.prompt_mask_BP, g.response_ids_BT, g.response_mask_BT)
-    scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32)
+    batch = rollout(parts, step)
     return RLBatch(
-        parts, packed, g.response_mask_BT, scores_B, rollout["group_ids"], copy.deepcopy(policy.state_dict())
+        parts, batch.packed, batch.mask_BT, batch.rewards_B, batch.group_ids_B, copy.deepcopy(policy.state_dict())
     )

@@ -4,8 +4,8 @@ Same model weights, same prompts, same sampling settings (T = 1, no top-p / top-
 generates the full budget because EOS is disabled for the measurement (each engine is handed a
 token id that never occurs). The default size is the issue's reference: a 1.1M-parameter
 Qwen2-style model (hidden 128, 4 layers), 128 prompts of 96 tokens, 160 new tokens, 2 threads.
-``--group-size G`` repeats each of batch / G distinct prompts G times in a row, as an RL step
-does (our engine then prefills each distinct prompt once).
+``--group-size G`` asks for G samples of each of batch / G distinct prompts (``n = G``), as an RL
+step does (our engine then prefills each prompt once and decodes the groups together).
 
     .venv/bin/python benchmarks/rollout_speed.py                    # the reference size, 128 distinct prompts
     .venv/bin/python benchmarks/rollout_speed.py --group-size 8     # 16 prompts x 8, the RL layout
@@ -59,10 +59,13 @@ def main() -> None:
     if args.batch % args.group_size:
         parser.error(f"--batch {args.batch} must be a multiple of --group-size {args.group_size}")
     distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
-    prompts = [ids for ids in distinct for _ in range(args.group_size)]
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     seconds, generations = interleaved_medians(
-        {label: (lambda e=engine: e.generate_with(prompts, params)) for label, engine in contenders}, args.repeats
+        {
+            label: (lambda e=engine: e.generate_with(distinct, params, n=args.group_size))
+            for label, engine in contenders
+        },
+        args.repeats,
     )
     results = []
     for label, _ in contenders:

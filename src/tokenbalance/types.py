@@ -1,10 +1,27 @@
 """Typed containers that cross module boundaries.
 
-Shape-suffix convention (used in every name across the project): ``_B`` sequences (responses),
-``_T`` response tokens, ``_P`` prompts, ``_G`` group members, ``_V`` vocabulary, ``_D`` hidden
-size. ``logp_BT`` is a [B, T] tensor of log-probs; ``hidden_BTD`` a [B, T, D] tensor. Masks are
-bool (or 0/1) tensors where true marks a valid response token; values at other positions are
-never read. Docstrings say whether a tensor carries gradient.
+Shape-suffix convention, the one list for the whole project (each letter means one thing everywhere):
+
+====  ===========================================================================
+``B``  sequences (responses; an RL batch holds P prompts x G responses, prompt-major)
+``T``  response token positions
+``P``  prompts (distinct prompts of a batch)
+``G``  members of a prompt's group (responses to the same prompt)
+``S``  prompt token positions (a left-padded prompt)
+``L``  positions of a whole sequence, prompt + response (L = S + T)
+``U``  rows of distinct prompts inside a batch (``first_U`` indexes one row per prompt)
+``V``  vocabulary
+``D``  hidden size (per head inside attention)
+``H``  attention heads
+``K``  key/value heads (grouped-query attention)
+``R``  query heads per key/value head
+``M``  queries that share one prompt's keys and values in grouped decoding (G x R)
+``E``  width of a fused projection (queries, keys and values side by side)
+====  ===========================================================================
+
+``logp_BT`` is a [B, T] tensor of log-probs; ``hidden_BTD`` a [B, T, D] tensor; ``rewards_PG``
+[P, G]. Masks are bool (or 0/1) tensors where true marks a valid response token; values at other
+positions are never read. Docstrings say whether a tensor carries gradient.
 """
 
 from __future__ import annotations
@@ -73,7 +90,11 @@ class LossOutput:
         loss: 0-d tensor with gradient: policy - entropy_coeff * entropy + kl_coef * kl.
         metrics: floats under namespaced keys (``loss/...``, ``clip/...``, ``tr_grpo/...``),
             detached. Fractions are over the pass's policy tokens in this micro-batch.
+        clipped_BT: [B, T] bool, detached: the pass's policy tokens where the PPO clip acted (the
+            diagnostics collect it; nothing recomputes the surrogate). ``None`` only from code
+            that builds a ``LossOutput`` by hand.
     """
 
     loss: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)
+    clipped_BT: torch.Tensor | None = None

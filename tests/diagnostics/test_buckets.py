@@ -18,7 +18,6 @@ from tokenbalance.diagnostics.buckets import (
     parse_edges,
     probability_change_stats,
 )
-from tokenbalance.diagnostics.step import token_clip_flags
 
 torch.set_num_threads(1)
 
@@ -155,14 +154,18 @@ def test_probability_change_and_correct_ratio():
 
 
 @pytest.mark.parametrize("name", ["grpo", "ar_lopti", "tr_grpo", "tr_grpo_literal"])
-def test_clip_flags_reproduce_the_loss_clip_fraction(name):
+def test_loss_clip_flags_match_its_clip_fraction(name):
+    """The diagnostics read ``LossOutput.clipped_BT``: policy tokens only, agreeing with ``clip/frac``."""
     method = get_method(name)
     batch = make_batch(seed=3)
     passes, _ = passes_for(method, batch)
     logp = batch.logp().detach()
+    clipped_any = False
     for update_pass in passes:
         out = pass_loss(method, update_pass, logp, batch.old_logp_BT, batch.ref_logp_BT)
-        flags = token_clip_flags(method, update_pass, logp, batch.old_logp_BT)
-        policy = update_pass.policy_mask_BT
+        flags, policy = out.clipped_BT, update_pass.policy_mask_BT
+        assert flags.dtype == torch.bool and not flags.requires_grad
         assert not bool((flags & ~policy).any())
         assert float(flags[policy].double().mean()) == pytest.approx(out.metrics["clip/frac"], abs=1e-12)
+        clipped_any |= bool(flags.any())
+    assert clipped_any  # the batch really clips somewhere

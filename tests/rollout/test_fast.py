@@ -96,7 +96,7 @@ def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokeni
     used = []
     monkeypatch.setattr(fast, "GroupedCacheDecoder", spy(fast.GroupedCacheDecoder, used))
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
-    gen = engine.generate(grouped, max_new_tokens=6, temperature=1.0, seed=3)
+    gen = engine.generate(prompts[:3], n=4, max_new_tokens=6, temperature=1.0, seed=3)
     tokens, logps = reference_sample(model, engine, grouped, max_new_tokens=6, temperature=1.0, seed=3)
     assert_matches_reference(gen, tokens, logps, NO_EOS)
     assert len({tuple(row) for row in gen.response_ids_BT[:4].tolist()}) > 1  # a group's rows still differ
@@ -114,16 +114,18 @@ def spy(cls, calls):
     return make
 
 
-def test_contiguous_group_size():
-    ids_BP = torch.tensor([[5, 6], [5, 6], [7, 8], [7, 8]])
-    mask_BP = torch.ones_like(ids_BP, dtype=torch.bool)
-    assert fast.contiguous_group_size(ids_BP, mask_BP) == 2
-    assert fast.contiguous_group_size(ids_BP[[0, 2, 1, 3]], mask_BP) is None  # repeated, not in a row
-    assert fast.contiguous_group_size(ids_BP[[0, 1, 2]], mask_BP[:3]) is None  # unequal groups
-    assert fast.contiguous_group_size(ids_BP[[0, 2]], mask_BP[:2]) is None  # all distinct
-    padded_BP = mask_BP.clone()
-    padded_BP[1, 0] = False  # same ids, different padding: not the same prompt
-    assert fast.contiguous_group_size(ids_BP, padded_BP) is None
+def test_n_samples_per_prompt_are_prompt_major_and_marked(model, tokenizer, prompts):
+    """``n`` repeats each prompt in a row and records G; the same call with the prompts repeated by
+    hand and n = 1 samples the same first tokens' distribution layout (rows p * G + g)."""
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
+    gen = engine.generate(prompts[:2], n=3, max_new_tokens=4, temperature=0, seed=0)
+    assert gen.group_size == 3 and gen.batch_size == 6
+    assert gen.prompt_B.tolist() == [0, 0, 0, 1, 1, 1]
+    single = engine.generate(prompts[:2], max_new_tokens=4, temperature=0, seed=0)
+    assert torch.equal(gen.response_ids_BT[[0, 3]], single.response_ids_BT)  # greedy: each group's rows agree
+    assert torch.equal(gen.response_ids_BT[0], gen.response_ids_BT[2])
+    with pytest.raises(ValueError, match="n \\(samples per prompt\\) must be an integer >= 1"):
+        engine.generate(prompts[:2], n=0, max_new_tokens=4, temperature=0, seed=0)
 
 
 @pytest.mark.parametrize("path", ["static", "model"])
@@ -191,7 +193,7 @@ def test_sub_batches_continue_the_same_random_stream(tokenizer, prompts):
     )
     assert torch.equal(gen.response_ids_BT, torch.cat([first[0], second[0]]))
     torch.testing.assert_close(gen.sampler_logp_BT, torch.cat([first[1], second[1]]), **LOGP_TOL)
-    assert gen.prompt_ids_BP.shape == (6, width)
+    assert gen.prompt_ids_BS.shape == (6, width)
 
 
 def test_sub_batches_of_different_lengths_are_padded_together(tokenizer, prompts):
@@ -205,7 +207,7 @@ def test_sub_batches_of_different_lengths_are_padded_together(tokenizer, prompts
         for size in (None, 1)
     )
     assert split.response_ids_BT.shape[1] > 1 and split.response_lengths_B[0] == 1
-    for name in ("response_ids_BT", "response_mask_BT", "finished_B", "prompt_ids_BP"):
+    for name in ("response_ids_BT", "response_mask_BT", "finished_B", "prompt_ids_BS"):
         assert torch.equal(getattr(whole, name), getattr(split, name)), name
     torch.testing.assert_close(whole.sampler_logp_BT, split.sampler_logp_BT, **LOGP_TOL)
 
@@ -249,7 +251,7 @@ def test_greedy_equals_the_hf_engine(model, tokenizer, prompts):
     hf = HFGenerateEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
         prompts, max_new_tokens=6, temperature=0, seed=0
     )
-    assert torch.equal(fast.prompt_ids_BP, hf.prompt_ids_BP) and torch.equal(fast.response_ids_BT, hf.response_ids_BT)
+    assert torch.equal(fast.prompt_ids_BS, hf.prompt_ids_BS) and torch.equal(fast.response_ids_BT, hf.response_ids_BT)
     torch.testing.assert_close(fast.sampler_logp_BT, hf.sampler_logp_BT, **LOGP_TOL)
 
 

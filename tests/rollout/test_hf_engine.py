@@ -41,7 +41,7 @@ def full_forward_logits(model, generation):
     position_ids = (mask.long().cumsum(-1) - 1).clamp(min=0)
     with torch.no_grad():
         logits = model(ids, attention_mask=mask.long(), position_ids=position_ids).logits
-    prompt_len, response_len = generation.prompt_ids_BP.shape[1], generation.response_ids_BT.shape[1]
+    prompt_len, response_len = generation.prompt_ids_BS.shape[1], generation.response_ids_BT.shape[1]
     return logits[:, prompt_len - 1 : prompt_len + response_len - 1].float()
 
 
@@ -53,15 +53,15 @@ def test_shapes_dtypes_and_left_padding(model, tokenizer, prompts):
     gen = HFGenerateEngine(model, tokenizer).generate(prompts, max_new_tokens=7, temperature=1.0, seed=0)
     lengths = [len(p) for p in prompts]
     batch, width = len(prompts), max(lengths)
-    assert gen.prompt_ids_BP.shape == gen.prompt_mask_BP.shape == (batch, width)
-    assert gen.prompt_ids_BP.dtype == gen.response_ids_BT.dtype == torch.int64
-    assert gen.prompt_mask_BP.dtype == gen.response_mask_BT.dtype == gen.finished_B.dtype == torch.bool
+    assert gen.prompt_ids_BS.shape == gen.prompt_mask_BS.shape == (batch, width)
+    assert gen.prompt_ids_BS.dtype == gen.response_ids_BT.dtype == torch.int64
+    assert gen.prompt_mask_BS.dtype == gen.response_mask_BT.dtype == gen.finished_B.dtype == torch.bool
     assert gen.sampler_logp_BT.dtype == torch.float32
     assert gen.response_ids_BT.shape == gen.response_mask_BT.shape == gen.sampler_logp_BT.shape == (batch, 7)
     for row, prompt in enumerate(prompts):
-        assert gen.prompt_mask_BP[row].tolist() == [False] * (width - len(prompt)) + [True] * len(prompt)
-        assert gen.prompt_ids_BP[row, width - len(prompt) :].tolist() == prompt
-        assert (gen.prompt_ids_BP[row, : width - len(prompt)] == tokenizer.pad_token_id).all()
+        assert gen.prompt_mask_BS[row].tolist() == [False] * (width - len(prompt)) + [True] * len(prompt)
+        assert gen.prompt_ids_BS[row, width - len(prompt) :].tolist() == prompt
+        assert (gen.prompt_ids_BS[row, : width - len(prompt)] == tokenizer.pad_token_id).all()
 
 
 def test_greedy_equals_a_manual_argmax_loop(model, tokenizer, prompts):
@@ -276,8 +276,8 @@ def test_engine_validates_sampling_params(tokenizer):
 def test_generation_checks_shapes_and_dtypes():
     ids, mask = torch.zeros(2, 3, dtype=torch.int64), torch.ones(2, 3, dtype=torch.bool)
     good = dict(
-        prompt_ids_BP=ids,
-        prompt_mask_BP=mask,
+        prompt_ids_BS=ids,
+        prompt_mask_BS=mask,
         response_ids_BT=torch.zeros(2, 4, dtype=torch.int64),
         response_mask_BT=torch.ones(2, 4, dtype=torch.bool),
         sampler_logp_BT=None,

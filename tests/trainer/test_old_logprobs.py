@@ -11,8 +11,8 @@ from tokenbalance.config import RolloutConfig
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.trainer import loop
+from tokenbalance.trainer.batch import with_logprobs
 from tokenbalance.trainer.distributed import DistContext
-from tokenbalance.trainer.logprobs import pack_sequences
 
 
 @pytest.mark.parametrize("engine", ["fast", "hf"])
@@ -20,14 +20,22 @@ def test_sampler_logprobs_equal_the_recomputed_ones(small_config, tmp_path, engi
     replace_section(small_config, "rollout", engine=engine, old_logprobs="sampler")
     policy, tokenizer = load_policy(small_config.model.path)
     parts = loop.prepare_training(small_config, tmp_path / "run", policy, tokenizer, torch.device("cpu"), DistContext())
-    generation = loop.rollout_and_score(parts, 0)["generation"]
-    packed = pack_sequences(
-        generation.prompt_ids_BP, generation.prompt_mask_BP, generation.response_ids_BT, generation.response_mask_BT
-    )
-    reused = loop.old_logprobs(parts, generation, packed, with_entropy=True)
-    replace_section(parts.config, "rollout", old_logprobs="recompute")
-    recomputed = loop.old_logprobs(parts, generation, packed, with_entropy=True)
-    mask_BT = generation.response_mask_BT
+    batch = loop.rollout(parts, 0)
+
+    def old(sampler: bool):
+        return with_logprobs(
+            batch,
+            policy=policy,
+            reference=parts.reference,
+            method=parts.method,
+            temperature=1.0,
+            micro_batch=64,
+            with_entropy=True,
+            sampler_logprobs=sampler,
+        ).old
+
+    reused, recomputed = old(True), old(False)
+    mask_BT = batch.mask_BT
     assert_close_in(reused.logp_BT[mask_BT], recomputed.logp_BT[mask_BT], torch.float32)  # a float32 model
     assert (reused.logp_BT[~mask_BT] == 0).all()
     assert reused.entropy_BT is None and recomputed.entropy_BT is not None

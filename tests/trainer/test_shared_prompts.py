@@ -5,40 +5,48 @@ import torch
 
 from tests.models.helpers import tiny_model
 from tests.tolerances import assert_close_in
-from tokenbalance.trainer.logprobs import distinct_prompt_rows, pack_sequences, response_logprobs
+from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs, shared_prompt_rows
 
 
 def grouped_batch(groups: int = 3, group_size: int = 4, prompt_len: int = 7, response_len: int = 6, seed: int = 0):
     """``groups`` distinct prompts (the first left-padded by 2), each repeated ``group_size`` times,
     with distinct responses; one response ends early (right padding)."""
     generator = torch.Generator().manual_seed(seed)
-    prompts_GP = torch.randint(10, 300, (groups, prompt_len), generator=generator)
-    prompt_mask_GP = torch.ones(groups, prompt_len, dtype=torch.bool)
-    prompt_mask_GP[0, :2] = False
-    prompts_GP = prompts_GP.masked_fill(~prompt_mask_GP, 0)
+    prompts_PS = torch.randint(10, 300, (groups, prompt_len), generator=generator)
+    prompt_mask_PS = torch.ones(groups, prompt_len, dtype=torch.bool)
+    prompt_mask_PS[0, :2] = False
+    prompts_PS = prompts_PS.masked_fill(~prompt_mask_PS, 0)
     rows = groups * group_size
     responses_BT = torch.randint(10, 300, (rows, response_len), generator=generator)
     response_mask_BT = torch.ones(rows, response_len, dtype=torch.bool)
     response_mask_BT[1, 3:] = False
     return pack_sequences(
-        prompts_GP.repeat_interleave(group_size, 0),
-        prompt_mask_GP.repeat_interleave(group_size, 0),
+        prompts_PS.repeat_interleave(group_size, 0),
+        prompt_mask_PS.repeat_interleave(group_size, 0),
         responses_BT,
         response_mask_BT,
+        torch.arange(groups).repeat_interleave(group_size),
     ), response_mask_BT
 
 
-def test_distinct_prompt_rows_finds_groups():
+def test_shared_prompt_rows_follow_the_group_structure():
     packed, _ = grouped_batch(groups=3, group_size=4)
-    first_U, inverse_B = distinct_prompt_rows(packed)
-    assert sorted(first_U.tolist()) == [0, 4, 8]
-    # rows of one group map to the same distinct prompt, whose first row is the group's first row
+    first_U, inverse_B = shared_prompt_rows(packed)
+    assert first_U.tolist() == [0, 4, 8]
+    # rows of one group map to the same prompt, whose first row is the group's first row
     assert first_U[inverse_B].tolist() == [0] * 4 + [4] * 4 + [8] * 4
+    # a subset of rows (a micro-batch) keeps its own structure
+    first_U, inverse_B = shared_prompt_rows(packed.rows(slice(2, 7)))
+    assert first_U.tolist() == [0, 2] and inverse_B.tolist() == [0, 0, 1, 1, 1]
 
 
-def test_distinct_prompt_rows_none_when_all_distinct():
-    packed, _ = grouped_batch(groups=3, group_size=1)
-    assert distinct_prompt_rows(packed) is None
+def test_shared_prompt_rows_none_without_groups():
+    assert shared_prompt_rows(grouped_batch(groups=3, group_size=1)[0]) is None
+    packed, _ = grouped_batch(groups=3, group_size=4)
+    unmarked = packed.rows(slice(None)).__class__(
+        *[getattr(packed, f) for f in ("input_ids_BL", "attention_mask_BL", "position_ids_BL", "prompt_len")]
+    )
+    assert shared_prompt_rows(unmarked) is None  # no group structure given: nothing is guessed from tokens
 
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2"])

@@ -69,8 +69,8 @@ def pass_loss(
             ranks); default: computed from these rows.
 
     Returns:
-        :class:`LossOutput` with the scalar loss and ``loss/*``, ``clip/*`` (and ``tr_grpo/*``)
-        metrics.
+        :class:`LossOutput` with the scalar loss, ``loss/*``, ``clip/*`` (and ``tr_grpo/*``)
+        metrics and the per-token clip flags of the pass's policy tokens.
     """
     shape = tuple(update_pass.policy_mask_BT.shape)
     check_shape("logp_BT", logp_BT, shape)
@@ -144,4 +144,5 @@ def pass_loss(
     metrics["clip/dual_frac"] = _masked_mean(surrogate.dual_clipped_BT.double(), policy_BT)
     metrics["policy/approx_kl_old"] = _masked_mean(-surrogate.log_ratio_BT, policy_BT)
     metrics["policy/ratio_mean"] = _masked_mean(surrogate.ratio_BT, policy_BT)
-    return LossOutput(loss=total, metrics=metrics)
+    clipped_BT = (surrogate.clipped_BT & policy_BT).detach()
+    return LossOutput(loss=total, metrics=metrics, clipped_BT=clipped_BT)

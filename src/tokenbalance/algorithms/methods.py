@@ -31,7 +31,7 @@ from tokenbalance.algorithms.advantages import (
 )
 from tokenbalance.algorithms.aggregate import AGG_MODES
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
-from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
+from tokenbalance.algorithms.passes import SINGLE_PASS_NAME, LoptiConfig, lopti_pass_names, lopti_passes, single_pass
 from tokenbalance.algorithms.registry import Registry
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight
@@ -142,6 +142,12 @@ class Method:
     def needs_ref_logp(self) -> bool:
         """Whether the runner must compute reference-policy log-probs."""
         return self.kl.active
+
+    @property
+    def pass_names(self) -> tuple[str, ...]:
+        """The update passes of every step, in execution order (``("all",)``, or Lopti's two): a
+        static property of the method, so runners size their schedules without running it."""
+        return lopti_pass_names(self.lopti) if self.lopti is not None else (SINGLE_PASS_NAME,)
 
     @property
     def needs_hidden_states(self) -> bool:

@@ -68,6 +68,14 @@ class LoptiConfig:
             check_range("lopti.portion", self.portion, 0.0, 1.0, low_open=True, high_open=True)
 
 
+SINGLE_PASS_NAME = "all"
+
+
+def lopti_pass_names(config: LoptiConfig) -> tuple[str, str]:
+    """Lopti's pass names in execution order (known before any tensor is seen)."""
+    return ("lopti_low", "lopti_high") if config.order == "low_first" else ("lopti_high", "lopti_low")
+
+
 def _check_pass_inputs(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
     check_ndim("advantages_BT", advantages_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
@@ -80,7 +88,7 @@ def single_pass(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> 
     mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
     return [
         UpdatePass(
-            name="all",
+            name=SINGLE_PASS_NAME,
             advantages_BT=masked_fill_invalid(advantages_BT.detach(), mask_BT),
             policy_mask_BT=mask_BT,
             kl_entropy_mask_BT=mask_BT,
@@ -127,7 +135,7 @@ def lopti_passes(
     low_BT, threshold = lopti_low_mask(old_logp_BT, mask_BT, config)
     high_BT = mask_BT & ~low_BT
     groups = {"lopti_low": low_BT, "lopti_high": high_BT}
-    order = ["lopti_low", "lopti_high"] if config.order == "low_first" else ["lopti_high", "lopti_low"]
+    order = lopti_pass_names(config)
     adv_BT = masked_fill_invalid(advantages_BT.detach(), mask_BT)
     passes = []
     for name in order:

@@ -26,11 +26,13 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
 
@@ -107,38 +109,65 @@ def resolve_checkpoint(path: str) -> str:
 
 
 @dataclass
-class RolloutBatch:
-    config: object
-    model: object
-    tokenizer: object
-    device: object
-    task: object
-    examples: list
-    texts: list
-    packed: object
-    mask_BT: object
-    scores_B: object
-    group_ids_B: object
-    correct_B: object
-    old: object
-    method: object
+class DiagnosedBatch:
+    """A checkpoint, its config and method, and one fresh :class:`~tokenbalance.trainer.batch.RolloutBatch`
+    with old log-probs (built exactly as a training step builds it)."""
+
+    config: Any
+    model: Any
+    tokenizer: Any
+    device: Any
+    task: Any
+    method: Any
+    rollout: Any
+
+    @property
+    def packed(self):
+        return self.rollout.packed
+
+    @property
+    def mask_BT(self):
+        return self.rollout.mask_BT
+
+    @property
+    def scores_B(self):
+        return self.rollout.rewards_B
+
+    @property
+    def group_ids_B(self):
+        return self.rollout.group_ids_B
+
+    @property
+    def correct_B(self):
+        return self.rollout.correct_B
+
+    @property
+    def old(self):
+        return self.rollout.old
+
+    @property
+    def texts(self) -> list[str]:
+        return self.rollout.texts_B
+
+    @property
+    def examples(self) -> list:
+        return [e for e in self.rollout.examples_P for _ in range(self.rollout.group_size)]
 
 
-def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> RolloutBatch:
+def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> DiagnosedBatch:
     """Load the checkpoint, sample ``--prompts`` x ``--group-size`` responses, score them, old log-probs."""
     import torch
 
     from tokenbalance.algorithms.methods import apply_method_overrides, get_method
     from tokenbalance.models import check_special_tokens, load_policy
-    from tokenbalance.rollout import make_engine
+    from tokenbalance.rollout import SamplingParams, make_engine
     from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.batch import sample_batch, with_logprobs
     from tokenbalance.trainer.data import rl_examples
     from tokenbalance.trainer.distributed import DistContext
-    from tokenbalance.trainer.evaluate import full_reward
-    from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
     from tokenbalance.trainer.loop import derive_seed, prompt_order
     from tokenbalance.trainer.runner import policy_path, resolve_device
-    from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
+    from tokenbalance.trainer.scoring import encode_prompts
 
     config = config_from_args(args)
     if args.checkpoint:
@@ -166,87 +195,50 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Rol
             f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
             "the checkpoint and the tokenizer do not match"
         )
-    examples = [e for e in chosen for _ in range(group_size)]
-    engine = make_engine(config.rollout.engine, model, tokenizer)
-    generation = engine.generate(
-        [ids for ids in prompt_ids for _ in range(group_size)],
-        max_new_tokens=config.rollout.max_new_tokens,
-        temperature=config.rollout.temperature,
-        top_p=config.rollout.top_p,
-        top_k=config.rollout.top_k,
-        seed=derive_seed(config.train.seed, 0, 0, 97),
-    )
-    texts = decode_responses(
-        tokenizer, generation.response_ids_BT, generation.response_mask_BT, set(engine.eos_token_ids)
-    )
-    results = score_responses(task, texts, examples)
-    scores = torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
-    packed = pack_sequences(
-        generation.prompt_ids_BP.to(device),
-        generation.prompt_mask_BP.to(device),
-        generation.response_ids_BT.to(device),
-        generation.response_mask_BT.to(device),
-    )
-    old = batched_response_logprobs(
-        model,
-        packed,
-        temperature=config.rollout.temperature,
-        micro_batch=config.optim.micro_batch_size,
-        with_hidden=with_hidden or method.needs_hidden_states,
-    )
-    return RolloutBatch(
-        config=config,
-        model=model,
-        tokenizer=tokenizer,
+    r = config.rollout
+    batch = sample_batch(
+        make_engine(config.rollout.engine, model, tokenizer),
+        tokenizer,
+        task,
+        chosen,
+        prompt_ids,
+        torch.arange(args.prompts),
+        group_size=group_size,
+        sampling=SamplingParams(
+            r.max_new_tokens, r.temperature, r.top_p, r.top_k, derive_seed(config.train.seed, 0, 0, 97)
+        ),
         device=device,
-        task=task,
-        examples=examples,
-        texts=texts,
-        packed=packed,
-        mask_BT=generation.response_mask_BT.to(device),
-        scores_B=scores,
-        group_ids_B=torch.arange(args.prompts, device=device).repeat_interleave(group_size),
-        correct_B=scores == full_reward(task),
-        old=old,
+    )
+    batch = with_logprobs(
+        batch,
+        policy=model,
+        reference=model,  # the reference policy is the checkpoint
         method=method,
+        temperature=r.temperature,
+        micro_batch=config.optim.micro_batch_size,
+        with_entropy=False,
     )
+    if with_hidden and batch.old.hidden_BTD is None:
+        from tokenbalance.trainer.logprobs import batched_response_logprobs
 
-
-def nthr_inputs(batch: RolloutBatch):
-    from tokenbalance.algorithms.methods import NTHRInputs
-
-    head = batch.model.get_output_embeddings()
-    return NTHRInputs(
-        tokens_BT=batch.packed.input_ids_BL[:, batch.packed.prompt_len :],
-        hidden_BTD=batch.old.hidden_BTD.float(),
-        unembed_VD=head.weight.detach().float(),
-        temperature=batch.config.rollout.temperature,
-        unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
-    )
-
-
-def method_passes(batch: RolloutBatch, method, rows=None):
-    """The method's update passes on the batch (or some rows of it), reference = the checkpoint."""
-    from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes
-
-    rows = slice(None) if rows is None else rows
-    nthr = None
-    if method.needs_hidden_states:
-        full = nthr_inputs(batch)
-        nthr = NTHRInputs(
-            tokens_BT=full.tokens_BT[rows],
-            hidden_BTD=full.hidden_BTD[rows],
-            unembed_VD=full.unembed_VD,
-            temperature=full.temperature,
-            unembed_bias_V=full.unembed_bias_V,
+        old = batched_response_logprobs(
+            model, batch.packed, temperature=r.temperature, micro_batch=config.optim.micro_batch_size, with_hidden=True
         )
-    old = batch.old.logp_BT[rows]
-    return build_update_passes(
-        method, batch.scores_B[rows], batch.group_ids_B[rows], batch.mask_BT[rows], old, old, nthr
-    )
+        batch = dataclasses.replace(batch, old=old)
+    return DiagnosedBatch(config, model, tokenizer, device, task, method, batch)
 
 
-def single_update(batch: RolloutBatch, method, passes, optimizer, rows=None) -> dict:
+def method_passes(batch: DiagnosedBatch, method, rows=None):
+    """The method's update passes on the batch (or some rows of it), reference = the checkpoint."""
+    from tokenbalance.trainer.batch import update_inputs
+
+    rollout = batch.rollout
+    if rollout.ref_logp_BT is None and method.needs_ref_logp:  # another method than the one sampled for
+        rollout = dataclasses.replace(rollout, ref_logp_BT=rollout.old.logp_BT)  # the checkpoint is the reference
+    return update_inputs(method, rollout, policy=batch.model, temperature=batch.config.rollout.temperature, rows=rows)
+
+
+def single_update(batch: DiagnosedBatch, method, passes, optimizer, rows=None) -> dict:
     """One optimizer step per pass on ``rows`` (all: the whole batch), without gradient clipping."""
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.update import run_update_passes
@@ -270,7 +262,7 @@ def single_update(batch: RolloutBatch, method, passes, optimizer, rows=None) -> 
     )
 
 
-def rescore(batch: RolloutBatch, rows=None):
+def rescore(batch: DiagnosedBatch, rows=None):
     from tokenbalance.trainer.logprobs import batched_response_logprobs
 
     packed = batch.packed if rows is None else batch.packed.rows(rows)
@@ -324,7 +316,7 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def bucket_experiment(batch: RolloutBatch, *, edges, lr: float) -> dict:
+def bucket_experiment(batch: DiagnosedBatch, *, edges, lr: float) -> dict:
     """The three single updates (all / lowest / highest bucket) from the same checkpoint."""
     import torch
 
@@ -417,7 +409,7 @@ def run_buckets(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def lld_experiment(batch: RolloutBatch, *, optimizer_name: str, lr: float, pos_only: bool) -> list[dict]:
+def lld_experiment(batch: DiagnosedBatch, *, optimizer_name: str, lr: float, pos_only: bool) -> list[dict]:
     """Δ(x) for every mixed question, each measured from the checkpoint after one update on its group."""
     import torch
 
@@ -538,11 +530,17 @@ def run_nthr(args: argparse.Namespace) -> int:
     from tokenbalance.algorithms.methods import compute_advantages
     from tokenbalance.algorithms.nthr import NTHRConfig
     from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
+    from tokenbalance.trainer.batch import nthr_inputs
 
     batch = prepare_batch(args, with_hidden=True)
     config = batch.method.nthr or NTHRConfig()
     advantages = compute_advantages(batch.method, batch.scores_B, batch.group_ids_B, batch.mask_BT)
-    inputs = nthr_inputs(batch)
+    inputs = nthr_inputs(
+        batch.model.get_output_embeddings(),
+        batch.rollout.tokens_BT,
+        batch.old.hidden_BTD,
+        batch.config.rollout.temperature,
+    )
     groups = nthr_selections(
         advantages,
         batch.mask_BT,

@@ -55,8 +55,8 @@ class Generation:
     """One batch of responses, on the device of the engine. No tensor carries gradient.
 
     Attributes:
-        prompt_ids_BP: [B, P] int64 prompts, left-padded with the pad id.
-        prompt_mask_BP: [B, P] bool, true on real prompt tokens.
+        prompt_ids_BS: [B, S] int64 prompts, left-padded with the pad id.
+        prompt_mask_BS: [B, S] bool, true on real prompt tokens.
         response_ids_BT: [B, T] int64 sampled tokens; after the first EOS (and in rows that stopped
             early) the pad id. T is the longest response in the batch, at most ``max_new_tokens``.
         response_mask_BT: [B, T] bool, true on every response token up to and including the
@@ -66,24 +66,29 @@ class Generation:
             is false. Greedy decoding reports the model's untempered log-softmax instead (the
             sampling distribution is a point mass). ``None`` for engines that cannot provide it.
         finished_B: [B] bool, the response ended with an EOS within the budget.
+        group_size: G, responses per prompt: rows ``p * G .. p * G + G - 1`` answer prompt ``p``
+            (the engine was asked for ``n = G`` samples per prompt). 1 when every row has its own.
     """
 
-    prompt_ids_BP: torch.Tensor
-    prompt_mask_BP: torch.Tensor
+    prompt_ids_BS: torch.Tensor
+    prompt_mask_BS: torch.Tensor
     response_ids_BT: torch.Tensor
     response_mask_BT: torch.Tensor
     sampler_logp_BT: torch.Tensor | None
     finished_B: torch.Tensor
+    group_size: int = 1
 
     def __post_init__(self) -> None:
-        batch, prompt_len = self.prompt_ids_BP.shape
+        batch, prompt_len = self.prompt_ids_BS.shape
+        if self.group_size < 1 or batch % self.group_size:
+            raise ValueError(f"group_size={self.group_size} must be >= 1 and divide the batch of {batch} rows")
         response_shape = self.response_ids_BT.shape
         checks = [
-            ("prompt_mask_BP", self.prompt_mask_BP, (batch, prompt_len), torch.bool),
+            ("prompt_mask_BS", self.prompt_mask_BS, (batch, prompt_len), torch.bool),
             ("response_mask_BT", self.response_mask_BT, response_shape, torch.bool),
             ("finished_B", self.finished_B, (batch,), torch.bool),
             ("response_ids_BT", self.response_ids_BT, (batch, response_shape[-1]), torch.int64),
-            ("prompt_ids_BP", self.prompt_ids_BP, (batch, prompt_len), torch.int64),
+            ("prompt_ids_BS", self.prompt_ids_BS, (batch, prompt_len), torch.int64),
         ]
         if self.sampler_logp_BT is not None:
             checks.append(("sampler_logp_BT", self.sampler_logp_BT, response_shape, torch.float32))
@@ -95,7 +100,12 @@ class Generation:
 
     @property
     def batch_size(self) -> int:
-        return self.prompt_ids_BP.shape[0]
+        return self.prompt_ids_BS.shape[0]
+
+    @property
+    def prompt_B(self) -> torch.Tensor:
+        """[B] int64 index of each row's prompt among the P prompts asked for (``row // G``)."""
+        return torch.arange(self.batch_size, device=self.prompt_ids_BS.device) // self.group_size
 
     @property
     def response_lengths_B(self) -> torch.Tensor:
@@ -103,13 +113,13 @@ class Generation:
         return self.response_mask_BT.sum(dim=1)
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ids_BL, attention_mask_BL)`` of prompt + response, L = P + T, for a log-prob pass.
+        """``(ids_BL, attention_mask_BL)`` of prompt + response, L = S + T, for a log-prob pass.
 
-        The mask is ``prompt_mask_BP`` then ``response_mask_BT``; position ids for a left-padded
+        The mask is ``prompt_mask_BS`` then ``response_mask_BT``; position ids for a left-padded
         batch are ``attention_mask.cumsum(-1) - 1`` (what ``generate`` used).
         """
-        ids = torch.cat([self.prompt_ids_BP, self.response_ids_BT], dim=1)
-        mask = torch.cat([self.prompt_mask_BP, self.response_mask_BT], dim=1)
+        ids = torch.cat([self.prompt_ids_BS, self.response_ids_BT], dim=1)
+        mask = torch.cat([self.prompt_mask_BS, self.response_mask_BT], dim=1)
         return ids, mask
 
     def response_token_lists(self) -> list[list[int]]:
@@ -121,16 +131,20 @@ class Generation:
 class RolloutEngine(Protocol):
     """Samples responses to tokenised prompts.
 
-    ``generate`` takes prompts as lists of token ids (no padding) and returns a
-    :class:`Generation` with one response per prompt, in order (repeat a prompt G times for a
-    group of G samples). ``temperature == 0`` means greedy. The same ``seed`` and inputs give the
-    same output on the same device and software versions.
+    ``generate`` takes P prompts as lists of token ids (no padding) and ``n`` (G, as vLLM's ``n``)
+    and returns a :class:`Generation` of P x n rows, prompt-major (row ``p * n + g``), with
+    ``group_size = n``: the engine knows the groups, nothing downstream rediscovers them.
+    ``temperature == 0`` means greedy. The same ``seed`` and inputs give the same output on the same
+    device and software versions.
     """
+
+    eos_token_ids: tuple[int, ...]
 
     def generate(
         self,
         prompt_ids: list[list[int]],
         *,
+        n: int = 1,
         max_new_tokens: int,
         temperature: float,
         top_p: float = 1.0,

@@ -10,11 +10,11 @@ distribution, ``finished_B``), but faster on small models, where ``generate`` sp
 time outside arithmetic (cache objects, mask building, logits processors, stopping criteria). For
 ``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` the engine runs the decoder layers itself:
 
-* one K/V buffer per layer, [B, H_kv, P + T, Dh], allocated once per batch; prefill writes
+* one K/V buffer per layer, [B, H_kv, S + T, Dh], allocated once per batch; prefill writes
   columns [0, P) in one pass (each distinct prompt computed once, then copied to the rows of its
   group), then each step writes one column for the whole batch;
 * an RL batch (B / G distinct prompts, each repeated G times in a row) keeps each prompt's K/V
-  once ([U, H_kv, P, Dh]) and reads it once per group at every step (``GroupedCacheDecoder``):
+  once ([U, H_kv, S, Dh]) and reads it once per group at every step (``GroupedCacheDecoder``):
   decode-time attention is bound by reading the cache, and the prompt is most of it;
 * left padding is an explicit boolean attention mask and per-row position ids (RoPE);
   ``scaled_dot_product_attention`` with ``enable_gqa`` for grouped-query attention;
@@ -57,7 +57,6 @@ from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenbalance.rollout.base import Generation, SamplingParams
 from tokenbalance.rollout.hf import PromptEngine, mask_through_first_eos
-from tokenbalance.rows import distinct_prompts
 
 STATIC_ARCHITECTURES = ("LlamaForCausalLM", "Qwen2ForCausalLM")
 STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies fixed at init
@@ -266,29 +265,29 @@ def decoder_layers(
     return hidden_BQD
 
 
-def position_ids(prompt_mask_BP: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
-    """[B, P + T] int64 positions: real prompt tokens count from 0 (pads get 0), responses go on."""
-    prompt_positions_BP = (prompt_mask_BP.long().cumsum(dim=1) - 1).clamp(min=0)
-    steps_T = torch.arange(max_new_tokens, device=prompt_mask_BP.device)
-    response_positions_BT = prompt_mask_BP.sum(dim=1, keepdim=True) + steps_T
+def position_ids(prompt_mask_BS: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
+    """[B, S + T] int64 positions: real prompt tokens count from 0 (pads get 0), responses go on."""
+    prompt_positions_BP = (prompt_mask_BS.long().cumsum(dim=1) - 1).clamp(min=0)
+    steps_T = torch.arange(max_new_tokens, device=prompt_mask_BS.device)
+    response_positions_BT = prompt_mask_BS.sum(dim=1, keepdim=True) + steps_T
     return torch.cat([prompt_positions_BP, response_positions_BT], dim=1)
 
 
-def prefill_mask(prompt_mask_BP: torch.Tensor) -> torch.Tensor:
-    """[B, 1, P, P] bool: causal, real keys only; every position also sees itself, so the rows of
+def prefill_mask(prompt_mask_BS: torch.Tensor) -> torch.Tensor:
+    """[B, 1, S, S] bool: causal, real keys only; every position also sees itself, so the rows of
     pad queries are never empty (their outputs are unused, real queries never see a pad)."""
-    width = prompt_mask_BP.shape[1]
-    causal_PP = torch.ones(width, width, dtype=torch.bool, device=prompt_mask_BP.device).tril()
-    diagonal_PP = torch.eye(width, dtype=torch.bool, device=prompt_mask_BP.device)
-    return ((causal_PP & prompt_mask_BP[:, None, :]) | diagonal_PP)[:, None]
+    width = prompt_mask_BS.shape[1]
+    causal_PP = torch.ones(width, width, dtype=torch.bool, device=prompt_mask_BS.device).tril()
+    diagonal_PP = torch.eye(width, dtype=torch.bool, device=prompt_mask_BS.device)
+    return ((causal_PP & prompt_mask_BS[:, None, :]) | diagonal_PP)[:, None]
 
 
 def rope_tables(
-    model: PreTrainedModel, prompt_mask_BP: torch.Tensor, max_new_tokens: int
+    model: PreTrainedModel, prompt_mask_BS: torch.Tensor, max_new_tokens: int
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(cos_BLD, sin_BLD)``: the model's RoPE tables at every row's positions (see :func:`position_ids`)."""
     embed = model.get_input_embeddings()
-    positions_BL = position_ids(prompt_mask_BP, max_new_tokens)
+    positions_BL = position_ids(prompt_mask_BS, max_new_tokens)
     table_positions_1N = torch.arange(int(positions_BL.max()) + 1, device=embed.weight.device)[None]
     cos_1ND, sin_1ND = model.model.rotary_emb(embed.weight[:1], table_positions_1N)
     return cos_1ND[0][positions_BL], sin_1ND[0][positions_BL]
@@ -299,23 +298,6 @@ def final_logits(model: PreTrainedModel, hidden_BD: torch.Tensor) -> torch.Tenso
     return model.get_output_embeddings()(model.model.norm(hidden_BD)).float()
 
 
-def contiguous_group_size(prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor) -> int | None:
-    """G when the rows are B / G distinct prompts each repeated G >= 2 times in a row (an RL
-    batch); ``None`` otherwise."""
-    shared = distinct_prompts(prompt_ids_BP, prompt_mask_BP)
-    if shared is None:
-        return None
-    first_U, inverse_B = shared
-    rows, distinct = inverse_B.shape[0], first_U.shape[0]
-    if rows % distinct:
-        return None
-    size = rows // distinct
-    starts_U = torch.arange(0, rows, size, device=inverse_B.device)
-    if not torch.equal(inverse_B, inverse_B[starts_U].repeat_interleave(size)):
-        return None
-    return size
-
-
 def grouped_attention(
     layer: LayerWeights,
     x_B1D: torch.Tensor,
@@ -324,12 +306,12 @@ def grouped_attention(
     prompt_cache: tuple[torch.Tensor, torch.Tensor],
     response_cache: tuple[torch.Tensor, torch.Tensor],
     t: int,
-    prompt_bias_U11P: torch.Tensor,
+    prompt_bias_U11S: torch.Tensor,
     group_size: int,
 ) -> torch.Tensor:
     """One decode step's self-attention for groups of G rows sharing a prompt. -> [B, 1, D].
 
-    The prompt's keys and values ([U, H_kv, P, Dh], U = B / G) are read once per group: the G
+    The prompt's keys and values ([U, H_kv, S, Dh], U = B / G) are read once per group: the G
     rows' queries form one [G x heads-per-kv, Dh] matrix against them. The response's keys and
     values ([B, H_kv, T, Dh], column ``t`` written here) are per row. One softmax spans both.
     """
@@ -342,25 +324,25 @@ def grouped_attention(
     k_resp_BKTD, v_resp_BKTD = response_cache
     k_resp_BKTD[:, :, t] = qk_BHD[:, heads:]
     v_resp_BKTD[:, :, t] = v_B1E.view(batch, kv_heads, head_dim)
-    k_prompt_UKPD, v_prompt_UKPD = prompt_cache
-    prompt_len = k_prompt_UKPD.shape[2]
+    k_prompt_UKSD, v_prompt_UKSD = prompt_cache
+    prompt_len = k_prompt_UKSD.shape[2]
     q_BKRD = qk_BHD[:, :heads].reshape(batch, kv_heads, rep, head_dim)  # query head h uses kv head h // rep
     q_UKMD = (
         q_BKRD.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(groups, kv_heads, G * rep, head_dim)
     )
-    scores_UKMP = torch.matmul(q_UKMD, k_prompt_UKPD.transpose(-1, -2)) * layer.scaling + prompt_bias_U11P
-    scores_BKRP = (
-        scores_UKMP.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(batch, kv_heads, rep, prompt_len)
+    scores_UKMS = torch.matmul(q_UKMD, k_prompt_UKSD.transpose(-1, -2)) * layer.scaling + prompt_bias_U11S
+    scores_BKRS = (
+        scores_UKMS.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(batch, kv_heads, rep, prompt_len)
     )
     scores_BKRT = torch.matmul(q_BKRD, k_resp_BKTD[:, :, : t + 1].transpose(-1, -2)) * layer.scaling
-    probs_BKRL = torch.softmax(torch.cat([scores_BKRP, scores_BKRT], dim=-1), dim=-1)
+    probs_BKRL = torch.softmax(torch.cat([scores_BKRS, scores_BKRT], dim=-1), dim=-1)
     probs_BKRP, probs_BKRT = probs_BKRL.split([prompt_len, t + 1], dim=-1)
-    probs_UKMP = (
+    probs_UKMS = (
         probs_BKRP.reshape(groups, G, kv_heads, rep, prompt_len)
         .transpose(1, 2)
         .reshape(groups, kv_heads, G * rep, prompt_len)
     )
-    out_UKMD = torch.matmul(probs_UKMP, v_prompt_UKPD)
+    out_UKMD = torch.matmul(probs_UKMS, v_prompt_UKSD)
     out_BKRD = out_UKMD.view(groups, kv_heads, G, rep, head_dim).transpose(1, 2).reshape(
         batch, kv_heads, rep, head_dim
     ) + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
@@ -370,7 +352,7 @@ def grouped_attention(
 class GroupedCacheDecoder:
     """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row.
 
-    Each prompt runs once in the prefill and its K/V columns are stored once ([U, H_kv, P, Dh]);
+    Each prompt runs once in the prefill and its K/V columns are stored once ([U, H_kv, S, Dh]);
     every step reads them once per group (:func:`grouped_attention`) instead of once per row. At
     decode time attention is bound by reading the K/V cache, so this saves most of the prompt's
     share of those reads."""
@@ -379,15 +361,15 @@ class GroupedCacheDecoder:
         self,
         model: PreTrainedModel,
         layers: list[LayerWeights],
-        prompt_ids_BP: torch.Tensor,
-        prompt_mask_BP: torch.Tensor,
+        prompt_ids_BS: torch.Tensor,
+        prompt_mask_BS: torch.Tensor,
         max_new_tokens: int,
         group_size: int,
     ) -> None:
-        batch, width = prompt_ids_BP.shape
+        batch, width = prompt_ids_BS.shape
         self.model, self.layers, self.width, self.group_size = model, layers, width, group_size
-        self.first_U = torch.arange(0, batch, group_size, device=prompt_ids_BP.device)
-        self.prompt_ids_UP, self.prompt_mask_UP = prompt_ids_BP[self.first_U], prompt_mask_BP[self.first_U]
+        self.first_U = torch.arange(0, batch, group_size, device=prompt_ids_BS.device)
+        self.prompt_ids_US, self.prompt_mask_US = prompt_ids_BS[self.first_U], prompt_mask_BS[self.first_U]
         weight = model.get_input_embeddings().weight
         groups = self.first_U.shape[0]
 
@@ -400,24 +382,24 @@ class GroupedCacheDecoder:
 
         self.prompt_caches = [buffers(groups, width, layer) for layer in layers]
         self.response_caches = [buffers(batch, max_new_tokens, layer) for layer in layers]
-        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BP, max_new_tokens)
-        self.prompt_bias_U11P = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
-            ~self.prompt_mask_UP[:, None, None, :], float("-inf")
+        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BS, max_new_tokens)
+        self.prompt_bias_U11S = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
+            ~self.prompt_mask_US[:, None, None, :], float("-inf")
         )
 
     def prefill(self) -> torch.Tensor:
         width = self.width
-        hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_UP)
-        hidden_UPD = decoder_layers(
+        hidden_USD = self.model.get_input_embeddings()(self.prompt_ids_US)
+        hidden_USD = decoder_layers(
             self.layers,
-            hidden_UPD,
+            hidden_USD,
             self.cos_BLD[self.first_U, :width],
             self.sin_BLD[self.first_U, :width],
             self.prompt_caches,
             0,
-            prefill_mask(self.prompt_mask_UP),
+            prefill_mask(self.prompt_mask_US),
         )
-        return final_logits(self.model, hidden_UPD[:, -1]).repeat_interleave(self.group_size, dim=0)
+        return final_logits(self.model, hidden_USD[:, -1]).repeat_interleave(self.group_size, dim=0)
 
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
         column = self.width + t
@@ -433,7 +415,7 @@ class GroupedCacheDecoder:
                 prompt_cache,
                 response_cache,
                 t,
-                self.prompt_bias_U11P,
+                self.prompt_bias_U11S,
                 self.group_size,
             )
             hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
@@ -447,14 +429,14 @@ class StaticCacheDecoder:
         self,
         model: PreTrainedModel,
         layers: list[LayerWeights],
-        prompt_ids_BP: torch.Tensor,
-        prompt_mask_BP: torch.Tensor,
+        prompt_ids_BS: torch.Tensor,
+        prompt_mask_BS: torch.Tensor,
         max_new_tokens: int,
     ) -> None:
-        batch, width = prompt_ids_BP.shape
+        batch, width = prompt_ids_BS.shape
         length = width + max_new_tokens
         self.model, self.layers, self.width = model, layers, width
-        self.prompt_ids_BP, self.prompt_mask_BP = prompt_ids_BP, prompt_mask_BP
+        self.prompt_ids_BS, self.prompt_mask_BS = prompt_ids_BS, prompt_mask_BS
         embed = model.get_input_embeddings()
         dtype, device = embed.weight.dtype, embed.weight.device
         self.caches = [
@@ -464,51 +446,29 @@ class StaticCacheDecoder:
             )
             for layer in layers
         ]
-        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BP, max_new_tokens)
+        self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BS, max_new_tokens)
         self.key_mask_BL = torch.cat(
-            [prompt_mask_BP, torch.ones(batch, max_new_tokens, dtype=torch.bool, device=device)], dim=1
+            [prompt_mask_BS, torch.ones(batch, max_new_tokens, dtype=torch.bool, device=device)], dim=1
         )
 
     def logits(self, hidden_BD: torch.Tensor) -> torch.Tensor:
         return final_logits(self.model, hidden_BD)
 
     def prefill(self) -> torch.Tensor:
-        """Run the prompts; -> [B, V] logits of the first response token.
-
-        A prompt repeated over rows (a GRPO group) runs once; its K/V columns are copied to every
-        row that holds it (the same values a per-row prefill writes)."""
+        """Run the prompts (one per row; groups go to :class:`GroupedCacheDecoder`); -> [B, V]
+        logits of the first response token."""
         width = self.width
-        shared = distinct_prompts(self.prompt_ids_BP, self.prompt_mask_BP)
-        if shared is None:
-            hidden_BPD = self.model.get_input_embeddings()(self.prompt_ids_BP)
-            hidden_BPD = decoder_layers(
-                self.layers,
-                hidden_BPD,
-                self.cos_BLD[:, :width],
-                self.sin_BLD[:, :width],
-                self.caches,
-                0,
-                prefill_mask(self.prompt_mask_BP),
-            )
-            return self.logits(hidden_BPD[:, -1])
-        first_U, inverse_B = shared
-        distinct_caches = [
-            (torch.empty_like(k[first_U, :, :width]), torch.empty_like(v[first_U, :, :width])) for k, v in self.caches
-        ]
-        hidden_UPD = self.model.get_input_embeddings()(self.prompt_ids_BP[first_U])
-        hidden_UPD = decoder_layers(
+        hidden_BSD = self.model.get_input_embeddings()(self.prompt_ids_BS)
+        hidden_BSD = decoder_layers(
             self.layers,
-            hidden_UPD,
-            self.cos_BLD[first_U, :width],
-            self.sin_BLD[first_U, :width],
-            distinct_caches,
+            hidden_BSD,
+            self.cos_BLD[:, :width],
+            self.sin_BLD[:, :width],
+            self.caches,
             0,
-            prefill_mask(self.prompt_mask_BP[first_U]),
+            prefill_mask(self.prompt_mask_BS),
         )
-        for (k_BHLD, v_BHLD), (k_UHPD, v_UHPD) in zip(self.caches, distinct_caches):
-            k_BHLD[:, :, :width] = k_UHPD[inverse_B]
-            v_BHLD[:, :, :width] = v_UHPD[inverse_B]
-        return self.logits(hidden_UPD[:, -1])[inverse_B]
+        return self.logits(hidden_BSD[:, -1])
 
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
         """Feed response token ``t`` of every row; -> [B, V] logits of token t + 1."""
@@ -530,15 +490,15 @@ class ModelCacheDecoder:
     """The fallback: the model's own forward with a ``DynamicCache`` (any causal LM)."""
 
     def __init__(
-        self, model: PreTrainedModel, prompt_ids_BP: torch.Tensor, prompt_mask_BP: torch.Tensor, max_new_tokens: int
+        self, model: PreTrainedModel, prompt_ids_BS: torch.Tensor, prompt_mask_BS: torch.Tensor, max_new_tokens: int
     ) -> None:
-        batch = prompt_ids_BP.shape[0]
-        self.model, self.width = model, prompt_ids_BP.shape[1]
-        self.prompt_ids_BP = prompt_ids_BP
+        batch = prompt_ids_BS.shape[0]
+        self.model, self.width = model, prompt_ids_BS.shape[1]
+        self.prompt_ids_BS = prompt_ids_BS
         self.cache = DynamicCache(config=model.config)
-        self.positions_BL = position_ids(prompt_mask_BP, max_new_tokens)
-        ones_BT = torch.ones(batch, max_new_tokens, dtype=torch.long, device=prompt_ids_BP.device)
-        self.mask_BL = torch.cat([prompt_mask_BP.long(), ones_BT], dim=1)
+        self.positions_BL = position_ids(prompt_mask_BS, max_new_tokens)
+        ones_BT = torch.ones(batch, max_new_tokens, dtype=torch.long, device=prompt_ids_BS.device)
+        self.mask_BL = torch.cat([prompt_mask_BS.long(), ones_BT], dim=1)
 
     def forward(self, ids_BQ: torch.Tensor, start: int) -> torch.Tensor:
         end = start + ids_BQ.shape[1]
@@ -553,7 +513,7 @@ class ModelCacheDecoder:
         return out.logits[:, -1].float()
 
     def prefill(self) -> torch.Tensor:
-        return self.forward(self.prompt_ids_BP, 0)
+        return self.forward(self.prompt_ids_BS, 0)
 
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
         return self.forward(token_B[:, None], self.width + t)
@@ -645,27 +605,26 @@ class FastEngine(PromptEngine):
         self.max_batch_size = max_batch_size
         self.path = "static" if path != "model" and problem is None else "model"
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
+        """:meth:`generate` with the options in a :class:`SamplingParams`; ``n`` samples per prompt
+        (n > 1 on the static path: grouped decoding)."""
         model = self.model
-        prompt_ids_BP, prompt_mask_BP, device = self.padded_prompts(prompt_ids, params)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
         eos_ids = torch.tensor(self.eos_token_ids, device=device)
         generator = torch.Generator(device=device).manual_seed(params.seed)
-        chunk = self.max_batch_size or len(prompt_ids)
+        rows = prompt_ids_BS.shape[0]
+        chunk = max(n, (self.max_batch_size or rows) // n * n)  # whole groups per sub-batch
         pieces = []
         with eval_mode(model), torch.no_grad():
             layers = layer_weights(model) if self.path == "static" else []
-            for start in range(0, len(prompt_ids), chunk):
-                ids_BP, mask_BP = prompt_ids_BP[start : start + chunk], prompt_mask_BP[start : start + chunk]
-                group_size = contiguous_group_size(ids_BP, mask_BP) if self.path == "static" else None
-                if group_size is not None:
-                    decoder: Decoder = GroupedCacheDecoder(
-                        model, layers, ids_BP, mask_BP, params.max_new_tokens, group_size
-                    )
+            for start in range(0, rows, chunk):
+                ids_BS, mask_BS = prompt_ids_BS[start : start + chunk], prompt_mask_BS[start : start + chunk]
+                if self.path == "static" and n > 1:
+                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens, n)
                 elif self.path == "static":
-                    decoder = StaticCacheDecoder(model, layers, ids_BP, mask_BP, params.max_new_tokens)
+                    decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens)
                 else:
-                    decoder = ModelCacheDecoder(model, ids_BP, mask_BP, params.max_new_tokens)
+                    decoder = ModelCacheDecoder(model, ids_BS, mask_BS, params.max_new_tokens)
                 pieces.append(sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id))
         width = max(tokens_BT.shape[1] for tokens_BT, _, _ in pieces)
         response_ids_BT = torch.cat([pad_columns(tokens, width, self.pad_token_id) for tokens, _, _ in pieces])
@@ -673,5 +632,5 @@ class FastEngine(PromptEngine):
         finished_B = torch.cat([finished for _, _, finished in pieces])
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
         return self.generation(
-            prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B
+            prompt_ids_BS, prompt_mask_BS, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B, n
         )

@@ -83,15 +83,15 @@ def sampling_processors(params: SamplingParams) -> list[LogitsProcessor]:
 
 
 def left_pad(prompt_ids: list[list[int]], pad_id: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(ids_BP, mask_BP)``: int64 prompts right-aligned in a [B, max length] batch, bool mask."""
+    """``(ids_BS, mask_BS)``: int64 prompts right-aligned in a [B, max length] batch, bool mask."""
     width = max(len(prompt) for prompt in prompt_ids)
-    ids_BP = torch.full((len(prompt_ids), width), pad_id, dtype=torch.int64)
-    mask_BP = torch.zeros((len(prompt_ids), width), dtype=torch.bool)
+    ids_BS = torch.full((len(prompt_ids), width), pad_id, dtype=torch.int64)
+    mask_BS = torch.zeros((len(prompt_ids), width), dtype=torch.bool)
     for row, prompt in enumerate(prompt_ids):
         if prompt:
-            ids_BP[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.int64)
-            mask_BP[row, width - len(prompt) :] = True
-    return ids_BP.to(device), mask_BP.to(device)
+            ids_BS[row, width - len(prompt) :] = torch.tensor(prompt, dtype=torch.int64)
+            mask_BS[row, width - len(prompt) :] = True
+    return ids_BS.to(device), mask_BS.to(device)
 
 
 def mask_through_first_eos(response_ids_BT: torch.Tensor, eos_ids: torch.Tensor) -> torch.Tensor:
@@ -164,6 +164,7 @@ class PromptEngine:
         self,
         prompt_ids: list[list[int]],
         *,
+        n: int = 1,
         max_new_tokens: int,
         temperature: float,
         top_p: float = 1.0,
@@ -171,14 +172,17 @@ class PromptEngine:
         seed: int,
     ) -> Generation:
         params = SamplingParams(max_new_tokens, temperature, top_p, top_k, seed)
-        return self.generate_with(prompt_ids, params)
+        return self.generate_with(prompt_ids, params, n=n)
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
+    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
+        """P prompts, ``n`` samples each -> a :class:`Generation` of P x n rows, prompt-major."""
         raise NotImplementedError
 
-    def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams):
-        """Validate the prompts against the model and left-pad them on its device:
-        ``(prompt_ids_BP, prompt_mask_BP, device)``."""
+    def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams, n: int = 1):
+        """Validate the prompts against the model, repeat each ``n`` times (prompt-major) and
+        left-pad them on its device: ``(prompt_ids_BS, prompt_mask_BS, device)``."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {n!r}")
         model = self.model
         check_prompts(
             prompt_ids,
@@ -187,26 +191,29 @@ class PromptEngine:
             vocab_size=model.get_input_embeddings().num_embeddings,
         )
         device = model.get_input_embeddings().weight.device
-        prompt_ids_BP, prompt_mask_BP = left_pad(prompt_ids, self.pad_token_id, device)
-        return prompt_ids_BP, prompt_mask_BP, device
+        repeated = [ids for ids in prompt_ids for _ in range(n)]
+        prompt_ids_BS, prompt_mask_BS = left_pad(repeated, self.pad_token_id, device)
+        return prompt_ids_BS, prompt_mask_BS, device
 
     def generation(
         self,
-        prompt_ids_BP: torch.Tensor,
-        prompt_mask_BP: torch.Tensor,
+        prompt_ids_BS: torch.Tensor,
+        prompt_mask_BS: torch.Tensor,
         response_ids_BT: torch.Tensor,
         response_mask_BT: torch.Tensor,
         sampler_logp_BT: torch.Tensor,
         finished_B: torch.Tensor,
+        group_size: int = 1,
     ) -> Generation:
         """The :class:`Generation`, with pad ids and log-prob 0 after each row's first EOS."""
         return Generation(
-            prompt_ids_BP=prompt_ids_BP,
-            prompt_mask_BP=prompt_mask_BP,
+            prompt_ids_BS=prompt_ids_BS,
+            prompt_mask_BS=prompt_mask_BS,
             response_ids_BT=response_ids_BT.masked_fill(~response_mask_BT, self.pad_token_id),
             response_mask_BT=response_mask_BT,
             sampler_logp_BT=sampler_logp_BT.masked_fill(~response_mask_BT, 0.0),
             finished_B=finished_B,
+            group_size=group_size,
         )
 
 
@@ -220,28 +227,28 @@ class HFGenerateEngine(PromptEngine):
             model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
     """
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams) -> Generation:
+    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
         """:meth:`generate` with the options in a :class:`SamplingParams`."""
         model = self.model
-        prompt_ids_BP, prompt_mask_BP, device = self.padded_prompts(prompt_ids, params)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
         recorder = SampledTokenLogProbs()
         processors = LogitsProcessorList([*sampling_processors(params), recorder])
         config = self.generation_config(params)
         neutral = GenerationConfig(pad_token_id=self.pad_token_id, eos_token_id=list(self.eos_token_ids))
         with generation_mode(model, neutral), seeded(params.seed, device), torch.no_grad():
             sequences_BL = model.generate(
-                input_ids=prompt_ids_BP,
-                attention_mask=prompt_mask_BP.long(),
+                input_ids=prompt_ids_BS,
+                attention_mask=prompt_mask_BS.long(),
                 generation_config=config,
                 logits_processor=processors,
             )
-        response_ids_BT = sequences_BL[:, prompt_ids_BP.shape[1] :]
+        response_ids_BT = sequences_BL[:, prompt_ids_BS.shape[1] :]
         eos_ids = torch.tensor(self.eos_token_ids, device=device)
         response_mask_BT = mask_through_first_eos(response_ids_BT, eos_ids)
         finished_B = (torch.isin(response_ids_BT, eos_ids) & response_mask_BT).any(dim=1)
         sampler_logp_BT = recorder.finish(sequences_BL)
         return self.generation(
-            prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B
+            prompt_ids_BS, prompt_mask_BS, response_ids_BT, response_mask_BT, sampler_logp_BT, finished_B, n
         )
 
     def generation_config(self, params: SamplingParams) -> GenerationConfig:

@@ -9,9 +9,11 @@ vocabulary-sized tensor. Old, reference and current log-probs all use ``logits /
 For NTHR the same pass returns the last-layer hidden states (after the final norm, the input of
 ``lm_head``) at the positions that predict each response token.
 
-Shared prompts: a GRPO batch holds every prompt G times. With ``share_prompts`` (the default) the
-decoder runs once per distinct prompt, its key/value cache is indexed out to every row (autograd
-sums the rows' gradients back), and only the responses run per row. On the embedded default that
+Shared prompts: a GRPO batch holds every prompt G times, and :class:`PackedSequences` says which
+rows share a prompt (``prompt_B``, from the batch's group structure; nothing compares token rows).
+With ``share_prompts`` (the default) the decoder runs once per prompt, its key/value cache is
+indexed out to every row (autograd sums the rows' gradients back), and only the responses run per
+row. On the embedded default that
 removes half of the tokens from every forward and backward; the log-probs and gradients equal the
 one-pass forward's up to float rounding (tested).
 """
@@ -24,30 +26,43 @@ import torch
 from transformers import DynamicCache
 
 from tokenbalance.algorithms.surrogate import entropy_from_logits
-from tokenbalance.rows import distinct_prompts
 
 
 @dataclass(frozen=True)
 class PackedSequences:
-    """Prompt + response as model input. ``prompt_len`` = P; responses occupy the last T columns."""
+    """Prompt + response as model input. ``prompt_len`` = S; responses occupy the last T columns.
+
+    ``prompt_B`` ([B] int64, optional) numbers each row's prompt: rows with the same number hold
+    the same prompt (a GRPO group) and share its forward. ``None``: every row its own prompt.
+    """
 
     input_ids_BL: torch.Tensor
     attention_mask_BL: torch.Tensor
     position_ids_BL: torch.Tensor
     prompt_len: int
+    prompt_B: torch.Tensor | None = None
 
     def rows(self, rows) -> PackedSequences:
         return PackedSequences(
-            self.input_ids_BL[rows], self.attention_mask_BL[rows], self.position_ids_BL[rows], self.prompt_len
+            self.input_ids_BL[rows],
+            self.attention_mask_BL[rows],
+            self.position_ids_BL[rows],
+            self.prompt_len,
+            None if self.prompt_B is None else self.prompt_B[rows],
         )
 
 
-def pack_sequences(prompt_ids_BP, prompt_mask_BP, response_ids_BT, response_mask_BT) -> PackedSequences:
-    """Concatenate left-padded prompts and right-padded responses ([B, P + T])."""
-    input_ids = torch.cat([prompt_ids_BP, response_ids_BT], dim=1)
-    attention = torch.cat([prompt_mask_BP.bool(), response_mask_BT.bool()], dim=1)
+def pack_sequences(
+    prompt_ids_BS, prompt_mask_BS, response_ids_BT, response_mask_BT, prompt_B: torch.Tensor | None = None
+) -> PackedSequences:
+    """Concatenate left-padded prompts and right-padded responses ([B, S + T]); ``prompt_B`` as in
+    :class:`PackedSequences` (e.g. ``Generation.prompt_B``)."""
+    input_ids = torch.cat([prompt_ids_BS, response_ids_BT], dim=1)
+    attention = torch.cat([prompt_mask_BS.bool(), response_mask_BT.bool()], dim=1)
     positions = (attention.long().cumsum(dim=1) - 1).clamp(min=0)
-    return PackedSequences(input_ids, attention.long(), positions, prompt_ids_BP.shape[1])
+    if prompt_B is not None:
+        prompt_B = prompt_B.to(input_ids.device)
+    return PackedSequences(input_ids, attention.long(), positions, prompt_ids_BS.shape[1], prompt_B)
 
 
 @dataclass(frozen=True)
@@ -69,11 +84,20 @@ def checkpointing(model) -> bool:
     return False
 
 
-def distinct_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(first_U, inverse_B)`` of the distinct prompts, see :func:`tokenbalance.rows.distinct_rows`;
-    ``None`` when every prompt is distinct (nothing to share)."""
-    P = packed.prompt_len
-    return distinct_prompts(packed.input_ids_BL[:, :P], packed.attention_mask_BL[:, :P])
+def shared_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """``(first_U, inverse_B)`` from ``packed.prompt_B``: ``first_U`` [U] the first row of each
+    prompt (in ascending prompt number), ``inverse_B`` [B] each row's index among them, so
+    ``rows[first_U][inverse_B]`` is each row's prompt. ``None`` when no two rows share a prompt."""
+    if packed.prompt_B is None:
+        return None
+    prompt_B = packed.prompt_B
+    distinct_U, inverse_B = torch.unique(prompt_B, return_inverse=True)
+    rows = prompt_B.shape[0]
+    if distinct_U.shape[0] == rows:
+        return None
+    first_U = torch.full((distinct_U.shape[0],), rows, dtype=torch.long, device=prompt_B.device)
+    first_U = first_U.scatter_reduce(0, inverse_B, torch.arange(rows, device=prompt_B.device), reduce="amin")
+    return first_U, inverse_B
 
 
 def shared_prompt_hidden(
@@ -83,7 +107,7 @@ def shared_prompt_hidden(
     decoder = model.get_decoder()
     P = packed.prompt_len
     cache = DynamicCache(config=model.config)
-    prompt_BPD = decoder(
+    prompt_USD = decoder(
         input_ids=packed.input_ids_BL[first_U, :P],
         attention_mask=packed.attention_mask_BL[first_U, :P],
         position_ids=packed.position_ids_BL[first_U, :P],
@@ -98,7 +122,7 @@ def shared_prompt_hidden(
         past_key_values=cache,
         use_cache=True,
     ).last_hidden_state
-    return torch.cat([prompt_BPD[inverse_B, -1:], response_BTD[:, :-1]], dim=1)
+    return torch.cat([prompt_USD[inverse_B, -1:], response_BTD[:, :-1]], dim=1)
 
 
 def full_sequence_hidden(model, packed: PackedSequences) -> torch.Tensor:
@@ -133,7 +157,7 @@ def response_logprobs(
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
-    shared = distinct_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
+    shared = shared_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
     hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
     logits_BTV = model.get_output_embeddings()(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / temperature

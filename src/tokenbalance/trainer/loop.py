@@ -32,32 +32,29 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, build_update_passes, get_method
+from tokenbalance.algorithms.methods import Method, apply_method_overrides, get_method
 from tokenbalance.config import RunConfig, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import check_special_tokens
-from tokenbalance.rollout import make_engine
+from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
+from tokenbalance.tasks.base import Task, TaskExample
+from tokenbalance.trainer.batch import RolloutBatch, StepPolicy, sample_batch, update_inputs, with_logprobs
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from tokenbalance.trainer.data import eval_examples, rl_examples
-from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, sum_gradients, sum_normaliser
+from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks
 from tokenbalance.trainer.evaluate import evaluate, full_reward
-from tokenbalance.trainer.logprobs import (
-    ResponseLogprobs,
-    batched_response_logprobs,
-    pack_sequences,
-    response_logprobs,
-)
-from tokenbalance.trainer.progress import StepProgress
-from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
+from tokenbalance.trainer.progress import StepProgress, StepTimer
+from tokenbalance.trainer.scoring import encode_prompts
 from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.types import UpdatePass
 
 
 def derive_seed(*parts: int) -> int:
@@ -89,20 +86,23 @@ class TrainerParts:
 
     config: RunConfig
     run_dir: Path
-    policy: torch.nn.Module
-    reference: torch.nn.Module | None
-    tokenizer: object
-    method: object
+    policy: PreTrainedModel
+    reference: PreTrainedModel | None
+    tokenizer: PreTrainedTokenizerBase
+    method: Method
     optimizer: torch.optim.Optimizer
-    engine: object
-    task: object
-    train_examples: list
-    eval_examples: list
-    train_prompt_ids: list
-    eos_token_ids: set
+    engine: RolloutEngine
+    task: Task
+    train_examples: list[TaskExample]
+    eval_examples: list[TaskExample]
+    train_prompt_ids: list[list[int]]
     device: torch.device
     ctx: DistContext
     start_step: int = 0
+
+    @property
+    def eos_token_ids(self) -> set[int]:
+        return set(self.engine.eos_token_ids)
 
 
 def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
@@ -115,166 +115,101 @@ def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
     )
 
 
-def rollout_and_score(parts: TrainerParts, step: int) -> dict:
-    """Steps 1-3: this rank's prompts, sampled responses, rewards."""
-    cfg = parts.config
+def rollout(parts: TrainerParts, step: int) -> RolloutBatch:
+    """Steps 1-3: this rank's prompts (whole groups), G sampled responses to each, their rewards."""
+    cfg, ctx = parts.config, parts.ctx
     per_step = cfg.rollout.prompts_per_step
-    indices = step_prompt_indices(len(parts.train_examples), cfg.train.seed, step, per_step)
-    share = per_step // parts.ctx.world_size
-    mine = indices[parts.ctx.rank * share : (parts.ctx.rank + 1) * share]
-    G = cfg.rollout.group_size
-    examples = [parts.train_examples[i] for i in mine for _ in range(G)]
-    prompt_ids = [parts.train_prompt_ids[i] for i in mine for _ in range(G)]
-    group_ids = torch.tensor([step * per_step + parts.ctx.rank * share + j for j in range(len(mine)) for _ in range(G)])
-    generation = parts.engine.generate(
-        prompt_ids,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        temperature=cfg.rollout.temperature,
-        top_p=cfg.rollout.top_p,
-        top_k=cfg.rollout.top_k,
-        seed=derive_seed(cfg.train.seed, step, parts.ctx.rank),
+    share = per_step // ctx.world_size
+    first = ctx.rank * share
+    mine = step_prompt_indices(len(parts.train_examples), cfg.train.seed, step, per_step)[first : first + share]
+    seed = derive_seed(cfg.train.seed, step, ctx.rank)
+    r = cfg.rollout
+    return sample_batch(
+        parts.engine,
+        parts.tokenizer,
+        parts.task,
+        [parts.train_examples[i] for i in mine],
+        [parts.train_prompt_ids[i] for i in mine],
+        torch.arange(step * per_step + first, step * per_step + first + len(mine)),
+        group_size=r.group_size,
+        sampling=SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, seed),
+        device=parts.device,
     )
-    texts = decode_responses(
-        parts.tokenizer, generation.response_ids_BT, generation.response_mask_BT, parts.eos_token_ids
-    )
-    results = score_responses(parts.task, texts, examples)
-    return {"generation": generation, "examples": examples, "results": results, "group_ids": group_ids}
 
 
-def rollout_metrics(rollout: dict, target: float) -> dict[str, float]:
-    results = rollout["results"]
-    rewards = [r.reward for r in results]
+def rollout_metrics(batch: RolloutBatch, target: float) -> dict[str, float]:
+    results, rewards_PG = batch.results_B, batch.rewards_PG
     metrics = {
-        "reward/mean": sum(rewards) / len(rewards),
-        "reward/acc": sum(r == target for r in rewards) / len(rewards),
+        "reward/mean": float(rewards_PG.double().mean()),
+        "reward/acc": float((rewards_PG == target).double().mean()),
+        "reward/mixed_group_frac": float((rewards_PG.amax(1) != rewards_PG.amin(1)).double().mean()),
     }
     for key in sorted({k for r in results for k in r.metrics}):
         metrics[f"reward/{key}"] = sum(float(r.metrics.get(key, 0.0)) for r in results) / len(results)
-    generation = rollout["generation"]
-    lengths = generation.response_mask_BT.sum(dim=1).float()
-    metrics["response/len_mean"] = float(lengths.mean())
-    metrics["response/truncated_frac"] = float((~generation.finished_B).float().mean())
-    grouped = torch.tensor(rewards).view(-1, len(rewards) // len(set(rollout["group_ids"].tolist())))
-    metrics["reward/mixed_group_frac"] = float((grouped.max(1).values != grouped.min(1).values).float().mean())
+    generation = batch.generation
+    metrics["response/len_mean"] = float(generation.response_lengths_B.double().mean())
+    metrics["response/truncated_frac"] = float((~generation.finished_B).double().mean())
     return metrics
 
 
-def old_logprobs(parts: TrainerParts, generation, packed, with_entropy: bool) -> ResponseLogprobs:
-    """The rollout policy's log-probs (and NTHR's hidden states): a no-grad forward, or with
-    ``rollout.old_logprobs='sampler'`` the sampler's own log-probs (the same distribution: same
-    weights, same temperature, no truncation), which saves that forward."""
-    cfg = parts.config
-    if cfg.rollout.old_logprobs == "sampler" and not parts.method.needs_hidden_states:
-        sampled_BT = generation.sampler_logp_BT
-        if sampled_BT is None:
-            raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")
-        return ResponseLogprobs(logp_BT=sampled_BT.to(parts.device))  # already 0 after each row's EOS
-    return batched_response_logprobs(
-        parts.policy,
-        packed,
-        temperature=cfg.rollout.temperature,
-        micro_batch=cfg.optim.micro_batch_size,
-        with_hidden=parts.method.needs_hidden_states,
-        with_entropy=with_entropy,
-    )
-
-
 def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
-    cfg = parts.config
-    timings = {}
-    start = time.perf_counter()
-    rollout = rollout_and_score(parts, step)
-    timings["timing/rollout_s"] = time.perf_counter() - start
-    generation = rollout["generation"]
-    device = parts.device
-    packed = pack_sequences(
-        generation.prompt_ids_BP.to(device),
-        generation.prompt_mask_BP.to(device),
-        generation.response_ids_BT.to(device),
-        generation.response_mask_BT.to(device),
-    )
-    mask_BT = generation.response_mask_BT.to(device)
-    scores_B = torch.tensor([r.reward for r in rollout["results"]], dtype=torch.float32, device=device)
-    temperature = cfg.rollout.temperature
+    """One RL step, top to bottom (module docstring); returns its metrics, averaged over ranks."""
+    cfg, method, policy = parts.config, parts.method, parts.policy
+    temperature, micro = cfg.rollout.temperature, cfg.optim.micro_batch_size
+    timer = StepTimer()
+    with timer("rollout"):
+        batch = rollout(parts, step)
+    access = StepPolicy(policy, batch.packed, temperature, micro, parts.ctx)
     diag = StepDiagnostics(
-        cfg.diagnostics, parts.method, step, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31)
+        cfg.diagnostics, method, step, access, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31)
     )
-
-    t0 = time.perf_counter()
-    micro = cfg.optim.micro_batch_size
-    old = old_logprobs(parts, generation, packed, diag.wants_entropy)
-    ref_logp = None
-    if parts.method.needs_ref_logp:
-        ref_logp = batched_response_logprobs(
-            parts.reference, packed, temperature=temperature, micro_batch=micro
-        ).logp_BT
-    timings["timing/logprob_s"] = time.perf_counter() - t0
-
-    nthr_inputs = None
-    if parts.method.needs_hidden_states:
-        head = parts.policy.get_output_embeddings()
-        nthr_inputs = NTHRInputs(
-            tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
-            hidden_BTD=old.hidden_BTD.float(),
-            unembed_VD=head.weight.detach().float(),
+    with timer("logprob"):
+        batch = with_logprobs(
+            batch,
+            policy=policy,
+            reference=parts.reference,
+            method=method,
             temperature=temperature,
-            unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
+            micro_batch=micro,
+            with_entropy=diag.wants_entropy,
+            sampler_logprobs=cfg.rollout.old_logprobs == "sampler",
         )
-    t0 = time.perf_counter()
-    passes, prep_metrics = build_update_passes(
-        parts.method, scores_B, rollout["group_ids"].to(device), mask_BT, old.logp_BT, ref_logp, nthr_inputs
-    )
-    world = parts.ctx.world_size
-    diag_metrics = diag.before_update(
+    with timer("update", exclude=lambda: diag.seconds):
+        passes, prep_metrics = update_inputs(method, batch, policy=policy, temperature=temperature)
+        diag_metrics = diag.before_update(passes, batch.old.logp_BT, batch.mask_BT)
+        update_metrics = update(parts, batch, passes, on_micro_batch=diag.on_micro_batch)
+    diag_metrics |= diag.after_update(
         passes,
-        old.logp_BT,
-        mask_BT,
-        policy=parts.policy,
-        micro_batch_rows=micro,
-        score_fn=lambda rows: response_logprobs(parts.policy, packed.rows(rows), temperature=temperature).logp_BT,
-        reduce_grads=lambda params: sum_gradients(params, parts.ctx),
-        reduce_normaliser=lambda normaliser: sum_normaliser(normaliser, parts.ctx),
+        batch.old.logp_BT,
+        batch.mask_BT,
+        entropy_BT=batch.old.entropy_BT,
+        correct_B=batch.correct_B,
+        group_ids_B=batch.group_ids_B,
     )
-    update_metrics = run_update_passes(
+    timings = timer.metrics(tokens=float(batch.mask_BT.sum()), diag_s=diag_metrics.pop("timing/diag_s"))
+    metrics = rollout_metrics(batch, full_reward(parts.task)) | prep_metrics | update_metrics | diag_metrics
+    return mean_over_ranks(metrics, parts.ctx) | timings
+
+
+def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass], on_micro_batch=None) -> dict:
+    """Step 6: the passes, each over mini-batches (one optimizer step each) of micro-batches."""
+    cfg = parts.config
+    return run_update_passes(
         method=parts.method,
         passes=passes,
         policy=parts.policy,
         optimizer=parts.optimizer,
-        packed=packed,
-        old_logp_BT=old.logp_BT,
-        ref_logp_BT=ref_logp,
-        temperature=temperature,
-        mini_batch_rows=max(1, cfg.optim.mini_batch_size // world),
-        micro_batch_rows=max(1, cfg.optim.micro_batch_size),
+        packed=batch.packed,
+        old_logp_BT=batch.old.logp_BT,
+        ref_logp_BT=batch.ref_logp_BT,
+        temperature=cfg.rollout.temperature,
+        mini_batch_rows=max(1, cfg.optim.mini_batch_size // parts.ctx.world_size),
+        micro_batch_rows=cfg.optim.micro_batch_size,
         grad_clip=cfg.optim.grad_clip,
         token_mean_scope=cfg.optim.token_mean_scope,
         ctx=parts.ctx,
-        on_micro_batch=diag.on_micro_batch,
+        on_micro_batch=on_micro_batch,
     )
-    timings["timing/update_s"] = time.perf_counter() - t0 - diag.seconds  # diagnostics: timing/diag_s
-    diag_metrics.update(
-        diag.after_update(
-            passes,
-            old.logp_BT,
-            mask_BT,
-            entropy_BT=old.entropy_BT,
-            correct_B=scores_B == full_reward(parts.task),
-            group_ids_B=rollout["group_ids"],
-            score_fn=lambda rows: (
-                batched_response_logprobs(
-                    parts.policy, packed.rows(rows), temperature=temperature, micro_batch=micro
-                ).logp_BT
-            ),
-        )
-    )
-    timings["timing/diag_s"] = diag_metrics.pop("timing/diag_s")
-    timings["timing/step_s"] = time.perf_counter() - start
-    tokens = float(mask_BT.sum())
-    timings["throughput/rollout_tokens_per_s"] = tokens / max(timings["timing/rollout_s"], 1e-9)
-    timings["throughput/tokens_per_s"] = tokens / max(timings["timing/step_s"], 1e-9)
-    metrics = {**rollout_metrics(rollout, full_reward(parts.task)), **prep_metrics, **update_metrics, **diag_metrics}
-    metrics = mean_over_ranks(metrics, parts.ctx)
-    return {**metrics, **timings}
 
 
 def run_evaluation(parts: TrainerParts) -> dict[str, float]:
@@ -416,17 +351,14 @@ def prepare_training(
         tokenizer=tokenizer,
         method=method,
         optimizer=make_optimizer(policy, config),
-        engine=None,
+        engine=make_engine(config.rollout.engine, policy, tokenizer),  # stops at the tokenizer's and model's EOS
         task=task,
         train_examples=train_examples,
         eval_examples=evals,
         train_prompt_ids=train_ids,
-        eos_token_ids=set(),
         device=device,
         ctx=ctx,
     )
-    parts.engine = make_engine(config.rollout.engine, policy, tokenizer)  # stops at the tokenizer's and model's EOS
-    parts.eos_token_ids = set(parts.engine.eos_token_ids)
     if resume:
         parts.start_step = resume_state(parts)
     elif ctx.is_main:

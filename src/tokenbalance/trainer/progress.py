@@ -1,10 +1,15 @@
-"""A progress bar for long loops: step, reward, accuracy, tokens per second and time left.
+"""A progress bar for long loops (step, reward, accuracy, tokens per second, time left) and the
+timer of one RL step's phases.
 
 Drawn with rich on stderr; disabled (a no-op) when not wanted, e.g. on non-main ranks or with
 ``output.progress=false``. When stderr is not a terminal rich prints nothing live, so logs stay clean.
 """
 
 from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -57,3 +62,27 @@ class StepProgress:
     def note_eval(self, metrics: dict[str, float]) -> None:
         if "eval/greedy/acc" in metrics:
             self._last_eval = f"eval acc {metrics['eval/greedy/acc']:.3f}"
+
+
+class StepTimer:
+    """Wall time of the phases of one RL step, as ``timing/*`` and ``throughput/*`` metrics."""
+
+    def __init__(self) -> None:
+        self.start = time.perf_counter()
+        self.seconds: dict[str, float] = {}
+
+    @contextmanager
+    def __call__(self, phase: str, exclude: Callable[[], float] | None = None) -> Iterator[None]:
+        """Time the block as ``timing/<phase>_s``, less ``exclude()`` seconds spent inside it elsewhere."""
+        start = time.perf_counter()
+        yield
+        self.seconds[phase] = time.perf_counter() - start - (exclude() if exclude else 0.0)
+
+    def metrics(self, *, tokens: float, diag_s: float) -> dict[str, float]:
+        step_s = time.perf_counter() - self.start
+        out = {f"timing/{phase}_s": seconds for phase, seconds in self.seconds.items()}
+        out["timing/diag_s"] = diag_s
+        out["timing/step_s"] = step_s
+        out["throughput/rollout_tokens_per_s"] = tokens / max(self.seconds.get("rollout", 0.0), 1e-9)
+        out["throughput/tokens_per_s"] = tokens / max(step_s, 1e-9)
+        return out

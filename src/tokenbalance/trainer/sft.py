@@ -60,7 +60,7 @@ def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens
 
 
 def collate(prompts: list[list[int]], responses: list[list[int]], pad_id: int, device):
-    """Left-padded prompts [B, P] and right-padded responses [B, T] with their masks."""
+    """Left-padded prompts [B, S] and right-padded responses [B, T] with their masks."""
     P = max(len(p) for p in prompts)
     T = max(len(r) for r in responses)
     prompt_ids = torch.full((len(prompts), P), pad_id, dtype=torch.long)

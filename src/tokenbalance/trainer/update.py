@@ -64,13 +64,13 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
-    on_micro_batch: Callable[[slice | torch.Tensor, UpdatePass, torch.Tensor], None] | None = None,
+    on_micro_batch: Callable[[slice | torch.Tensor, torch.Tensor], None] | None = None,
 ) -> dict[str, float]:
     """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
 
-    ``on_micro_batch(rows, micro_pass, logp_BT)``, if given, sees every micro-batch's rows (a slice,
-    or an index tensor when rows without a token of the pass were skipped), pass and detached
-    current log-probs after its loss (the diagnostics collect per-token clip flags there).
+    ``on_micro_batch(rows, clipped_BT)``, if given, sees every micro-batch's rows (a slice, or an
+    index tensor when rows without a token of the pass were skipped) and the loss's per-token clip
+    flags (``LossOutput.clipped_BT``; the diagnostics collect them).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -124,7 +124,7 @@ def run_update_passes(
                 )
                 (out.loss * scale).backward()
                 if on_micro_batch is not None:
-                    on_micro_batch(rows, micro_pass, current.logp_BT.detach())
+                    on_micro_batch(rows, out.clipped_BT)
                 micro_runs.append((out.metrics, scale))
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)

@@ -49,8 +49,8 @@ def resolve_method(method: Method | str) -> Method:
 
 
 def pass_count(method: Method) -> int:
-    """Optimizer passes per batch: 2 for Lopti, 1 otherwise."""
-    return 2 if method.lopti is not None else 1
+    """Optimizer passes per batch: 2 for Lopti, 1 otherwise (``Method.pass_names``)."""
+    return len(method.pass_names)
 
 
 def unsupported_reason(method: Method) -> str | None:

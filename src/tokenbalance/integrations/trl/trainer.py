@@ -49,6 +49,7 @@ from tokenbalance.integrations.trl.passes import (
     broadcast_advantages,
     scale_pass_advantages,
 )
+from tokenbalance.trainer.batch import nthr_inputs
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 FORWARD_KEYS = (
@@ -184,15 +185,7 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 f"sizes {counts.tolist()}; see the NTHR constraints in docs/trl.md"
             )
         head = self._policy_module().get_output_embeddings()
-        dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
-        bias = getattr(head, "bias", None)
-        return NTHRInputs(
-            tokens_BT=inputs["completion_ids"],
-            hidden_BTD=hidden_BTD.to(dtype),
-            unembed_VD=head.weight.detach().to(dtype),
-            temperature=self.temperature,
-            unembed_bias_V=None if bias is None else bias.detach().to(dtype),
-        )
+        return nthr_inputs(head, inputs["completion_ids"], hidden_BTD, self.temperature)
 
     def _pass_index(self) -> int:
         """Which pass this training micro-step runs: TRL round k of 2 x mu -> pass k // mu."""

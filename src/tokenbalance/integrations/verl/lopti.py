@@ -32,20 +32,14 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import torch
-
-from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes
+from tokenbalance.algorithms.passes import lopti_pass_names
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 
 LOPTI_TRAINER_IMPORT_ERROR: str | None = None
 """Why verl's v1 trainer could not be imported (set by the plugin); ``None`` once registered."""
 
 
-def lopti_pass_names(config: LoptiConfig) -> list[str]:
-    """Names of Lopti's passes in execution order (as :func:`lopti_passes` names them)."""
-    empty_BT = torch.zeros(1, 1)
-    passes, _ = lopti_passes(empty_BT, empty_BT, torch.zeros(1, 1, dtype=torch.bool), config)
-    return [update_pass.name for update_pass in passes]
+__all__ = ["lopti_pass_names", "with_update_pass", "merge_pass_metrics"]
 
 
 def with_update_pass(batch, pass_name: str):
@@ -108,7 +102,7 @@ def build_lopti_trainer():
             validate_launch(self.config)
             super()._setup()
             actor_config = omega_conf_to_dataclass(self.config.actor_rollout_ref.actor)
-            self.lopti_pass_names = lopti_pass_names(lopti_config(actor_config.policy_loss))
+            self.lopti_pass_names = list(lopti_pass_names(lopti_config(actor_config.policy_loss)))
             self.actor_rollout_wg.set_loss_fn(partial(lopti_ppo_loss, config=actor_config))
 
         def _update_actor(self, batch, metrics):

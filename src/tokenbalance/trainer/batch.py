@@ -1,0 +1,244 @@
+"""One RL step's batch, built once and passed down: P prompts x G responses with their rewards,
+group structure, old / reference log-probs and (for NTHR) hidden states.
+
+:func:`sample_batch` asks the engine for ``n = G`` responses to each of P prompts and scores them;
+:func:`with_logprobs` adds the old-policy and reference log-probs; :func:`update_inputs` turns the
+batch into the method's update passes. The trainer, ``tokenbalance diagnose`` and the TRL subclass
+(:func:`nthr_inputs`) all build their update inputs here, so the groups are known from the start
+and never rediscovered from token rows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+import torch
+
+from tokenbalance.algorithms.methods import Method, NTHRInputs, build_update_passes
+from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
+from tokenbalance.tasks.base import ScoreResult, Task, TaskExample
+from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
+from tokenbalance.trainer.evaluate import full_reward
+from tokenbalance.trainer.logprobs import (
+    PackedSequences,
+    ResponseLogprobs,
+    batched_response_logprobs,
+    pack_sequences,
+    response_logprobs,
+)
+from tokenbalance.trainer.scoring import decode_responses, score_responses
+from tokenbalance.types import LossNormaliser, UpdatePass
+
+
+@dataclass(frozen=True)
+class RolloutBatch:
+    """P prompts x G responses, rows prompt-major (row ``p * G + g`` answers prompt ``p``).
+
+    Attributes:
+        examples_P: the P prompts' task examples.
+        group_ids_P: [P] int64 global prompt ids (unique within a run's step; GRPO's groups).
+        generation: the engine's output, B = P x G rows, ``generation.group_size == G``.
+        packed: prompt + response as model input, on the training device, rows sharing a prompt
+            marked (``packed.prompt_B``).
+        texts_B: decoded responses (up to the EOS, special tokens kept).
+        results_B: the task's score of each response.
+        rewards_B: [B] float32 rewards, on the training device.
+        correct_B: [B] bool, reward equal to the task's maximum.
+        old: old-policy log-probs (and entropy, hidden states when asked); ``None`` until
+            :func:`with_logprobs`.
+        ref_logp_BT: reference-policy log-probs when the method has a KL term.
+    """
+
+    examples_P: list[TaskExample]
+    group_ids_P: torch.Tensor
+    generation: Generation
+    packed: PackedSequences
+    texts_B: list[str]
+    results_B: list[ScoreResult]
+    rewards_B: torch.Tensor
+    correct_B: torch.Tensor
+    old: ResponseLogprobs | None = None
+    ref_logp_BT: torch.Tensor | None = None
+
+    @property
+    def group_size(self) -> int:
+        return self.generation.group_size
+
+    @property
+    def group_ids_B(self) -> torch.Tensor:
+        """[B] int64 group id of each row (its prompt's)."""
+        return self.group_ids_P.to(self.rewards_B.device).repeat_interleave(self.group_size)
+
+    @property
+    def mask_BT(self) -> torch.Tensor:
+        """[B, T] bool response mask, on the training device."""
+        return self.packed.attention_mask_BL[:, self.packed.prompt_len :].bool()
+
+    @property
+    def tokens_BT(self) -> torch.Tensor:
+        """[B, T] int64 sampled response tokens, on the training device."""
+        return self.packed.input_ids_BL[:, self.packed.prompt_len :]
+
+    @property
+    def rewards_PG(self) -> torch.Tensor:
+        return self.rewards_B.view(-1, self.group_size)
+
+
+def sample_batch(
+    engine: RolloutEngine,
+    tokenizer,
+    task: Task,
+    examples_P: list[TaskExample],
+    prompt_ids_P: list[list[int]],
+    group_ids_P: torch.Tensor,
+    *,
+    group_size: int,
+    sampling: SamplingParams,
+    device: torch.device,
+) -> RolloutBatch:
+    """Sample ``group_size`` responses to each prompt and score them (no log-probs yet)."""
+    generation = engine.generate(
+        prompt_ids_P,
+        n=group_size,
+        max_new_tokens=sampling.max_new_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        seed=sampling.seed,
+    )
+    texts = decode_responses(
+        tokenizer, generation.response_ids_BT, generation.response_mask_BT, set(engine.eos_token_ids)
+    )
+    examples_B = [example for example in examples_P for _ in range(group_size)]
+    results = score_responses(task, texts, examples_B)
+    rewards_B = torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
+    packed = pack_sequences(
+        generation.prompt_ids_BS.to(device),
+        generation.prompt_mask_BS.to(device),
+        generation.response_ids_BT.to(device),
+        generation.response_mask_BT.to(device),
+        generation.prompt_B,
+    )
+    return RolloutBatch(
+        examples_P=list(examples_P),
+        group_ids_P=group_ids_P,
+        generation=generation,
+        packed=packed,
+        texts_B=texts,
+        results_B=results,
+        rewards_B=rewards_B,
+        correct_B=rewards_B == full_reward(task),
+    )
+
+
+def with_logprobs(
+    batch: RolloutBatch,
+    *,
+    policy: torch.nn.Module,
+    reference: torch.nn.Module | None,
+    method: Method,
+    temperature: float,
+    micro_batch: int,
+    with_entropy: bool,
+    sampler_logprobs: bool = False,
+) -> RolloutBatch:
+    """The batch with old-policy log-probs (a no-grad forward of ``policy``; with
+    ``sampler_logprobs`` the sampler's own, which saves that forward unless NTHR needs the hidden
+    states) and reference log-probs when the method has a KL term."""
+    if sampler_logprobs and not method.needs_hidden_states:
+        sampled_BT = batch.generation.sampler_logp_BT
+        if sampled_BT is None:
+            raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")
+        old = ResponseLogprobs(logp_BT=sampled_BT.to(batch.rewards_B.device))  # 0 after each row's EOS
+    else:
+        old = batched_response_logprobs(
+            policy,
+            batch.packed,
+            temperature=temperature,
+            micro_batch=micro_batch,
+            with_hidden=method.needs_hidden_states,
+            with_entropy=with_entropy,
+        )
+    ref_logp_BT = None
+    if method.needs_ref_logp:
+        if reference is None:
+            raise ValueError(f"method {method.name!r} has a KL term: a reference policy is required")
+        ref_logp_BT = batched_response_logprobs(
+            reference, batch.packed, temperature=temperature, micro_batch=micro_batch
+        ).logp_BT
+    return dataclasses.replace(batch, old=old, ref_logp_BT=ref_logp_BT)
+
+
+def nthr_inputs(
+    head: torch.nn.Module, tokens_BT: torch.Tensor, hidden_BTD: torch.Tensor, temperature: float
+) -> NTHRInputs:
+    """NTHR's inputs from the old policy's output layer ``head`` (``get_output_embeddings()``) and
+    last-layer hidden states; float64 stays float64, anything else is computed in float32."""
+    dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
+    bias = getattr(head, "bias", None)
+    return NTHRInputs(
+        tokens_BT=tokens_BT,
+        hidden_BTD=hidden_BTD.detach().to(dtype),
+        unembed_VD=head.weight.detach().to(dtype),
+        temperature=temperature,
+        unembed_bias_V=None if bias is None else bias.detach().to(dtype),
+    )
+
+
+def update_inputs(
+    method: Method,
+    batch: RolloutBatch,
+    *,
+    policy: torch.nn.Module,
+    temperature: float,
+    rows: torch.Tensor | slice | None = None,
+) -> tuple[list[UpdatePass], dict[str, float]]:
+    """The method's update passes on the batch (advantages, token weights, schedule) and the
+    metrics of building them; ``rows`` (whole groups) restricts them to part of the batch."""
+    if batch.old is None:
+        raise ValueError("update_inputs: the batch has no old log-probs (call with_logprobs first)")
+    sel = slice(None) if rows is None else rows
+    nthr = None
+    if method.needs_hidden_states:
+        if batch.old.hidden_BTD is None:
+            raise ValueError(f"method {method.name!r} needs the old policy's hidden states")
+        head = policy.get_output_embeddings()
+        nthr = nthr_inputs(head, batch.tokens_BT[sel], batch.old.hidden_BTD[sel], temperature)
+    ref_logp_BT = None if batch.ref_logp_BT is None else batch.ref_logp_BT[sel]
+    return build_update_passes(
+        method,
+        batch.rewards_B[sel],
+        batch.group_ids_B[sel],
+        batch.mask_BT[sel],
+        batch.old.logp_BT[sel],
+        ref_logp_BT,
+        nthr,
+    )
+
+
+@dataclass(frozen=True)
+class StepPolicy:
+    """The policy seen by the step's diagnostics
+    (:class:`tokenbalance.diagnostics.step.PolicyAccess`): log-probs of rows of the batch and the
+    data-parallel reductions."""
+
+    policy: torch.nn.Module
+    packed: PackedSequences
+    temperature: float
+    micro_batch_rows: int
+    ctx: DistContext
+
+    def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
+        packed = self.packed.rows(rows_R)
+        if torch.is_grad_enabled():
+            return response_logprobs(self.policy, packed, temperature=self.temperature).logp_BT
+        return batched_response_logprobs(
+            self.policy, packed, temperature=self.temperature, micro_batch=self.micro_batch_rows
+        ).logp_BT
+
+    def sum_gradients(self, params: list[torch.Tensor]) -> None:
+        sum_gradients(params, self.ctx)
+
+    def sum_normaliser(self, normaliser: LossNormaliser) -> LossNormaliser:
+        return sum_normaliser(normaliser, self.ctx)
