@@ -89,7 +89,11 @@ def main() -> None:
     if args.profile:
         print()
         engine = contenders[-1][1]
-        print(profile_shares(lambda: engine.generate_with(prompts, params), "FastEngine, one generation"))
+        print(
+            profile_shares(
+                lambda: engine.generate_with(distinct, params, n=args.group_size), "FastEngine, one generation"
+            )
+        )
 
 
 if __name__ == "__main__":
