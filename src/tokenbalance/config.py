@@ -14,14 +14,19 @@ and the allowed range. Configs load from and save to YAML, and accept dotted ove
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tokenbalance.algorithms.methods import METHOD_NESTED_TYPES, Method, apply_method_overrides, get_method
+from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import option, validate
+
+METHOD_PREFIX = "method."
 
 
 @dataclass
@@ -188,6 +193,20 @@ class RunConfig:
 
     def __post_init__(self) -> None:
         validate(self)
+        self.method()  # the preset and its overrides are part of what is validated at load
+
+    def method(self) -> Method:
+        """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied.
+        ``ValueError`` naming the field (and the closest valid name) when either is wrong."""
+        try:
+            base = get_method(self.train.method)
+        except ValueError as err:
+            raise ValueError(f"train.method: {err}") from None
+        try:
+            return apply_method_overrides(base, self.train.method_overrides)
+        except (ValueError, TypeError) as err:  # stage checks name the field as "lopti.eta: ..."
+            message = str(err)
+            raise ValueError(message if message.startswith(METHOD_PREFIX) else METHOD_PREFIX + message) from None
 
 
 def to_dict(config: Any) -> dict:
@@ -210,7 +229,8 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls)}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ValueError(f"{prefix}{unknown[0]}: unknown option; valid: {', '.join(fields)}")
+        hint = did_you_mean(unknown[0], fields)
+        raise ValueError(f"{prefix}{unknown[0]}: unknown option; valid: {', '.join(fields)}{hint}")
     kwargs = {}
     for name, value in data.items():
         f = fields[name]
@@ -231,8 +251,12 @@ def from_dict(cls: type, data: dict, prefix: str = "") -> Any:
     return built
 
 
+def config_yaml(config: RunConfig) -> str:
+    return yaml.safe_dump(to_dict(config), sort_keys=False)
+
+
 def save_config(config: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(to_dict(config), sort_keys=False))
+    Path(path).write_text(config_yaml(config))
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -263,29 +287,85 @@ def _parse_value(text: str) -> Any:
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]).
 
-    ``train.method_overrides.KEY=VALUE`` sets one entry of the method override dict (KEY may be
-    dotted itself, e.g. ``train.method_overrides.lopti.eta=0.4``).
+    ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes
+    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``; the long
+    form ``train.method_overrides.lopti.eta=0.4`` is the same.
     """
     data = to_dict(config)
     for item in overrides:
         if "=" not in item:
             raise ValueError(f"override {item!r}: expected section.field=value")
         key, text = item.split("=", 1)
-        parts = key.strip().split(".")
-        if parts[:2] == ["train", "method_overrides"] and len(parts) > 2:
-            data["train"]["method_overrides"][".".join(parts[2:])] = _parse_value(text)
+        key = key.strip()
+        method_key = _method_override_key(key)
+        if method_key is not None:
+            data["train"]["method_overrides"][method_key] = _parse_value(text)
             continue
+        parts = key.split(".")
         if len(parts) == 2 and parts[0] in data and parts[1] not in data[parts[0]]:
-            raise ValueError(f"{key}: unknown option; valid: {', '.join(data[parts[0]])}")
+            hint = did_you_mean(parts[1], data[parts[0]])
+            raise ValueError(f"{key}: unknown option; valid: {', '.join(data[parts[0]])}{hint}")
         if len(parts) != 2 or parts[0] not in data:
-            sections = ", ".join(f"{s}.*" for s in data)
-            raise ValueError(f"override {key!r}: unknown option; valid sections: {sections}")
+            sections = ", ".join(f"{s}.*" for s in [*data, "method"])
+            hint = did_you_mean(parts[0], [*data, "method"]) if len(parts) > 1 else ""
+            raise ValueError(f"override {key!r}: unknown option; valid sections: {sections}{hint}")
         data[parts[0]][parts[1]] = _parse_value(text)
     return from_dict(RunConfig, data)
 
 
+def _method_override_key(key: str) -> str | None:
+    """``lopti.eta`` for ``method.lopti.eta`` or ``train.method_overrides.lopti.eta``; else ``None``."""
+    for prefix in (METHOD_PREFIX, "train.method_overrides."):
+        if key.startswith(prefix) and len(key) > len(prefix):
+            return key[len(prefix) :]
+    return None
+
+
+def attribute_help(cls: type) -> dict[str, str]:
+    """The ``Attributes:`` section of a dataclass's docstring as ``{field: help}`` (one place for
+    the help of the method's hyper-parameters: their own docstrings)."""
+    doc = cls.__doc__ or ""
+    if "Attributes:" not in doc:
+        return {}
+    helps: dict[str, str] = {}
+    current = None
+    for line in doc.split("Attributes:", 1)[1].splitlines():
+        match = re.match(r"^\s{4,8}([A-Za-z_][\w, ]*):\s*(.*)$", line)
+        if match and not line.startswith(" " * 12):
+            current = [name.strip() for name in match.group(1).split(",")]
+            for name in current:
+                helps[name] = match.group(2).strip()
+        elif current and line.strip():
+            for name in current:
+                helps[name] += " " + line.strip()
+    return helps
+
+
+def describe_method_options(method: Method) -> list[str]:
+    """One line per hyper-parameter of ``method``: ``method.section.field = value  # help``."""
+    lines = []
+    top_help = attribute_help(Method)
+    for f in dataclasses.fields(Method):
+        if f.name in ("name", "description", "citations"):
+            continue
+        value = getattr(method, f.name)
+        section_type = METHOD_NESTED_TYPES.get(f.name)
+        if section_type is None:
+            lines.append(f"{METHOD_PREFIX}{f.name} = {value!r}  # {top_help.get(f.name, '')}")
+            continue
+        state = "" if value is not None else "  [stage off; setting a field switches it on]"
+        stage = value if value is not None else section_type()
+        helps = attribute_help(section_type)
+        for sub in dataclasses.fields(stage):
+            text = helps.get(sub.name, f"see {section_type.__name__}")
+            lines.append(f"{METHOD_PREFIX}{f.name}.{sub.name} = {getattr(stage, sub.name)!r}  # {text}{state}")
+    return lines
+
+
 def describe_options(config: Any = None, prefix: str = "") -> list[str]:
-    """One line per option: ``section.field = default  # help`` (for ``--help-config``)."""
+    """One line per option: ``section.field = default  # help`` (for ``--help-config``), then the
+    method's hyper-parameters (``method.*``, the values of the configured preset)."""
+    top = config is None or (prefix == "" and isinstance(config, RunConfig))
     config = RunConfig() if config is None else config
     lines = []
     for f in dataclasses.fields(config):
@@ -298,4 +378,6 @@ def describe_options(config: Any = None, prefix: str = "") -> list[str]:
         if meta.get("choices"):
             rule = f" (one of {', '.join(map(str, meta['choices']))})"
         lines.append(f"{prefix}{f.name} = {value!r}  # {meta.get('help', '')}{rule}")
+    if top:
+        lines += describe_method_options(config.method())
     return lines

@@ -29,6 +29,38 @@ def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
     metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert metrics["eval/greedy/acc"] == records[-1]["eval/greedy/acc"]
 
+    # --resume never ignores what it is given: a change of the experiment is refused by name ...
+    for change in (["--set", "optim.lr=0.5"], ["--method", "ar"], ["--set", "method.lopti.eta=0.3"]):
+        refused = tokenbalance("train", "--resume", str(run_dir), *change, "--no-progress")
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert "cannot change" in refused.stderr, refused.stderr
+    shorter = tokenbalance("train", "--resume", str(run_dir), "--steps", "1", "--no-progress")
+    assert shorter.returncode == 2 and "can only extend a run" in shorter.stderr, shorter.stderr
+    # ... and --steps extends the run from its last checkpoint, recording the new length
+    extended = tokenbalance("train", "--resume", str(run_dir), "--steps", "3", "--no-progress")
+    assert extended.returncode == 0, extended.stderr
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [(r["kind"], r["step"]) for r in records][-2:] == [("train", 3), ("eval", 3)]
+    assert "steps: 3" in (run_dir / "config.yaml").read_text()
+
+
+def test_config_errors_come_before_any_model_or_data_work(tmp_path):
+    """A typo in the method or an out-of-range hyper-parameter fails at load, with a suggestion,
+    before the embedded policy is built (nothing is cached in the working directory)."""
+    cases = [
+        (["--method", "ar_lopt"], "train.method: unknown method 'ar_lopt'", "did you mean 'ar_lopti'?"),
+        (["--set", "method.lopti.eta=1.5"], "method.lopti.eta: must be in (0.0, 1.0), got 1.5", ""),
+        (["--set", "method.lopti.etaa=0.4"], "method.lopti.etaa: unknown field", "did you mean 'eta'?"),
+        (["--set", "optim.lrr=1e-4"], "optim.lrr: unknown option", "did you mean 'lr'?"),
+        (["--set", "data.train_file=missing.parquet"], "data.train_file='missing.parquet': no such file", ""),
+    ]
+    for args, message, hint in cases:
+        result = tokenbalance("train", *args, "--no-progress", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and hint in result.stderr, result.stderr
+        assert "Traceback" not in result.stderr
+    assert list(tmp_path.iterdir()) == []  # no SFT build, no cache, no run directory
+
 
 def test_bad_model_path_is_one_clear_line(tmp_path):
     result = tokenbalance("train", "--model", str(tmp_path / "missing"), "--no-progress")
@@ -40,3 +72,8 @@ def test_bad_model_path_is_one_clear_line(tmp_path):
 def test_help_config_lists_options():
     result = tokenbalance("train", "--help-config")
     assert result.returncode == 0 and "rollout.group_size = 8" in result.stdout
+    # the method's hyper-parameters too, with the configured preset's values and their help
+    assert "method.lopti.eta = 0.5  # probability threshold" in result.stdout
+    assert "method.ar.alpha = 0.3" in result.stdout
+    grpo = tokenbalance("train", "--method", "grpo", "--help-config")
+    assert "method.lopti.eta = 0.5" in grpo.stdout and "[stage off" in grpo.stdout

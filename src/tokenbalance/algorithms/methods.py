@@ -32,7 +32,7 @@ from tokenbalance.algorithms.advantages import (
 from tokenbalance.algorithms.aggregate import AGG_MODES
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
 from tokenbalance.algorithms.passes import SINGLE_PASS_NAME, LoptiConfig, lopti_pass_names, lopti_passes, single_pass
-from tokenbalance.algorithms.registry import Registry
+from tokenbalance.algorithms.registry import Registry, did_you_mean
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight
 from tokenbalance.types import UpdatePass
@@ -459,6 +459,7 @@ def describe_presets(name: str | None = None) -> str:
 
 _STAGE_TYPES = {"ar": ARConfig, "tr_grpo": TRGRPOConfig, "nthr": NTHRConfig, "lopti": LoptiConfig}
 _NESTED_TYPES = {"advantage": AdvantageConfig, "clip": ClipConfig, "kl": KLConfig, **_STAGE_TYPES}
+METHOD_NESTED_TYPES = _NESTED_TYPES  # the Method fields that are sections of hyper-parameters
 
 
 def apply_method_overrides(method: Method, overrides: dict) -> Method:
@@ -473,16 +474,19 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
         section, _, name = str(key).partition(".")
         if not name:
             if section not in top_level:
-                raise ValueError(f"method override {key!r}: unknown field; valid: {', '.join(sorted(top_level))}")
+                hint = did_you_mean(section, top_level)
+                raise ValueError(f"method.{key}: unknown field; valid: {', '.join(sorted(top_level))}{hint}")
             if section in _STAGE_TYPES and isinstance(value, dict):
                 value = _STAGE_TYPES[section](**value)
             method = dataclasses.replace(method, **{section: value})
             continue
         if section not in _NESTED_TYPES:
-            raise ValueError(f"method override {key!r}: unknown section {section!r}; valid: {', '.join(_NESTED_TYPES)}")
+            hint = did_you_mean(section, _NESTED_TYPES)
+            raise ValueError(f"method.{key}: unknown section {section!r}; valid: {', '.join(_NESTED_TYPES)}{hint}")
         current = getattr(method, section) or _NESTED_TYPES[section]()
         fields = {f.name for f in dataclasses.fields(current)}
         if name not in fields:
-            raise ValueError(f"method override {key!r}: unknown field {name!r}; valid: {', '.join(sorted(fields))}")
+            hint = did_you_mean(name, fields)
+            raise ValueError(f"method.{key}: unknown field {name!r}; valid: {', '.join(sorted(fields))}{hint}")
         method = dataclasses.replace(method, **{section: dataclasses.replace(current, **{name: value})})
     return method

@@ -2,15 +2,22 @@
 
 A registry maps a name to an object (a function or a preset). Lookups are exact: no case folding,
 no prefix matching, so a typo never silently selects another method. An unknown name raises a
-``ValueError`` that lists every valid name.
+``ValueError`` that lists every valid name and suggests the closest one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import difflib
+from collections.abc import Callable, Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+
+
+def did_you_mean(name: object, valid: Iterable[str]) -> str:
+    """``" (did you mean 'x'?)"`` for the closest valid name to a misspelt one, else ``""``."""
+    close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 class Registry(Generic[T]):
@@ -39,7 +46,8 @@ class Registry(Generic[T]):
             return self._items[name]
         except (KeyError, TypeError):
             valid = ", ".join(sorted(self._items))
-            raise ValueError(f"unknown {self.what} {name!r}; valid names: {valid}") from None
+            hint = did_you_mean(name, self._items)
+            raise ValueError(f"unknown {self.what} {name!r}; valid names: {valid}{hint}") from None
 
     def names(self) -> list[str]:
         return list(self._items)

@@ -27,12 +27,13 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def printed_config_help(args: argparse.Namespace) -> bool:
-    """Print every config option and return True when ``--help-config`` was given."""
+    """Print every config option (the method's with the values of ``--method`` / ``--config`` /
+    ``--set``) and return True when ``--help-config`` was given."""
     if not args.help_config:
         return False
     from tokenbalance.config import describe_options
 
-    print("\n".join(describe_options()))
+    print("\n".join(describe_options(config_from_args(args))))
     return True
 
 
@@ -64,8 +65,61 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", help="method preset (tokenbalance list-methods)")
     parser.add_argument("--steps", type=int, help="RL steps")
     parser.add_argument("--run-dir", help="run directory (default runs/<method>-<time>)")
-    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its latest checkpoint")
+    parser.add_argument(
+        "--resume",
+        metavar="RUN_DIR",
+        help="continue the run in RUN_DIR from its latest checkpoint with its saved config; --steps N extends it "
+        "to N steps; other changes (--set of anything but reporting/device, --method, --config, --seed) are refused",
+    )
     parser.set_defaults(func=run)
+
+
+# What --resume may change: how long the run goes on and how it reports. Everything else would
+# make the continued run a different experiment from the one its checkpoints belong to.
+RESUMABLE_KEYS = (
+    "train.steps",
+    "train.eval_every",
+    "train.save_every",
+    "train.device",
+    "train.threads",
+    "output.progress",
+    "output.tensorboard",
+    "output.wandb",
+)
+
+
+def resumed_config(args: argparse.Namespace):
+    """The saved config of the run in ``--resume RUN`` with the changes a resume allows (more
+    ``--steps``, reporting, device); any other change is refused, naming it (never ignored)."""
+    from tokenbalance.config import apply_overrides, load_config, to_dict
+
+    run_dir = Path(args.resume)
+    if not (run_dir / "config.yaml").is_file():
+        raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
+    refused = [flag for flag in ("config", "model", "seed", "method", "run_dir") if getattr(args, flag, None)]
+    if refused:
+        flags = ", ".join("--" + flag.replace("_", "-") for flag in refused)
+        raise ValueError(
+            f"--resume {run_dir}: {flags} cannot change a run that has started (its checkpoints belong to "
+            f"{run_dir / 'config.yaml'}); only --steps, --device and reporting options may. To change it, start a "
+            f"new run from a checkpoint's weights: --model {run_dir}/checkpoints/step_N/model --run-dir NEW_DIR"
+        )
+    saved = load_config(run_dir / "config.yaml")
+    changes = ([f"train.steps={args.steps}"] if args.steps is not None else []) + list(args.overrides)
+    if args.device is not None:
+        changes.append(f"train.device={args.device}")
+    config = apply_overrides(saved, changes)
+    before, after = to_dict(saved), to_dict(config)
+    for section, values in after.items():
+        for key, value in values.items():
+            if value != before[section][key] and f"{section}.{key}" not in RESUMABLE_KEYS:
+                raise ValueError(
+                    f"--resume {run_dir}: {section}.{key} cannot change mid-run ({before[section][key]!r} -> "
+                    f"{value!r}); a resume may change only {', '.join(RESUMABLE_KEYS)}. Start a new run to change it."
+                )
+    if args.no_progress:
+        config.output.progress = False
+    return config
 
 
 def run(args: argparse.Namespace) -> int:
@@ -74,8 +128,7 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.runner import run_training
 
     if args.resume:
-        config = config_from_args(args) if args.no_progress else None
-        run_training(config, run_dir=Path(args.resume), resume=True)
+        run_training(resumed_config(args), run_dir=Path(args.resume), resume=True)
         return 0
     run_training(config_from_args(args))
     return 0

@@ -38,8 +38,8 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-from tokenbalance.algorithms.methods import Method, apply_method_overrides, get_method
-from tokenbalance.config import RunConfig, save_config, to_dict
+from tokenbalance.algorithms.methods import Method
+from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import check_special_tokens
@@ -330,7 +330,7 @@ def prepare_training(
             f"rollout.prompts_per_step={config.rollout.prompts_per_step} must be divisible by "
             f"the number of ranks ({ctx.world_size}): each rank takes whole prompt groups"
         )
-    method = apply_method_overrides(get_method(config.train.method), config.train.method_overrides)
+    method = config.method()
     reference = None
     if method.needs_ref_logp:
         reference = copy.deepcopy(policy).eval()
@@ -361,6 +361,13 @@ def prepare_training(
     )
     if resume:
         parts.start_step = resume_state(parts)
+        if config.train.steps < parts.start_step:
+            raise ValueError(
+                f"--steps {config.train.steps}: the run in {run_dir} is already at step {parts.start_step}; "
+                "a resume can only extend a run"
+            )
+        if ctx.is_main:  # record the extended length (and reporting changes) the run now follows
+            write_text_atomic(run_dir / "config.yaml", config_yaml(config))
     elif ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run_dir / "config.yaml")

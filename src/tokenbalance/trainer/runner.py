@@ -15,6 +15,16 @@ from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
 
 
+def check_before_work(config: RunConfig) -> None:
+    """What can be checked without a model, before the (possibly minutes-long) SFT build or model
+    load: the method (already resolved when the config was built) and the data files."""
+    config.method()
+    for key in ("train_file", "eval_file"):
+        path = getattr(config.data, key)
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"data.{key}={path!r}: no such file")
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -65,7 +75,7 @@ def before_after_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def run_training(config: RunConfig, *, run_dir: Path | None = None, resume: bool = False, log=print) -> Path:
+def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resume: bool = False, log=print) -> Path:
     """Train per ``config`` (or continue ``run_dir`` when ``resume``); returns the run directory."""
     from tokenbalance.models import load_policy
     from tokenbalance.trainer.loop import prepare_training, train
@@ -73,9 +83,9 @@ def run_training(config: RunConfig, *, run_dir: Path | None = None, resume: bool
     if resume:
         if run_dir is None or not (Path(run_dir) / "config.yaml").is_file():
             raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
-        progress = config.output.progress if config is not None else True
-        config = load_config(Path(run_dir) / "config.yaml")
-        config.output.progress = progress
+        if config is None:  # the saved config as it is (the CLI passes it with the changes a resume allows)
+            config = load_config(Path(run_dir) / "config.yaml")
+    check_before_work(config)
     device = resolve_device(config.train.device)
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
