@@ -85,10 +85,11 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     engine: str = option(
-        "fast",
-        "rollout engine: the preallocated-KV-cache decode loop (Llama / Qwen2 run "
-        "their layers directly, other models their own forward), or Hugging Face generate",
-        choices=("fast", "hf"),
+        "auto",
+        "rollout engine: auto (fast on CPU for a Llama / Qwen2 model of at most 100M parameters, where it is "
+        "measured faster; hf otherwise, GPUs included), fast (a preallocated-KV-cache decode loop) or hf "
+        "(Hugging Face generate)",
+        choices=("auto", "fast", "hf"),
     )
     prompts_per_step: int = option(16, "prompts per RL step", low=1, high=10**6)
     group_size: int = option(8, "responses per prompt (G)", low=1, high=1024)

@@ -322,3 +322,15 @@ def test_prompt_and_parameter_errors(tokenizer):
     no_pad.pad_token = None
     with pytest.raises(ValueError, match="no pad token"):
         FastEngine(tiny_model(), no_pad)
+
+
+def test_auto_engine_is_fast_only_for_small_static_models_on_cpu(model, monkeypatch):
+    import tokenbalance.rollout as rollout
+
+    assert rollout.auto_engine(model)[0] == "fast"
+    monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS", 10)  # a "large" model: the fused weight copies cost GBs
+    name, why = rollout.auto_engine(model)
+    assert name == "hf" and "parameters" in why
+    monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS", 10**9)
+    monkeypatch.setattr(rollout, "static_path_problem", lambda m: "architecture X")
+    assert rollout.auto_engine(model) == ("hf", "the fast engine's static path does not support architecture X")

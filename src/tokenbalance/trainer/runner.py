@@ -102,7 +102,10 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
     policy, tokenizer = load_policy(config.model.path, device=device, dtype=dtype)
     parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
     if ctx.is_main:
-        log(f"run directory: {run_dir}  (method {config.train.method}, steps {parts.start_step}..{config.train.steps})")
+        log(
+            f"run directory: {run_dir}  (method {config.train.method}, steps {parts.start_step}..{config.train.steps}, "
+            f"rollout engine {type(parts.engine).__name__})"
+        )
     train(parts)
     if ctx.is_main:
         log(before_after_table(run_dir))
