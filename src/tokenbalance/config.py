@@ -73,9 +73,7 @@ class DataConfig:
     eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True)
     eval_count: int = option(
         1000,
-        "held-out examples per difficulty (K&K 2 people: at most 100); 1000 "
-        "resolves a few points of accuracy and costs ~9 s per evaluation of the tiny model "
-        "on 2 CPU cores",
+        "held-out examples per difficulty (K&K 2 people: at most 100); 1000 resolves a few points of accuracy",
         low=1,
         high=10**6,
     )

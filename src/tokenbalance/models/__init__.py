@@ -14,7 +14,7 @@ Modules: ``tokenizer`` (byte-level BPE + K&K corpus), ``tiny`` (model config and
 
 CPU: everything above as written (tiny models train and generate on a laptop core).
 One GPU: ``load_policy(path, device="cuda", dtype=torch.bfloat16)``, or ``model.to("cuda")``.
-Tests: ``.venv/bin/pytest tests/models -q`` (about 7 s).
+Tests: ``.venv/bin/pytest tests/models -q``.
 """
 
 from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_policy, save_policy

@@ -1,7 +1,7 @@
 """A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
 
     from tokenbalance.models import kk_tokenizer_corpus, train_tokenizer
-    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)   # 0.3 s, 801 tokens
+    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)
     tokenizer.save_pretrained("runs/tiny-tok")                            # Hugging Face format
 
 Byte-level BPE (GPT-2 / Qwen style pre-tokenisation, no normaliser) so that

@@ -33,11 +33,9 @@ own forward with a ``DynamicCache``, the same sampler and the same loop: correct
 ``engine.path`` says which (``"static"`` or ``"model"``); ``path="static"`` refuses with a
 ``ValueError`` naming the architecture instead of falling back.
 
-Speed (``benchmarks/rollout_speed.py``, docs/results.md): on the 1.1M-parameter reference model,
-128 rows, 96-token prompts, 160 new tokens, 2 threads, 1.4-1.5x the tokens/s of ``generate`` with
-128 distinct prompts and 1.9-2.4x with 16 prompts x 8 (grouped decoding). What remains is
-attention reading the response K/V cache at every step (memory-bound) and matrix multiplies, not
-Python overhead.
+Speed: measured against ``generate`` by ``benchmarks/rollout_speed.py``; the figures and the
+command are in docs/results.md#speed. What remains of a decode step is attention reading the
+response K/V cache (memory-bound) and matrix multiplies, not Python overhead.
 
 CPU: ``FastEngine(model, tokenizer).generate(...)`` (``torch.set_num_threads`` as you like).
 One GPU: ``model.to("cuda")`` first; the cache, masks and generator follow the model's device.

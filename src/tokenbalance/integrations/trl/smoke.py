@@ -37,7 +37,7 @@ OFFLINE_ENV = {
 
 
 def build_tiny_policy(directory: str | os.PathLike, *, seed: int = 0) -> Path:
-    """A 2-layer, hidden-32 Llama and a 512-token K&K tokenizer saved to ``directory`` (about 2 s)."""
+    """A 2-layer, hidden-32 Llama and a 512-token K&K tokenizer saved to ``directory``."""
     from tokenbalance.models import (
         TinyModelConfig,
         build_tiny_model,
