@@ -212,7 +212,7 @@ def compute_advantages(
     if config.estimator == "reinforce_pp":
         return reinforce_pp_advantages(token_rewards_BT, mask_BT, gamma=config.gamma)
     estimator = OUTCOME_ESTIMATORS.get(config.estimator)
-    options = {"singleton": config.singleton}
+    options: dict[str, object] = {"singleton": config.singleton}
     if config.estimator == "grpo":
         options["eps"] = config.eps
     return estimator(token_rewards_BT.sum(dim=1), group_ids_B, mask_BT, **options)

@@ -108,7 +108,8 @@ def lopti_low_mask(
     threshold = config.eta
     if config.threshold_mode == "quantile":
         valid = prob_BT[mask_BT].double()
-        threshold = float(torch.quantile(valid, config.portion).item()) if valid.numel() else 0.0
+        portion = float(config.portion) if config.portion is not None else 0.0  # set in quantile mode
+        threshold = float(torch.quantile(valid, portion).item()) if valid.numel() else 0.0
     low_BT = prob_BT < threshold if config.strict_less else prob_BT <= threshold
     return low_BT & mask_BT, threshold
 

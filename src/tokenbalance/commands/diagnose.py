@@ -143,7 +143,7 @@ class DiagnosedBatch:
 
     @property
     def old(self):
-        return self.rollout.old
+        return self.rollout.old_logprobs
 
     @property
     def texts(self) -> list[str]:
@@ -218,7 +218,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
         micro_batch=config.optim.micro_batch_size,
         with_entropy=False,
     )
-    if with_hidden and batch.old.hidden_BTD is None:
+    if with_hidden and batch.old_logprobs.hidden_BTD is None:
         from tokenbalance.trainer.logprobs import batched_response_logprobs
 
         old = batched_response_logprobs(
@@ -476,7 +476,7 @@ def run_lld(args: argparse.Namespace) -> int:
         f"(lr {lr:g}) of {batch.method.name}{' (pos only)' if args.pos_only else ''} per question from the "
         "checkpoint"
     )
-    summary = {"questions": len(rows)}
+    summary: dict[str, float] = {"questions": len(rows)}
     if rows:
         print(f"\n  {'question':<22}{'N+/G':>7}{'delta':>12}{'delta/token':>13}  LLD (delta < {args.epsilon:g})")
         for row in rows:

@@ -130,7 +130,7 @@ def probability_change_stats(
     advantages_BT: torch.Tensor,
     mask_BT: torch.Tensor,
     edges=DEFAULT_EDGES,
-) -> list[dict[str, float]]:
+) -> list[dict[str, float | str]]:
     """Δp = exp(new) - exp(old) per bucket of the *old* probability (Figure 1 c/e/f and Figure 3).
 
     Returns one dict per bucket: ``interval`` (label), ``tokens``, ``dp_mean``, ``dp_p10``,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -70,7 +71,7 @@ def nthr_selections(
         vocab = None
         if config.vocab != "full":
             vocab = torch.unique(tokens_BT[rows][valid[rows]]).sort().values
-        common = {
+        common: dict[str, Any] = {
             "temperature": temperature,
             "unembed_bias_V": unembed_bias_V,
             "vocab": "full" if vocab is None else vocab,

@@ -50,7 +50,8 @@ class Run:
 
     def series(self, key: str, kind: str = "train") -> tuple[list[float], list[float]]:
         """Steps and values of ``key`` (records without it, or with a non-number, are left out)."""
-        steps, values = [], []
+        steps: list[float] = []
+        values: list[float] = []
         for record in self.train if kind == "train" else self.eval:
             value = _number(record.get(key))
             if value is not None:

@@ -40,14 +40,17 @@ class PolicyAccess(Protocol):
     batch, and the data-parallel reductions. One object per step (the trainer's is
     :class:`tokenbalance.trainer.batch.StepPolicy`)."""
 
-    policy: torch.nn.Module
-    micro_batch_rows: int
+    @property
+    def policy(self) -> torch.nn.Module: ...
+
+    @property
+    def micro_batch_rows(self) -> int: ...
 
     def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
         """[R, T] current log-probs of rows ``rows_R`` of the batch; with gradient when autograd is on."""
         ...
 
-    def sum_gradients(self, params: list[torch.Tensor]) -> None:
+    def sum_gradients(self, params: list) -> None:
         """Sum the parameters' gradients over data-parallel ranks, in place."""
         ...
 

@@ -14,6 +14,7 @@ import dataclasses
 from dataclasses import dataclass
 
 import torch
+from transformers import PreTrainedModel
 
 from tokenbalance.algorithms.methods import Method, NTHRInputs, build_update_passes
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
@@ -84,6 +85,13 @@ class RolloutBatch:
     def rewards_PG(self) -> torch.Tensor:
         return self.rewards_B.view(-1, self.group_size)
 
+    @property
+    def old_logprobs(self) -> ResponseLogprobs:
+        """The old-policy log-probs (``ValueError`` before :func:`with_logprobs`)."""
+        if self.old is None:
+            raise ValueError("the batch has no old log-probs yet (call with_logprobs first)")
+        return self.old
+
 
 def sample_batch(
     engine: RolloutEngine,
@@ -135,8 +143,8 @@ def sample_batch(
 def with_logprobs(
     batch: RolloutBatch,
     *,
-    policy: torch.nn.Module,
-    reference: torch.nn.Module | None,
+    policy: PreTrainedModel,
+    reference: PreTrainedModel | None,
     method: Method,
     temperature: float,
     micro_batch: int,
@@ -171,7 +179,7 @@ def with_logprobs(
 
 
 def nthr_inputs(
-    head: torch.nn.Module, tokens_BT: torch.Tensor, hidden_BTD: torch.Tensor, temperature: float
+    head: torch.nn.Linear, tokens_BT: torch.Tensor, hidden_BTD: torch.Tensor, temperature: float
 ) -> NTHRInputs:
     """NTHR's inputs from the old policy's output layer ``head`` (``get_output_embeddings()``) and
     last-layer hidden states; float64 stays float64, anything else is computed in float32."""
@@ -190,28 +198,27 @@ def update_inputs(
     method: Method,
     batch: RolloutBatch,
     *,
-    policy: torch.nn.Module,
+    policy: PreTrainedModel,
     temperature: float,
     rows: torch.Tensor | slice | None = None,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
     """The method's update passes on the batch (advantages, token weights, schedule) and the
     metrics of building them; ``rows`` (whole groups) restricts them to part of the batch."""
-    if batch.old is None:
-        raise ValueError("update_inputs: the batch has no old log-probs (call with_logprobs first)")
+    old = batch.old_logprobs
     sel = slice(None) if rows is None else rows
     nthr = None
     if method.needs_hidden_states:
-        if batch.old.hidden_BTD is None:
+        if old.hidden_BTD is None:
             raise ValueError(f"method {method.name!r} needs the old policy's hidden states")
         head = policy.get_output_embeddings()
-        nthr = nthr_inputs(head, batch.tokens_BT[sel], batch.old.hidden_BTD[sel], temperature)
+        nthr = nthr_inputs(head, batch.tokens_BT[sel], old.hidden_BTD[sel], temperature)
     ref_logp_BT = None if batch.ref_logp_BT is None else batch.ref_logp_BT[sel]
     return build_update_passes(
         method,
         batch.rewards_B[sel],
         batch.group_ids_B[sel],
         batch.mask_BT[sel],
-        batch.old.logp_BT[sel],
+        old.logp_BT[sel],
         ref_logp_BT,
         nthr,
     )
@@ -223,7 +230,7 @@ class StepPolicy:
     (:class:`tokenbalance.diagnostics.step.PolicyAccess`): log-probs of rows of the batch and the
     data-parallel reductions."""
 
-    policy: torch.nn.Module
+    policy: PreTrainedModel
     packed: PackedSequences
     temperature: float
     micro_batch_rows: int
@@ -237,7 +244,7 @@ class StepPolicy:
             self.policy, packed, temperature=self.temperature, micro_batch=self.micro_batch_rows
         ).logp_BT
 
-    def sum_gradients(self, params: list[torch.Tensor]) -> None:
+    def sum_gradients(self, params: list) -> None:
         sum_gradients(params, self.ctx)
 
     def sum_normaliser(self, normaliser: LossNormaliser) -> LossNormaliser:

@@ -206,8 +206,12 @@ def batched_response_logprobs(
         ]
     finally:
         model.train(was_training)
+
+    def joined(name: str) -> torch.Tensor:
+        return torch.cat([getattr(p, name) for p in parts])
+
     return ResponseLogprobs(
-        logp_BT=torch.cat([p.logp_BT for p in parts]),
-        entropy_BT=torch.cat([p.entropy_BT for p in parts]) if with_entropy else None,
-        hidden_BTD=torch.cat([p.hidden_BTD for p in parts]) if with_hidden else None,
+        logp_BT=joined("logp_BT"),
+        entropy_BT=joined("entropy_BT") if with_entropy else None,
+        hidden_BTD=joined("hidden_BTD") if with_hidden else None,
     )

@@ -70,7 +70,7 @@ def prompt_order(num_examples: int, seed: int, epoch: int) -> list[int]:
 
 def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) -> list[int]:
     """Global prompt indices of RL step ``step`` (0-based): consecutive slices of per-epoch permutations."""
-    indices = []
+    indices: list[int] = []
     position = step * per_step
     while len(indices) < per_step:
         epoch, offset = divmod(position, num_examples)
@@ -176,13 +176,13 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         )
     with timer("update", exclude=lambda: diag.seconds):
         passes, prep_metrics = update_inputs(method, batch, policy=policy, temperature=temperature)
-        diag_metrics = diag.before_update(passes, batch.old.logp_BT, batch.mask_BT)
+        diag_metrics = diag.before_update(passes, batch.old_logprobs.logp_BT, batch.mask_BT)
         update_metrics = update(parts, batch, passes, on_micro_batch=diag.on_micro_batch)
     diag_metrics |= diag.after_update(
         passes,
-        batch.old.logp_BT,
+        batch.old_logprobs.logp_BT,
         batch.mask_BT,
-        entropy_BT=batch.old.entropy_BT,
+        entropy_BT=batch.old_logprobs.entropy_BT,
         correct_B=batch.correct_B,
         group_ids_B=batch.group_ids_B,
     )
@@ -200,7 +200,7 @@ def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass], o
         policy=parts.policy,
         optimizer=parts.optimizer,
         packed=batch.packed,
-        old_logp_BT=batch.old.logp_BT,
+        old_logp_BT=batch.old_logprobs.logp_BT,
         ref_logp_BT=batch.ref_logp_BT,
         temperature=cfg.rollout.temperature,
         mini_batch_rows=max(1, cfg.optim.mini_batch_size // parts.ctx.world_size),

@@ -85,6 +85,8 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
             raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
         if config is None:  # the saved config as it is (the CLI passes it with the changes a resume allows)
             config = load_config(Path(run_dir) / "config.yaml")
+    if config is None:
+        raise ValueError("run_training: a config is required unless resuming a run directory")
     check_before_work(config)
     device = resolve_device(config.train.device)
     if config.train.threads:

@@ -64,7 +64,7 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
-    on_micro_batch: Callable[[slice | torch.Tensor, torch.Tensor], None] | None = None,
+    on_micro_batch: Callable[[slice | torch.Tensor, torch.Tensor | None], None] | None = None,
 ) -> dict[str, float]:
     """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
 
@@ -103,12 +103,12 @@ def run_update_passes(
                 if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
                     micro_normaliser = pass_normaliser(method, micro_pass)
                     scale = 1.0 / len(micro_slices)
-                rows, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
-                if rows is None:
+                active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
+                if active is None:
                     continue  # no token of this pass here: its loss and gradient are zero
                 current = response_logprobs(
                     policy,
-                    packed.rows(rows),
+                    packed.rows(active),
                     temperature=temperature,
                     with_entropy=True,
                     entropy_grad=method.entropy_coeff != 0,
@@ -117,14 +117,14 @@ def run_update_passes(
                     method,
                     micro_pass,
                     current.logp_BT,
-                    old_logp_BT[rows],
-                    None if ref_logp_BT is None else ref_logp_BT[rows],
+                    old_logp_BT[active],
+                    None if ref_logp_BT is None else ref_logp_BT[active],
                     current.entropy_BT,
                     normaliser=micro_normaliser,
                 )
                 (out.loss * scale).backward()
                 if on_micro_batch is not None:
-                    on_micro_batch(rows, out.clipped_BT)
+                    on_micro_batch(active, out.clipped_BT)
                 micro_runs.append((out.metrics, scale))
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)
