@@ -8,7 +8,7 @@ no prefix matching, so a typo never silently selects another method. An unknown 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -32,14 +32,6 @@ class Registry(Generic[T]):
             raise ValueError(f"{self.what} {name!r} is already registered")
         self._items[name] = item
         return item
-
-    def register(self, name: str) -> Callable[[T], T]:
-        """Decorator form of :meth:`add`."""
-
-        def decorate(item: T) -> T:
-            return self.add(name, item)
-
-        return decorate
 
     def get(self, name: str) -> T:
         try:
