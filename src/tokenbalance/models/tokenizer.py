@@ -26,8 +26,7 @@ from collections.abc import Iterable, Iterator
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tokenbalance.tasks.kk import generate_rows
-from tokenbalance.tasks.kk.templates import reference_cot, reference_response
+from tokenbalance.tasks.kk.task import response_text, tokenizer_corpus
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -95,7 +94,7 @@ def train_tokenizer(
 
 def kk_response_text(row: dict) -> str:
     """The CoT response of a Logic-RL row (:func:`~tokenbalance.tasks.kk.templates.reference_response`)."""
-    return reference_response(row["solution_text_format"], reference_cot(row))
+    return response_text(row)
 
 
 def kk_tokenizer_corpus(
@@ -105,15 +104,9 @@ def kk_tokenizer_corpus(
     split: str = "train",
     template: str = "plain",
 ) -> Iterator[str]:
-    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people,
-    the rendered prompt, the response of :func:`kk_response_text` and the plain
-    ``solution_text`` ("A is a knight, B is a knave, and ...").
-
-    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first
-    ``count`` puzzles), so the corpus is deterministic.
+    """K&K text for tokenizer training (:func:`tokenbalance.tasks.kk.task.tokenizer_corpus`): for
+    ``count`` Logic-RL rows of each number of people, the rendered prompt, the response of
+    :func:`kk_response_text` and the plain ``solution_text`` ("A is a knight, B is a knave, and ...").
+    Deterministic. Other tasks give theirs through ``Task.tokenizer_corpus``.
     """
-    for n_people in people:
-        for row in generate_rows(n_people, split, count=count, template=template):
-            yield row["prompt"][0]["content"]
-            yield kk_response_text(row)
-            yield row["solution_text"]
+    return tokenizer_corpus(people, count=count, split=split, template=template)

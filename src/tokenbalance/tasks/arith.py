@@ -22,13 +22,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from tokenbalance.tasks.base import ScoreResult, TaskExample
+from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -363,11 +364,16 @@ def read_math_examples(path: str | os.PathLike, data_source: str = "math") -> li
     return [_math_example(reader, data_source) for reader in readers]
 
 
-class ArithTask:
-    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2)."""
+class ArithTask(BaseTask):
+    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2).
+
+    A run's held-out, RL and SFT examples are streams with seeds 0, 1 and 2
+    (:meth:`~tokenbalance.tasks.base.BaseTask.example_source`).
+    """
 
     name = "arith"
     templates = ARITH_TEMPLATE_NAMES  # plain (default), qwen-instruct, raw
+    max_reward = 1.0
 
     def __init__(self, timeout_s: int | None = DEFAULT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
@@ -380,11 +386,18 @@ class ArithTask:
         count: int | None = None,
         seed: int | None = None,
         template: str | None = None,
+        start_index: int | None = None,
     ) -> list[TaskExample]:
         level = 2 if difficulty is None else difficulty
         chosen = template or self.templates[0]
         render_arith_prompt("", chosen)  # validate before generating
-        problems = generate_problems(level, split, count, seed=DEFAULT_SEED if seed is None else seed)
+        problems = generate_problems(
+            level,
+            split,
+            count,
+            seed=DEFAULT_SEED if seed is None else seed,
+            start_index=0 if start_index is None else start_index,
+        )
         return [
             TaskExample(
                 prompt=render_arith_prompt(p.question, chosen),
@@ -398,8 +411,32 @@ class ArithTask:
             for p in problems
         ]
 
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        """DeepScaleR-style rows (:func:`read_math_examples`); prompts are used as stored."""
+        return read_math_examples(path)
+
     def render_prompt(self, example: TaskExample, template: str) -> str:
         return render_arith_prompt(example.question, template)
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         return score_math(response, example.ground_truth, timeout_s=self.timeout_s)
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        """`` \\boxed{answer}`` (no reasoning to write, whatever ``target``)."""
+        answers = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
+        return f" \\boxed{{{answers[0]}}}"
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        """``tokenbalance gen-data arith``: one DeepScaleR-style parquet file of one level."""
+        if options.merge or options.per_level_source or options.people is not None:
+            raise ValueError("--people, --merge and --per-level-source apply to kk only; arith takes --level")
+        problems = generate_problems(
+            2 if options.level is None else options.level,
+            options.split,
+            options.count,
+            seed=DEFAULT_SEED if options.seed is None else options.seed,
+            start_index=0 if options.start_index is None else options.start_index,
+        )
+        rows = arith_rows(problems, template=options.template or "raw", data_source=options.data_source or "arith")
+        path = write_arith_parquet(rows, options.out)
+        log(f"wrote {len(rows)} rows (arith level {problems[0].level}, {options.split}) to {path}")
