@@ -22,6 +22,7 @@ import yaml
 
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import option, validate
+from tokenbalance.tasks.base import TASK_NAMES
 
 
 @dataclass
@@ -46,7 +47,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = option("kk", "task name", choices=("kk", "arith"))
+    task: str = option("kk", "task name", choices=TASK_NAMES)  # the registry's names when validated
     template: str = option(
         "compact",
         "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)",

@@ -155,8 +155,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Rol
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     task = get_task(config.data.task)
-    if task.name == "kk":
-        check_special_tokens(tokenizer)
+    check_special_tokens(tokenizer, task.special_tokens)
     pool = rl_examples(config.data)
     chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[: args.prompts]]
     prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
