@@ -26,13 +26,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.diagnostics.sinks import dump_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -285,19 +285,9 @@ def _fmt(value: float, spec: str = "+.4f") -> str:
     return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # strict JSON has no NaN
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _write_json(path: str | None, data: dict) -> None:
     if path:
-        Path(path).write_text(json.dumps(_json_safe(data), indent=1) + "\n")
+        Path(path).write_text(dump_json(data, indent=1) + "\n")  # NaN / inf as null (docs/metrics.md)
         print(f"written: {path}")
 
 
