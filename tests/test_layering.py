@@ -1,9 +1,11 @@
 """Layering: what the pure packages may import.
 
+* ``checks.py`` (the scalar range / choice checks shared by the config, the algorithms, the tasks
+  and the models): the standard library only, so that every layer may import it.
 * ``algorithms/`` (and ``types.py``, which holds the containers the algorithms return): the
-  standard library, numpy and torch, and itself; anywhere in the file.
-* ``tasks/``: the standard library, numpy and torch, and ``tokenbalance.tasks`` itself at module
-  level. Inside a function body (a lazy import, run only when that function is called) it may also
+  standard library, numpy and torch, ``tokenbalance.checks`` and itself; anywhere in the file.
+* ``tasks/``: the standard library, numpy and torch, ``tokenbalance.checks`` and
+  ``tokenbalance.tasks`` itself at module level. Inside a function body (a lazy import, run only when that function is called) it may also
   import pyarrow (parquet files) and math-verify (math scoring), so that importing a task stays
   light; no other package, not even lazily. ``tests/tasks/test_base.py`` checks that importing the
   tasks indeed loads neither.
@@ -17,8 +19,8 @@ import tokenbalance
 
 PACKAGE = Path(tokenbalance.__file__).parent
 ALLOWED_THIRD_PARTY = {"numpy", "torch"}
-ALGORITHMS_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types")
-TASKS_INTERNAL = ("tokenbalance.tasks",)
+ALGORITHMS_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", "tokenbalance.checks")
+TASKS_INTERNAL = ("tokenbalance.tasks", "tokenbalance.checks")
 TASKS_LAZY_THIRD_PARTY = {"pyarrow", "math_verify"}
 
 
@@ -60,6 +62,11 @@ def forbidden_imports(
             if not allowed:
                 bad.append(f"{path.name} imports {name}" + (" (lazily)" if lazy else ""))
     return bad
+
+
+def test_checks_import_only_the_standard_library():
+    names = [name for name, _ in imported_modules(PACKAGE / "checks.py")]
+    assert names and all(name.split(".")[0] in sys.stdlib_module_names | {"__future__"} for name in names)
 
 
 def test_algorithms_import_only_stdlib_numpy_torch():

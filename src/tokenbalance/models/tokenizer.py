@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
+from tokenbalance.checks import check_range
 from tokenbalance.tasks.kk.task import response_text, tokenizer_corpus
 
 PAD_TOKEN = "<|pad|>"
@@ -60,12 +61,9 @@ def train_tokenizer(
     """
     byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
     minimum = len(byte_alphabet) + len(SPECIAL_TOKENS) + len(REASONING_TAGS)
-    if vocab_size < minimum:
-        raise ValueError(f"vocab_size must be >= {minimum} (256 bytes + 8 added tokens), got {vocab_size}")
-    if min_frequency < 1:
-        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
-    if model_max_length < 1:
-        raise ValueError(f"model_max_length must be >= 1, got {model_max_length}")
+    check_range("vocab_size", vocab_size, minimum, integer=True)  # 256 bytes + 8 added tokens
+    check_range("min_frequency", min_frequency, 1, integer=True)
+    check_range("model_max_length", model_max_length, 1, integer=True)
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)

@@ -29,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from tokenbalance.checks import check_range
 from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
@@ -79,9 +80,8 @@ class ArithProblem:
 
 
 def _check_level(level: object) -> int:
-    if level not in LEVELS or type(level) is not int:
-        raise ValueError(f"level must be an integer in {LEVELS[0]}..{LEVELS[-1]}, got {level!r}")
-    return level
+    check_range("level", level, LEVELS[0], LEVELS[-1], integer=True)
+    return level  # type: ignore[return-value]
 
 
 def _check_split(split: object) -> str:
@@ -165,12 +165,9 @@ def generate_problems(
     """``count`` problems (default: 1000 train / 100 test) from ``start_index``."""
     _check_level(level)
     total = DEFAULT_COUNTS[_check_split(split)] if count is None else count
-    if type(total) is not int or total < 1:
-        raise ValueError(f"count must be an integer >= 1, got {total!r}")
-    if type(start_index) is not int or start_index < 0:
-        raise ValueError(f"start_index must be an integer >= 0, got {start_index!r}")
-    if type(seed) is not int or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    check_range("count", total, 1, integer=True)
+    check_range("start_index", start_index, 0, integer=True)
+    check_range("seed", seed, 0, integer=True)
     return [generate_problem(level, split, i, seed) for i in range(start_index, start_index + total)]
 
 
@@ -250,8 +247,8 @@ def score_math(response: str, ground_truth: Any, *, timeout_s: int | None = DEFA
     if not isinstance(response, str):
         raise ValueError(f"response must be a string, got {type(response).__name__}")
     golds = _gold_answers(ground_truth)
-    if timeout_s is not None and (type(timeout_s) is not int or timeout_s < 1):
-        raise ValueError(f"timeout_s must be a whole number of seconds >= 1 or None, got {timeout_s!r}")
+    if timeout_s is not None:
+        check_range("timeout_s", timeout_s, 1, integer=True)  # whole seconds (signal.alarm)
     tail = response.split("</think>", 1)[1] if "</think>" in response else response
     boxed = last_boxed_content(tail)
     metrics = {"boxed": float(boxed is not None), "parsed": 0.0, "correct": 0.0}
