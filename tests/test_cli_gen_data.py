@@ -163,9 +163,9 @@ def test_arith_file(tmp_path, capsys):
             ["kk", "--split", "test", "--template", "chatml"],
             "unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain",
         ),
-        (["kk", "--split", "test", "--count", "0"], "count must be an integer >= 1, got 0"),
+        (["kk", "--split", "test", "--count", "0"], "count: must be an integer in [1, inf], got 0"),
         (["kk", "--split", "test", "--level", "2"], "--level applies to arith only"),
-        (["arith", "--split", "test", "--level", "7"], "level must be an integer in 1..5, got 7"),
+        (["arith", "--split", "test", "--level", "7"], "level: must be an integer in [1, 5], got 7"),
         (["arith", "--split", "test", "--people", "3"], "arith takes --level"),
     ],
 )

@@ -36,7 +36,8 @@ def test_yaml_file_scientific_notation(tmp_path):
         ("optim.momentum=0.9", "optim.momentum: unknown option; valid: lr, beta1"),
         ("steps=3", "override 'steps': unknown option"),
         ("train.steps", "expected section.field=value"),
-        ("rollout.temperature=nan", "rollout.temperature: expected a finite number"),
+        ("rollout.temperature=nan", r"rollout.temperature: must be in \(0.0, 10.0\], got nan"),
+        ("train.steps=many", r"train.steps: must be in \[0, 10000000\], got 'many'"),
     ],
 )
 def test_bad_values_name_the_field(override, match):

@@ -25,6 +25,7 @@ from tokenbalance.algorithms.methods import METHOD_NESTED_TYPES, Method, apply_m
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import option, validate
+from tokenbalance.tasks.base import TASK_NAMES
 
 METHOD_PREFIX = "method."
 
@@ -51,7 +52,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = option("kk", "task name", choices=("kk", "arith"))
+    task: str = option("kk", "task name", choices=TASK_NAMES)  # the registry's names when validated
     template: str = option(
         "compact",
         "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)",

@@ -2,16 +2,18 @@
 
 :func:`option` declares a dataclass field with its default, help text and what is valid
 (``choices`` or a ``low``/``high`` range); :func:`validate` checks a whole tree of such dataclasses
-and names the field, the value and the allowed range. Used by :mod:`tokenbalance.config` and by
+and names the field, the value and the allowed range (with :mod:`tokenbalance.checks`, the
+algorithms' and tasks' checks too). Used by :mod:`tokenbalance.config` and by
 every module that contributes a config section.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import MISSING, field
 from typing import Any
+
+from tokenbalance.checks import check_choice, check_range
 
 
 def option(
@@ -38,18 +40,11 @@ def _check_field(path: str, value: Any, meta: dict) -> None:
             return
         raise ValueError(f"{path}: a value is required, got None")
     choices = meta.get("choices")
-    if choices is not None and value not in choices:
-        raise ValueError(f"{path}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}")
+    if choices is not None:
+        check_choice(path, value, choices)
     low, high = meta.get("low"), meta.get("high")
-    if low is None and high is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        raise ValueError(f"{path}: expected a finite number, got {value!r}")
-    too_low = low is not None and (value <= low if meta.get("low_open") else value < low)
-    too_high = high is not None and value > high
-    if too_low or too_high:
-        left = "(" if meta.get("low_open") else "["
-        raise ValueError(f"{path}: must be in {left}{low}, {high if high is not None else 'inf'}], got {value!r}")
+    if low is not None or high is not None:
+        check_range(path, value, low, high, low_open=bool(meta.get("low_open")))
 
 
 def validate(config: Any, prefix: str = "") -> None:

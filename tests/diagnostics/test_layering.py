@@ -12,7 +12,13 @@ import tokenbalance
 
 DIAGNOSTICS = Path(tokenbalance.__file__).parent / "diagnostics"
 IMPURE = {"sinks.py", "plots.py"}
-ALLOWED_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", "tokenbalance.options", "tokenbalance.diagnostics")
+ALLOWED_INTERNAL = (
+    "tokenbalance.algorithms",
+    "tokenbalance.types",
+    "tokenbalance.checks",
+    "tokenbalance.options",
+    "tokenbalance.diagnostics",
+)
 
 
 def test_measurement_modules_import_only_pure_code():

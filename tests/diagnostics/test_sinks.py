@@ -1,10 +1,13 @@
 """Metric sinks: JSONL always; TensorBoard and W&B (offline) receive the same values."""
 
 import json
+import math
 
 import pytest
 
-from tokenbalance.diagnostics.sinks import MetricsLog, read_metrics
+from tokenbalance.commands.diagnose import _write_json
+from tokenbalance.diagnostics.plots import load_run
+from tokenbalance.diagnostics.sinks import MetricsLog, dump_json, read_metrics, restore_non_finite
 
 
 def test_jsonl_truncate_and_non_finite(tmp_path):
@@ -17,9 +20,35 @@ def test_jsonl_truncate_and_non_finite(tmp_path):
     records = read_metrics(tmp_path / "metrics.jsonl")
     assert [(r["step"], r["kind"]) for r in records] == [(1, "train"), (2, "train")]
     assert records[1]["loss/total"] == 0.2
-    raw = MetricsLog(tmp_path)
-    raw.log(4, "eval", {"x/y": float("inf")})
-    assert json.loads((tmp_path / "metrics.jsonl").read_text().splitlines()[-1])["x/y"] == "inf"
+
+
+def test_both_writers_write_non_finite_numbers_as_null(tmp_path):
+    values = {"a/nan": float("nan"), "a/inf": float("inf"), "a/neg_inf": -float("inf"), "a/ok": 0.5}
+    MetricsLog(tmp_path).log(4, "eval", values)
+    line = (tmp_path / "metrics.jsonl").read_text().splitlines()[-1]
+    assert json.loads(line) == {"step": 4, "kind": "eval", "a/nan": None, "a/inf": None, "a/neg_inf": None, "a/ok": 0.5}
+    assert "NaN" not in line and "Infinity" not in line
+
+    out = tmp_path / "diagnose.json"
+    _write_json(str(out), {"buckets": [{"dp_mean": float("nan"), "n": 3}], "edges": (0.0, float("inf"))})
+    assert json.loads(out.read_text()) == {"buckets": [{"dp_mean": None, "n": 3}], "edges": [0.0, None]}
+    assert dump_json({"x": [float("-inf")]}) == '{"x": [null]}'
+
+
+def test_reader_turns_null_and_old_nan_strings_into_floats(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(
+        '{"step": 1, "kind": "train", "a": null, "b": 0.25}\n'
+        '{"step": 2, "kind": "train", "a": "nan", "b": "inf", "c": "-inf"}\n'  # files written before null
+    )
+    new, old = read_metrics(path)
+    assert math.isnan(new["a"]) and new["b"] == 0.25 and new["kind"] == "train"
+    assert math.isnan(old["a"]) and old["b"] == math.inf and old["c"] == -math.inf
+    run = load_run(tmp_path)
+    steps, values = run.series("a")
+    assert steps == [1.0, 2.0] and all(math.isnan(v) for v in values)
+    assert run.series("b") == ([1.0, 2.0], [0.25, math.inf]) and run.mean("b") == 0.25
+    assert restore_non_finite({"x": [None, "inf", "text", 1]})["x"][1:] == [math.inf, "text", 1]
 
 
 def test_tensorboard_receives_scalars(tmp_path):

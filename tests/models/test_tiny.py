@@ -107,15 +107,15 @@ def test_eager_and_sdpa_agree():
     "overrides, message",
     [
         ({"arch": "gpt2"}, "arch must be one of llama, qwen2, got 'gpt2'"),
-        ({"hidden_size": 0}, "hidden_size must be an integer >= 1, got 0"),
-        ({"num_layers": 2.5}, "num_layers must be an integer >= 1, got 2.5"),
+        ({"hidden_size": 0}, r"hidden_size: must be an integer in \[1, inf\], got 0"),
+        ({"num_layers": 2.5}, r"num_layers: must be an integer in \[1, inf\], got 2.5"),
         ({"hidden_size": 30, "num_heads": 4}, r"hidden_size must be a multiple of num_heads \(4\), got 30"),
         ({"hidden_size": 12, "num_heads": 4}, "head size.*must be even"),
         ({"num_kv_heads": 3}, r"num_kv_heads must be None or a divisor of num_heads \(4\) in 1..4, got 3"),
         ({"num_kv_heads": 0}, "num_kv_heads must be None or a divisor"),
-        ({"rope_theta": 0.0}, "rope_theta must be > 0, got 0.0"),
-        ({"intermediate_size": -1}, "intermediate_size must be an integer >= 1, got -1"),
-        ({"max_position_embeddings": 0}, "max_position_embeddings must be an integer >= 1, got 0"),
+        ({"rope_theta": 0.0}, r"rope_theta: must be in \(0.0, inf\], got 0.0"),
+        ({"intermediate_size": -1}, r"intermediate_size: must be an integer in \[1, inf\], got -1"),
+        ({"max_position_embeddings": 0}, r"max_position_embeddings: must be an integer in \[1, inf\], got 0"),
     ],
 )
 def test_config_validation_names_field_and_value(overrides, message):

@@ -61,7 +61,7 @@ def test_vocab_size_is_respected():
     texts = ["the knight and the knave said something"] * 50
     small = train_tokenizer(texts, vocab_size=270)
     assert len(small) == 270
-    with pytest.raises(ValueError, match="vocab_size must be >= 264"):
+    with pytest.raises(ValueError, match=r"vocab_size: must be an integer in \[264, inf\]"):
         train_tokenizer(texts, vocab_size=100)
 
 

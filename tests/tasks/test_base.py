@@ -1,4 +1,4 @@
-"""The task registry, the Task protocol and the layering rule of tokenbalance.tasks."""
+"""The task registry and the Task protocol (the import rule of tokenbalance.tasks: tests/test_layering.py)."""
 
 import ast
 import subprocess
@@ -8,10 +8,19 @@ from pathlib import Path
 import pytest
 
 import tokenbalance.tasks as tasks_package
-from tokenbalance.tasks import TASK_NAMES, ScoreResult, Task, TaskExample, get_task
+from tokenbalance.tasks import (
+    EXAMPLE_USES,
+    TASK_NAMES,
+    ExampleSource,
+    ScoreResult,
+    Task,
+    TaskExample,
+    get_task,
+    register_task,
+    unregister_task,
+)
 
 TASKS_DIR = Path(tasks_package.__file__).parent
-ALLOWED_TOP_LEVEL = {"numpy", "torch", "tokenbalance"}
 
 
 def test_registry_names_and_unknown_name():
@@ -41,25 +50,6 @@ def test_protocol_round_trip_for_each_task():
     assert arith.score("no idea", problem) == ScoreResult(0.0, {"boxed": 0.0, "parsed": 0.0, "correct": 0.0})
 
 
-def test_module_level_imports_follow_the_layering_rule():
-    # tasks/ imports only the standard library, numpy, torch and tokenbalance.tasks at module level.
-    stdlib = set(sys.stdlib_module_names) | {"__future__"}
-    for path in sorted(TASKS_DIR.rglob("*.py")):
-        tree = ast.parse(path.read_text(), filename=str(path))
-        for node in tree.body:  # module level only; lazy imports live inside functions
-            if isinstance(node, ast.Import):
-                modules = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                modules = [node.module or ""]
-            else:
-                continue
-            for module in modules:
-                root = module.split(".")[0]
-                assert root in stdlib or root in ALLOWED_TOP_LEVEL, f"{path.name} imports {module}"
-                if root == "tokenbalance":
-                    assert module.startswith("tokenbalance.tasks"), f"{path.name} imports {module}"
-
-
 def test_no_eval_or_exec_in_tasks():
     for path in sorted(TASKS_DIR.rglob("*.py")):
         tree = ast.parse(path.read_text(), filename=str(path))
@@ -76,3 +66,56 @@ def test_importing_tasks_does_not_load_pyarrow_or_math_verify():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_what_the_trainer_reads_from_each_task():
+    kk, arith = get_task("kk"), get_task("arith")
+    assert (kk.max_reward, arith.max_reward) == (3.0, 1.0)
+    assert kk.special_tokens == ("<think>", "</think>", "<answer>", "</answer>") and arith.special_tokens == ()
+    # K&K: the held-out / RL / SFT index ranges documented in tasks/kk/task.py (n = 2 has ~398 puzzles)
+    ranges = {
+        (use, n): (s.split, s.start_index, s.count, s.seed)
+        for use in EXAMPLE_USES
+        for n in (2, 3)
+        for s in [kk.example_source(use, n, 150)]
+    }
+    assert ranges == {
+        ("eval", 2): ("test", 0, 100, None),
+        ("rl", 2): ("train", 100, 298, None),
+        ("sft", 2): ("train", 100, 298, None),
+        ("eval", 3): ("test", 1000, 150, None),
+        ("rl", 3): ("train", 100, 900, None),
+        ("sft", 3): ("train", 2000, 150, None),
+    }
+    assert [arith.example_source(use, 2, 7) for use in EXAMPLE_USES] == [
+        ExampleSource("test", count=7, seed=0),
+        ExampleSource("train", count=7, seed=1),
+        ExampleSource("train", count=7, seed=2),
+    ]
+    with pytest.raises(ValueError, match="use: unknown value 'train'"):
+        kk.example_source("train", 3, 1)
+
+    (puzzle,) = kk.examples("train", difficulty=3, count=1, start_index=2000, template="plain")
+    for target in ("answer", "cot"):
+        response = kk.sft_response(puzzle, target)
+        assert kk.score(response, puzzle).reward == kk.max_reward
+        assert response.endswith(f"</think>\n<answer> {puzzle.ground_truth['solution_text_format']} </answer>")
+    assert kk.sft_response(puzzle, "cot").startswith(" " + puzzle.extra["cot_head"])
+    (problem,) = arith.examples("train", difficulty=1, count=1, start_index=5, seed=1)
+    assert problem.index == 5 and arith.score(arith.sft_response(problem, "answer"), problem).reward == 1.0
+    corpus = list(arith.tokenizer_corpus((1,), "plain"))
+    assert len(corpus) == 400 and corpus[1] == arith.sft_response(
+        arith.examples("train", difficulty=1, count=1, seed=2)[0], "answer"
+    )
+
+
+def test_register_task_checks_its_arguments():
+    with pytest.raises(ValueError, match="task name must be"):
+        register_task("a b", lambda: get_task("kk"))
+    with pytest.raises(ValueError, match="factory must be callable"):
+        register_task("x", "KKTask")
+    with pytest.raises(ValueError, match="'kk' is already registered"):
+        register_task("kk", lambda: get_task("arith"))
+    with pytest.raises(ValueError, match="unknown task 'nope'"):
+        unregister_task("nope")
+    assert "kk" in TASK_NAMES and "nope" not in TASK_NAMES and repr(TASK_NAMES) == "('kk', 'arith')"

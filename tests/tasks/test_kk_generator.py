@@ -267,11 +267,11 @@ def test_rows_parse_back_and_solution_matches():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"n_people": 9, "split": "test"}, r"people must be an integer in 2..8, got 9"),
-        ({"n_people": 1, "split": "test"}, r"people must be an integer in 2..8, got 1"),
+        ({"n_people": 9, "split": "test"}, r"people: must be an integer in \[2, 8\], got 9"),
+        ({"n_people": 1, "split": "test"}, r"people: must be an integer in \[2, 8\], got 1"),
         ({"n_people": 3, "split": "dev"}, r"split must be one of train, test, got 'dev'"),
-        ({"n_people": 3, "split": "test", "count": 0}, r"count must be an integer >= 1, got 0"),
-        ({"n_people": 3, "split": "test", "start_index": -1}, r"start_index must be an integer >= 0"),
+        ({"n_people": 3, "split": "test", "count": 0}, r"count: must be an integer in \[1, inf\], got 0"),
+        ({"n_people": 3, "split": "test", "start_index": -1}, r"start_index: must be an integer in \[0, inf\], got -1"),
         (
             {"n_people": 3, "split": "test", "template": "chatml"},
             r"unknown template 'chatml'; valid templates: qwen-instruct, qwen-base, plain",

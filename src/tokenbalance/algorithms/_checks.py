@@ -3,15 +3,24 @@
 Every check raises ``ValueError`` with the argument's name, the value received and what is
 allowed, so a user sees the cause of a bad call at the boundary instead of a shape error deep
 inside torch. Checks on tensor *values* look only at valid (masked-in) positions: padding may
-hold anything, including NaN or -inf.
+hold anything, including NaN or -inf. The scalar checks (``check_range``, ``check_choice``) are
+:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Iterable
-
 import torch
+
+from tokenbalance.checks import check_choice, check_range
+
+__all__ = [
+    "check_choice",
+    "check_finite",
+    "check_ndim",
+    "check_range",
+    "check_shape",
+    "masked_fill_invalid",
+]
 
 
 def check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
@@ -24,32 +33,6 @@ def check_ndim(name: str, tensor: torch.Tensor, ndim: int, suffix: str) -> None:
     """Fail unless ``tensor`` has ``ndim`` dimensions; ``suffix`` names them (e.g. ``"BT"``)."""
     if tensor.dim() != ndim:
         raise ValueError(f"{name}: expected a {ndim}-d tensor [{', '.join(suffix)}], got shape {tuple(tensor.shape)}")
-
-
-def check_range(
-    name: str,
-    value: float,
-    low: float,
-    high: float,
-    *,
-    low_open: bool = False,
-    high_open: bool = False,
-) -> None:
-    """Fail unless ``low <= value <= high`` (each bound strict when its ``*_open`` flag is set)."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if ok:
-        ok = (value > low if low_open else value >= low) and (value < high if high_open else value <= high)
-    if not ok:
-        left = "(" if low_open else "["
-        right = ")" if high_open else "]"
-        raise ValueError(f"{name}: must be in {left}{low}, {high}{right}, got {value!r}")
-
-
-def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
-    """Fail unless ``value`` is one of ``choices``."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}")
 
 
 def check_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor | None = None) -> None:

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.diagnostics.sinks import dump_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -57,7 +57,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
             "--method",
             default=method,
             help=f"method preset for the advantages (default {method}; "
-            "--set train.method_overrides.KEY=VALUE changes it)",
+            "--set method.KEY=VALUE changes its hyper-parameters)",
         )
         return sub
 
@@ -184,8 +184,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     task = get_task(config.data.task)
-    if task.name == "kk":
-        check_special_tokens(tokenizer)
+    check_special_tokens(tokenizer, task.special_tokens)
     pool = rl_examples(config.data)
     chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[: args.prompts]]
     prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
@@ -278,19 +277,9 @@ def _fmt(value: float, spec: str = "+.4f") -> str:
     return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
-def _json_safe(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None  # strict JSON has no NaN
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
 def _write_json(path: str | None, data: dict) -> None:
     if path:
-        Path(path).write_text(json.dumps(_json_safe(data), indent=1) + "\n")
+        Path(path).write_text(dump_json(data, indent=1) + "\n")  # NaN / inf as null (docs/metrics.md)
         print(f"written: {path}")
 
 

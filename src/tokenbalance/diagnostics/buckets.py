@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import torch
 
+from tokenbalance.checks import check_range
 from tokenbalance.diagnostics.edges import (  # noqa: F401 - re-exported
     BUCKET_MODES,
     DEFAULT_EDGES,
@@ -36,8 +37,7 @@ def quantile_edges(prob_N: torch.Tensor, num_buckets: int) -> tuple[float, ...]:
 
     Ties can make two interior edges equal (an empty bucket); with no tokens the edges are uniform.
     """
-    if num_buckets < 1:
-        raise ValueError(f"num_buckets: must be >= 1, got {num_buckets}")
+    check_range("num_buckets", num_buckets, 1, integer=True)
     if prob_N.numel() == 0:
         return tuple(i / num_buckets for i in range(num_buckets + 1))
     levels = torch.arange(1, num_buckets, dtype=torch.float64) / num_buckets

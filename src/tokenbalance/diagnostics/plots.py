@@ -31,6 +31,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
+from tokenbalance.diagnostics.sinks import restore_non_finite
 
 FORMATS = ("png", "svg")
 NO_DATA = " (no data)"
@@ -74,7 +75,7 @@ def _number(value) -> float | None:
         return None
     if isinstance(value, (int, float)):
         return float(value)
-    if isinstance(value, str):  # the JSONL sink writes non-finite floats as strings ("nan", "inf")
+    if isinstance(value, str):  # a number written as text
         try:
             return float(value)
         except ValueError:
@@ -98,7 +99,7 @@ def load_run(run_dir: str | Path) -> Run:
         if not line.strip():
             continue
         try:
-            record = json.loads(line)
+            record = restore_non_finite(json.loads(line))  # null (older files: "nan") -> nan
         except json.JSONDecodeError:
             run.skipped_lines += 1
             continue

@@ -2,6 +2,11 @@
 
 Each record is one JSON object per line: ``{"step": N, "kind": "train"|"eval", ...metrics}``.
 Plots and resumption read only this file. W&B runs offline unless ``WANDB_MODE`` says otherwise.
+
+Non-finite numbers (NaN, +inf, -inf) are written as JSON ``null`` (strict JSON has no NaN), by
+:func:`dump_json`, which every JSON writer of the package uses (``metrics.jsonl``, ``diagnose
+--json``); :func:`restore_non_finite` turns ``null`` back into ``float("nan")`` when reading, and
+also the strings ``"nan"``, ``"inf"``, ``"-inf"`` that older ``metrics.jsonl`` files hold.
 """
 
 from __future__ import annotations
@@ -11,10 +16,38 @@ import math
 import os
 from pathlib import Path
 
+OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
 
-def _json_safe(value):
+
+def json_safe(value):
+    """``value`` with every non-finite float replaced by ``None`` (JSON ``null``), inside dicts,
+    lists and tuples too (tuples become lists, as ``json`` writes them anyway)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return str(value)
+        return None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def dump_json(value, **kwargs) -> str:
+    """Strict JSON text of ``value`` with non-finite numbers as ``null`` (``json.dumps`` arguments
+    such as ``indent`` pass through)."""
+    return json.dumps(json_safe(value), allow_nan=False, **kwargs)
+
+
+def restore_non_finite(value):
+    """A value read from a metrics file with ``null`` as ``float("nan")``, and the strings
+    ``"nan"`` / ``"inf"`` / ``"-inf"`` of older files as those floats, inside dicts and lists too."""
+    if value is None:
+        return math.nan
+    if isinstance(value, str):
+        return OLD_NON_FINITE.get(value, value)
+    if isinstance(value, dict):
+        return {k: restore_non_finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [restore_non_finite(v) for v in value]
     return value
 
 
@@ -61,9 +94,9 @@ class MetricsLog:
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
-        record = {"step": step, "kind": kind, **{k: _json_safe(v) for k, v in metrics.items()}}
+        record = {"step": step, "kind": kind, **metrics}
         with self.path.open("a") as out:
-            out.write(json.dumps(record) + "\n")
+            out.write(dump_json(record) + "\n")
         if self._tb is not None:
             for key, value in metrics.items():
                 if isinstance(value, (int, float)):
@@ -79,8 +112,9 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """All records of a ``metrics.jsonl`` file."""
+    """All records of a ``metrics.jsonl`` file; non-finite values (``null``, or ``"nan"`` /
+    ``"inf"`` / ``"-inf"`` in older files) come back as floats (:func:`restore_non_finite`)."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no metrics.jsonl here (is this a run directory?)")
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [restore_non_finite(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]

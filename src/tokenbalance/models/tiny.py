@@ -27,6 +27,8 @@ from transformers import (
     Qwen2ForCausalLM,
 )
 
+from tokenbalance.checks import check_range
+
 ARCHITECTURES = ("llama", "qwen2")
 ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
@@ -62,9 +64,7 @@ class TinyModelConfig:
         if self.arch not in ARCHITECTURES:
             raise ValueError(f"arch must be one of {', '.join(ARCHITECTURES)}, got {self.arch!r}")
         for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size", "max_position_embeddings"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+            check_range(name, getattr(self, name), 1, integer=True)
         if self.hidden_size % self.num_heads != 0:
             raise ValueError(f"hidden_size must be a multiple of num_heads ({self.num_heads}), got {self.hidden_size}")
         if (self.hidden_size // self.num_heads) % 2 != 0:
@@ -80,8 +80,7 @@ class TinyModelConfig:
             )
         if not isinstance(self.tie_word_embeddings, bool):
             raise ValueError(f"tie_word_embeddings must be a bool, got {self.tie_word_embeddings!r}")
-        if not self.rope_theta > 0:
-            raise ValueError(f"rope_theta must be > 0, got {self.rope_theta!r}")
+        check_range("rope_theta", self.rope_theta, 0.0, low_open=True)
 
     @property
     def kv_heads(self) -> int:

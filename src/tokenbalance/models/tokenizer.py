@@ -26,8 +26,8 @@ from collections.abc import Iterable, Iterator
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
-from tokenbalance.tasks.kk import generate_rows
-from tokenbalance.tasks.kk.templates import reference_cot, reference_response
+from tokenbalance.checks import check_range
+from tokenbalance.tasks.kk.task import response_text, tokenizer_corpus
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -61,12 +61,9 @@ def train_tokenizer(
     """
     byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
     minimum = len(byte_alphabet) + len(SPECIAL_TOKENS) + len(REASONING_TAGS)
-    if vocab_size < minimum:
-        raise ValueError(f"vocab_size must be >= {minimum} (256 bytes + 8 added tokens), got {vocab_size}")
-    if min_frequency < 1:
-        raise ValueError(f"min_frequency must be >= 1, got {min_frequency}")
-    if model_max_length < 1:
-        raise ValueError(f"model_max_length must be >= 1, got {model_max_length}")
+    check_range("vocab_size", vocab_size, minimum, integer=True)  # 256 bytes + 8 added tokens
+    check_range("min_frequency", min_frequency, 1, integer=True)
+    check_range("model_max_length", model_max_length, 1, integer=True)
 
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -95,7 +92,7 @@ def train_tokenizer(
 
 def kk_response_text(row: dict) -> str:
     """The CoT response of a Logic-RL row (:func:`~tokenbalance.tasks.kk.templates.reference_response`)."""
-    return reference_response(row["solution_text_format"], reference_cot(row))
+    return response_text(row)
 
 
 def kk_tokenizer_corpus(
@@ -105,15 +102,9 @@ def kk_tokenizer_corpus(
     split: str = "train",
     template: str = "plain",
 ) -> Iterator[str]:
-    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people,
-    the rendered prompt, the response of :func:`kk_response_text` and the plain
-    ``solution_text`` ("A is a knight, B is a knave, and ...").
-
-    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first
-    ``count`` puzzles), so the corpus is deterministic.
+    """K&K text for tokenizer training (:func:`tokenbalance.tasks.kk.task.tokenizer_corpus`): for
+    ``count`` Logic-RL rows of each number of people, the rendered prompt, the response of
+    :func:`kk_response_text` and the plain ``solution_text`` ("A is a knight, B is a knave, and ...").
+    Deterministic. Other tasks give theirs through ``Task.tokenizer_corpus``.
     """
-    for n_people in people:
-        for row in generate_rows(n_people, split, count=count, template=template):
-            yield row["prompt"][0]["content"]
-            yield kk_response_text(row)
-            yield row["solution_text"]
+    return tokenizer_corpus(people, count=count, split=split, template=template)

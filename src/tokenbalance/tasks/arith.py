@@ -22,13 +22,15 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
-from tokenbalance.tasks.base import ScoreResult, TaskExample
+from tokenbalance.checks import check_range
+from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -78,9 +80,8 @@ class ArithProblem:
 
 
 def _check_level(level: object) -> int:
-    if level not in LEVELS or type(level) is not int:
-        raise ValueError(f"level must be an integer in {LEVELS[0]}..{LEVELS[-1]}, got {level!r}")
-    return level
+    check_range("level", level, LEVELS[0], LEVELS[-1], integer=True)
+    return level  # type: ignore[return-value]
 
 
 def _check_split(split: object) -> str:
@@ -164,12 +165,9 @@ def generate_problems(
     """``count`` problems (default: 1000 train / 100 test) from ``start_index``."""
     _check_level(level)
     total = DEFAULT_COUNTS[_check_split(split)] if count is None else count
-    if type(total) is not int or total < 1:
-        raise ValueError(f"count must be an integer >= 1, got {total!r}")
-    if type(start_index) is not int or start_index < 0:
-        raise ValueError(f"start_index must be an integer >= 0, got {start_index!r}")
-    if type(seed) is not int or seed < 0:
-        raise ValueError(f"seed must be an integer >= 0, got {seed!r}")
+    check_range("count", total, 1, integer=True)
+    check_range("start_index", start_index, 0, integer=True)
+    check_range("seed", seed, 0, integer=True)
     return [generate_problem(level, split, i, seed) for i in range(start_index, start_index + total)]
 
 
@@ -249,8 +247,8 @@ def score_math(response: str, ground_truth: Any, *, timeout_s: int | None = DEFA
     if not isinstance(response, str):
         raise ValueError(f"response must be a string, got {type(response).__name__}")
     golds = _gold_answers(ground_truth)
-    if timeout_s is not None and (type(timeout_s) is not int or timeout_s < 1):
-        raise ValueError(f"timeout_s must be a whole number of seconds >= 1 or None, got {timeout_s!r}")
+    if timeout_s is not None:
+        check_range("timeout_s", timeout_s, 1, integer=True)  # whole seconds (signal.alarm)
     tail = response.split("</think>", 1)[1] if "</think>" in response else response
     boxed = last_boxed_content(tail)
     metrics = {"boxed": float(boxed is not None), "parsed": 0.0, "correct": 0.0}
@@ -363,11 +361,16 @@ def read_math_examples(path: str | os.PathLike, data_source: str = "math") -> li
     return [_math_example(reader, data_source) for reader in readers]
 
 
-class ArithTask:
-    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2)."""
+class ArithTask(BaseTask):
+    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2).
+
+    A run's held-out, RL and SFT examples are streams with seeds 0, 1 and 2
+    (:meth:`~tokenbalance.tasks.base.BaseTask.example_source`).
+    """
 
     name = "arith"
     templates = ARITH_TEMPLATE_NAMES  # plain (default), qwen-instruct, raw
+    max_reward = 1.0
 
     def __init__(self, timeout_s: int | None = DEFAULT_TIMEOUT_S) -> None:
         self.timeout_s = timeout_s
@@ -380,11 +383,18 @@ class ArithTask:
         count: int | None = None,
         seed: int | None = None,
         template: str | None = None,
+        start_index: int | None = None,
     ) -> list[TaskExample]:
         level = 2 if difficulty is None else difficulty
         chosen = template or self.templates[0]
         render_arith_prompt("", chosen)  # validate before generating
-        problems = generate_problems(level, split, count, seed=DEFAULT_SEED if seed is None else seed)
+        problems = generate_problems(
+            level,
+            split,
+            count,
+            seed=DEFAULT_SEED if seed is None else seed,
+            start_index=0 if start_index is None else start_index,
+        )
         return [
             TaskExample(
                 prompt=render_arith_prompt(p.question, chosen),
@@ -398,8 +408,32 @@ class ArithTask:
             for p in problems
         ]
 
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        """DeepScaleR-style rows (:func:`read_math_examples`); prompts are used as stored."""
+        return read_math_examples(path)
+
     def render_prompt(self, example: TaskExample, template: str) -> str:
         return render_arith_prompt(example.question, template)
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         return score_math(response, example.ground_truth, timeout_s=self.timeout_s)
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        """`` \\boxed{answer}`` (no reasoning to write, whatever ``target``)."""
+        answers = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
+        return f" \\boxed{{{answers[0]}}}"
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        """``tokenbalance gen-data arith``: one DeepScaleR-style parquet file of one level."""
+        if options.merge or options.per_level_source or options.people is not None:
+            raise ValueError("--people, --merge and --per-level-source apply to kk only; arith takes --level")
+        problems = generate_problems(
+            2 if options.level is None else options.level,
+            options.split,
+            options.count,
+            seed=DEFAULT_SEED if options.seed is None else options.seed,
+            start_index=0 if options.start_index is None else options.start_index,
+        )
+        rows = arith_rows(problems, template=options.template or "raw", data_source=options.data_source or "arith")
+        path = write_arith_parquet(rows, options.out)
+        log(f"wrote {len(rows)} rows (arith level {problems[0].level}, {options.split}) to {path}")

@@ -1,5 +1,6 @@
 """The task vocabulary the trainer uses: :class:`TaskExample`, :class:`ScoreResult`, the
-:class:`Task` protocol and the :func:`get_task` registry.
+:class:`Task` protocol (with :class:`BaseTask`'s defaults) and the registry
+(:func:`get_task`, :func:`register_task`).
 
 A task makes examples (generated or read from files), renders their prompt text under a named
 template, and scores a response against an example. Prompts are plain strings with any chat
@@ -9,12 +10,17 @@ template already applied (the Logic-RL convention): a trainer tokenizes ``exampl
     examples = task.examples("test", difficulty=3)            # 100 Logic-RL test puzzles
     result = task.score(response_text, examples[0])           # ScoreResult(reward=3.0, metrics={...})
 
+A new task is added by touching ``tasks/`` only: implement the protocol (subclass
+:class:`BaseTask`) and call ``register_task("name", NameTask)``; the trainer, the config's
+``data.task`` choices and ``gen-data`` read everything task-specific through the protocol.
+
 Nothing here imports pyarrow or math-verify; tasks import them lazily where they need them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -58,15 +64,52 @@ class ScoreResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
 
 
+EXAMPLE_USES = ("eval", "rl", "sft")  # held-out evaluation, RL prompts, SFT warm-start targets
+
+
+@dataclass(frozen=True)
+class ExampleSource:
+    """Where the generated examples of one use and difficulty come from: the arguments of
+    :meth:`Task.examples` (``None`` leaves the task's default for that argument).
+
+    The trainer calls ``task.examples(source.split, difficulty=d, count=source.count,
+    start_index=source.start_index, seed=source.seed, template=...)``. The sources of the three
+    uses must be disjoint where it matters (the held-out set is never trained on).
+    """
+
+    split: str
+    count: int | None = None
+    start_index: int | None = None
+    seed: int | None = None
+
+
+# What ``Task.write_data`` is given to show progress: ``progress(total, description)`` is a context
+# manager yielding a callable to call once per unit of work done, or None (no display).
+ProgressFactory = Callable[[int, str], AbstractContextManager[Callable[[], None] | None]]
+
+
 @runtime_checkable
 class Task(Protocol):
-    """What the trainer needs from a task.
+    """What the trainer needs from a task; the trainer never tests a task by name.
 
-    ``name``: registry name. ``templates``: valid template names, the first being the default.
+    Attributes:
+        name: registry name.
+        templates: valid template names, the first being the default.
+        max_reward: the reward of a fully correct answer (K&K 3, arith 1): a response is counted
+            correct (``reward/acc``, ``eval/*/acc``) when its reward equals it.
+        special_tokens: text the scorer reads from the decoded response (K&K: ``<think>``,
+            ``</think>``, ``<answer>``, ``</answer>``); the trainer checks that the tokenizer
+            round-trips each of them before a run (``models.check_special_tokens``). Empty when
+            nothing needs checking.
+
+    :class:`BaseTask` gives defaults for ``special_tokens``, :meth:`example_source`,
+    :meth:`read_examples`, :meth:`tokenizer_corpus` and :meth:`write_data`.
     """
 
     name: str
     templates: tuple[str, ...]
+    max_reward: float
+    special_tokens: tuple[str, ...]
 
     def examples(
         self,
@@ -76,12 +119,25 @@ class Task(Protocol):
         count: int | None = None,
         seed: int | None = None,
         template: str | None = None,
+        start_index: int | None = None,
     ) -> list[TaskExample]:
         """Generate the examples of ``split`` ("train" or "test") deterministically.
 
-        ``difficulty`` / ``count`` / ``seed`` default to the task's published set; ``template`` to
-        ``templates[0]``. Bad values raise ``ValueError`` naming the argument and the valid range.
+        ``difficulty`` / ``count`` / ``seed`` / ``start_index`` default to the task's published set;
+        ``template`` to ``templates[0]``. Bad values raise ``ValueError`` naming the argument and
+        the valid range.
         """
+        ...
+
+    def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
+        """Where the generated examples of ``use`` (one of :data:`EXAMPLE_USES`) at ``difficulty``
+        come from; ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"``,
+        ``sft.train_count`` for ``"sft"``, 900 for ``"rl"``); a task may give fewer (K&K 2 people)."""
+        ...
+
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        """The examples of a data file (``data.train_file`` / ``data.eval_file``); ``template``
+        re-renders the prompts where the task supports it."""
         ...
 
     def render_prompt(self, example: TaskExample, template: str) -> str:
@@ -95,6 +151,59 @@ class Task(Protocol):
         themselves, so every task is called the same way.
         """
         ...
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        """A response that scores ``max_reward`` on ``example``: the SFT warm start's target
+        (without EOS). ``target`` is ``sft.target``: ``"answer"`` or ``"cot"`` (reasoning first,
+        where the task has any)."""
+        ...
+
+    def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
+        """Deterministic task text the embedded tiny model's tokenizer is trained on."""
+        ...
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        """``tokenbalance gen-data <name>``: write the files ``options`` (the parsed command line,
+        an ``argparse.Namespace``) asks for, calling ``log`` with one line per file written."""
+        ...
+
+
+class BaseTask:
+    """Defaults for the optional parts of :class:`Task`; a task subclasses it and provides
+    ``name``, ``templates``, ``max_reward``, ``examples``, ``render_prompt``, ``score`` and
+    ``sft_response``."""
+
+    special_tokens: tuple[str, ...] = ()
+    # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)
+    USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2}
+
+    def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
+        """Held-out examples from the test split with seed 0; RL and SFT examples from the train
+        split with seeds 1 and 2; ``count`` of each."""
+        if use not in EXAMPLE_USES:
+            raise ValueError(f"use: unknown value {use!r}; valid: {', '.join(map(repr, EXAMPLE_USES))}")
+        return ExampleSource("test" if use == "eval" else "train", count=count, seed=self.USE_SEEDS[use])
+
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        raise ValueError(f"task {self.name!r} reads no data files; leave data.train_file / data.eval_file unset")
+
+    def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
+        """The prompts and :meth:`sft_response` answers of the first 200 SFT examples per difficulty."""
+        for difficulty in difficulties:
+            source = self.example_source("sft", difficulty, 200)
+            for example in self.examples(
+                source.split,
+                difficulty=difficulty,
+                count=source.count,
+                start_index=source.start_index,
+                seed=source.seed,
+                template=template,
+            ):
+                yield example.prompt
+                yield self.sft_response(example, "answer")
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        raise ValueError(f"task {self.name!r} writes no data files")
 
 
 def _make_kk() -> Task:
@@ -110,12 +219,63 @@ def _make_arith() -> Task:
 
 
 TASK_FACTORIES: dict[str, Callable[[], Task]] = {"kk": _make_kk, "arith": _make_arith}
-TASK_NAMES = tuple(TASK_FACTORIES)
+
+
+class _TaskNames(Sequence):
+    """The registered task names, read from :data:`TASK_FACTORIES` at each use (so a task
+    registered later is a valid ``data.task``); compares equal to the tuple of the names."""
+
+    def __getitem__(self, index):
+        return tuple(TASK_FACTORIES)[index]
+
+    def __len__(self) -> int:
+        return len(TASK_FACTORIES)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in TASK_FACTORIES
+
+    def __eq__(self, other: object) -> bool:
+        return tuple(self) == (tuple(other) if isinstance(other, (tuple, list, _TaskNames)) else other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(tuple(self))
+
+
+TASK_NAMES: Sequence[str] = _TaskNames()
+
+
+def task_names() -> tuple[str, ...]:
+    """The names registered now, in registration order."""
+    return tuple(TASK_FACTORIES)
+
+
+def register_task(name: str, factory: Callable[[], Task], *, replace: bool = False) -> None:
+    """Make ``get_task(name)`` return ``factory()``; ``data.task`` and ``gen-data`` accept ``name``
+    from then on. A name already registered is an error unless ``replace=True``.
+
+        register_task("echo", EchoTask)          # a class is a factory too
+    """
+    if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
+        raise ValueError(f"task name must be a non-empty string of letters, digits, '_' or '-', got {name!r}")
+    if not callable(factory):
+        raise ValueError(f"task {name!r}: factory must be callable, got {factory!r}")
+    if name in TASK_FACTORIES and not replace:
+        raise ValueError(f"task {name!r} is already registered; pass replace=True to replace it")
+    TASK_FACTORIES[name] = factory
+
+
+def unregister_task(name: str) -> None:
+    """Remove a registered task (tests that register a task clean up with it)."""
+    if name not in TASK_FACTORIES:
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_FACTORIES)}")
+    del TASK_FACTORIES[name]
 
 
 def get_task(name: str) -> Task:
     """A fresh task object by registry name; ``ValueError`` listing the valid names otherwise."""
     factory = TASK_FACTORIES.get(name) if isinstance(name, str) else None
     if factory is None:
-        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_NAMES)}")
+        raise ValueError(f"unknown task {name!r}; valid tasks: {', '.join(TASK_FACTORIES)}")
     return factory()

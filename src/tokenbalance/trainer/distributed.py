@@ -65,14 +65,52 @@ def sum_gradients(parameters, ctx: DistContext, *, scale: float = 1.0) -> None:
                 param.grad.mul_(scale)
 
 
+def gather_keys(keys, ctx: DistContext) -> list[str]:
+    """The sorted union of every rank's ``keys`` (strings without newlines).
+
+    Plain tensor collectives on ``ctx.device`` (the lengths, then the UTF-8 bytes padded to the
+    longest), not ``all_gather_object``, which on NCCL needs ``torch.cuda.set_device`` per rank.
+    """
+    local = sorted(set(keys))
+    if not ctx.enabled:
+        return local
+    payload = "\n".join(local).encode("utf-8")
+    length = torch.tensor([len(payload)], dtype=torch.int64, device=ctx.device)
+    lengths = [torch.zeros_like(length) for _ in range(ctx.world_size)]
+    dist.all_gather(lengths, length)
+    longest = max(int(n) for n in lengths)
+    if longest == 0:
+        return []
+    data = torch.zeros(longest, dtype=torch.int32, device=ctx.device)
+    data[: len(payload)] = torch.tensor(list(payload), dtype=torch.int32, device=ctx.device)
+    chunks = [torch.zeros_like(data) for _ in range(ctx.world_size)]
+    dist.all_gather(chunks, data)
+    union: set[str] = set()
+    for chunk, n in zip(chunks, lengths):
+        text = bytes(chunk[: int(n)].tolist()).decode("utf-8")
+        union.update(key for key in text.split("\n") if key)
+    return sorted(union)
+
+
 def mean_over_ranks(values: dict[str, float], ctx: DistContext) -> dict[str, float]:
-    """Average scalar metrics over ranks (same keys on every rank)."""
-    if not ctx.enabled or not values:
+    """Average scalar metrics over the ranks that report them.
+
+    Ranks may report different keys: the update emits ``pass/<name>/*`` and ``tr_grpo/w_*`` only
+    where a rank had tokens of that pass. So the union of the keys is gathered first
+    (:func:`gather_keys`), then each key's sum and count (the ranks that have it) are all-reduced
+    in one vector: a key one rank lacks is averaged over the others, never mixed with another
+    key's number, and every rank makes the same collective calls (no hang). Every rank must call
+    this, also with no metrics.
+    """
+    if not ctx.enabled:
         return values
-    keys = sorted(values)
-    tensor = torch.tensor([float(values[k]) for k in keys], dtype=torch.float64, device=ctx.device)
+    keys = gather_keys(values, ctx)
+    if not keys:
+        return {}
+    rows = [(float(values[k]), 1.0) if k in values else (0.0, 0.0) for k in keys]
+    tensor = torch.tensor(rows, dtype=torch.float64, device=ctx.device)
     dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
-    return {k: float(v) / ctx.world_size for k, v in zip(keys, tensor.tolist())}
+    return {k: total / count for k, (total, count) in zip(keys, tensor.tolist())}
 
 
 def barrier(ctx: DistContext) -> None:

@@ -1,4 +1,5 @@
-"""The embedded default policy: a tiny model, a tokenizer trained on K&K text, an SFT warm start.
+"""The embedded default policy: a tiny model, a tokenizer trained on the task's text
+(``Task.tokenizer_corpus``; K&K by default), an SFT warm start.
 
 Built once and cached under ``model.cache_dir/<key>/`` where the key hashes every setting that
 changes the result (model sizes, tokenizer size, SFT settings, data, seed, package version), so a
@@ -17,7 +18,7 @@ import torch
 from tokenbalance import __version__
 from tokenbalance.config import RunConfig, to_dict
 from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters, save_policy, train_tokenizer
-from tokenbalance.models.tokenizer import kk_tokenizer_corpus
+from tokenbalance.tasks import get_task
 from tokenbalance.trainer.sft import run_sft, sft_pairs
 
 
@@ -52,10 +53,9 @@ def build_embedded_policy(
     config: RunConfig, out_dir: Path, *, device: torch.device, progress: bool = True, log=print
 ) -> dict:
     """Train the tokenizer, build the tiny model, run SFT and save it to ``out_dir``."""
-    if config.data.task != "kk":
-        raise ValueError("the embedded tiny policy is built for data.task='kk'; give model.path for other tasks")
     started = time.perf_counter()
-    corpus = list(kk_tokenizer_corpus(people=config.data.train_difficulties, template=config.data.template))
+    task = get_task(config.data.task)
+    corpus = list(task.tokenizer_corpus(config.data.train_difficulties, config.data.template))
     tokenizer = train_tokenizer(corpus, vocab_size=config.model.vocab_size)
     model = build_tiny_model(
         tiny_config(config), tokenizer, seed=config.train.seed, attn_implementation=config.model.attn_implementation

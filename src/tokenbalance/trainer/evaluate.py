@@ -1,5 +1,5 @@
-"""Held-out evaluation as the AR-Lopti reference logs it: accuracy (reward == 3 on K&K, == 1 on
-arith) per difficulty, for greedy decoding and for one sample at temperature 1.0, plus the mean
+"""Held-out evaluation as the AR-Lopti reference logs it: accuracy (reward == the task's
+``max_reward``: 3 on K&K, 1 on arith) per difficulty, for greedy decoding and for one sample at temperature 1.0, plus the mean
 reward, response length and format-error rate."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ MODES = {"greedy": 0.0, "sample": 1.0}
 
 
 def full_reward(task: Task) -> float:
-    """The reward of a fully correct answer (K&K 3, math 1)."""
-    return 3.0 if task.name == "kk" else 1.0
+    """The reward of a fully correct answer: the task's ``max_reward`` (K&K 3, math 1)."""
+    return float(task.max_reward)
 
 
 def evaluate(

@@ -337,8 +337,7 @@ def prepare_training(
         for param in reference.parameters():
             param.requires_grad_(False)
     task = get_task(config.data.task)
-    if task.name == "kk":
-        check_special_tokens(tokenizer)  # the reward reads <think>/<answer> tags from decoded text
+    check_special_tokens(tokenizer, task.special_tokens)  # tags the reward reads from decoded text
     train_examples = rl_examples(config.data)
     evals = eval_examples(config.data)
     train_ids = encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)

@@ -1,10 +1,11 @@
 """Supervised warm start: teach the response format (and some answers) before RL.
 
-The targets are generated K&K solutions, disjoint from the held-out set (trainer/data.py):
-``target="answer"`` teaches ``</think>`` then the ``<answer>`` block; ``target="cot"`` first
-writes the generator's synthetic chain of thought (cot_head, steps, cot_foot) inside the think
-block. The loss is the mean negative log-likelihood of the response tokens (EOS included);
-AdamW with linear warmup then cosine decay to 10% of the peak learning rate.
+The targets are the task's ``sft_response`` to its SFT examples, disjoint from the held-out set
+(trainer/data.py). For K&K, ``target="answer"`` teaches ``</think>`` then the ``<answer>`` block;
+``target="cot"`` first writes the generator's synthetic chain of thought (cot_head, steps,
+cot_foot) inside the think block; arith's target is `` \\boxed{answer}``. The loss is the mean
+negative log-likelihood of the response tokens (EOS included); AdamW with linear warmup then
+cosine decay to 10% of the peak learning rate.
 
     tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU
 """
@@ -28,24 +29,13 @@ class SFTPair:
 
 
 def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
-    """Generated prompt / response pairs for the training difficulties."""
-    if data.task == "arith":
-        from tokenbalance.trainer.data import sft_examples
+    """Generated prompt / response pairs for the training difficulties: the task's SFT examples
+    (:func:`~tokenbalance.trainer.data.sft_examples`) and its ``sft_response`` for ``sft.target``."""
+    from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.data import sft_examples
 
-        return [SFTPair(e.prompt, f" \\boxed{{{e.ground_truth}}}") for e in sft_examples(data, sft.train_count)]
-    from tokenbalance.tasks.kk.records import generate_rows
-    from tokenbalance.tasks.kk.templates import reference_cot, reference_response
-    from tokenbalance.trainer.data import _kk_range
-
-    pairs = []
-    for n in data.train_difficulties:
-        start, count = _kk_range(n, "sft", sft.train_count)
-        for row in generate_rows(n, "train", start_index=start, count=count, template=data.template):
-            thinking = reference_cot(row) if sft.target == "cot" else ""
-            pairs.append(
-                SFTPair(row["prompt"][0]["content"], reference_response(row["solution_text_format"], thinking))
-            )
-    return pairs
+    task = get_task(data.task)
+    return [SFTPair(e.prompt, task.sft_response(e, sft.target)) for e in sft_examples(data, sft.train_count)]
 
 
 def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens: int):

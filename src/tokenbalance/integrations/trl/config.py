@@ -29,6 +29,7 @@ Methods the TRL subclass cannot run are refused with the reason (:func:`unsuppor
 from __future__ import annotations
 
 from tokenbalance.algorithms.methods import Method, get_method
+from tokenbalance.checks import check_range
 
 ESTIMATOR_SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}
 AGG_MODE_LOSS_TYPES = {
@@ -106,8 +107,7 @@ def method_fields(method: Method, *, iterations_per_pass: int = 1, loss_type: st
     reason = unsupported_reason(method)
     if reason:
         raise ValueError(reason)
-    if iterations_per_pass < 1:
-        raise ValueError(f"iterations_per_pass: must be >= 1, got {iterations_per_pass}")
+    check_range("iterations_per_pass", iterations_per_pass, 1, integer=True)
     loss_types = AGG_MODE_LOSS_TYPES[method.loss_agg_mode]
     if loss_type is None:
         loss_type = loss_types[0]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tokenbalance.checks import check_range
 from tokenbalance.tasks.kk.solver import all_solutions
 from tokenbalance.tasks.kk.statements import KNAVE_ATOM, KNIGHT_ATOM, Puzzle, Statement
 
@@ -52,9 +53,8 @@ class KKProblem:
 
 def check_people(n_people: object) -> int:
     """Validate the number of people (an int in 2..8) and return it."""
-    if type(n_people) is not int or not MIN_PEOPLE <= n_people <= MAX_PEOPLE:
-        raise ValueError(f"people must be an integer in {MIN_PEOPLE}..{MAX_PEOPLE}, got {n_people!r}")
-    return n_people
+    check_range("people", n_people, MIN_PEOPLE, MAX_PEOPLE, integer=True)
+    return n_people  # type: ignore[return-value]
 
 
 class StatementSampler:
@@ -150,12 +150,9 @@ def generate_problems(
     drawn, dropped ones included (``start_index + count`` calls; for progress bars).
     """
     check_people(n_people)
-    if type(start_index) is not int or start_index < 0:
-        raise ValueError(f"start_index must be an integer >= 0, got {start_index!r}")
-    if type(count) is not int or count < 1:
-        raise ValueError(f"count must be an integer >= 1, got {count!r}")
-    if type(seed) is not int:
-        raise ValueError(f"seed must be an integer, got {seed!r}")
+    check_range("start_index", start_index, 0, integer=True)
+    check_range("count", count, 1, integer=True)
+    check_range("seed", seed, integer=True)
     problems = []
     for problem in iter_problems(n_people, seed):
         if on_progress is not None:

@@ -1,21 +1,41 @@
 """The Knights & Knaves task object for the trainer (the :class:`~tokenbalance.tasks.base.Task`
-protocol): Logic-RL examples, prompt rendering and the reference reward.
+protocol): Logic-RL examples, prompt rendering, the reference reward, the trainer's example ranges,
+SFT targets, the tokenizer corpus and ``gen-data``.
 
 ``score`` puts ``example.prompt`` in front of the response and calls
 :func:`~tokenbalance.tasks.kk.reward.score_with_metrics`, which is how the reference scores
 (decoded prompt + response).
 Its three flags (format_ok, answer_parsed, correct) are the metrics.
+
+Generated examples of a run keep three disjoint ranges of global generator indices per number of
+people n (:meth:`KKTask.example_source`; docs/tasks.md):
+
+=========  ==============================  ===========================
+use        n >= 3                          n = 2 (only ~398 puzzles exist)
+=========  ==============================  ===========================
+held-out   1000 .. 1000 + eval_count - 1   0 .. 99 (the K&K test split)
+RL         100 .. 999 (Logic-RL train)     100 .. 397
+SFT        2000 .. 2000 + train_count - 1  100 .. 397 (shared with RL)
+=========  ==============================  ===========================
+
+so the held-out set is never trained on.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tokenbalance.tasks.base import ScoreResult, TaskExample
+from tokenbalance.tasks.base import BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.kk.generator import DEFAULT_SEED
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, generate_rows
 from tokenbalance.tasks.kk.reward import score_with_metrics
-from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template
+from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template, reference_cot, reference_response
+
+TWO_PEOPLE_LIMIT = 398  # the generator finds no further unique 2-people puzzle at seed 1234
+REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")  # what the reward reads
+COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
 
 
 def example_from_generated_row(row: dict[str, Any]) -> TaskExample:
@@ -32,15 +52,61 @@ def example_from_generated_row(row: dict[str, Any]) -> TaskExample:
             "solution": list(row["solution"]),
             "split": row["extra_info"]["split"],
             "row": row["extra_info"]["index"],
+            "solution_text": row["solution_text"],
+            "cot_head": row["cot_head"],
+            "cot_repeat_steps": list(row["cot_repeat_steps"]),
+            "cot_foot": row["cot_foot"],
         },
     )
 
 
-class KKTask:
+def kk_example_range(n_people: int, use: str, count: int) -> tuple[str, int, int]:
+    """``(split, start_index, count)`` of the generated examples of ``use`` (module docstring)."""
+    split = "test" if use == "eval" else "train"
+    if n_people == 2:
+        if use == "eval":
+            return split, 0, min(count, 100)
+        return split, 100, TWO_PEOPLE_LIMIT - 100
+    if use == "eval":
+        return split, 1000, count
+    if use == "rl":
+        return split, 100, 900
+    return split, 2000, count
+
+
+def response_text(row) -> str:
+    """The CoT response of a Logic-RL row (:func:`~tokenbalance.tasks.kk.templates.reference_response`)."""
+    return reference_response(row["solution_text_format"], reference_cot(row))
+
+
+def tokenizer_corpus(
+    people: Iterable[int] = (2, 3),
+    *,
+    count: int = 200,
+    split: str = "train",
+    template: str = "plain",
+) -> Iterator[str]:
+    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people,
+    the rendered prompt, the response of :func:`response_text` and the plain ``solution_text``
+    ("A is a knight, B is a knave, and ...").
+
+    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first
+    ``count`` puzzles), so the corpus is deterministic.
+    """
+    for n_people in people:
+        for row in generate_rows(n_people, split, count=count, template=template):
+            yield row["prompt"][0]["content"]
+            yield response_text(row)
+            yield row["solution_text"]
+
+
+class KKTask(BaseTask):
     """Knights & Knaves (Logic-RL data). ``difficulty`` is the number of people (2..8, default 3)."""
 
     name = "kk"
     templates = TEMPLATE_NAMES  # qwen-instruct (default), qwen-base, plain, compact
+    max_reward = 3.0
+    special_tokens = REASONING_TAGS
 
     def __init__(self, data_source: str = DEFAULT_DATA_SOURCE) -> None:
         self.data_source = data_source
@@ -68,6 +134,16 @@ class KKTask:
         )
         return [example_from_generated_row(row) for row in rows]
 
+    def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
+        super().example_source(use, difficulty, count)  # checks ``use``
+        split, start, n = kk_example_range(difficulty, use, count)
+        return ExampleSource(split, count=n, start_index=start)
+
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        from tokenbalance.tasks.kk.io import read_kk_examples
+
+        return read_kk_examples(path, template=template)
+
     def render_prompt(self, example: TaskExample, template: str) -> str:
         return get_template(template).render_puzzle(
             example.question, example.ground_truth.get("statements"), example.extra.get("names")
@@ -76,3 +152,90 @@ class KKTask:
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         result = score_with_metrics(example.prompt + response, example.ground_truth)
         return ScoreResult(reward=result.total, metrics=result.metrics())
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain
+        of thought first (generated examples carry it; file examples do not)."""
+        if target not in ("answer", "cot"):
+            raise ValueError(f"target: unknown value {target!r}; valid: 'answer', 'cot'")
+        thinking = ""
+        if target == "cot":
+            if not all(field in example.extra for field in COT_FIELDS):
+                raise ValueError(
+                    f"example {example.index}: no chain of thought to train on (generated examples have one)"
+                )
+            thinking = reference_cot(example.extra)
+        return reference_response(example.ground_truth["solution_text_format"], thinking)
+
+    def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
+        return tokenizer_corpus(difficulties, template=template)
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        write_data_files(options, progress=progress, log=log)
+
+
+def parse_people(text: str) -> list[int]:
+    """``"3"`` -> [3]; ``"3-7"`` -> [3, 4, 5, 6, 7]; each in 2..8."""
+    match = re.fullmatch(r"\s*(\d+)\s*(?:-\s*(\d+)\s*)?", text)
+    if match is None:
+        raise ValueError(f"--people must be N or A-B with people in 2..8, got {text!r}")
+    low = int(match.group(1))
+    high = int(match.group(2)) if match.group(2) else low
+    if not (2 <= low <= 8 and 2 <= high <= 8) or low > high:
+        raise ValueError(f"--people must be in 2..8 (A <= B for a range), got {text!r}")
+    return list(range(low, high + 1))
+
+
+def write_data_files(args: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+    """``tokenbalance gen-data kk``: Logic-RL parquet files, one per level or ``--merge``d."""
+    from tokenbalance.tasks.kk.io import write_logic_rl_parquet
+    from tokenbalance.tasks.kk.records import PER_LEVEL_DATA_SOURCE, default_slice
+    from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE
+
+    if args.level is not None:
+        raise ValueError("--level applies to arith only; kk takes --people")
+    people = args.people or "3"
+    levels = parse_people(people)
+    template = args.template or DEFAULT_TEMPLATE
+    get_template(template)
+    if args.per_level_source and args.data_source is not None:
+        raise ValueError("give either --data-source or --per-level-source, not both")
+    data_source = PER_LEVEL_DATA_SOURCE if args.per_level_source else (args.data_source or DEFAULT_DATA_SOURCE)
+    if len(levels) > 1 and not args.merge and "{n}" not in args.out:
+        raise ValueError(
+            f"--people {people} gives one file per level: put {{n}} in --out "
+            "(e.g. data/{n}ppl/train.parquet) or pass --merge"
+        )
+    slices = {}
+    for n in levels:
+        start, count = default_slice(n, args.split)
+        slices[n] = (
+            start if args.start_index is None else args.start_index,
+            count if args.count is None else args.count,
+        )
+    total_draws = sum(start + count for start, count in slices.values())
+    seed = DEFAULT_SEED if args.seed is None else args.seed
+    merged: list[dict] = []
+    with progress(total_draws, "kk puzzles") as advance:
+        for n in levels:
+            start, count = slices[n]
+            rows = generate_rows(
+                n,
+                args.split,
+                start_index=start,
+                count=count,
+                seed=seed,
+                template=template,
+                data_source=data_source,
+                on_progress=advance,
+            )
+            if args.merge:
+                merged.extend(rows)
+            else:
+                path = write_logic_rl_parquet(rows, args.out.replace("{n}", str(n)))
+                log(
+                    f"wrote {len(rows)} rows ({n} people, {args.split}, indices {start}..{start + count - 1}) to {path}"
+                )
+    if args.merge:
+        path = write_logic_rl_parquet(merged, args.out)
+        log(f"wrote {len(merged)} rows ({people} people, {args.split}, merged) to {path}")
