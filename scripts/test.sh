@@ -17,6 +17,7 @@ fi
 # lint and format check first: seconds, and a failure names the file and line
 "$VENV/bin/python" -m ruff check src tests benchmarks
 "$VENV/bin/python" -m ruff format --check src tests benchmarks
+"$VENV/bin/python" -m mypy
 
 set +e
 "$VENV/bin/python" -m pytest -q "$@"

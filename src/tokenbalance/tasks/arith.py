@@ -87,7 +87,7 @@ def _check_level(level: object) -> int:
 def _check_split(split: object) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    return split  # type: ignore[return-value]
+    return str(split)
 
 
 def evaluate_expression(node: Expr) -> Fraction:
@@ -339,11 +339,11 @@ def _math_example(reader: RowReader, default_source: str) -> TaskExample:
     index = extra_info.get("index") if type(extra_info.get("index")) is int else reader.row_number
     return TaskExample(
         prompt=prompt,
-        question=question,
+        question=str(question),
         ground_truth=list(gold) if isinstance(gold, list) else str(gold),
         data_source=reader.get("data_source", str, default=default_source),
-        difficulty=level,
-        index=index,
+        difficulty=int(level or 0),
+        index=int(index if index is not None else reader.row_number),
         extra={"row": reader.row_number, "source_file": reader.path, "messages": messages},
     )
 

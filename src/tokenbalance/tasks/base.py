@@ -173,6 +173,9 @@ class BaseTask:
     ``name``, ``templates``, ``max_reward``, ``examples``, ``render_prompt``, ``score`` and
     ``sft_response``."""
 
+    name: str
+    templates: tuple[str, ...]
+    max_reward: float
     special_tokens: tuple[str, ...] = ()
     # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)
     USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2}
@@ -183,6 +186,21 @@ class BaseTask:
         if use not in EXAMPLE_USES:
             raise ValueError(f"use: unknown value {use!r}; valid: {', '.join(map(repr, EXAMPLE_USES))}")
         return ExampleSource("test" if use == "eval" else "train", count=count, seed=self.USE_SEEDS[use])
+
+    def examples(
+        self,
+        split: str,
+        *,
+        difficulty: int | None = None,
+        count: int | None = None,
+        start_index: int | None = None,
+        seed: int | None = None,
+        template: str | None = None,
+    ) -> list[TaskExample]:
+        raise NotImplementedError(f"task {self.name!r} must define examples()")
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        raise NotImplementedError(f"task {self.name!r} must define sft_response()")
 
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
         raise ValueError(f"task {self.name!r} reads no data files; leave data.train_file / data.eval_file unset")

@@ -107,7 +107,7 @@ def read_rows(path: str | os.PathLike) -> list[RowReader]:
             raise ValueError(f"{file}: cannot read as parquet: {err}") from None
         return [RowReader(file, number, row) for number, row in enumerate(rows)]
     if suffix in JSONL_SUFFIXES:
-        readers = []
+        readers: list[RowReader] = []
         try:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:

@@ -38,7 +38,7 @@ LOGIC_RL_COLUMNS = KK_RECORD_COLUMNS + (
 def check_split(split: object) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
-    return split  # type: ignore[return-value]
+    return str(split)
 
 
 def default_slice(n_people: int, split: str) -> tuple[int, int]:

@@ -164,12 +164,12 @@ class _TupleParser:
     def item(self) -> Any:
         kind = self._peek()
         if kind == "open":
-            return self.tuple()
+            return self.parse_tuple()
         if kind in ("str", "int"):
             return self._expect(kind)
         raise ValueError(f"expected a tuple, string or integer at token {self.pos}, found {kind!r}")
 
-    def tuple(self) -> tuple[Any, ...]:
+    def parse_tuple(self) -> tuple[Any, ...]:
         self._expect("open")
         items: list[Any] = []
         while self._peek() != "close":
@@ -182,7 +182,7 @@ class _TupleParser:
         return tuple(items)
 
     def parse_all(self) -> tuple[Any, ...]:
-        value = self.tuple()
+        value = self.parse_tuple()
         if self._peek() != "end":
             raise ValueError(f"unexpected trailing text at token {self.pos}")
         return value

@@ -106,7 +106,7 @@ class KKTask(BaseTask):
     name = "kk"
     templates = TEMPLATE_NAMES  # qwen-instruct (default), qwen-base, plain, compact
     max_reward = 3.0
-    special_tokens = REASONING_TAGS
+    special_tokens: tuple[str, ...] = REASONING_TAGS
 
     def __init__(self, data_source: str = DEFAULT_DATA_SOURCE) -> None:
         self.data_source = data_source
