@@ -112,7 +112,7 @@ class AnswerEngine:
     def __init__(self, tokenizer, examples):
         self.tokenizer, self.examples, self.calls = tokenizer, examples, 0
 
-    def generate(self, prompts, *, max_new_tokens, temperature, seed):
+    def generate(self, prompts, *, n=1, max_new_tokens, temperature, seed):
         texts = [
             f" {e.ground_truth}" if i % 2 == 0 else f" {int(e.ground_truth) + 1}"
             for i, e in enumerate(self.examples[seed : seed + len(prompts)])
@@ -127,8 +127,8 @@ class AnswerEngine:
             mask[row, : len(seq)] = True
         self.calls += 1
         return Generation(
-            prompt_ids_BP=torch.zeros((len(ids), 1), dtype=torch.long),
-            prompt_mask_BP=torch.ones((len(ids), 1), dtype=torch.bool),
+            prompt_ids_BS=torch.zeros((len(ids), 1), dtype=torch.long),
+            prompt_mask_BS=torch.ones((len(ids), 1), dtype=torch.bool),
             response_ids_BT=response,
             response_mask_BT=mask,
             sampler_logp_BT=None,

@@ -265,10 +265,10 @@ def decoder_layers(
 
 def position_ids(prompt_mask_BS: torch.Tensor, max_new_tokens: int) -> torch.Tensor:
     """[B, S + T] int64 positions: real prompt tokens count from 0 (pads get 0), responses go on."""
-    prompt_positions_BP = (prompt_mask_BS.long().cumsum(dim=1) - 1).clamp(min=0)
+    prompt_positions_BS = (prompt_mask_BS.long().cumsum(dim=1) - 1).clamp(min=0)
     steps_T = torch.arange(max_new_tokens, device=prompt_mask_BS.device)
     response_positions_BT = prompt_mask_BS.sum(dim=1, keepdim=True) + steps_T
-    return torch.cat([prompt_positions_BP, response_positions_BT], dim=1)
+    return torch.cat([prompt_positions_BS, response_positions_BT], dim=1)
 
 
 def prefill_mask(prompt_mask_BS: torch.Tensor) -> torch.Tensor:
