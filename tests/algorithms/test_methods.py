@@ -5,7 +5,15 @@ import torch
 
 from tests.algorithms.helpers import make_batch, passes_for
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import METHOD_PRESETS, KLConfig, Method, build_update_passes, get_method
+from tokenbalance.algorithms.methods import (
+    METHOD_PRESETS,
+    KLConfig,
+    Method,
+    build_update_passes,
+    get_method,
+    passes_from_advantages,
+)
+from tokenbalance.algorithms.weights import ARConfig
 from tokenbalance.cli import main
 
 REQUIRED = [
@@ -110,3 +118,24 @@ def test_missing_inputs_are_named():
         build_update_passes(
             get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT[:, :6]
         )
+
+
+@pytest.mark.parametrize("prob_source", ["old", "current_detached"])
+def test_ar_negative_advantage_weight_acts_on_both_probability_paths(prob_source):
+    """One group, A = (+1, -1), pi = 0.5 (old = current, ratio 1), alpha 0.2, neg_adv_weight 0.5.
+
+    w = 0.2 * 0.5 + 0.8 = 0.9, so the effective advantages are (0.9, -0.9 * 0.5 = -0.45); the
+    token-mean loss is -(0.9 - 0.45) / 2 = -0.225 and d loss / d logp = -A_eff / 2 = (-0.45, 0.225).
+    """
+    ar = ARConfig(alpha=0.2, neg_adv_weight=0.5, prob_source=prob_source)
+    method = get_method("grpo").replace(ar=ar, kl=KLConfig(placement="none"))
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    old = torch.full((2, 1), 0.5, dtype=torch.float64).log()
+    (update_pass,), _ = passes_from_advantages(method, torch.tensor([[1.0], [-1.0]], dtype=torch.float64), mask, old)
+    logp = old.clone().requires_grad_(True)
+    out = pass_loss(method, update_pass, logp, old)
+    (grad,) = torch.autograd.grad(out.loss, logp)
+    assert out.loss.item() == pytest.approx(-0.225, abs=1e-12)
+    torch.testing.assert_close(grad, torch.tensor([[-0.45], [0.225]], dtype=torch.float64), atol=1e-12, rtol=0)
+    if prob_source == "current_detached":  # the probability weight waits for the loss; the sign factor does not
+        torch.testing.assert_close(update_pass.advantages_BT, torch.tensor([[1.0], [-0.5]], dtype=torch.float64))

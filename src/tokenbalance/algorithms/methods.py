@@ -34,7 +34,7 @@ from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
 from tokenbalance.algorithms.registry import Registry
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
-from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight
+from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, scale_negative_advantages
 from tokenbalance.types import UpdatePass
 
 KL_PLACEMENTS = ("loss", "reward", "none")
@@ -289,8 +289,11 @@ def passes_from_advantages(
         )
         advantages_BT = advantages_BT * weights_BT.to(advantages_BT.dtype)
         metrics.update(nthr_metrics)
-    if method.ar is not None and method.ar.prob_source == "old":
-        advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
+    if method.ar is not None:
+        if method.ar.prob_source == "old":
+            advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
+        else:  # current_detached: pass_loss applies alpha * pi + tau; the sign factor goes here
+            advantages_BT = scale_negative_advantages(advantages_BT, mask_BT, method.ar.neg_adv_weight)
     metrics.update(_masked_stats(advantages_BT, mask_BT, "adv_weighted"))
 
     if method.lopti is not None:
