@@ -186,7 +186,6 @@ def test_registered_loss_uses_global_normaliser_across_micro_batches():
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=0, atol=1e-12)
 
 
-
 def test_ar_current_detached_applies_neg_adv_weight_through_verl_config():
     """``ar_prob_source=current_detached`` with ``ar_neg_adv_weight=0.5`` from verl's config: the loss
     is GRPO's on A * (0.3 pi_current + 0.7) * (0.5 where A <= 0), pi_current detached."""
@@ -216,6 +215,7 @@ def test_ar_current_detached_applies_neg_adv_weight_through_verl_config():
     plain_config = actor_config(unweighted, batch=batch)
     plain, _ = loss_fn(batch["old"], batch["logp"], advantages_BT, batch["mask"], "token-mean", plain_config)
     assert abs(plain.item() - verl_loss.item()) > 1e-4  # the factor acts
+
 
 # --------------------------------------------------------------------------- (b) verl's own maths where they coincide
 
