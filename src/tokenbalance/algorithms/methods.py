@@ -30,7 +30,7 @@ from tokenbalance.algorithms.advantages import (
     reinforce_pp_advantages,
 )
 from tokenbalance.algorithms.aggregate import AGG_MODES
-from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
 from tokenbalance.algorithms.registry import Registry
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
@@ -164,6 +164,12 @@ class NTHRInputs:
         unembed_VD: [V, D] the ``lm_head`` weight.
         temperature: the log-prob temperature used for ``old_logp_BT``.
         unembed_bias_V: [V] ``lm_head`` bias, if the model has one.
+        correct_B: [B] bool, which responses are correct: NTHR's anchors under
+            ``nthr.positives="correct"`` (the default). Leave it None to let
+            :func:`build_update_passes` derive it from its ``scores_B`` (:func:`nthr_correct`);
+            :func:`passes_from_advantages` has no rewards and needs it given.
+        max_reward: the task's maximum reward (K&K 3, math 1): a response is correct when its
+            reward equals it, unless ``nthr.correct_threshold`` states a threshold.
     """
 
     tokens_BT: torch.Tensor
@@ -171,6 +177,8 @@ class NTHRInputs:
     unembed_VD: torch.Tensor
     temperature: float = 1.0
     unembed_bias_V: torch.Tensor | None = None
+    correct_B: torch.Tensor | None = None
+    max_reward: float | None = None
 
 
 def _masked_stats(values_BT: torch.Tensor, mask_BT: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -230,7 +238,9 @@ def build_update_passes(
         response_mask_BT: [B, T] valid response tokens (EOS included).
         old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
         ref_logp_BT: [B, T] reference log-probs (needed for the KL-in-reward placement).
-        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set).
+        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set). Without
+            ``correct_B``, NTHR's correct responses are derived from ``scores_B`` and
+            ``nthr_inputs.max_reward`` (or ``nthr.correct_threshold``).
 
     Returns:
         The passes to run in order, and ``adv/*`` (before token weights), ``adv_weighted/*``,
@@ -239,6 +249,10 @@ def build_update_passes(
     mask_BT = response_mask_BT.bool()
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
+    nthr = method.nthr
+    if nthr is not None and nthr_inputs is not None and nthr_inputs.correct_B is None and nthr.positives == "correct":
+        correct_B = nthr_correct(scores_B, nthr, nthr_inputs.max_reward)
+        nthr_inputs = dataclasses.replace(nthr_inputs, correct_B=correct_B)
     return passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT, group_ids_B, nthr_inputs)
 
 
@@ -261,7 +275,8 @@ def passes_from_advantages(
         response_mask_BT: [B, T] valid response tokens.
         old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
         group_ids_B: [B] int64 group ids (needed by NTHR).
-        nthr_inputs: hidden states etc. (needed by NTHR).
+        nthr_inputs: hidden states etc. (needed by NTHR; with ``correct_B`` for its default
+            ``positives="correct"``).
 
     Returns:
         The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``lopti/*`` metrics.
@@ -286,6 +301,7 @@ def passes_from_advantages(
             method.nthr,
             temperature=nthr_inputs.temperature,
             unembed_bias_V=nthr_inputs.unembed_bias_V,
+            correct_B=nthr_inputs.correct_B,
         )
         advantages_BT = advantages_BT * weights_BT.to(advantages_BT.dtype)
         metrics.update(nthr_metrics)

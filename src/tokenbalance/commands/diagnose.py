@@ -214,6 +214,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Rol
 
 def nthr_inputs(batch: RolloutBatch):
     from tokenbalance.algorithms.methods import NTHRInputs
+    from tokenbalance.trainer.evaluate import full_reward
 
     head = batch.model.get_output_embeddings()
     return NTHRInputs(
@@ -222,6 +223,7 @@ def nthr_inputs(batch: RolloutBatch):
         unembed_VD=head.weight.detach().float(),
         temperature=batch.config.rollout.temperature,
         unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
+        max_reward=full_reward(batch.task),
     )
 
 
@@ -239,6 +241,7 @@ def method_passes(batch: RolloutBatch, method, rows=None):
             unembed_VD=full.unembed_VD,
             temperature=full.temperature,
             unembed_bias_V=full.unembed_bias_V,
+            max_reward=full.max_reward,
         )
     old = batch.old.logp_BT[rows]
     return build_update_passes(
@@ -536,7 +539,7 @@ def run_nthr(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
     from tokenbalance.algorithms.methods import compute_advantages
-    from tokenbalance.algorithms.nthr import NTHRConfig
+    from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct
     from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 
     batch = prepare_batch(args, with_hidden=True)
@@ -554,6 +557,7 @@ def run_nthr(args: argparse.Namespace) -> int:
         config,
         temperature=inputs.temperature,
         unembed_bias_V=inputs.unembed_bias_V,
+        correct_B=nthr_correct(batch.scores_B, config, inputs.max_reward),
     )
     colour = args.color or (not args.plain and sys.stdout.isatty())
     console = None

@@ -219,6 +219,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             unembed_VD=head.weight.detach().float(),
             temperature=temperature,
             unembed_bias_V=None if getattr(head, "bias", None) is None else head.bias.detach().float(),
+            max_reward=full_reward(parts.task),
         )
     t0 = time.perf_counter()
     passes, prep_metrics = build_update_passes(
