@@ -30,6 +30,7 @@ from tokenbalance.algorithms.advantages import (
     reinforce_pp_advantages,
 )
 from tokenbalance.algorithms.aggregate import AGG_MODES
+from tokenbalance.algorithms.filtering import DynamicSamplingConfig
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
 from tokenbalance.algorithms.registry import Registry
@@ -107,6 +108,11 @@ class Method:
             The AR-Lopti reference always uses ``"token-mean"`` here, whatever its config says.
         max_response_len: the constant C of ``seq-mean-token-sum-norm`` (None = padded length).
         ar, tr_grpo, nthr, lopti: the token-level stages; ``None`` switches a stage off.
+        dynamic_sampling: DAPO dynamic sampling (:mod:`~tokenbalance.algorithms.filtering`), a
+            rollout-loop option the runner reads; off by default.
+        recommended_temperature: the sampling temperature the preset's paper used. A rollout
+            setting, not part of the objective: nothing here applies it; runners and users set
+            their rollout temperature from it (``list-methods`` prints it). ``None``: no advice.
         description: one line for ``list-methods``.
         citations: (hyper-parameter, source) pairs.
     """
@@ -123,11 +129,19 @@ class Method:
     tr_grpo: TRGRPOConfig | None = None
     nthr: NTHRConfig | None = None
     lopti: LoptiConfig | None = None
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    recommended_temperature: float | None = None
     description: str = ""
     citations: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
+        if not isinstance(self.dynamic_sampling, DynamicSamplingConfig):
+            raise ValueError(
+                f"dynamic_sampling: expected a DynamicSamplingConfig, got {type(self.dynamic_sampling).__name__}"
+            )
+        if self.recommended_temperature is not None:
+            check_range("recommended_temperature", self.recommended_temperature, 0.0, float("inf"), low_open=True)
         check_choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
         if self.policy_loss_agg_mode is not None:
             check_choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
@@ -454,6 +468,14 @@ def _stage_summary(method: Method) -> list[str]:
         if config is not None:
             values = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
             lines.append(f"{stage}: {values}")
+    sampling = method.dynamic_sampling
+    if sampling.enabled:
+        values = ", ".join(f"{f.name}={getattr(sampling, f.name)!r}" for f in dataclasses.fields(sampling))
+        lines.append(f"dynamic_sampling: {values}")
+    else:
+        lines.append("dynamic_sampling: off")
+    if method.recommended_temperature is not None:
+        lines.append(f"recommended rollout temperature: {method.recommended_temperature} (a rollout setting)")
     return lines
 
 
@@ -471,14 +493,21 @@ def describe_presets(name: str | None = None) -> str:
 
 
 _STAGE_TYPES = {"ar": ARConfig, "tr_grpo": TRGRPOConfig, "nthr": NTHRConfig, "lopti": LoptiConfig}
-_NESTED_TYPES = {"advantage": AdvantageConfig, "clip": ClipConfig, "kl": KLConfig, **_STAGE_TYPES}
+_NESTED_TYPES = {
+    "advantage": AdvantageConfig,
+    "clip": ClipConfig,
+    "kl": KLConfig,
+    "dynamic_sampling": DynamicSamplingConfig,
+    **_STAGE_TYPES,
+}
 
 
 def apply_method_overrides(method: Method, overrides: dict) -> Method:
     """A copy of ``method`` with dotted overrides applied, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
 
     ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off
-    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR).
+    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR);
+    ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on.
     Unknown names raise ``ValueError`` listing the valid ones.
     """
     top_level = {f.name for f in dataclasses.fields(Method)}
@@ -487,8 +516,8 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
         if not name:
             if section not in top_level:
                 raise ValueError(f"method override {key!r}: unknown field; valid: {', '.join(sorted(top_level))}")
-            if section in _STAGE_TYPES and isinstance(value, dict):
-                value = _STAGE_TYPES[section](**value)
+            if section in _NESTED_TYPES and isinstance(value, dict):
+                value = _NESTED_TYPES[section](**value)
             method = dataclasses.replace(method, **{section: value})
             continue
         if section not in _NESTED_TYPES:
