@@ -30,6 +30,7 @@ from _rl_batch import RLBatch, embedded_batch
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, get_method
 from tokenbalance.trainer import update as update_module
+from tokenbalance.trainer.evaluate import full_reward
 from tokenbalance.trainer.logprobs import batched_response_logprobs, response_logprobs
 from tokenbalance.trainer.loop import make_optimizer
 from tokenbalance.trainer.update import run_update_passes
@@ -57,6 +58,7 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
             hidden_BTD=old.hidden_BTD,
             unembed_VD=head.weight.detach(),
             temperature=cfg.rollout.temperature,
+            max_reward=full_reward(batch.parts.task),
         )
     passes, _ = build_update_passes(
         method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT, ref_logp_BT, nthr_inputs
@@ -74,6 +76,7 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
         hidden_BTD=old.hidden_BTD,
         unembed_VD=head.weight.detach(),
         temperature=1.0,
+        max_reward=full_reward(batch.parts.task),
     )
 
     def run():

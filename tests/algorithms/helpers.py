@@ -83,7 +83,10 @@ def loss_and_grad(batch: Batch, fn) -> tuple[torch.Tensor, torch.Tensor]:
 def nthr_inputs(batch: Batch):
     from tokenbalance.algorithms.methods import NTHRInputs
 
-    return NTHRInputs(tokens_BT=batch.tokens_BT, hidden_BTD=batch.hidden_BTD, unembed_VD=batch.unembed_VD)
+    max_reward = float(batch.scores_B.max())  # binary rewards: 1; otherwise the best score of the batch
+    return NTHRInputs(
+        tokens_BT=batch.tokens_BT, hidden_BTD=batch.hidden_BTD, unembed_VD=batch.unembed_VD, max_reward=max_reward
+    )
 
 
 def passes_for(method, batch: Batch):

@@ -1,6 +1,8 @@
 """Invariances: padding never matters; micro-batches / ranks with a global normaliser equal the
 full batch; vectorised NTHR-free presets are deterministic and leave their inputs untouched."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -30,7 +32,7 @@ def test_padding_values_do_not_matter(name, garbage):
             old, ref = poison_padding(old, mask, garbage), poison_padding(ref, mask, garbage)
             hidden = poison_padding(hidden, mask, garbage)
             tokens = torch.where(mask, tokens, torch.full_like(tokens, -100))
-        extras = nthr_inputs(batch).__class__(tokens, hidden, batch.unembed_VD) if method.nthr else None
+        extras = dataclasses.replace(nthr_inputs(batch), tokens_BT=tokens, hidden_BTD=hidden) if method.nthr else None
         passes, metrics = build_update_passes(method, batch.scores_B, batch.group_ids_B, mask, old, ref, extras)
 
         def fn(logp_BT, entropy_BT):

@@ -5,7 +5,15 @@ import torch
 
 from tests.algorithms.helpers import make_batch, passes_for
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import METHOD_PRESETS, KLConfig, Method, build_update_passes, get_method
+from tokenbalance.algorithms.methods import (
+    METHOD_PRESETS,
+    KLConfig,
+    Method,
+    build_update_passes,
+    get_method,
+    passes_from_advantages,
+)
+from tokenbalance.algorithms.weights import ARConfig
 from tokenbalance.cli import main
 
 REQUIRED = [
@@ -22,6 +30,24 @@ REQUIRED = [
     "reinforce_pp_tr_grpo",
     "reinforce_pp_nthr",
 ]
+
+PAPER_PRESETS = {
+    # name: (estimator, ar alpha, lopti eta, nthr beta, recommended temperature)
+    "arlopti_kk_fig4_grpo": ("grpo", None, None, None, 0.7),
+    "arlopti_kk_fig4_ar": ("grpo", 0.3, None, None, 0.7),
+    "arlopti_kk_fig4_lopti": ("grpo", None, 0.5, None, 0.7),
+    "arlopti_kk_fig4_ar_lopti": ("grpo", 0.3, 0.5, None, 0.7),
+    "arlopti_kk_tab7_reinforce_pp": ("reinforce_pp", None, None, None, 0.7),
+    "arlopti_kk_tab7_reinforce_pp_ar_lopti": ("reinforce_pp", 0.1, 0.5, None, 0.7),
+    "arlopti_math_tab1_grpo": ("grpo", None, None, None, None),
+    "arlopti_math_tab1_ar": ("grpo", 0.1, None, None, None),
+    "arlopti_math_tab1_lopti": ("grpo", None, 0.5, None, None),
+    "arlopti_math_tab1_ar_lopti": ("grpo", 0.1, 0.5, None, None),
+    "nthr_math_tab2_grpo": ("grpo", None, None, None, 1.0),
+    "nthr_math_tab2_nthr": ("grpo", None, None, 1.0, 1.0),
+    "nthr_r1distill_tab7_grpo": ("grpo", None, None, None, 0.6),
+    "nthr_r1distill_tab7_nthr": ("grpo", None, None, 0.0, 0.6),
+}
 
 
 def test_required_presets_exist_with_citations():
@@ -110,3 +136,79 @@ def test_missing_inputs_are_named():
         build_update_passes(
             get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT, batch.old_logp_BT[:, :6]
         )
+
+
+@pytest.mark.parametrize("prob_source", ["old", "current_detached"])
+def test_ar_negative_advantage_weight_acts_on_both_probability_paths(prob_source):
+    """One group, A = (+1, -1), pi = 0.5 (old = current, ratio 1), alpha 0.2, neg_adv_weight 0.5.
+
+    w = 0.2 * 0.5 + 0.8 = 0.9, so the effective advantages are (0.9, -0.9 * 0.5 = -0.45); the
+    token-mean loss is -(0.9 - 0.45) / 2 = -0.225 and d loss / d logp = -A_eff / 2 = (-0.45, 0.225).
+    """
+    ar = ARConfig(alpha=0.2, neg_adv_weight=0.5, prob_source=prob_source)
+    method = get_method("grpo").replace(ar=ar, kl=KLConfig(placement="none"))
+    mask = torch.ones(2, 1, dtype=torch.bool)
+    old = torch.full((2, 1), 0.5, dtype=torch.float64).log()
+    (update_pass,), _ = passes_from_advantages(method, torch.tensor([[1.0], [-1.0]], dtype=torch.float64), mask, old)
+    logp = old.clone().requires_grad_(True)
+    out = pass_loss(method, update_pass, logp, old)
+    (grad,) = torch.autograd.grad(out.loss, logp)
+    assert out.loss.item() == pytest.approx(-0.225, abs=1e-12)
+    torch.testing.assert_close(grad, torch.tensor([[-0.45], [0.225]], dtype=torch.float64), atol=1e-12, rtol=0)
+    if prob_source == "current_detached":  # the probability weight waits for the loss; the sign factor does not
+        torch.testing.assert_close(update_pass.advantages_BT, torch.tensor([[1.0], [-0.5]], dtype=torch.float64))
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_PRESETS))
+def test_paper_presets_follow_their_tables(name):
+    estimator, alpha, eta, beta, temperature = PAPER_PRESETS[name]
+    method = get_method(name)
+    assert method.name == name and method.citations and method.description
+    assert method.advantage.estimator == estimator and method.recommended_temperature == temperature
+    assert (method.ar.alpha if method.ar else None) == alpha
+    assert (method.lopti.eta if method.lopti else None) == eta
+    assert (method.nthr.beta if method.nthr else None) == beta
+    assert method.tr_grpo is None
+    if name.startswith("nthr_"):  # the NTHR paper's runs: clip 0.2, KL 1e-4, dynamic sampling
+        assert (method.clip.eps_low, method.clip.eps_high) == (0.2, 0.2)
+        assert (method.kl.coef, method.kl.placement) == (1e-4, "loss")
+        assert method.dynamic_sampling.enabled
+        assert method.nthr is None or (method.nthr.eta, method.nthr.positives) == ("2|0.5-p|", "correct")
+        assert method.description.startswith("NTHR paper, ")
+    else:  # the AR-Lopti K&K scripts' base, no filtering
+        base = get_method(estimator)
+        assert (method.clip, method.kl, method.loss_agg_mode) == (base.clip, base.kl, base.loss_agg_mode)
+        assert not method.dynamic_sampling.enabled
+        assert method.description.startswith("AR-Lopti paper, ")
+
+
+def test_short_presets_are_the_k_and_k_figure_4_rows_without_dynamic_sampling():
+    for short, paper in (("ar", "arlopti_kk_fig4_ar"), ("ar_lopti", "arlopti_kk_fig4_ar_lopti")):
+        a, b = get_method(short), get_method(paper)
+        assert (a.ar, a.lopti, a.clip, a.kl) == (b.ar, b.lopti, b.clip, b.kl)
+    assert not any(get_method(name).dynamic_sampling.enabled for name in REQUIRED)
+
+
+@pytest.mark.parametrize("name", sorted(PAPER_PRESETS))
+def test_every_paper_preset_builds_passes_and_a_loss(name):
+    method = get_method(name)
+    batch = make_batch(3)
+    passes, metrics = passes_for(method, batch)
+    assert len(passes) == (2 if method.lopti else 1)
+    out = pass_loss(method, passes[0], batch.logp(), batch.old_logp_BT, batch.ref_logp_BT)
+    assert torch.isfinite(out.loss)
+
+
+def test_list_methods_prints_paper_presets_and_the_tr_grpo_caveat(capsys):
+    assert main(["list-methods"]) == 0
+    out = capsys.readouterr().out
+    for name in PAPER_PRESETS:
+        assert f"\n{name}: " in f"\n{out}"
+    assert main(["list-methods", "nthr_r1distill_tab7_nthr"]) == 0
+    out = capsys.readouterr().out
+    assert "dynamic_sampling: enabled=True" in out and "recommended rollout temperature: 0.6" in out
+    assert "kl: k3 x 0.0001" in out
+    for name in ("tr_grpo", "tr_grpo_literal", "reinforce_pp_tr_grpo"):
+        assert main(["list-methods", name]) == 0
+        first = capsys.readouterr().out.splitlines()[0]
+        assert "UNVERIFIED" in first and "TR-GRPO-like" in first

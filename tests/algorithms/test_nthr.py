@@ -9,6 +9,7 @@ import torch
 
 from tokenbalance.algorithms.nthr import (
     NTHRConfig,
+    nthr_correct,
     nthr_eta,
     nthr_restricted_probs,
     nthr_token_scores,
@@ -67,6 +68,19 @@ def make_batch(
     )
 
 
+def binary_correct(batch):
+    """Correctness of a binary-reward batch: the rows with a positive advantage sum.
+
+    With binary rewards the correct responses are exactly those, and the incorrect ones those with
+    a negative sum, so ``positives="correct"`` and ``"advantage_sign"`` coincide on these batches;
+    the cases where they differ (graded rewards) are computed by hand in section 11.
+    """
+    adv, mask = batch["advantages_BT"], batch["response_mask_BT"]
+    if mask.shape == adv.shape:  # (not in the bad-shape tests)
+        adv = torch.where(mask.bool(), adv, torch.zeros_like(adv))
+    return torch.nan_to_num(adv).sum(dim=1) > 0
+
+
 def call_weights(batch, config):
     return nthr_token_weights(
         batch["advantages_BT"],
@@ -79,6 +93,7 @@ def call_weights(batch, config):
         config,
         temperature=batch["temperature"],
         unembed_bias_V=batch["unembed_bias_V"],
+        correct_B=batch.get("correct_B", binary_correct(batch)),
     )
 
 
@@ -440,7 +455,7 @@ def test_sign_of_row_sum_defines_positive_for_token_level_advantages():
     # a row with mixed-sign token advantages but a positive sum counts as positive
     batch = tiny_batch(3)
     batch["advantages_BT"] = torch.tensor([[-0.5, 1.0], [0.5, -1.0]], dtype=F64)
-    w, m = call_weights(batch, NTHRConfig(beta=1.0, eta=0.5))
+    w, m = call_weights(batch, NTHRConfig(beta=1.0, eta=0.5, positives="advantage_sign"))
     assert m["nthr/mixed_groups"] == 1.0
     assert w.tolist() == [[1.0, 1.0], [0.5, 1.0]]
 
@@ -683,3 +698,154 @@ def test_inputs_not_mutated_and_no_grad():
         assert torch.equal(batch[k].detach(), v), k
     for k in ("hidden_BTD", "unembed_VD", "old_logp_BT", "advantages_BT"):
         assert batch[k].grad is None
+
+
+# --------------------------------------------------------------------------------------------------
+# 11. which responses are positive: correctness (default) or the advantage sign, on graded rewards
+# --------------------------------------------------------------------------------------------------
+#
+# One token per response, V = 2, D = 1 and W = 0, so q = (1/2, 1/2) everywhere and
+# g(y=0) = (1/2, -1/2), g(y=1) = (-1/2, 1/2): g_a . g_b = +1/2 for the same token, -1/2 otherwise,
+# and s_t = h_t * sum_{k in P} h_k (g_t . g_k).
+
+
+def graded_batch(scores, tokens, hidden, group_ids):
+    from tokenbalance.algorithms.methods import compute_advantages, get_method
+
+    B = len(scores)
+    mask = torch.ones(B, 1, dtype=torch.bool)
+    scores_B = torch.tensor(scores, dtype=F64)
+    gids = torch.tensor(group_ids)
+    return dict(
+        advantages_BT=compute_advantages(get_method("grpo"), scores_B, gids, mask),
+        response_mask_BT=mask,
+        group_ids_B=gids,
+        tokens_BT=torch.tensor(tokens)[:, None],
+        old_logp_BT=torch.full((B, 1), math.log(0.5), dtype=F64),
+        hidden_BTD=torch.tensor(hidden, dtype=F64)[:, None, None],
+        unembed_VD=torch.zeros(2, 1, dtype=F64),
+        unembed_bias_V=None,
+        temperature=1.0,
+        scores_B=scores_B,
+    )
+
+
+# K&K group [3, -0.5, -0.5, -3 x 5]: mean -13/8, so the two -0.5 rows have a POSITIVE advantage.
+KK_SCORES = (3.0, -0.5, -0.5, -3.0, -3.0, -3.0, -3.0, -3.0)
+KK_TOKENS = (0, 1, 1, 0, 1, 0, 1, 0)
+KK_HIDDEN = (1.0, 1.0, 1.0, 2.0, 2.0, 0.5, 0.5, -1.0)
+
+
+def test_kk_group_correct_anchors_are_the_correct_responses_only():
+    # P = {0} (reward 3), N = the -3 rows 3..7; the -0.5 rows (wrong, positive advantage) are neither.
+    # p = 1/8, eta = 2|0.5 - 1/8| = 0.75. M+ = g0 * 1 -> s(y=0, h) = h/2, s(y=1, h) = -h/2.
+    # anchor: s(row 0) = 1/2 -> tau = 1/2. negatives: 1.0, -1.0, 0.25, -0.25, -0.5 -> only row 3 > tau.
+    batch = graded_batch(KK_SCORES, KK_TOKENS, KK_HIDDEN, [0] * 8)
+    assert binary_correct(batch).tolist() == [True, True, True] + [False] * 5  # the -0.5 rows: A > 0
+    correct = nthr_correct(batch["scores_B"], NTHRConfig(), max_reward=3.0)
+    assert correct.tolist() == [True] + [False] * 7
+    w, m = call_weights(dict(batch, correct_B=correct), NTHRConfig(beta=1.0))
+    assert w[:, 0].tolist() == [1.0, 1.0, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0]
+    assert m["nthr/mixed_groups"] == 1.0 and m["nthr/eta_mean"] == pytest.approx(0.75)
+    assert m["nthr/tau_mean"] == pytest.approx(0.5, abs=1e-12)
+    assert m["nthr/selected_frac"] == pytest.approx(1 / 5)
+    assert m["nthr/score_neg_mean"] == pytest.approx((1.0 - 1.0 + 0.25 - 0.25 - 0.5) / 5, abs=1e-12)
+
+
+def test_kk_group_advantage_sign_makes_wrong_well_formatted_rows_anchors():
+    # P = {0, 1, 2} (A > 0), N = rows 3..7; p = 3/8, eta = 2|0.5 - 3/8| = 0.25.
+    # M+ = g0 + 2 g1 = (-1/2, 1/2) -> s(y=0, h) = -h/2, s(y=1, h) = h/2.
+    # anchors: -1/2, 1/2, 1/2 -> tau = -1/2. negatives: -1.0, 1.0, -0.25, 0.25, 0.5 -> rows 4..7 > tau.
+    batch = graded_batch(KK_SCORES, KK_TOKENS, KK_HIDDEN, [0] * 8)
+    w, m = call_weights(batch, NTHRConfig(beta=1.0, positives="advantage_sign"))
+    assert w[:, 0].tolist() == [1.0, 1.0, 1.0, 1.0, 0.25, 0.25, 0.25, 0.25]
+    assert m["nthr/eta_mean"] == pytest.approx(0.25) and m["nthr/tau_mean"] == pytest.approx(-0.5, abs=1e-12)
+    assert m["nthr/selected_frac"] == pytest.approx(4 / 5)
+    # a stated threshold of -0.5 counts the -0.5 rows as correct: the same split as the sign rule here
+    config = NTHRConfig(beta=1.0, correct_threshold=-0.5)
+    correct = nthr_correct(batch["scores_B"], config)
+    assert correct.tolist() == [True, True, True] + [False] * 5
+    w_thr, _ = call_weights(dict(batch, correct_B=correct), config)
+    assert torch.equal(w_thr, w)
+
+
+# No correct response, mixed format scores [-0.5, -0.5, -1, -3]: mean -5/4, rows 0..2 have A > 0.
+FORMAT_SCORES = (-0.5, -0.5, -1.0, -3.0)
+FORMAT_TOKENS = (0, 1, 0, 0)
+FORMAT_HIDDEN = (1.0, 1.0, 1.0, 2.0)
+
+
+def test_group_without_correct_response_is_left_alone_by_the_correctness_rule():
+    batch = graded_batch(FORMAT_SCORES, FORMAT_TOKENS, FORMAT_HIDDEN, [0] * 4)
+    correct = nthr_correct(batch["scores_B"], NTHRConfig(), max_reward=3.0)
+    assert not correct.any()
+    for beta in (1.0, -math.inf):
+        w, m = call_weights(dict(batch, correct_B=correct), NTHRConfig(beta=beta, eta=0.0))
+        assert bool((w == 1.0).all()) and m["nthr/mixed_groups"] == 0.0 and m["nthr/selected_frac"] == 0.0
+
+
+def test_group_without_correct_response_activates_under_the_advantage_sign_rule():
+    # P = {0, 1, 2}, N = {3}, p = 3/4, eta = 2|0.5 - 3/4| = 0.5. M+ = 2 g0 + g1 = (1/2, -1/2):
+    # anchors 1/2, -1/2, 1/2 -> tau = -1/2; negative row 3 (y=0, h=2): s = 1.0 > tau: selected.
+    batch = graded_batch(FORMAT_SCORES, FORMAT_TOKENS, FORMAT_HIDDEN, [0] * 4)
+    w, m = call_weights(batch, NTHRConfig(beta=1.0, positives="advantage_sign"))
+    assert w[:, 0].tolist() == [1.0, 1.0, 1.0, 0.5]
+    assert m["nthr/mixed_groups"] == 1.0 and m["nthr/tau_mean"] == pytest.approx(-0.5, abs=1e-12)
+
+
+@pytest.mark.parametrize("positives", ["correct", "advantage_sign"])
+def test_build_update_passes_derives_correctness_from_the_rewards(positives):
+    """Both groups in one batch through the method: NTHRInputs.max_reward = 3 (the K&K maximum)."""
+    from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, compute_advantages, get_method
+
+    batch = graded_batch(
+        KK_SCORES + FORMAT_SCORES, KK_TOKENS + FORMAT_TOKENS, KK_HIDDEN + FORMAT_HIDDEN, [0] * 8 + [1] * 4
+    )
+    method = get_method("grpo").replace(nthr=NTHRConfig(beta=1.0, positives=positives))
+    inputs = NTHRInputs(batch["tokens_BT"], batch["hidden_BTD"], batch["unembed_VD"], max_reward=3.0)
+    mask = batch["response_mask_BT"]
+    (update_pass,), m = build_update_passes(
+        method, batch["scores_B"], batch["group_ids_B"], mask, batch["old_logp_BT"], batch["old_logp_BT"], inputs
+    )
+    if positives == "correct":
+        weights = [1.0, 1.0, 1.0, 0.75, 1.0, 1.0, 1.0, 1.0] + [1.0] * 4
+    else:
+        weights = [1.0, 1.0, 1.0, 1.0, 0.25, 0.25, 0.25, 0.25] + [1.0, 1.0, 1.0, 0.5]
+    advantages = compute_advantages(method, batch["scores_B"], batch["group_ids_B"], mask)
+    torch.testing.assert_close(update_pass.advantages_BT, advantages * torch.tensor(weights, dtype=F64)[:, None])
+    assert m["nthr/mixed_groups"] == (1.0 if positives == "correct" else 2.0)
+
+
+def test_correctness_inputs_are_checked():
+    batch = graded_batch(FORMAT_SCORES, FORMAT_TOKENS, FORMAT_HIDDEN, [0] * 4)
+    scores = batch["scores_B"]
+    with pytest.raises(ValueError, match="correct_B: required by nthr.positives='correct'"):
+        nthr_token_weights(
+            *(batch[k] for k in ("advantages_BT", "response_mask_BT", "group_ids_B", "tokens_BT", "old_logp_BT")),
+            batch["hidden_BTD"],
+            batch["unembed_VD"],
+            NTHRConfig(),
+        )
+    with pytest.raises(ValueError, match=r"correct_B: expected a \[B\] bool tensor"):
+        call_weights(dict(batch, correct_B=torch.ones(4)), NTHRConfig())
+    with pytest.raises(ValueError, match=r"correct_B: expected shape \(4,\)"):
+        call_weights(dict(batch, correct_B=torch.ones(3, dtype=torch.bool)), NTHRConfig())
+    with pytest.raises(ValueError, match="max_reward: NTHR's positives='correct' needs the task's maximum reward"):
+        nthr_correct(scores, NTHRConfig())
+    with pytest.raises(ValueError, match="max_reward: -1.0 is not the task's maximum, found a reward of -0.5"):
+        nthr_correct(scores, NTHRConfig(), max_reward=-1.0)
+    assert nthr_correct(torch.tensor([1.0, math.nan, 0.0]), NTHRConfig(), max_reward=1.0).tolist() == [
+        True,
+        False,
+        False,
+    ]
+    # the advantage-sign rule needs no correctness and ignores a given one
+    w, _ = call_weights(dict(batch, correct_B=torch.zeros(4, dtype=torch.bool)), NTHRConfig(positives="advantage_sign"))
+    assert w[3, 0] == 0.5
+    for bad, match in (
+        (dict(positives="sign"), "positives: unknown value 'sign'"),
+        (dict(correct_threshold=math.inf), "correct_threshold"),
+        (dict(correct_threshold="3"), "correct_threshold"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            NTHRConfig(**bad)

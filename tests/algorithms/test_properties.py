@@ -66,7 +66,10 @@ def assert_finite_metrics(metrics):
 )
 def test_every_preset_is_finite_on_valid_inputs(batch, name, mode):
     method = get_method(name).replace(loss_agg_mode=mode, entropy_coeff=0.01)
-    extras = NTHRInputs(batch["tokens"], batch["hidden"], batch["unembed"]) if method.nthr else None
+    extras = None
+    if method.nthr:
+        best = float(batch["scores"].max()) if batch["scores"].numel() else 1.0  # the "task maximum" of the draw
+        extras = NTHRInputs(batch["tokens"], batch["hidden"], batch["unembed"], max_reward=best)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # singleton-group warning
         passes, metrics = build_update_passes(

@@ -40,8 +40,22 @@ def assert_same_loss_and_grad(method, reference=GRPO, seed=0, **batch_kw):
         GRPO.replace(tr_grpo=TRGRPOConfig(prob_source="old", **UNIT_TR)),
         GRPO.replace(nthr=NTHRConfig(eta=1.0)),
         GRPO.replace(nthr=NTHRConfig(eta=1.0, beta=float("-inf"))),
+        GRPO.replace(nthr=NTHRConfig(eta=1.0, positives="advantage_sign")),
+        GRPO.replace(nthr=NTHRConfig(eta=1.0, correct_threshold=0.5)),
+        GRPO.replace(ar=ARConfig(alpha=0.0, prob_source="current_detached", neg_adv_weight=1.0)),
     ],
-    ids=["ar_alpha0", "ar_current_alpha0", "tr_unit", "tr_unit_literal", "tr_unit_old", "nthr_eta1", "nthr_eta1_all"],
+    ids=[
+        "ar_alpha0",
+        "ar_current_alpha0",
+        "tr_unit",
+        "tr_unit_literal",
+        "tr_unit_old",
+        "nthr_eta1",
+        "nthr_eta1_all",
+        "nthr_eta1_sign",
+        "nthr_eta1_threshold",
+        "ar_current_alpha0_unit_neg",
+    ],
 )
 def test_neutral_settings_reduce_to_grpo(variant, seed):
     assert_same_loss_and_grad(variant, seed=seed)

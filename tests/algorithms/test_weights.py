@@ -11,6 +11,7 @@ from tokenbalance.algorithms.weights import (
     TRGRPOConfig,
     advantage_reweight,
     ar_token_weights,
+    scale_negative_advantages,
     tr_grpo_token_weights,
     tr_grpo_weights_from_prob,
 )
@@ -34,6 +35,16 @@ def test_ar_explicit_tau_and_negative_weight():
     out = advantage_reweight(adv, logp(0.5, 0.5, 0.5), MASK, ARConfig(alpha=0.2, tau=0.5, neg_adv_weight=0.8))
     # w = 0.2 * 0.5 + 0.5 = 0.6; negatives x 0.8
     assert_values(out, [[1.2, -0.48, 0.0]], atol=1e-12)
+
+
+def test_negative_advantage_factor_alone_by_hand():
+    # the current_detached path's sign factor: A <= 0 times 0.8, A > 0 unchanged, padding 0
+    adv = torch.tensor([[2.0, -1.0, 7.0], [0.0, -2.5, float("nan")]], dtype=torch.float64)
+    mask = torch.tensor([[1, 1, 0], [1, 1, 0]], dtype=torch.bool)
+    assert_values(scale_negative_advantages(adv, mask, 0.8), [[2.0, -0.8, 0.0], [0.0, -2.0, 0.0]], atol=1e-12)
+    assert_values(scale_negative_advantages(adv, mask, 1.0), [[2.0, -1.0, 0.0], [0.0, -2.5, 0.0]], atol=1e-12)
+    with pytest.raises(ValueError, match=r"ar.neg_adv_weight: must be in \[0.0, inf\], got -1.0"):
+        scale_negative_advantages(adv, mask, -1.0)
 
 
 def test_ar_alpha_zero_is_identity_and_weights_carry_no_gradient():

@@ -9,7 +9,7 @@ import torch
 
 from tests.algorithms.helpers import make_batch
 from tokenbalance.algorithms.methods import compute_advantages, get_method
-from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.cli import main
 from tokenbalance.commands.diagnose import resolve_checkpoint, token_pieces
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
@@ -112,10 +112,12 @@ def test_diagnose_nthr_prints_selected_tokens(tiny_policy_dir, mixed_rewards, ca
     assert body.startswith("[") and body.endswith("]")
 
 
+@pytest.mark.parametrize("positives", ["correct", "advantage_sign"])
 @pytest.mark.parametrize("beta, exclude", [(1.0, False), (0.0, True), (-math.inf, False)])
-def test_nthr_selection_matches_the_algorithm_weights(beta, exclude):
-    batch = make_batch(seed=5, groups=3, group_size=4)
-    config = NTHRConfig(beta=beta, eta=0.5, anchor_exclude_self=exclude)
+def test_nthr_selection_matches_the_algorithm_weights(beta, exclude, positives):
+    batch = make_batch(seed=5, groups=3, group_size=4, binary=False)  # graded: the two rules differ
+    config = NTHRConfig(beta=beta, eta=0.5, anchor_exclude_self=exclude, positives=positives, correct_threshold=0.0)
+    correct_B = nthr_correct(batch.scores_B, config)
     adv = compute_advantages(get_method("grpo"), batch.scores_B, batch.group_ids_B, batch.mask_BT)
     weights, metrics = nthr_token_weights(
         adv,
@@ -126,6 +128,7 @@ def test_nthr_selection_matches_the_algorithm_weights(beta, exclude):
         batch.hidden_BTD,
         batch.unembed_VD,
         config,
+        correct_B=correct_B,
     )
     views = nthr_selections(
         adv,
@@ -136,6 +139,7 @@ def test_nthr_selection_matches_the_algorithm_weights(beta, exclude):
         batch.hidden_BTD,
         batch.unembed_VD,
         config,
+        correct_B=correct_B,
     )
     assert len(views) == metrics["nthr/mixed_groups"] > 0
     selected = torch.zeros_like(batch.mask_BT)

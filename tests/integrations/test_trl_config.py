@@ -94,6 +94,7 @@ def test_a_hand_made_config_that_contradicts_the_method_is_rejected_at_construct
         (apply_method_overrides(get_method("nthr"), {"lopti.eta": 0.5}), "combines NTHR and Lopti"),
         (get_method("grpo").replace(policy_loss_agg_mode="seq-mean-token-mean"), "one loss_type"),
         (get_method("grpo").replace(loss_agg_mode="seq-mean-token-sum"), "has no TRL loss_type"),
+        (apply_method_overrides(get_method("grpo"), {"dynamic_sampling.enabled": True}), "DAPO dynamic sampling"),
     ],
 )
 def test_methods_trl_cannot_run_are_refused_with_the_reason(method, reason):

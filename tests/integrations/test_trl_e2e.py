@@ -48,7 +48,8 @@ def test_each_preset_trains_on_cpu(name, tmp_path):
 
 def test_two_processes_keep_identical_parameters(tmp_path):
     """torchrun, 2 CPU ranks: Lopti with both passes non-empty, NTHR selecting tokens, and GRPO."""
-    specs = ["grpo", "lopti@lopti.eta=0.002", "nthr@nthr.beta=0"]
+    # the random model's reward is K&K's -3 plus an even-token share in [0, 1]: "correct" = share >= 0.5
+    specs = ["grpo", "lopti@lopti.eta=0.002", "nthr@nthr.beta=0@nthr.correct_threshold=-2.5"]
     env = {
         **os.environ,
         "OMP_NUM_THREADS": "1",

@@ -31,6 +31,7 @@ from tokenbalance.algorithms.methods import (
     compute_advantages,
     get_method,
 )
+from tokenbalance.algorithms.nthr import nthr_correct
 from tokenbalance.integrations.trl import (
     KKReward,
     build_grpo_trainer,
@@ -54,8 +55,8 @@ def method_case(name: str):
     """Presets, with thresholds moved so that every stage acts on this tiny random model."""
     if name == "lopti":  # both passes non-empty
         return apply_method_overrides(get_method("lopti"), {"lopti.eta": 0.05})
-    if name == "nthr":  # tau = 0: some negative tokens selected
-        return apply_method_overrides(get_method("nthr"), {"nthr.beta": 0.0})
+    if name == "nthr":  # tau = 0: some negative tokens selected; "correct" = reward >= 0 (random rewards)
+        return apply_method_overrides(get_method("nthr"), {"nthr.beta": 0.0, "nthr.correct_threshold": 0.0})
     if name == "seq_mean":
         return get_method("ar").replace(name="ar_seq_mean", loss_agg_mode="seq-mean-token-mean")
     if name == "dr_grpo":
@@ -70,14 +71,14 @@ def tokenizer():
     return load_policy(tiny_policy_dir())[1]
 
 
-def make_trainer(method, tokenizer, tmp_path, **config):
+def make_trainer(method, tokenizer, tmp_path, reward_funcs=None, **config):
     torch.manual_seed(0)
     model, _ = load_policy(tiny_policy_dir())
     trainer = build_grpo_trainer(
         model.double(),
         tokenizer=tokenizer,
         train_dataset=kk_prompt_dataset(2, difficulty=2, template="compact"),
-        reward_funcs=KKReward(tokenizer),
+        reward_funcs=KKReward(tokenizer) if reward_funcs is None else reward_funcs,
         method=method,
         group_size=GROUP,
         prompts_per_step=2,
@@ -170,6 +171,7 @@ class OurSide:
         inputs["num_items_in_batch"] = self.mask_BT.sum()
         inputs["ref_per_token_logps"] = self.ref_logp_BT[rows]
         inputs["group_ids"] = batch["group_ids_B"][rows]
+        inputs["rewards"] = batch["scores_B"][rows].float()  # as _generate_and_score_completions adds them
         if with_old_logp:  # TRL computes them at generation when num_iterations > 1 (Lopti)
             inputs["old_per_token_logps"] = self.old.logp_BT[rows]
         return inputs
@@ -299,3 +301,25 @@ def test_hidden_states_captured_on_the_training_forward_are_the_old_policys(toke
     # log-probs at temperature 0.1: logits / 0.1 are 10x larger, so is their float32 rounding
     assert_close_in(logp_BT.detach()[mask], ours.old.logp_BT[mask], LOGSOFTMAX_DTYPE, ulps=64 * round(1 / TEMPERATURE))
     assert not trainer._policy_module().model._forward_hooks  # the hook is removed after the forward
+
+
+def test_nthr_correct_completions_are_those_with_the_maximum_reward(tokenizer, tmp_path):
+    """KKReward's max_reward (3) is the default maximum; the rewards of this process's rows are kept."""
+    trainer = make_trainer(get_method("nthr"), tokenizer, tmp_path)
+    assert trainer.nthr_max_reward == 3.0
+    # TRL's gathered [rows of all processes, functions] rewards; NaN = unscored by every function
+    trainer._rewards_per_func = torch.tensor([[3.0], [float("nan")], [-1.0], [3.0]])
+    rewards = trainer._local_rewards(4)
+    assert rewards[[0, 2, 3]].tolist() == [3.0, -1.0, 3.0] and torch.isnan(rewards[1])
+    correct = nthr_correct(rewards, trainer.balance_method.nthr, trainer.nthr_max_reward)
+    assert correct.tolist() == [True, False, False, True]
+
+    def plain(completions, **_):
+        return [0.0] * len(completions)
+
+    with pytest.raises(ValueError, match=r"the maximum is unknown: reward function\(s\) \['plain'\]"):
+        make_trainer(get_method("nthr"), tokenizer, tmp_path, reward_funcs=plain)
+    given = make_trainer(get_method("nthr"), tokenizer, tmp_path, reward_funcs=plain, nthr_max_reward=1.0)
+    assert given.nthr_max_reward == 1.0
+    stated = apply_method_overrides(get_method("nthr"), {"nthr.correct_threshold": 0.5})
+    assert make_trainer(stated, tokenizer, tmp_path, reward_funcs=plain).nthr_max_reward is None

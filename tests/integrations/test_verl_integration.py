@@ -186,6 +186,37 @@ def test_registered_loss_uses_global_normaliser_across_micro_batches():
     torch.testing.assert_close(parts[0] + parts[1], whole, rtol=0, atol=1e-12)
 
 
+def test_ar_current_detached_applies_neg_adv_weight_through_verl_config():
+    """``ar_prob_source=current_detached`` with ``ar_neg_adv_weight=0.5`` from verl's config: the loss
+    is GRPO's on A * (0.3 pi_current + 0.7) * (0.5 where A <= 0), pi_current detached."""
+    from tokenbalance.algorithms.weights import ARConfig, ar_token_weights
+
+    batch = make_batch()
+    policy_loss = TokenBalancePolicyLossConfig(
+        loss_mode="tokenbalance_ar", ar_alpha=0.3, ar_prob_source="current_detached", ar_neg_adv_weight=0.5
+    )
+    config = actor_config(policy_loss, batch=batch)
+    grpo = core_method("grpo")
+    advantages_BT = compute_advantages(grpo, batch["scores"], batch["groups"], batch["mask"])
+    assert bool((advantages_BT[batch["mask"]] < 0).any())
+    loss_fn = core_algos.get_policy_loss_fn("tokenbalance_ar")
+    logp_verl = batch["logp"].clone().requires_grad_(True)
+    verl_loss, _ = loss_fn(batch["old"], logp_verl, advantages_BT, batch["mask"], "token-mean", config)
+
+    weights_BT = ar_token_weights(batch["logp"], batch["mask"], ARConfig(alpha=0.3))
+    expected_adv = advantages_BT * weights_BT * torch.where(advantages_BT > 0, 1.0, 0.5)
+    (grpo_pass,), _ = build_update_passes(grpo, batch["scores"], batch["groups"], batch["mask"], batch["old"])
+    manual_pass = dataclasses.replace(grpo_pass, advantages_BT=expected_adv)
+    logp_core = batch["logp"].clone().requires_grad_(True)
+    expected = pass_loss(grpo, manual_pass, logp_core, batch["old"]).loss
+    torch.testing.assert_close(verl_loss, expected, rtol=0, atol=1e-12)
+    torch.testing.assert_close(grad_of(verl_loss, logp_verl), grad_of(expected, logp_core), rtol=0, atol=1e-12)
+    unweighted = dataclasses.replace(policy_loss, ar_neg_adv_weight=None)
+    plain_config = actor_config(unweighted, batch=batch)
+    plain, _ = loss_fn(batch["old"], batch["logp"], advantages_BT, batch["mask"], "token-mean", plain_config)
+    assert abs(plain.item() - verl_loss.item()) > 1e-4  # the factor acts
+
+
 # --------------------------------------------------------------------------- (b) verl's own maths where they coincide
 
 

@@ -5,6 +5,7 @@ Imports only the standard library, numpy and torch (a test enforces it). The sta
 * :mod:`~tokenbalance.algorithms.advantages` - GRPO, Dr. GRPO, RLOO, REINFORCE++;
 * :mod:`~tokenbalance.algorithms.weights` - Advantage Reweighting, TR-GRPO weights;
 * :mod:`~tokenbalance.algorithms.nthr` - NTHR negative-token weights;
+* :mod:`~tokenbalance.algorithms.filtering` - DAPO dynamic sampling (which groups are informative);
 * :mod:`~tokenbalance.algorithms.passes` - single pass, Lopti;
 * :mod:`~tokenbalance.algorithms.surrogate` - clipped surrogate, KL estimators, entropy;
 * :mod:`~tokenbalance.algorithms.aggregate` - loss aggregation with explicit normalisers;
@@ -20,6 +21,7 @@ from tokenbalance.algorithms.advantages import (
     rloo_advantages,
 )
 from tokenbalance.algorithms.aggregate import AGG_MODES, aggregate, loss_normaliser
+from tokenbalance.algorithms.filtering import DynamicSamplingConfig, informative_groups, informative_rows
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import (
     METHOD_PRESETS,
@@ -32,7 +34,7 @@ from tokenbalance.algorithms.methods import (
     get_method,
     passes_from_advantages,
 )
-from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
 from tokenbalance.algorithms.surrogate import ClipConfig, clipped_surrogate, entropy_from_logits, kl_penalty
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, tr_grpo_token_weights
@@ -42,6 +44,7 @@ __all__ = [
     "ARConfig",
     "AdvantageConfig",
     "ClipConfig",
+    "DynamicSamplingConfig",
     "KLConfig",
     "LoptiConfig",
     "METHOD_PRESETS",
@@ -59,9 +62,12 @@ __all__ = [
     "entropy_from_logits",
     "get_method",
     "grpo_advantages",
+    "informative_groups",
+    "informative_rows",
     "kl_penalty",
     "loss_normaliser",
     "lopti_passes",
+    "nthr_correct",
     "nthr_token_weights",
     "outcome_token_rewards",
     "pass_loss",

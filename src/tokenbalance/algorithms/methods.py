@@ -30,11 +30,12 @@ from tokenbalance.algorithms.advantages import (
     reinforce_pp_advantages,
 )
 from tokenbalance.algorithms.aggregate import AGG_MODES
-from tokenbalance.algorithms.nthr import NTHRConfig, nthr_token_weights
+from tokenbalance.algorithms.filtering import DynamicSamplingConfig
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import SINGLE_PASS_NAME, LoptiConfig, lopti_pass_names, lopti_passes, single_pass
 from tokenbalance.algorithms.registry import Registry, did_you_mean
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
-from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight
+from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, scale_negative_advantages
 from tokenbalance.types import UpdatePass
 
 KL_PLACEMENTS = ("loss", "reward", "none")
@@ -107,6 +108,11 @@ class Method:
             The AR-Lopti reference always uses ``"token-mean"`` here, whatever its config says.
         max_response_len: the constant C of ``seq-mean-token-sum-norm`` (None = padded length).
         ar, tr_grpo, nthr, lopti: the token-level stages; ``None`` switches a stage off.
+        dynamic_sampling: DAPO dynamic sampling (:mod:`~tokenbalance.algorithms.filtering`), a
+            rollout-loop option the runner reads; off by default.
+        recommended_temperature: the sampling temperature the preset's paper used. A rollout
+            setting, not part of the objective: nothing here applies it; runners and users set
+            their rollout temperature from it (``list-methods`` prints it). ``None``: no advice.
         description: one line for ``list-methods``.
         citations: (hyper-parameter, source) pairs.
     """
@@ -123,11 +129,19 @@ class Method:
     tr_grpo: TRGRPOConfig | None = None
     nthr: NTHRConfig | None = None
     lopti: LoptiConfig | None = None
+    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
+    recommended_temperature: float | None = None
     description: str = ""
     citations: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         check_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
+        if not isinstance(self.dynamic_sampling, DynamicSamplingConfig):
+            raise ValueError(
+                f"dynamic_sampling: expected a DynamicSamplingConfig, got {type(self.dynamic_sampling).__name__}"
+            )
+        if self.recommended_temperature is not None:
+            check_range("recommended_temperature", self.recommended_temperature, 0.0, float("inf"), low_open=True)
         check_choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
         if self.policy_loss_agg_mode is not None:
             check_choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
@@ -170,6 +184,12 @@ class NTHRInputs:
         unembed_VD: [V, D] the ``lm_head`` weight.
         temperature: the log-prob temperature used for ``old_logp_BT``.
         unembed_bias_V: [V] ``lm_head`` bias, if the model has one.
+        correct_B: [B] bool, which responses are correct: NTHR's anchors under
+            ``nthr.positives="correct"`` (the default). Leave it None to let
+            :func:`build_update_passes` derive it from its ``scores_B`` (:func:`nthr_correct`);
+            :func:`passes_from_advantages` has no rewards and needs it given.
+        max_reward: the task's maximum reward (K&K 3, math 1): a response is correct when its
+            reward equals it, unless ``nthr.correct_threshold`` states a threshold.
     """
 
     tokens_BT: torch.Tensor
@@ -177,6 +197,8 @@ class NTHRInputs:
     unembed_VD: torch.Tensor
     temperature: float = 1.0
     unembed_bias_V: torch.Tensor | None = None
+    correct_B: torch.Tensor | None = None
+    max_reward: float | None = None
 
 
 def _masked_stats(values_BT: torch.Tensor, mask_BT: torch.Tensor, prefix: str) -> dict[str, float]:
@@ -236,7 +258,9 @@ def build_update_passes(
         response_mask_BT: [B, T] valid response tokens (EOS included).
         old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
         ref_logp_BT: [B, T] reference log-probs (needed for the KL-in-reward placement).
-        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set).
+        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set). Without
+            ``correct_B``, NTHR's correct responses are derived from ``scores_B`` and
+            ``nthr_inputs.max_reward`` (or ``nthr.correct_threshold``).
 
     Returns:
         The passes to run in order, and ``adv/*`` (before token weights), ``adv_weighted/*``,
@@ -245,6 +269,10 @@ def build_update_passes(
     mask_BT = response_mask_BT.bool()
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
+    nthr = method.nthr
+    if nthr is not None and nthr_inputs is not None and nthr_inputs.correct_B is None and nthr.positives == "correct":
+        correct_B = nthr_correct(scores_B, nthr, nthr_inputs.max_reward)
+        nthr_inputs = dataclasses.replace(nthr_inputs, correct_B=correct_B)
     return passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT, group_ids_B, nthr_inputs)
 
 
@@ -267,7 +295,8 @@ def passes_from_advantages(
         response_mask_BT: [B, T] valid response tokens.
         old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
         group_ids_B: [B] int64 group ids (needed by NTHR).
-        nthr_inputs: hidden states etc. (needed by NTHR).
+        nthr_inputs: hidden states etc. (needed by NTHR; with ``correct_B`` for its default
+            ``positives="correct"``).
 
     Returns:
         The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``lopti/*`` metrics.
@@ -292,11 +321,15 @@ def passes_from_advantages(
             method.nthr,
             temperature=nthr_inputs.temperature,
             unembed_bias_V=nthr_inputs.unembed_bias_V,
+            correct_B=nthr_inputs.correct_B,
         )
         advantages_BT = advantages_BT * weights_BT.to(advantages_BT.dtype)
         metrics.update(nthr_metrics)
-    if method.ar is not None and method.ar.prob_source == "old":
-        advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
+    if method.ar is not None:
+        if method.ar.prob_source == "old":
+            advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
+        else:  # current_detached: pass_loss applies alpha * pi + tau; the sign factor goes here
+            advantages_BT = scale_negative_advantages(advantages_BT, mask_BT, method.ar.neg_adv_weight)
     metrics.update(_masked_stats(advantages_BT, mask_BT, "adv_weighted"))
 
     if method.lopti is not None:
@@ -378,7 +411,8 @@ def _token_level_presets(prefix: str, estimator: str, alpha: float, alpha_source
         _base(
             f"{prefix}tr_grpo",
             estimator,
-            f"{base_name} + TR-GRPO probability weights (loss multiplier)",
+            f"{base_name} + a TR-GRPO-like probability weight (loss multiplier); UNVERIFIED: the weight "
+            "shape and constants come from no primary source (no paper text or code was reachable)",
             (
                 (
                     "tr_grpo: sigmoid_shift, alpha 2, tau 9, mu 0.25, L 1, U 1.4",
@@ -406,7 +440,8 @@ _add(
     _base(
         "tr_grpo_literal",
         "grpo",
-        "GRPO + TR-GRPO, paper-literal placement per the reviews (w*r inside the clip, weighted KL)",
+        "GRPO + a TR-GRPO-like weight placed as the reviews describe the paper (w*r inside the clip, "
+        "weighted KL); UNVERIFIED: the weight shape and constants come from no primary source",
         (
             (
                 "tr_grpo: ratio_in_clip + weight_kl",
@@ -421,6 +456,153 @@ _add(
     )
 )
 _token_level_presets("reinforce_pp_", "reinforce_pp", 0.1, f"{_AR_LOPTI}, Table 7 (REINFORCE++)")
+
+
+# ---------------------------------------------------------------------------------------------
+# Paper-faithful presets: <paper>_<task>_<table>_<method>, one per row of a published table
+# (docs/methods.md §3 and §6). The presets above share one base; these follow each paper's runs.
+# ---------------------------------------------------------------------------------------------
+
+_KK_TEMPERATURE = ("recommended_temperature=0.7 (rollout)", f"{_AR_LOPTI}, K&K scripts train_kklogic_*.sh")
+_LOPTI_ETA = (
+    "lopti.eta=0.5",
+    f"{_AR_LOPTI}, Figure 4 / Tables 1, 7 (the Lopti-only K&K script uses 0.4)",
+)
+
+
+def _ar_lopti_paper(name: str, estimator: str, what: str, where: str, alpha: float | None, lopti: bool, extra=()):
+    """One row of an AR-Lopti table: the K&K-script base, AR with ``alpha`` and / or Lopti eta 0.5."""
+    citations = list(extra)
+    stages: dict[str, ARConfig | LoptiConfig] = {}
+    if alpha is not None:
+        citations.append((f"ar.alpha={alpha}", f"{_AR_LOPTI}, {where}"))
+        stages["ar"] = ARConfig(alpha=alpha)
+    if lopti:
+        citations.append(_LOPTI_ETA)
+        stages["lopti"] = LoptiConfig(eta=0.5)
+    return _base(name, estimator, f"AR-Lopti paper, {where}: {what}", tuple(citations), **stages)
+
+
+def _ar_lopti_paper_presets() -> None:
+    kk, math_base = "K&K Figure 4", "math Table 1"
+    kk_extra = (_KK_TEMPERATURE,)
+    math_extra = (
+        (
+            "base (clip, KL, aggregation) = the K&K scripts'",
+            f"{_AR_LOPTI}: no math training script was released [derived]",
+        ),
+    )
+    rows = [
+        ("arlopti_kk_fig4_grpo", "grpo", "GRPO", kk, None, False, kk_extra, 0.7),
+        (
+            "arlopti_kk_fig4_ar",
+            "grpo",
+            "GRPO + Reweight (alpha 0.3; the AR-only script: 0.2)",
+            kk,
+            0.3,
+            False,
+            kk_extra,
+            0.7,
+        ),
+        ("arlopti_kk_fig4_lopti", "grpo", "GRPO + Lopti", kk, None, True, kk_extra, 0.7),
+        ("arlopti_kk_fig4_ar_lopti", "grpo", "GRPO + Reweight + Lopti", kk, 0.3, True, kk_extra, 0.7),
+        ("arlopti_kk_tab7_reinforce_pp", "reinforce_pp", "REINFORCE++", "K&K Table 7", None, False, kk_extra, 0.7),
+        (
+            "arlopti_kk_tab7_reinforce_pp_ar_lopti",
+            "reinforce_pp",
+            "REINFORCE++ + Reweight + Lopti",
+            "K&K Table 7",
+            0.1,
+            True,
+            kk_extra,
+            0.7,
+        ),
+        (
+            "arlopti_math_tab1_grpo",
+            "grpo",
+            "GRPO (Qwen2.5-7B, DSR-Uniform / ORZ)",
+            math_base,
+            None,
+            False,
+            math_extra,
+            None,
+        ),
+        ("arlopti_math_tab1_ar", "grpo", "GRPO + Reweight", math_base, 0.1, False, math_extra, None),
+        ("arlopti_math_tab1_lopti", "grpo", "GRPO + Lopti", math_base, None, True, math_extra, None),
+        ("arlopti_math_tab1_ar_lopti", "grpo", "GRPO + Reweight + Lopti", math_base, 0.1, True, math_extra, None),
+    ]
+    for name, estimator, what, where, alpha, lopti, extra, temperature in rows:
+        method = _ar_lopti_paper(name, estimator, what, where, alpha, lopti, extra)
+        _add(method.replace(recommended_temperature=temperature))
+
+
+_NTHR_PAPER = "Deng et al. 2025, arXiv 2505.18830"
+_NTHR_RUN_CITATIONS = (
+    (
+        "clip.eps_low=eps_high=0.2, kl.coef=1e-4, DAPO dynamic sampling on, 8 rollouts, temperature 1.0",
+        f"{_NTHR_PAPER}, training details, common to all runs",
+    ),
+    (
+        "clip.dual_clip_c=3, kl: k3 as a loss with clamp 20, token-mean, entropy 0",
+        "not stated by the paper: verl's defaults (clip_ratio_c, low_var_kl) and DAPO's token-mean [derived]",
+    ),
+    (
+        "dynamic_sampling: reward metric, target = prompts per step, 9 extra rounds",
+        "DAPO arXiv 2503.14476 §3.2; verl's DAPO recipes, max_num_gen_batches=10 (docs/methods.md §9)",
+    ),
+)
+
+
+def _nthr_paper(name: str, description: str, citations, temperature: float, **stages) -> Method:
+    """A run of the NTHR paper: clip 0.2, k3 KL 1e-4, dynamic sampling on (docs/methods.md §6)."""
+    return Method(
+        name=name,
+        advantage=AdvantageConfig(estimator="grpo"),
+        clip=ClipConfig(eps_low=0.2, eps_high=0.2, dual_clip_c=3.0),
+        kl=KLConfig(coef=1e-4, estimator="k3", log_ratio_clamp=20.0, placement="loss"),
+        dynamic_sampling=DynamicSamplingConfig(enabled=True),
+        recommended_temperature=temperature,
+        description=f"NTHR paper, {description}",
+        citations=(
+            ("advantage=grpo, eps=1e-6", "DeepSeekMath arXiv 2402.03300 (docs/methods.md §2.2)"),
+            *citations,
+            *_NTHR_RUN_CITATIONS,
+        ),
+        **stages,
+    )
+
+
+def _nthr_paper_presets() -> None:
+    main_nthr = ("nthr.beta=1, eta=2|0.5-p|, positives=correct", f"{_NTHR_PAPER}, §7.3 (docs/methods.md §6)")
+    r1_nthr = ("nthr.beta=0, eta=2|0.5-p|", f"{_NTHR_PAPER}, appendix, DeepSeek-R1-Distill-Qwen-1.5B run")
+    r1_temperature = (
+        "recommended_temperature=0.6 (rollout)",
+        f"{_NTHR_PAPER}, appendix, R1-distill run; UNVERIFIED here (the common training details say 1.0)",
+    )
+    _add(_nthr_paper("nthr_math_tab2_grpo", "math Table 2: GRPO (MATH / DeepScaleR)", (), 1.0))
+    _add(
+        _nthr_paper(
+            "nthr_math_tab2_nthr",
+            "math Table 2: GRPO + NTHR (MATH / DeepScaleR)",
+            (main_nthr,),
+            1.0,
+            nthr=NTHRConfig(beta=1.0, eta="2|0.5-p|"),
+        )
+    )
+    _add(_nthr_paper("nthr_r1distill_tab7_grpo", "DeepSeek-R1-Distill-Qwen-1.5B Table 7: GRPO", (r1_temperature,), 0.6))
+    _add(
+        _nthr_paper(
+            "nthr_r1distill_tab7_nthr",
+            "DeepSeek-R1-Distill-Qwen-1.5B Table 7: GRPO + NTHR (beta 0)",
+            (r1_nthr, r1_temperature),
+            0.6,
+            nthr=NTHRConfig(beta=0.0, eta="2|0.5-p|"),
+        )
+    )
+
+
+_ar_lopti_paper_presets()
+_nthr_paper_presets()
 
 
 def get_method(name: str) -> Method:
@@ -441,6 +623,14 @@ def _stage_summary(method: Method) -> list[str]:
         if config is not None:
             values = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
             lines.append(f"{stage}: {values}")
+    sampling = method.dynamic_sampling
+    if sampling.enabled:
+        values = ", ".join(f"{f.name}={getattr(sampling, f.name)!r}" for f in dataclasses.fields(sampling))
+        lines.append(f"dynamic_sampling: {values}")
+    else:
+        lines.append("dynamic_sampling: off")
+    if method.recommended_temperature is not None:
+        lines.append(f"recommended rollout temperature: {method.recommended_temperature} (a rollout setting)")
     return lines
 
 
@@ -458,7 +648,13 @@ def describe_presets(name: str | None = None) -> str:
 
 
 _STAGE_TYPES = {"ar": ARConfig, "tr_grpo": TRGRPOConfig, "nthr": NTHRConfig, "lopti": LoptiConfig}
-_NESTED_TYPES = {"advantage": AdvantageConfig, "clip": ClipConfig, "kl": KLConfig, **_STAGE_TYPES}
+_NESTED_TYPES = {
+    "advantage": AdvantageConfig,
+    "clip": ClipConfig,
+    "kl": KLConfig,
+    "dynamic_sampling": DynamicSamplingConfig,
+    **_STAGE_TYPES,
+}
 METHOD_NESTED_TYPES = _NESTED_TYPES  # the Method fields that are sections of hyper-parameters
 
 
@@ -466,7 +662,8 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
     """A copy of ``method`` with dotted overrides applied, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
 
     ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off
-    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR).
+    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR);
+    ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on.
     Unknown names raise ``ValueError`` listing the valid ones.
     """
     top_level = {f.name for f in dataclasses.fields(Method)}
@@ -476,8 +673,8 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
             if section not in top_level:
                 hint = did_you_mean(section, top_level)
                 raise ValueError(f"method.{key}: unknown field; valid: {', '.join(sorted(top_level))}{hint}")
-            if section in _STAGE_TYPES and isinstance(value, dict):
-                value = _STAGE_TYPES[section](**value)
+            if section in _NESTED_TYPES and isinstance(value, dict):
+                value = _NESTED_TYPES[section](**value)
             method = dataclasses.replace(method, **{section: value})
             continue
         if section not in _NESTED_TYPES:

@@ -22,9 +22,17 @@ Differences from the paper and where the choices come from (docs/methods.md §6)
   q_t[v] = exp(z_t[v] - log Z_t) for v in V*, which needs only the |V*| unembedding rows, never a
   full-vocabulary softmax. It is exact whenever ``old_logp`` was computed from the same hidden states,
   unembedding, bias and temperature (an inconsistent ``old_logp`` rescales every q_t by the same factor).
-* **Non-binary rewards** [derived, docs/methods.md §6]: a row is positive when the sum of its masked advantages is
-  > 0, negative when < 0 and neither when it is exactly 0; p = N+/G with G the number of rows sharing the
-  group id. Groups without both positives and negatives are left untouched (weights 1).
+* **Which responses are positive** (``positives``, docs/methods.md §6). The paper (binary rewards)
+  anchors on the *correct* responses and down-weights tokens of the *incorrect* ones.
+  ``positives="correct"`` (default) keeps that on graded rewards: P = the correct rows (``correct_B``,
+  e.g. reward equal to the task's maximum, or above a stated threshold: :func:`nthr_correct`), N = the
+  incorrect rows whose masked advantage sum is < 0 (the only rows with a negative advantage for eta to
+  scale; an incorrect row with a positive advantage, e.g. K&K's well-formatted wrong answer in a group
+  of format errors, is neither anchor nor scored). ``positives="advantage_sign"`` [derived extension]
+  splits by the sign of each row's masked advantage sum (> 0 positive, < 0 negative, 0 neither); it
+  makes wrong-but-well-formatted rows anchors and activates NTHR in groups with no correct response.
+  Either way p = N+/G with G the number of rows sharing the group id, and groups without both
+  positives and negatives are left untouched (weights 1).
 * **Anchor self-exclusion** [docs/methods.md §6]: the paper text does not settle whether s+ of response i' sums
   over i' itself. ``anchor_exclude_self=False`` (default) includes it; ``True`` uses M+ - M+_{i'}, and for a
   group with a single positive (where that is undefined) falls back to the inclusive form and counts
@@ -59,7 +67,10 @@ from tokenbalance.algorithms._checks import (
 
 __all__ = [
     "NTHRConfig",
+    "NTHRGroup",
+    "nthr_correct",
     "nthr_eta",
+    "nthr_groups",
     "nthr_restricted_probs",
     "nthr_token_scores",
     "nthr_token_weights",
@@ -67,6 +78,7 @@ __all__ = [
 
 ETA_RULES = ("2|0.5-p|", "p", "1-p")
 VOCAB_MODES = ("group", "full")
+POSITIVE_RULES = ("correct", "advantage_sign")
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,13 @@ class NTHRConfig:
         chunk_tokens: maximum number of tokens whose [n, |V*|] probability block is held at once.
             Peak extra memory per group is about (2 * chunk_tokens + D) * |V*| floats; with
             ``vocab="full"`` (|V*| = V) lower it accordingly.
+        positives: which responses anchor the scores. ``"correct"`` (default, the paper's rule):
+            the correct responses are the positives and the incorrect ones with a negative
+            advantage the negatives; needs ``correct_B`` (:func:`nthr_correct`). ``"advantage_sign"``
+            [derived]: rows with a positive / negative masked advantage sum, whatever their reward.
+        correct_threshold: with ``positives="correct"``, a response is correct when its reward is
+            >= this value; ``None`` (default) means the reward equals the task's maximum (K&K 3,
+            math 1), which the runner supplies (``NTHRInputs.max_reward``).
     """
 
     beta: float = 1.0
@@ -91,6 +110,8 @@ class NTHRConfig:
     anchor_exclude_self: bool = False
     vocab: str = "group"
     chunk_tokens: int = 4096
+    positives: str = "correct"
+    correct_threshold: float | None = None
 
     def __post_init__(self) -> None:
         beta = self.beta
@@ -116,6 +137,11 @@ class NTHRConfig:
         ct = self.chunk_tokens
         if isinstance(ct, bool) or not isinstance(ct, int) or ct < 1:
             raise ValueError(f"chunk_tokens: must be an int >= 1, got {ct!r}")
+        if not isinstance(self.positives, str):
+            raise ValueError(f"positives: must be one of {POSITIVE_RULES}, got {self.positives!r}")
+        check_choice("positives", self.positives, POSITIVE_RULES)
+        if self.correct_threshold is not None:
+            check_range("correct_threshold", self.correct_threshold, -math.inf, math.inf, low_open=True, high_open=True)
 
 
 def nthr_eta(rule: float | str, p: float) -> float:
@@ -132,6 +158,114 @@ def nthr_eta(rule: float | str, p: float) -> float:
             return 1.0 - p
         raise ValueError(f"eta: unknown value {rule!r}; valid: {ETA_RULES} or a float in [0, 1]")
     return float(rule)
+
+
+def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None = None) -> Tensor:
+    """[B] bool: the responses NTHR counts as correct (its anchors under ``positives="correct"``).
+
+    ``scores_B >= config.correct_threshold`` when the config states a threshold, otherwise
+    ``scores_B == max_reward``, the task's maximum reward (K&K 3, math 1). A score above
+    ``max_reward`` raises (the maximum is wrong); NaN scores are not correct.
+
+    Args:
+        scores_B: [B] float outcome rewards.
+        config: the :class:`NTHRConfig` (its ``correct_threshold``).
+        max_reward: the task's maximum reward; required when ``config.correct_threshold`` is None.
+    """
+    if not isinstance(config, NTHRConfig):
+        raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
+    check_ndim("scores_B", scores_B, 1, "B")
+    if not scores_B.dtype.is_floating_point:
+        scores_B = scores_B.double()
+    scores = scores_B.detach()
+    if config.correct_threshold is not None:
+        return scores >= config.correct_threshold
+    if max_reward is None:
+        raise ValueError(
+            "max_reward: NTHR's positives='correct' needs the task's maximum reward (NTHRInputs.max_reward) "
+            "or a stated nthr.correct_threshold; or set nthr.positives='advantage_sign'"
+        )
+    check_range("max_reward", max_reward, -math.inf, math.inf, low_open=True, high_open=True)
+    above = scores > max_reward
+    if bool(above.any()):
+        raise ValueError(
+            f"max_reward: {max_reward} is not the task's maximum, found a reward of {float(scores[above][0])}"
+        )
+    return scores >= max_reward
+
+
+@dataclass(frozen=True)
+class NTHRGroup:
+    """One mixed group as NTHR sees it: [G] ``rows``, [N+] ``positive_rows`` (the anchors) and [N-]
+    ``negative_rows`` (the rows whose tokens are scored), int64 batch indices; ``p`` = N+ / G."""
+
+    group: int
+    rows: Tensor
+    positive_rows: Tensor
+    negative_rows: Tensor
+
+    @property
+    def p(self) -> float:
+        return self.positive_rows.numel() / self.rows.numel()
+
+
+def _validate_correct(correct_B: Tensor | None, config: NTHRConfig, B: int) -> Tensor | None:
+    if config.positives != "correct":
+        return None
+    if correct_B is None:
+        raise ValueError(
+            "correct_B: required by nthr.positives='correct' (the anchors are the correct responses); "
+            "pass nthr_correct(scores_B, config, max_reward), or set nthr.positives='advantage_sign'"
+        )
+    if not isinstance(correct_B, Tensor) or correct_B.dtype != torch.bool:
+        raise ValueError(f"correct_B: expected a [B] bool tensor, got {getattr(correct_B, 'dtype', type(correct_B))}")
+    check_shape("correct_B", correct_B, (B,))
+    return correct_B.detach()
+
+
+@torch.no_grad()
+def nthr_groups(
+    advantages_BT: Tensor,
+    response_mask_BT: Tensor,
+    group_ids_B: Tensor,
+    config: NTHRConfig,
+    correct_B: Tensor | None = None,
+) -> list[NTHRGroup]:
+    """The groups NTHR acts on (both positives and negatives), in group-id order.
+
+    ``positives="correct"``: positives = rows with ``correct_B``, negatives = the other rows whose
+    masked advantage sum is < 0. ``positives="advantage_sign"``: positives / negatives = rows whose
+    masked advantage sum is > 0 / < 0 (``correct_B`` is then ignored).
+
+    Args:
+        advantages_BT: [B, T] float advantages (anything at padding).
+        response_mask_BT: [B, T] bool or 0/1.
+        group_ids_B: [B] integer group ids.
+        config: the :class:`NTHRConfig` (its ``positives``).
+        correct_B: [B] bool, which responses are correct (required for ``positives="correct"``).
+    """
+    check_ndim("advantages_BT", advantages_BT, 2, "BT")
+    B, T = advantages_BT.shape
+    check_shape("response_mask_BT", response_mask_BT, (B, T))
+    check_shape("group_ids_B", group_ids_B, (B,))
+    correct = _validate_correct(correct_B, config, B)
+    mask_BT = response_mask_BT.detach() != 0
+    adv = masked_fill_invalid(advantages_BT.detach(), mask_BT, 0.0)
+    acc = torch.float64 if adv.dtype == torch.float64 else torch.float32
+    row_sign_B = torch.sign(adv.to(acc).sum(dim=1))  # positive / negative / neither, per row
+    if correct is None:
+        positive_B, negative_B = row_sign_B > 0, row_sign_B < 0
+    else:
+        correct = correct.to(row_sign_B.device)
+        positive_B, negative_B = correct, ~correct & (row_sign_B < 0)
+    gids = group_ids_B.detach()
+    out = []
+    for g in torch.unique(gids).tolist():
+        rows = (gids == g).nonzero(as_tuple=True)[0]
+        pos, neg = rows[positive_B[rows]], rows[negative_B[rows]]
+        if pos.numel() and neg.numel():
+            out.append(NTHRGroup(group=int(g), rows=rows, positive_rows=pos, negative_rows=neg))
+    return out
 
 
 # --------------------------------------------------------------------------------------------------
@@ -525,12 +659,14 @@ def nthr_token_weights(
     *,
     temperature: float = 1.0,
     unembed_bias_V: Tensor | None = None,
+    correct_B: Tensor | None = None,
 ) -> tuple[Tensor, dict[str, float]]:
     """NTHR per-token weights for the policy-gradient advantages (multiply: adv_BT * weights_BT).
 
-    Per group (rows sharing ``group_ids_B``): positives P = rows with masked advantage sum > 0,
-    negatives N = rows with sum < 0, G = number of rows in the group, p = |P| / G. Groups lacking
-    positives or negatives keep weight 1. Otherwise every valid token t of a negative row with
+    Per group (rows sharing ``group_ids_B``), :func:`nthr_groups`: positives P = the correct rows
+    and negatives N = the incorrect rows with masked advantage sum < 0 (``positives="correct"``), or
+    P / N = rows with sum > 0 / < 0 (``"advantage_sign"``); G = number of rows in the group,
+    p = |P| / G. Groups lacking positives or negatives keep weight 1. Otherwise every valid token t of a negative row with
     s-_t = g_t^T M+ h_t > tau = beta * min_{i' in P} mean_k s+_{i',k} gets weight eta(p); all other
     positions (positive rows, unselected tokens, zero-advantage rows, padding) get 1.
 
@@ -545,6 +681,8 @@ def nthr_token_weights(
         config: ``NTHRConfig``.
         temperature: > 0, the temperature the old log-probs were computed at.
         unembed_bias_V: optional [V] lm_head bias.
+        correct_B: [B] bool, which responses are correct (:func:`nthr_correct`); required with
+            ``config.positives="correct"``, ignored with ``"advantage_sign"``.
 
     Returns:
         weights_BT: [B, T] with ``advantages_BT``'s (floating) dtype, no gradient.
@@ -568,11 +706,9 @@ def nthr_token_weights(
         tokens_BT, response_mask_BT, hidden_BTD, unembed_VD, old_logp_BT, temperature, unembed_bias_V
     )
     check_finite("advantages_BT", advantages_BT.detach(), mask_BT)
+    groups = nthr_groups(advantages_BT, mask_BT, group_ids_B, config, correct_B)
 
     tokens, hidden, old_logp = _sanitise(tokens_BT, mask_BT, hidden_BTD, old_logp_BT)
-    adv = masked_fill_invalid(advantages_BT.detach(), mask_BT, 0.0)
-    acc = torch.float64 if adv.dtype == torch.float64 else torch.float32
-    row_sign_B = torch.sign(adv.to(acc).sum(dim=1))  # positive / negative / neither, per row
     weights_BT = torch.ones(B, T, dtype=advantages_BT.dtype, device=advantages_BT.device)
     unembed = unembed_VD.detach()
     bias = None if unembed_bias_V is None else unembed_bias_V.detach()
@@ -581,15 +717,10 @@ def nthr_token_weights(
     mixed = fallbacks = 0
     n_sel = n_neg = 0
     tau_sum = score_sum = eta_sum = 0.0
-    gids = group_ids_B.detach()
-    for g in torch.unique(gids).tolist():
-        rows = (gids == g).nonzero(as_tuple=True)[0]
-        pos = rows[row_sign_B[rows] > 0]
-        neg = rows[row_sign_B[rows] < 0]
-        if pos.numel() == 0 or neg.numel() == 0:
-            continue
+    for group in groups:
+        rows, pos, neg = group.rows, group.positive_rows, group.negative_rows
         mixed += 1
-        eta = nthr_eta(config.eta, pos.numel() / rows.numel())
+        eta = nthr_eta(config.eta, group.p)
         eta_sum += eta
         vocab_S = None if config.vocab == "full" else _group_vocab(tokens, mask_BT, rows)
         scorer = _Scorer(tokens, mask_BT, hidden, old_logp, unembed, bias, temperature, vocab_S, config.chunk_tokens)

@@ -6,7 +6,9 @@
   ``A <- (alpha * pi + tau) * A`` with ``tau = 1 - alpha`` by default and ``pi`` the old policy's
   probability of the sampled token at the log-prob temperature. The weight never carries
   gradient. The reference's ``neg_adv_weight`` then scales negative advantages (1.0 in every
-  released script).
+  released script). With ``prob_source="current_detached"`` the probability weight is applied per
+  micro-batch in the loss, and ``neg_adv_weight`` (which depends only on the sign of A) is applied
+  with the old-policy stages: the product is the same on both paths.
 * **TR-GRPO** (arXiv 2511.00066; docs/methods.md §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
   The paper's exact formula is unknown; three readings are offered (``shape``) and the only
   transcribed constants (``alpha=2, tau=9, mu=0.25, L=1, U=1.4``, third-party, unverified) are
@@ -49,9 +51,11 @@ class ARConfig:
             (Figure 4), 0.1 on math and REINFORCE++.
         tau: intercept; ``None`` means ``1 - alpha`` (the paper's form). The reference lets it be
             set independently (``reweight_tau``); it must be >= 0 so the weight stays positive.
-        neg_adv_weight: extra factor on negative advantages after reweighting (reference 1.0).
+        neg_adv_weight: extra factor on advantages <= 0 after reweighting (reference 1.0), on both
+            ``prob_source`` paths.
         prob_source: ``"old"`` (paper: the rollout policy) or ``"current_detached"`` (the current
-            policy's probability, detached, applied in the loss).
+            policy's probability, detached, applied in the loss; ``neg_adv_weight`` is then applied
+            by :func:`scale_negative_advantages` before the passes).
     """
 
     alpha: float = 0.3
@@ -106,6 +110,26 @@ def advantage_reweight(
     if config.neg_adv_weight != 1.0:
         out_BT = torch.where(adv_BT > 0, out_BT, out_BT * config.neg_adv_weight)
     return out_BT
+
+
+def scale_negative_advantages(
+    advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor, neg_adv_weight: float
+) -> torch.Tensor:
+    """AR's ``neg_adv_weight`` alone: advantages <= 0 times the factor, the rest unchanged.
+
+    The step :func:`advantage_reweight` ends with, for ``prob_source="current_detached"``, whose
+    probability weight ``alpha * pi + tau`` (>= 0, so it never changes the sign of A) is applied
+    in the loss: ``w * (A * neg_adv_weight) == (w * A) * neg_adv_weight``.
+
+    Returns:
+        [B, T] advantages, 0 at padding, no gradient.
+    """
+    check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
+    check_range("ar.neg_adv_weight", neg_adv_weight, 0.0, float("inf"))
+    adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
+    if neg_adv_weight == 1.0:
+        return adv_BT
+    return torch.where(adv_BT > 0, adv_BT, adv_BT * neg_adv_weight)
 
 
 @dataclass(frozen=True)

@@ -517,7 +517,7 @@ def run_nthr(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
     from tokenbalance.algorithms.methods import compute_advantages
-    from tokenbalance.algorithms.nthr import NTHRConfig
+    from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct
     from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
     from tokenbalance.trainer.batch import nthr_inputs
 
@@ -529,6 +529,7 @@ def run_nthr(args: argparse.Namespace) -> int:
         batch.rollout.tokens_BT,
         batch.old.hidden_BTD,
         batch.config.rollout.temperature,
+        max_reward=batch.rollout.max_reward,
     )
     groups = nthr_selections(
         advantages,
@@ -541,6 +542,7 @@ def run_nthr(args: argparse.Namespace) -> int:
         config,
         temperature=inputs.temperature,
         unembed_bias_V=inputs.unembed_bias_V,
+        correct_B=nthr_correct(batch.scores_B, config, inputs.max_reward),
     )
     colour = args.color or (not args.plain and sys.stdout.isatty())
     console = None

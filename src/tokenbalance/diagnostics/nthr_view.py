@@ -3,8 +3,8 @@
 Recomputes, for each mixed group, the scores s-_t of the incorrect responses' tokens, the anchor
 threshold tau and the selection s-_t > tau with the building block
 :func:`tokenbalance.algorithms.nthr.nthr_token_scores`, following the same rules as
-:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (positives / negatives by the sign of the
-row's advantage sum, V* = the group's token ids, optional anchor self-exclusion, beta = -inf selects
+:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (positives / negatives by ``config.positives``:
+the correct rows, or the sign of the row's advantage sum; V* = the group's token ids, optional anchor self-exclusion, beta = -inf selects
 all); a test checks that the selection equals the tokens whose weight that function sets to eta.
 Also renders a response with its selected tokens highlighted: ``[brackets]`` in plain text.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from tokenbalance.algorithms.nthr import NTHRConfig, nthr_eta, nthr_token_scores
+from tokenbalance.algorithms.nthr import NTHRConfig, nthr_eta, nthr_groups, nthr_token_scores
 
 
 @dataclass(frozen=True)
@@ -56,18 +56,19 @@ def nthr_selections(
     *,
     temperature: float = 1.0,
     unembed_bias_V: torch.Tensor | None = None,
+    correct_B: torch.Tensor | None = None,
 ) -> list[GroupSelection]:
-    """One :class:`GroupSelection` per mixed group (groups with positive and negative rows), in id order."""
+    """One :class:`GroupSelection` per mixed group (groups with positive and negative rows), in id order.
+
+    Positives and negatives follow ``config.positives`` exactly as in ``nthr_token_weights``
+    (:func:`~tokenbalance.algorithms.nthr.nthr_groups`); ``correct_B`` [B] bool is required for the
+    default ``positives="correct"``.
+    """
     valid = mask_BT.bool()
-    adv = torch.where(valid, advantages_BT.detach(), torch.zeros_like(advantages_BT))
-    sign_B = torch.sign(adv.double().sum(dim=1))
     select_all = config.beta == -math.inf
     out = []
-    for g in torch.unique(group_ids_B).tolist():
-        rows = (group_ids_B == g).nonzero(as_tuple=True)[0]
-        pos, neg = rows[sign_B[rows] > 0], rows[sign_B[rows] < 0]
-        if pos.numel() == 0 or neg.numel() == 0:
-            continue
+    for group in nthr_groups(advantages_BT, valid, group_ids_B, config, correct_B):
+        g, rows, pos, neg = group.group, group.rows, group.positive_rows, group.negative_rows
         vocab = None
         if config.vocab != "full":
             vocab = torch.unique(tokens_BT[rows][valid[rows]]).sort().values
@@ -97,7 +98,7 @@ def nthr_selections(
             sbar = s_pos.sum(1) / valid[pos].sum(1)
             tau = config.beta * float(sbar.min())
             selected = valid[neg] & (s_neg > tau)
-        p = pos.numel() / rows.numel()
+        p = group.p
         out.append(
             GroupSelection(
                 group=int(g),

@@ -46,6 +46,7 @@ class RolloutBatch:
         results_B: the task's score of each response.
         rewards_B: [B] float32 rewards, on the training device.
         correct_B: [B] bool, reward equal to the task's maximum.
+        max_reward: the task's maximum reward (a fully correct answer).
         old: old-policy log-probs (and entropy, hidden states when asked); ``None`` until
             :func:`with_logprobs`.
         ref_logp_BT: reference-policy log-probs when the method has a KL term.
@@ -59,6 +60,7 @@ class RolloutBatch:
     results_B: list[ScoreResult]
     rewards_B: torch.Tensor
     correct_B: torch.Tensor
+    max_reward: float
     old: ResponseLogprobs | None = None
     ref_logp_BT: torch.Tensor | None = None
 
@@ -137,6 +139,7 @@ def sample_batch(
         results_B=results,
         rewards_B=rewards_B,
         correct_B=rewards_B == full_reward(task),
+        max_reward=full_reward(task),
     )
 
 
@@ -179,10 +182,17 @@ def with_logprobs(
 
 
 def nthr_inputs(
-    head: torch.nn.Linear, tokens_BT: torch.Tensor, hidden_BTD: torch.Tensor, temperature: float
+    head: torch.nn.Linear,
+    tokens_BT: torch.Tensor,
+    hidden_BTD: torch.Tensor,
+    temperature: float,
+    *,
+    correct_B: torch.Tensor | None = None,
+    max_reward: float | None = None,
 ) -> NTHRInputs:
     """NTHR's inputs from the old policy's output layer ``head`` (``get_output_embeddings()``) and
-    last-layer hidden states; float64 stays float64, anything else is computed in float32."""
+    last-layer hidden states; float64 stays float64, anything else is computed in float32. NTHR's
+    anchors are the correct responses: ``correct_B``, or the rewards equal to ``max_reward``."""
     dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
     bias = getattr(head, "bias", None)
     return NTHRInputs(
@@ -191,6 +201,8 @@ def nthr_inputs(
         unembed_VD=head.weight.detach().to(dtype),
         temperature=temperature,
         unembed_bias_V=None if bias is None else bias.detach().to(dtype),
+        correct_B=correct_B,
+        max_reward=max_reward,
     )
 
 
@@ -211,7 +223,7 @@ def update_inputs(
         if old.hidden_BTD is None:
             raise ValueError(f"method {method.name!r} needs the old policy's hidden states")
         head = policy.get_output_embeddings()
-        nthr = nthr_inputs(head, batch.tokens_BT[sel], old.hidden_BTD[sel], temperature)
+        nthr = nthr_inputs(head, batch.tokens_BT[sel], old.hidden_BTD[sel], temperature, max_reward=batch.max_reward)
     ref_logp_BT = None if batch.ref_logp_BT is None else batch.ref_logp_BT[sel]
     return build_update_passes(
         method,

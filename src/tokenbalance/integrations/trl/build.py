@@ -40,6 +40,7 @@ def build_grpo_trainer(
     method: Method | str = "grpo",
     tokenbalance_loss: bool = True,
     world_size: int = 1,
+    nthr_max_reward: float | None = None,
     **config,
 ):
     """A ready-to-``train()`` trainer; ``tokenbalance_loss=False`` gives a plain ``trl.GRPOTrainer``.
@@ -58,6 +59,8 @@ def build_grpo_trainer(
             TRL loss fields (epsilon, beta, loss_type, ...) minus the passes (``num_iterations=1``).
         tokenbalance_loss: our subclass (True) or TRL's ``GRPOTrainer`` with its own loss (False).
         world_size: data-parallel processes (the per-device batch is split over them).
+        nthr_max_reward: NTHR's largest reward (its correct completions), see
+            :class:`~tokenbalance.integrations.trl.trainer.TokenBalanceGRPOTrainer`.
         config: any other ``GRPOConfig`` field (learning_rate, max_steps, seed, bf16, use_vllm, ...);
             ``max_steps`` counts optimizer steps, two per batch for Lopti.
     """
@@ -84,7 +87,13 @@ def build_grpo_trainer(
     if tokenbalance_loss:
         args = grpo_config_for_method(method, **settings)
         return TokenBalanceGRPOTrainer(
-            model, reward_funcs, args, method=method, train_dataset=train_dataset, processing_class=tokenizer
+            model,
+            reward_funcs,
+            args,
+            method=method,
+            nthr_max_reward=nthr_max_reward,
+            train_dataset=train_dataset,
+            processing_class=tokenizer,
         )
     fields = {**method_fields(method), "num_iterations": 1}
     args = GRPOConfig(**{**fields, **settings})

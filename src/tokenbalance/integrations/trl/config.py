@@ -90,6 +90,12 @@ def unsupported_reason(method: Method) -> str | None:
                 f"method {name!r} sets lopti.renormalize_per_stage: that needs each stage's token count over "
                 "the whole optimizer step, which TRL does not provide; use our trainer"
             )
+    if method.dynamic_sampling.enabled:
+        return (
+            f"method {name!r} enables DAPO dynamic sampling (dynamic_sampling.enabled): TRL's GRPOTrainer trains "
+            "on every generated group and cannot sample more prompts to replace the all-equal ones; set "
+            "dynamic_sampling.enabled=False, or run it on our trainer or on verl (algorithm.filter_groups)"
+        )
     if method.nthr is not None and method.lopti is not None:
         return (
             f"method {name!r} combines NTHR and Lopti: NTHR reads the old policy's hidden states from the "

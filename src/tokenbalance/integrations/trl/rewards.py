@@ -12,7 +12,7 @@ itself (EOS dropped, other special tokens kept), exactly as our trainer does.
 
 from __future__ import annotations
 
-from tokenbalance.tasks.kk.reward import compute_score
+from tokenbalance.tasks.kk.reward import MAX_REWARD, compute_score
 
 GROUND_TRUTH_COLUMN = "solution_text_format"
 
@@ -26,6 +26,7 @@ class KKReward:
     """
 
     __name__ = "kk"  # TRL names the reward's metrics after this (rewards/kk/mean)
+    max_reward = MAX_REWARD  # 3.0, a fully correct answer (NTHR's anchors)
 
     def __init__(self, tokenizer=None) -> None:
         self.tokenizer = tokenizer

@@ -58,6 +58,9 @@ def even_token_share(prompts, completions, completion_ids, **_) -> list[float]:
     return [sum(int(t) % 2 == 0 for t in ids) / max(len(ids), 1) for ids in completion_ids]
 
 
+even_token_share.max_reward = 1.0  # NTHR's "correct" = the maximum of KK + this = 4 (never on a random model)
+
+
 def parameter_digest(model) -> str:
     """SHA-256 of every parameter's bytes, in name order (identical models give identical digests)."""
     digest = hashlib.sha256()

@@ -9,7 +9,12 @@ accelerate / DeepSpeed / vLLM. Two methods are overridden:
   surrogate, TR-GRPO weights, k3 KL, aggregation). NTHR's hidden states are captured on this same
   forward (``hidden.py``).
 * ``_generate_and_score_completions`` - adds one [B] tensor, ``group_ids`` (prompt-group id of each
-  completion, from TRL's layout), which survives TRL's shuffle so NTHR can find the groups.
+  completion, from TRL's layout), which survives TRL's shuffle so NTHR can find the groups; for
+  NTHR's default ``positives="correct"`` also ``rewards`` (each completion's weighted reward sum,
+  kept from ``_calculate_rewards``), from which the correct completions are found: reward equal to
+  the maximum (``nthr_max_reward``, or the sum of ``weight * reward_func.max_reward`` over the
+  reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.KKReward`'s 3) or at least
+  ``nthr.correct_threshold``.
 
 Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each
 generation batch for 2 x mu optimizer rounds, and ``_compute_loss`` picks the pass from the round
@@ -35,6 +40,7 @@ from trl import GRPOTrainer
 
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
+from tokenbalance.algorithms.nthr import nthr_correct
 from tokenbalance.integrations.trl.config import (
     check_config,
     pass_count,
@@ -71,10 +77,22 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
 
     Build ``args`` with :func:`tokenbalance.integrations.trl.grpo_config_for_method`; a config that
     contradicts the method, or a method TRL cannot run, raises ``ValueError`` with the reason.
+    ``nthr_max_reward``: the largest reward a completion can get, whose completions NTHR counts as
+    correct (default: derived from the reward functions' ``max_reward`` attributes; not needed when
+    the method states ``nthr.correct_threshold`` or uses ``nthr.positives="advantage_sign"``).
     All other arguments are ``GRPOTrainer``'s.
     """
 
-    def __init__(self, model, reward_funcs=None, args=None, *, method: Method | str = "grpo", **kwargs):
+    def __init__(
+        self,
+        model,
+        reward_funcs=None,
+        args=None,
+        *,
+        method: Method | str = "grpo",
+        nthr_max_reward: float | None = None,
+        **kwargs,
+    ):
         method = resolve_method(method)
         if args is None:
             raise ValueError(
@@ -93,12 +111,24 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
             )
         if method.nthr is not None:
             decoder_of(self._policy_module())  # fails now, not at the first step
+        self._rewards_per_func = None
+        self.nthr_max_reward = None
+        if self._needs_rewards():
+            self.nthr_max_reward = self._max_reward() if nthr_max_reward is None else float(nthr_max_reward)
 
     # ------------------------------------------------------------------ overrides
 
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        rewards_per_func = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        self._rewards_per_func = rewards_per_func  # all processes' rows, as TRL gathers them
+        return rewards_per_func
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        output["group_ids"] = self._group_ids(output["completion_ids"].shape[0])
+        num_rows = output["completion_ids"].shape[0]
+        output["group_ids"] = self._group_ids(num_rows)
+        if self._needs_rewards():
+            output["rewards"] = self._local_rewards(num_rows)
         return output
 
     def _compute_loss(self, model, inputs):
@@ -145,6 +175,38 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
     def _policy_module(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
 
+    def _needs_rewards(self) -> bool:
+        """NTHR with ``positives="correct"`` needs each completion's reward."""
+        nthr = self.balance_method.nthr
+        return nthr is not None and nthr.positives == "correct"
+
+    def _max_reward(self) -> float | None:
+        """The largest weighted reward sum: sum of weight x ``max_reward`` over the reward functions."""
+        if self.balance_method.nthr.correct_threshold is not None:
+            return None
+        maxima = [getattr(func, "max_reward", None) for func in self.reward_funcs]
+        weights = [float(w) for w in self.reward_weights.tolist()]
+        if any(m is None for m in maxima) or any(w < 0.0 for w in weights):
+            names = [name for name, m in zip(self.reward_func_names, maxima) if m is None]
+            raise ValueError(
+                "NTHR counts the completions with the maximum reward as correct (nthr.positives='correct'), "
+                f"but the maximum is unknown: reward function(s) {names} have no max_reward attribute"
+                f"{' and some weights are negative' if any(w < 0 for w in weights) else ''}; pass "
+                "nthr_max_reward=..., or set nthr.correct_threshold or nthr.positives='advantage_sign'"
+            )
+        return math.fsum(w * float(m) for w, m in zip(weights, maxima) if m is not None)
+
+    def _local_rewards(self, num_rows: int) -> torch.Tensor:
+        """[B] weighted reward sum of this process's completions (NaN where no function scored)."""
+        per_func = self._rewards_per_func
+        if per_func is None:
+            raise RuntimeError("NTHR: TRL did not call _calculate_rewards before returning the batch")
+        start = self.accelerator.process_index * num_rows
+        per_func = per_func[start : start + num_rows]
+        rewards = (per_func * self.reward_weights.to(per_func.device).unsqueeze(0)).nansum(dim=1)
+        rewards[torch.isnan(per_func).all(dim=1)] = torch.nan
+        return rewards.to(self.accelerator.device)
+
     def _group_ids(self, num_rows: int) -> torch.Tensor:
         """[B] prompt-group ids of this process's rows: TRL lays groups out contiguously over ranks."""
         group_size = self.num_generations if self.model.training else self.num_generations_eval
@@ -184,8 +246,13 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 f"NTHR needs whole prompt groups of {group_size} in each micro-batch, got group "
                 f"sizes {counts.tolist()}; see the NTHR constraints in docs/trl.md"
             )
+        correct_B = None
+        if self._needs_rewards():
+            if "rewards" not in inputs:
+                raise ValueError("inputs['rewards']: required by NTHR (added by _generate_and_score_completions)")
+            correct_B = nthr_correct(inputs["rewards"], self.balance_method.nthr, self.nthr_max_reward)
         head = self._policy_module().get_output_embeddings()
-        return nthr_inputs(head, inputs["completion_ids"], hidden_BTD, self.temperature)
+        return nthr_inputs(head, inputs["completion_ids"], hidden_BTD, self.temperature, correct_B=correct_B)
 
     def _pass_index(self) -> int:
         """Which pass this training micro-step runs: TRL round k of 2 x mu -> pass k // mu."""
