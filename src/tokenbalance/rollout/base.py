@@ -139,6 +139,7 @@ class RolloutEngine(Protocol):
     """
 
     eos_token_ids: tuple[int, ...]
+    pad_token_id: int
 
     def generate(
         self,

@@ -143,6 +143,58 @@ def sample_batch(
     )
 
 
+def _pad_columns(tensor: torch.Tensor, width: int, value, *, left: bool = False) -> torch.Tensor:
+    missing = width - tensor.shape[1]
+    if missing == 0:
+        return tensor
+    return torch.nn.functional.pad(tensor, (missing, 0) if left else (0, missing), value=value)
+
+
+def merge_groups(selections: list[tuple[RolloutBatch, torch.Tensor]], pad_token_id: int) -> RolloutBatch:
+    """One batch of the groups ``idx_P`` of each ``(batch, idx_P)``, in order (rounds of DAPO
+    dynamic sampling). Prompts are re-padded on the left, responses on the right; no log-probs yet.
+    A single selection of all its groups is returned as it is."""
+    if len(selections) == 1 and selections[0][1].numel() == len(selections[0][0].examples_P):
+        return selections[0][0]
+    G = selections[0][0].group_size
+    rows = [(b, (idx_P.to(torch.long)[:, None] * G + torch.arange(G)).reshape(-1)) for b, idx_P in selections]
+    width_S = max(b.generation.prompt_ids_BS.shape[1] for b, _ in rows)
+    width_T = max(b.generation.response_ids_BT.shape[1] for b, _ in rows)
+
+    def gathered(field: str, width: int, value, left: bool = False) -> torch.Tensor:
+        parts = [getattr(b.generation, field)[r.to(getattr(b.generation, field).device)] for b, r in rows]
+        return torch.cat([_pad_columns(t, width, value, left=left) for t in parts])
+
+    sampler = all(b.generation.sampler_logp_BT is not None for b, _ in rows)
+    generation = Generation(
+        prompt_ids_BS=gathered("prompt_ids_BS", width_S, pad_token_id, left=True),
+        prompt_mask_BS=gathered("prompt_mask_BS", width_S, False, left=True),
+        response_ids_BT=gathered("response_ids_BT", width_T, pad_token_id),
+        response_mask_BT=gathered("response_mask_BT", width_T, False),
+        sampler_logp_BT=gathered("sampler_logp_BT", width_T, 0.0) if sampler else None,
+        finished_B=torch.cat([b.generation.finished_B[r.to(b.generation.finished_B.device)] for b, r in rows]),
+        group_size=G,
+    )
+    device = selections[0][0].rewards_B.device
+    return RolloutBatch(
+        examples_P=[b.examples_P[int(p)] for b, idx_P in selections for p in idx_P],
+        group_ids_P=torch.cat([b.group_ids_P[idx_P.to(b.group_ids_P.device)] for b, idx_P in selections]),
+        generation=generation,
+        packed=pack_sequences(
+            generation.prompt_ids_BS.to(device),
+            generation.prompt_mask_BS.to(device),
+            generation.response_ids_BT.to(device),
+            generation.response_mask_BT.to(device),
+            generation.prompt_B,
+        ),
+        texts_B=[b.texts_B[int(i)] for b, r in rows for i in r],
+        results_B=[b.results_B[int(i)] for b, r in rows for i in r],
+        rewards_B=torch.cat([b.rewards_B[r.to(device)] for b, r in rows]),
+        correct_B=torch.cat([b.correct_B[r.to(device)] for b, r in rows]),
+        max_reward=selections[0][0].max_reward,
+    )
+
+
 def with_logprobs(
     batch: RolloutBatch,
     *,

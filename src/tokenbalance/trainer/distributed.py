@@ -113,6 +113,15 @@ def mean_over_ranks(values: dict[str, float], ctx: DistContext) -> dict[str, flo
     return {k: total / count for k, (total, count) in zip(keys, tensor.tolist())}
 
 
+def min_over_ranks(value: int, ctx: DistContext) -> int:
+    """The smallest of the ranks' integers (every rank gets it)."""
+    if not ctx.enabled:
+        return value
+    tensor = torch.tensor([value], dtype=torch.int64, device=ctx.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MIN)
+    return int(tensor.item())
+
+
 def barrier(ctx: DistContext) -> None:
     if ctx.enabled:
         dist.barrier()

@@ -38,6 +38,12 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from tokenbalance.algorithms.filtering import (
+    dynamic_sampling_metrics,
+    filter_values,
+    informative_groups,
+    select_informative,
+)
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
@@ -46,10 +52,17 @@ from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import Task, TaskExample
-from tokenbalance.trainer.batch import RolloutBatch, StepPolicy, sample_batch, update_inputs, with_logprobs
+from tokenbalance.trainer.batch import (
+    RolloutBatch,
+    StepPolicy,
+    merge_groups,
+    sample_batch,
+    update_inputs,
+    with_logprobs,
+)
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from tokenbalance.trainer.data import eval_examples, rl_examples
-from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks
+from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate, full_reward
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.scoring import encode_prompts
@@ -68,16 +81,21 @@ def prompt_order(num_examples: int, seed: int, epoch: int) -> list[int]:
     return torch.randperm(num_examples, generator=generator).tolist()
 
 
-def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) -> list[int]:
-    """Global prompt indices of RL step ``step`` (0-based): consecutive slices of per-epoch permutations."""
+def prompt_indices(num_examples: int, seed: int, position: int, count: int) -> list[int]:
+    """Global prompt indices ``position .. position + count - 1`` of the run's prompt stream:
+    consecutive slices of per-epoch seeded permutations."""
     indices: list[int] = []
-    position = step * per_step
-    while len(indices) < per_step:
+    while len(indices) < count:
         epoch, offset = divmod(position, num_examples)
-        take = min(per_step - len(indices), num_examples - offset)
+        take = min(count - len(indices), num_examples - offset)
         indices += prompt_order(num_examples, seed, epoch)[offset : offset + take]
         position += take
     return indices
+
+
+def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) -> list[int]:
+    """Global prompt indices of RL step ``step`` (0-based) when every step draws ``per_step``."""
+    return prompt_indices(num_examples, seed, step * per_step, per_step)
 
 
 @dataclass
@@ -99,6 +117,7 @@ class TrainerParts:
     device: torch.device
     ctx: DistContext
     start_step: int = 0
+    data_position: int = 0  # prompts of the stream drawn so far (all ranks); saved in checkpoints
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -115,14 +134,20 @@ def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
     )
 
 
-def rollout(parts: TrainerParts, step: int) -> RolloutBatch:
-    """Steps 1-3: this rank's prompts (whole groups), G sampled responses to each, their rewards."""
+def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
+    """The next ``prompts_per_step`` prompts of the stream (this rank's whole groups), G sampled
+    responses to each, their rewards; advances the data position."""
     cfg, ctx = parts.config, parts.ctx
     per_step = cfg.rollout.prompts_per_step
     share = per_step // ctx.world_size
-    first = ctx.rank * share
-    mine = step_prompt_indices(len(parts.train_examples), cfg.train.seed, step, per_step)[first : first + share]
-    seed = derive_seed(cfg.train.seed, step, ctx.rank)
+    first = parts.data_position + ctx.rank * share
+    mine = prompt_indices(len(parts.train_examples), cfg.train.seed, first, share)
+    parts.data_position += per_step
+    seed = (
+        derive_seed(cfg.train.seed, step, ctx.rank)
+        if round_ == 0
+        else derive_seed(cfg.train.seed, step, ctx.rank, round_)
+    )
     r = cfg.rollout
     return sample_batch(
         parts.engine,
@@ -130,11 +155,47 @@ def rollout(parts: TrainerParts, step: int) -> RolloutBatch:
         parts.task,
         [parts.train_examples[i] for i in mine],
         [parts.train_prompt_ids[i] for i in mine],
-        torch.arange(step * per_step + first, step * per_step + first + len(mine)),
+        torch.arange(first, first + share),
         group_size=r.group_size,
         sampling=SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, seed),
         device=parts.device,
     )
+
+
+def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch, dict[str, float]]:
+    """Steps 1-3: prompts, G responses each, rewards. With the method's dynamic sampling (DAPO),
+    groups whose rewards are all equal are dropped and further rounds drawn until the step has its
+    informative groups (every rank the same number); without it, one round, every group. Returns
+    the batch to train on, the first round (the unfiltered sample the ``reward/*`` metrics
+    describe) and the ``sampling/*`` metrics."""
+    dynamic = parts.method.dynamic_sampling
+    first = sample_round(parts, step, 0)
+    if not dynamic.enabled:
+        return first, first, {}
+    target = dynamic.target(parts.config.rollout.prompts_per_step) // parts.ctx.world_size
+    selections, kept, drawn, informative, batch = [], 0, 0, 0, first
+    for round_ in range(dynamic.max_rounds):
+        batch = first if round_ == 0 else sample_round(parts, step, round_)
+        values_PG = filter_values(dynamic, batch.rewards_PG, batch.correct_B.view(-1, batch.group_size))
+        informative_P = informative_groups(values_PG)
+        chosen = select_informative(informative_P, kept, target)
+        selections.append((batch, chosen))
+        kept, drawn, informative = (
+            kept + len(chosen),
+            drawn + len(informative_P),
+            informative + int(informative_P.sum()),
+        )
+        if not dynamic.wants_another_round(min_over_ranks(kept, parts.ctx), target, round_ + 1):
+            break
+    common = min_over_ranks(kept, parts.ctx)  # equal batches on every rank: the same collectives
+    trimmed, left = [], common
+    for batch, chosen in selections:
+        trimmed.append((batch, chosen[:left]))
+        left -= len(trimmed[-1][1])
+    metrics = dynamic_sampling_metrics(round_ + 1, drawn, informative, common, target)
+    if common == 0:  # nothing informative: train on the first round as a run without filtering would
+        return first, first, metrics
+    return merge_groups([(b, c) for b, c in trimmed if len(c)], parts.engine.pad_token_id), first, metrics
 
 
 def rollout_metrics(batch: RolloutBatch, target: float) -> dict[str, float]:
@@ -158,7 +219,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     temperature, micro = cfg.rollout.temperature, cfg.optim.micro_batch_size
     timer = StepTimer()
     with timer("rollout"):
-        batch = rollout(parts, step)
+        batch, sampled, sampling_metrics = rollout(parts, step)
     access = StepPolicy(policy, batch.packed, temperature, micro, parts.ctx)
     diag = StepDiagnostics(
         cfg.diagnostics, method, step, access, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31)
@@ -187,7 +248,8 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         group_ids_B=batch.group_ids_B,
     )
     timings = timer.metrics(tokens=float(batch.mask_BT.sum()), diag_s=diag_metrics.pop("timing/diag_s"))
-    metrics = rollout_metrics(batch, full_reward(parts.task)) | prep_metrics | update_metrics | diag_metrics
+    metrics = rollout_metrics(sampled, full_reward(parts.task)) | sampling_metrics | prep_metrics | update_metrics
+    metrics |= diag_metrics
     return mean_over_ranks(metrics, parts.ctx) | timings
 
 
@@ -293,7 +355,7 @@ def train(parts: TrainerParts) -> dict:
                             parts.policy,
                             parts.tokenizer,
                             parts.optimizer,
-                            {"seed": cfg.train.seed, "data_position": done * cfg.rollout.prompts_per_step},
+                            {"seed": cfg.train.seed, "data_position": parts.data_position},
                         )
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)
@@ -318,7 +380,9 @@ def resume_state(parts: TrainerParts) -> int:
     restored, _ = load_policy(checkpoint / "model", device=str(parts.device))
     parts.policy.load_state_dict(restored.state_dict())
     state = load_trainer_state(checkpoint, parts.optimizer)
-    return int(state["step"])
+    step = int(state["step"])
+    parts.data_position = int(state.get("data_position", step * parts.config.rollout.prompts_per_step))
+    return step
 
 
 def prepare_training(
@@ -331,6 +395,14 @@ def prepare_training(
             f"the number of ranks ({ctx.world_size}): each rank takes whole prompt groups"
         )
     method = config.method()
+    if (
+        method.dynamic_sampling.enabled
+        and method.dynamic_sampling.target(config.rollout.prompts_per_step) % ctx.world_size
+    ):
+        raise ValueError(
+            f"dynamic_sampling.target_groups={method.dynamic_sampling.target(config.rollout.prompts_per_step)} must be "
+            f"divisible by the number of ranks ({ctx.world_size}): each rank trains the same number of whole groups"
+        )
     reference = None
     if method.needs_ref_logp:
         reference = copy.deepcopy(policy).eval()
