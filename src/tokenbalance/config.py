@@ -4,10 +4,16 @@ A run is described by :class:`RunConfig`, a tree of small dataclasses. Each fiel
 default, its help text and what is valid (``choices`` or a numeric ``low``/``high`` range) in one
 place through :func:`option`; :func:`validate` checks a whole tree and names the field, the value
 and the allowed range. Configs load from and save to YAML, and accept dotted overrides
-(``train.steps=20``, ``method_overrides.lopti.eta=0.4``) from the command line.
+(``train.steps=20``; the method's hyper-parameters as ``method.lopti.eta=0.4``, stored in
+``train.method_overrides``) from the command line.
+
+The method is part of the config: ``train.method`` (a preset) and ``train.method_overrides`` are
+resolved and validated when the config is built (:meth:`RunConfig.method`), so a typo in a preset
+name or an out-of-range hyper-parameter fails at load, before any model or data work. Unknown names
+get a did-you-mean suggestion.
 
     cfg = RunConfig()                                     # the embedded default
-    cfg = apply_overrides(cfg, ["train.steps=5", "rollout.group_size=4"])
+    cfg = apply_overrides(cfg, ["train.steps=5", "rollout.group_size=4", "method.lopti.eta=0.4"])
     save_config(cfg, "runs/x/config.yaml"); cfg2 = load_config("runs/x/config.yaml")
 """
 
