@@ -168,7 +168,10 @@ class SFTConfig:
 class TrainConfig:
     method: str = option("ar_lopti", "method preset (tokenbalance list-methods)")
     method_overrides: dict = option(
-        None, "dotted overrides of the preset, e.g. {'lopti.eta': 0.4}", default_factory=dict
+        None,
+        "the preset's hyper-parameters changed, e.g. {'lopti.eta': 0.4} (on the command line: "
+        "--set method.lopti.eta=0.4; every field is listed under method.* below)",
+        default_factory=dict,
     )
     steps: int = option(60, "RL steps", low=0, high=10**7)
     seed: int = option(0, "seed of everything (data order, init, sampling)", low=0, high=2**31 - 1)
