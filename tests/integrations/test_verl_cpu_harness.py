@@ -18,6 +18,19 @@ from tests.integrations.verl_cpu import reward
 from tests.integrations.verl_cpu.launch import HOOK_MODULE, REPO_ROOT, SRC_DIR, child_env, read_metrics
 
 
+def test_ci_runs_the_slow_end_to_end_tests():
+    """CI is ``.ci/run`` -> ``scripts/test.sh`` -> ``pytest -q``: nothing may deselect ``slow``."""
+    import re
+
+    addopts = re.findall(r'^addopts = "(.*)"$', (REPO_ROOT / "pyproject.toml").read_text(), flags=re.M)
+    assert len(addopts) == 1 and "-m" not in addopts[0].split(), addopts
+    assert "bash scripts/test.sh" in (REPO_ROOT / ".ci" / "run").read_text()
+    pytest_lines = [
+        line for line in (REPO_ROOT / "scripts" / "test.sh").read_text().splitlines() if "-m pytest" in line
+    ]
+    assert pytest_lines and all(" -m " not in line.split("-m pytest", 1)[1] for line in pytest_lines), pytest_lines
+
+
 def test_the_child_environment_points_at_this_checkout(tmp_path):
     env = child_env(tmp_path)
     assert env["PYTHONPATH"].split(":") == [str(SRC_DIR), str(REPO_ROOT)]
