@@ -149,16 +149,25 @@ def test_lopti_on_two_ranks_trains_validates_and_checkpoints(lopti_runs):
 
 
 def test_resumed_run_continues_at_step_3_as_the_uninterrupted_run(lopti_runs):
-    """Model, optimizer, data position and step come back from the checkpoint: step 3 is the same."""
+    """Model, optimizer, data position and step come back from the checkpoint: step 3 is the same.
+
+    Compared: quantities of the whole batch (rewards, advantages, entropy, the log-probs' perplexity,
+    validation) and the per-pass losses and gradient norms, which are sums over micro-batches and
+    ranks. The high pass's loss and gradient norm are taken after the low pass's optimizer step,
+    so they also check the restored optimizer state. Not compared: metrics verl averages over
+    micro-batches (``ppo_kl``, the low-token fraction, ``tokenbalance/adv/*``), which depend on
+    which samples share a micro-batch, and that follows the order in which concurrent rollouts
+    finish.
+    """
     first, resumed, _ = lopti_runs
     assert sorted(resumed.steps) == [3]
     expected, actual = first.steps[3], resumed.steps[3]
     keys = [
-        *(f"actor/{key}/{name}" for key in ("grad_norm", "pg_loss", "ppo_kl") for name in PASSES),
-        "actor/tokenbalance/lopti/low_token_frac",
+        *(f"actor/{key}/{name}" for key in ("grad_norm", "pg_loss") for name in PASSES),
         "actor/tokenbalance/loss/kl",
         "actor/entropy",
         "critic/score/mean",
+        "critic/advantages/mean",
         "critic/advantages/max",
         "rollout_corr/training_log_ppl",
         *(key for key in expected if key.startswith("val-core/")),
