@@ -92,7 +92,7 @@ def launch(workspace: dict[str, Path], name: str, overrides: list[str], *, ranks
     run = run_verl(
         cpu_overrides(workspace, run_dir, ranks=ranks, steps=steps) + overrides, run_dir, timeout_s=LAUNCH_TIMEOUT_S
     )
-    print(f"verl launch {name}: exit {run.returncode}, {run.wall_s:.0f} s wall ({ranks} rank(s), {steps} steps)")
+    print(f"verl launch {name}: exit {run.returncode}, {run.wall_s:.0f} s wall, {ranks} rank(s), up to step {steps}")
     assert run.returncode == 0, f"verl launch {name!r} failed (exit {run.returncode}):\n{run.log_tail}"
     return run
 

@@ -129,7 +129,7 @@ def cpu_overrides(inputs: dict[str, Path], run_dir: Path, *, ranks: int = 1, ste
         f"reward.custom_reward_function.path={REWARD_MODULE}",
         "reward.custom_reward_function.name=compute_score",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        "ray_kwargs.ray_init.num_cpus=16",  # logical: TransferQueue's actors need one each
+        "ray_kwargs.ray_init.num_cpus=16",  # logical; with 2, verl's actors wait for CPUs forever
         f"+ray_kwargs.ray_init.num_gpus={ranks}",  # logical "GPU" resource of the cpu platform
         "+ray_kwargs.ray_init.include_dashboard=False",
         *env_overrides,
@@ -167,7 +167,7 @@ def read_metrics(path: Path) -> dict[int, dict[str, float]]:
     return steps
 
 
-def run_verl(overrides: list[str], run_dir: Path, *, timeout_s: float, ranks: int = 1) -> VerlRun:
+def run_verl(overrides: list[str], run_dir: Path, *, timeout_s: float) -> VerlRun:
     """Launch verl's trainer with ``overrides`` in a fresh process group; kill it all on timeout.
 
     The launcher starts its own Ray cluster (``ray.init`` in the child); the whole process group

@@ -18,8 +18,9 @@ parts verl's colocated ("hybrid") trainer expects (registered by :mod:`.hook`):
 
 Sampling is reproducible: each request draws from its own ``torch.Generator`` seeded from
 (``rollout.seed``, weight version, prompt ids, how many times the server has seen this prompt at
-this weight version), so two runs from the same weights and data draw the same samples whatever
-the order of the concurrent requests.
+this weight version), so two runs from the same weights and data draw the same samples for each
+prompt, whatever the rank count; which of a prompt's concurrent requests gets which sample (and so
+the order of the batch) follows their arrival order.
 """
 
 from __future__ import annotations
@@ -35,8 +36,6 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 ROLLOUT_NAME = "hf_cpu"  # registered by .hook
-
-
 SERVER_NAME = f"{ROLLOUT_NAME}_server"  # the one server, shared by all replicas
 
 
