@@ -36,22 +36,21 @@ if _missing:
         pytest.fail(f"{_missing} not installed in CI: the verl end-to-end tests would be skipped", pytrace=False)
     pytest.skip(f"{_missing} not installed", allow_module_level=True)
 
-from tests.integrations.verl_cpu.launch import VerlRun, cpu_overrides, prepare_inputs, run_verl
+from tests.integrations.verl_cpu.launch import VOCABULARY, VerlRun, cpu_overrides, prepare_inputs, run_verl
 from tests.tolerances import assert_close_in, dtype_atol
 
 pytestmark = pytest.mark.slow
 
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
 TOKENBALANCE_LOSS_CONFIG = f"{POLICY_LOSS}._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig"
-LAUNCH_TIMEOUT_S = 480  # a wrong Ray CPU count hangs silently; a launch takes 1.5-2.5 minutes here
-VOCABULARY = 512  # the tiny tokenizer's; a random policy puts ~1/512 on every token
+LAUNCH_TIMEOUT_S = 480  # a wrong Ray CPU count hangs silently; several times a normal launch (docs/verl.md)
 LOPTI = [
     "trainer.v1.trainer_mode=tokenbalance_lopti",
     "algorithm.adv_estimator=tokenbalance_grpo",
     f"{POLICY_LOSS}.loss_mode=tokenbalance_ar",
     TOKENBALANCE_LOSS_CONFIG,
     f"+{POLICY_LOSS}.ar_alpha=0.3",
-    # eta near the probabilities actually seen: the random policy's sampled tokens sit around 1/V
+    # eta near the probabilities actually seen: a random policy puts about 1/V on every token
     f"+{POLICY_LOSS}.lopti_eta={1 / VOCABULARY}",
     "trainer.test_freq=2",
 ]

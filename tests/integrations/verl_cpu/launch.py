@@ -37,6 +37,7 @@ PROMPTS_PER_STEP = 2
 GROUP_SIZE = 4
 MAX_PROMPT_LENGTH = 256  # K&K, 2 people, plain template: 165-180 tokens with the 512-token tokenizer
 MAX_RESPONSE_LENGTH = 16
+VOCABULARY = 512  # the tiny tokenizer's size
 
 
 def child_env(run_dir: Path) -> dict[str, str]:
@@ -66,7 +67,7 @@ def prepare_inputs(root: Path) -> dict[str, Path]:
     from tokenbalance.cli import main as tokenbalance_cli
     from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, save_policy, train_tokenizer
 
-    tokenizer = train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=512)
+    tokenizer = train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=VOCABULARY)
     config = TinyModelConfig(
         hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=512
     )
