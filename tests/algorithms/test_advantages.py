@@ -86,6 +86,29 @@ def test_discounted_returns_gamma_and_reset():
     assert discounted_returns(rewards, mask, 0.5).tolist() == [[0.25, 0.5, 1.0, 0.0]]
 
 
+def test_discounted_returns_at_a_gap_restart_or_carry():
+    # response, 2 masked tool-output tokens, response again, padding; reward 1 on the last valid token
+    rewards = torch.tensor([[0.0, 0.0, 5.0, 5.0, 0.0, 1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 0, 0, 1, 1, 0]], dtype=torch.bool)
+    # restart (AR-Lopti fork): the return is reset after each masked position, so the first turn gets 0
+    restart = discounted_returns(rewards, mask, 0.5, gaps="restart")
+    assert restart.tolist() == [[0.0, 0.0, 0.0, 0.25, 0.5, 1.0, 0.0]]
+    # carry (verl): the return passes the gap undiscounted; masked positions hold 0
+    carry = discounted_returns(rewards, mask, 0.5, gaps="carry")
+    assert carry.tolist() == [[0.125, 0.25, 0.0, 0.0, 0.5, 1.0, 0.0]]
+
+
+def test_discounted_returns_rules_agree_without_gaps():
+    gen = torch.Generator().manual_seed(0)
+    rewards = torch.randn(4, 6, generator=gen, dtype=torch.float64)
+    mask = torch.arange(6)[None, :] < torch.tensor([6, 3, 1, 0])[:, None]
+    restart = discounted_returns(rewards, mask, 0.9, gaps="restart") * mask
+    assert torch.equal(restart, discounted_returns(rewards, mask, 0.9, gaps="carry"))
+    assert torch.equal(
+        reinforce_pp_advantages(rewards, mask, gaps="restart"), reinforce_pp_advantages(rewards, mask, gaps="carry")
+    )
+
+
 def test_reinforce_pp_whitening_by_hand():
     # returns: row 0 = [1, 1], row 1 = [0, 0, 0]; M = 5, mean 0.4, unbiased var 0.3
     mask = torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
@@ -137,6 +160,7 @@ def test_kl_in_reward_subtracts_at_valid_tokens():
             lambda: discounted_returns(torch.zeros(1, 2), full_mask(1, 2), 1.5),
             r"gamma: must be in \[0.0, 1.0\], got 1.5",
         ),
+        (lambda: discounted_returns(torch.zeros(1, 2), full_mask(1, 2), gaps="skip"), "gaps"),
     ],
 )
 def test_bad_input_names_the_argument(call, match):

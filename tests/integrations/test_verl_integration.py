@@ -25,7 +25,8 @@ from verl.trainer.config import AlgoConfig
 from verl.trainer.ppo import core_algos
 from verl.workers.config import ActorConfig, PolicyLossConfig
 
-from tokenbalance.algorithms.advantages import grpo_advantages, reinforce_pp_advantages
+from tests.tolerances import assert_close_in, dtype_atol
+from tokenbalance.algorithms.advantages import discounted_returns, grpo_advantages, reinforce_pp_advantages
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import (
     AdvantageConfig,
@@ -256,6 +257,48 @@ def test_verl_grpo_and_reinforce_pp_advantages_equal_ours():
     torch.testing.assert_close(
         verl_rpp, reinforce_pp_advantages(batch["token_rewards"], batch["mask"]), rtol=0, atol=1e-9
     )
+
+
+def gapped_batch():
+    """Multi-turn responses as verl's agent loop masks them: response, tool output (mask 0),
+    response, padding; rewards on the last valid token, and stray values under the mask."""
+    mask_BT = torch.tensor(
+        [
+            [1, 1, 0, 0, 1, 1, 0],
+            [1, 0, 1, 0, 1, 0, 0],
+            [1, 1, 1, 1, 1, 1, 1],
+            [1, 1, 0, 0, 0, 0, 0],
+        ]
+    )
+    rewards_BT = torch.zeros(4, 7)
+    rewards_BT[0, 5], rewards_BT[1, 4], rewards_BT[2, 6], rewards_BT[3, 1] = 1.0, -0.5, 0.25, 2.0
+    rewards_BT[0, 2] = 3.0  # at a masked position: ignored by both verl and us
+    return rewards_BT, mask_BT
+
+
+@pytest.mark.parametrize("gamma", [1.0, 0.9])
+def test_reinforce_pp_on_gapped_masks_equals_verls(gamma):
+    """verl carries the return across masked positions; our verl estimator must too (the AR-Lopti
+    fork's restart, ``gaps="restart"``, gives every token before the last gap a return of 0)."""
+    rewards_BT, mask_BT = gapped_batch()
+    verl_adv, verl_returns = core_algos.compute_reinforce_plus_plus_outcome_advantage(
+        rewards_BT, mask_BT.double(), config=AlgoConfig(gamma=gamma)
+    )
+    estimator = core_algos.get_adv_estimator_fn("tokenbalance_reinforce_pp")
+    ours_adv, ours_returns = estimator(
+        token_level_rewards=rewards_BT, response_mask=mask_BT.double(), config=AlgoConfig(gamma=gamma), index=None
+    )
+    assert_close_in(ours_returns, verl_returns, torch.float64, msg="returns")
+    # verl's masked_mean divides by (M + 1e-8): a relative change below 1e-8 of the whitening
+    # statistics, on top of float64 rounding (a wrong return at a gap moves advantages by > 0.1)
+    atol = dtype_atol(torch.float64, verl_adv.abs().max()) + 4e-8 * float(verl_adv.abs().max())
+    torch.testing.assert_close(ours_adv, verl_adv, rtol=0, atol=atol)
+    assert verl_returns[0, 0] != 0  # the reward after the gap reaches the first turn
+    direct = reinforce_pp_advantages(rewards_BT, mask_BT, gamma=gamma, gaps="carry")
+    torch.testing.assert_close(direct, verl_adv, rtol=0, atol=atol)
+    assert (reinforce_pp_advantages(rewards_BT, mask_BT, gamma=gamma) - verl_adv).abs().max() > 0.1
+    fork_returns = discounted_returns(rewards_BT, mask_BT, gamma, gaps="restart")
+    assert fork_returns[0, :2].tolist() == [0.0, 0.0]
 
 
 # --------------------------------------------------------------------------- (c) registered estimators

@@ -11,7 +11,12 @@ in verl's ``trainer/ppo/core_algos.py`` as forked by AR-Lopti (docs/methods.md �
 * a singleton group gets the reference's mean 0 / std 1 (so A = s / (1 + eps)) with
   ``singleton="reference"`` (default, with a warning) or an advantage of 0 with
   ``singleton="zero"``;
-* REINFORCE++ on a batch with fewer than two valid tokens returns zeros instead of raising.
+* REINFORCE++ on a batch with fewer than two valid tokens returns zeros instead of raising;
+* REINFORCE++ returns at a gap in the mask (a masked position followed by valid ones, e.g.
+  multi-turn tool-output tokens): ``gaps="restart"`` (default) restarts the return after every
+  masked position, as the AR-Lopti fork; ``gaps="carry"`` carries it across masked positions
+  unchanged, as verl 0.9's ``compute_reinforce_plus_plus_outcome_advantage`` (used by our verl
+  estimator). Without gaps (a prefix mask, as in our trainer and TRL) the two are identical.
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from tokenbalance.algorithms._checks import (
 from tokenbalance.algorithms.registry import Registry
 
 SINGLETON_RULES = ("reference", "zero")
+GAP_RULES = ("restart", "carry")
 
 
 def _check_outcome_inputs(scores_B: torch.Tensor, group_ids_B: torch.Tensor, response_mask_BT: torch.Tensor) -> None:
@@ -173,20 +179,43 @@ def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor
 
 
 def discounted_returns(
-    token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0
+    token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0, *, gaps: str = "restart"
 ) -> torch.Tensor:
-    """Reverse discounted cumulative sum that restarts after every masked position (docs/methods.md §2.3)."""
+    """Reverse discounted cumulative sum of the valid token rewards (docs/methods.md §2.3).
+
+    Args:
+        token_rewards_BT: [B, T] token rewards; values at masked positions are ignored.
+        response_mask_BT: [B, T] bool / 0-1 mask; may have gaps (masked positions between valid ones).
+        gamma: discount in [0, 1].
+        gaps: what a masked position does to the running return G:
+
+            * ``"restart"`` (AR-Lopti fork): G_t = r_t + gamma * G_{t+1} at every t, and G is
+              reset to 0 after each masked position, so tokens before a gap do not see the
+              rewards after it. Returns at masked positions are left as computed (not zeroed).
+            * ``"carry"`` (verl 0.9): G passes a masked position unchanged (no reward, no
+              discount), so the reward after a gap reaches the tokens before it; returns at
+              masked positions are 0.
+
+    Returns:
+        [B, T] returns, dtype of ``token_rewards_BT``, no gradient. Both rules agree on valid
+        positions of a mask without gaps.
+    """
     check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
     check_range("gamma", gamma, 0.0, 1.0)
+    check_choice("gaps", gaps, GAP_RULES)
     mask_BT = response_mask_BT.bool()
     rewards_BT = masked_fill_invalid(token_rewards_BT.detach(), mask_BT)
     returns_BT = torch.zeros_like(rewards_BT)
     running_B = torch.zeros_like(rewards_BT[:, 0])
     for t in range(rewards_BT.shape[1] - 1, -1, -1):
-        running_B = rewards_BT[:, t] + gamma * running_B
-        returns_BT[:, t] = running_B
-        running_B = running_B * mask_BT[:, t]
+        if gaps == "restart":
+            running_B = rewards_BT[:, t] + gamma * running_B
+            returns_BT[:, t] = running_B
+            running_B = running_B * mask_BT[:, t]
+        else:
+            running_B = torch.where(mask_BT[:, t], rewards_BT[:, t] + gamma * running_B, running_B)
+            returns_BT[:, t] = running_B * mask_BT[:, t]
     return returns_BT
 
 
@@ -196,6 +225,7 @@ def reinforce_pp_advantages(
     *,
     gamma: float = 1.0,
     eps: float = 1e-8,
+    gaps: str = "restart",
 ) -> torch.Tensor:
     """REINFORCE++ (arXiv 2501.03262): discounted returns whitened over all valid batch tokens.
 
@@ -207,10 +237,15 @@ def reinforce_pp_advantages(
         token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly
             minus a KL penalty (:func:`kl_in_reward`).
         response_mask_BT: [B, T] response mask.
+        gaps: ``"restart"`` (AR-Lopti fork) or ``"carry"`` (verl): how the return crosses a
+            masked position inside a response (:func:`discounted_returns`).
+
+    Returns:
+        [B, T] advantages, dtype of ``token_rewards_BT``, 0 at masked positions, no gradient.
     """
     check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
     mask_BT = response_mask_BT.bool()
-    returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma)
+    returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma, gaps=gaps)
     count = int(mask_BT.sum().item())
     if count < 2:
         return torch.zeros_like(returns_BT)

@@ -10,7 +10,11 @@ verl calls a registered estimator with ``token_level_rewards`` and ``response_ma
   group: mean 0 / std 1, as verl). ``returns`` = ``advantages``, as verl's GRPO.
 * ``tokenbalance_reinforce_pp``: :func:`~tokenbalance.algorithms.advantages.reinforce_pp_advantages`
   on the token rewards themselves (so verl's KL-in-reward, when on, is kept), gamma =
-  ``algorithm.gamma``; ``returns`` = the discounted returns.
+  ``algorithm.gamma``, with verl's rule at gaps in the response mask (``gaps="carry"``: the
+  return crosses masked positions such as multi-turn tool-output tokens unchanged, as verl's
+  ``reinforce_plus_plus``; the AR-Lopti fork restarts it there, ``gaps="restart"``, which on a
+  multi-turn batch would give every token before the last gap the return 0). ``returns`` = the
+  discounted returns, 0 at masked positions.
 
 Only verl's own keys are read (``gamma``); ``norm_adv_by_std_in_grpo`` is not: use
 ``tokenbalance_dr_grpo`` for the mean-only baseline.
@@ -32,6 +36,9 @@ from tokenbalance.algorithms.methods import (
     compute_advantages,
 )
 from tokenbalance.integrations.verl.names import ADVANTAGE_ESTIMATORS
+
+REINFORCE_PP_GAPS = "carry"
+"""verl's rule for the REINFORCE++ return at masked positions inside a response."""
 
 
 def group_ids_from_index(index, batch_size: int) -> torch.Tensor:
@@ -59,8 +66,10 @@ def make_estimator(estimator: str):
         with torch.no_grad():
             if estimator == "reinforce_pp":
                 gamma = _gamma(config)
-                advantages_BT = reinforce_pp_advantages(token_level_rewards, mask_BT, gamma=gamma)
-                returns_BT = discounted_returns(token_level_rewards, mask_BT, gamma) * mask_BT
+                advantages_BT = reinforce_pp_advantages(
+                    token_level_rewards, mask_BT, gamma=gamma, gaps=REINFORCE_PP_GAPS
+                )
+                returns_BT = discounted_returns(token_level_rewards, mask_BT, gamma, gaps=REINFORCE_PP_GAPS)
                 return advantages_BT, returns_BT.to(advantages_BT.dtype)
             method = Method(advantage=AdvantageConfig(estimator=estimator), kl=KLConfig(placement="none"))
             group_ids_B = group_ids_from_index(index, mask_BT.shape[0])

@@ -10,6 +10,9 @@ Registers (names in :mod:`.names`, table in docs/verl.md):
 * policy losses ``tokenbalance_{grpo,ar,tr_grpo,ar_tr_grpo}`` -> :func:`.losses.policy_loss`;
 * advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}`` -> :mod:`.advantages`;
 * the trainer ``tokenbalance_lopti`` (:mod:`.lopti`), when verl's v1 trainer can be imported.
+
+It also installs :func:`.compat.guard_trl_value_head`, without which verl 0.9.1 cannot build a
+model in an environment that has TRL 1.16 (our ``trl`` extra) installed.
 """
 
 from __future__ import annotations
@@ -21,14 +24,15 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from tokenbalance.integrations.verl import lopti
+from tokenbalance.integrations.verl import compat, lopti
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
 from tokenbalance.integrations.verl.losses import policy_loss
 from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
 
 
 def register_all() -> None:
-    """Register every loss, estimator and the Lopti trainer (idempotent)."""
+    """Register every loss, estimator and the Lopti trainer; guard verl's TRL check (idempotent)."""
+    compat.guard_trl_value_head()
     for name in POLICY_LOSS_NAMES:
         if name not in POLICY_LOSS_REGISTRY:
             register_policy_loss(name)(policy_loss)  # the stages follow policy_loss.loss_mode

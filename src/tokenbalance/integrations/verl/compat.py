@@ -1,0 +1,56 @@
+"""verl 0.9.x next to the TRL of our ``trl`` extra: a guard for verl's value-head patch.
+
+verl 0.9.1's FSDP engine calls ``apply_monkey_patch`` on every model it builds (actor,
+reference); when ``trl`` is importable at all, that function imports TRL's
+``AutoModelForCausalLMWithValueHead`` (from ``trl.experimental.ppo``, else ``trl``) only to patch
+its ``state_dict``. TRL 1.16 no longer has that class anywhere, so in one environment holding both
+extras every verl training run fails at model build with ``ImportError: cannot import name
+'AutoModelForCausalLMWithValueHead' from 'trl'`` (verl issues #5690 / #5822 fixed the move to
+``trl.experimental``, not the removal).
+
+:func:`guard_trl_value_head` narrows verl's ``is_trl_available`` to "TRL is installed **and**
+has that class", which is what verl's two callers mean: the state-dict patch is skipped (there
+is no class to patch), and a value-head critic fails with verl's own "please install trl"
+message instead of an ``ImportError``. With an older TRL that has the class nothing changes.
+Installed by :mod:`.plugin` in every process, before verl's engine modules import the name.
+"""
+
+from __future__ import annotations
+
+import sys
+import warnings
+
+GUARDED_MODULES = ("verl.utils.import_utils", "verl.models.transformers.monkey_patch", "verl.utils.model")
+
+
+def trl_value_head_importable() -> bool:
+    """Whether ``AutoModelForCausalLMWithValueHead`` can be imported from TRL (either location)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # trl.experimental warns on import
+        try:
+            from trl.experimental.ppo import AutoModelForCausalLMWithValueHead  # noqa: F401
+        except ImportError:
+            try:
+                from trl import AutoModelForCausalLMWithValueHead  # noqa: F401
+            except ImportError:
+                return False
+    return True
+
+
+def guard_trl_value_head() -> None:
+    """Replace verl's ``is_trl_available`` (idempotent; see the module docstring)."""
+    from verl.utils import import_utils
+
+    original = import_utils.is_trl_available
+    if getattr(original, "tokenbalance_guard", False):
+        return
+
+    def is_trl_available() -> bool:
+        """TRL is installed and still provides ``AutoModelForCausalLMWithValueHead``."""
+        return original() and trl_value_head_importable()
+
+    is_trl_available.tokenbalance_guard = True
+    for name in GUARDED_MODULES:
+        module = sys.modules.get(name)
+        if module is not None and hasattr(module, "is_trl_available"):
+            module.is_trl_available = is_trl_available
