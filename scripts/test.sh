@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Set up the environment (if needed) and run the test suite. This is the README's test command
-# and exactly what CI runs. Extra arguments go to pytest (e.g. `bash scripts/test.sh -m slow`).
+# and exactly what CI runs.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -19,12 +19,24 @@ fi
 "$VENV/bin/python" -m ruff format --check src tests benchmarks
 "$VENV/bin/python" -m mypy
 
-set +e
-"$VENV/bin/python" -m pytest -q "$@"
-status=$?
-set -e
-if [ "$status" -eq 5 ]; then
-    echo "pytest collected no tests: treating that as a failure" >&2
-    exit 1
+# With no arguments: the default suite (everything but `slow`, kept under 10 minutes), then the
+# slow verl end-to-end tests (real verl trainer launches on CPU, minutes each). CI runs both.
+# Arguments go to a single pytest call instead (e.g. `bash scripts/test.sh tests/algorithms`).
+run_pytest() {
+    set +e
+    "$VENV/bin/python" -m pytest -q "$@"
+    local status=$?
+    set -e
+    if [ "$status" -eq 5 ]; then
+        echo "pytest collected no tests ($*): treating that as a failure" >&2
+        return 1
+    fi
+    return "$status"
+}
+
+if [ "$#" -gt 0 ]; then
+    run_pytest "$@"
+else
+    run_pytest -m "not slow"
+    run_pytest -m slow
 fi
-exit "$status"
