@@ -106,13 +106,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def resolve_checkpoint(path: str) -> str:
-    """A policy directory from a policy directory, a checkpoint directory or a run directory."""
+    """A policy directory from a policy directory, a checkpoint directory or a run directory (its
+    ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost)."""
+    from tokenbalance.trainer.rundir import is_complete_checkpoint
+
     directory = Path(path)
-    if (directory / "checkpoints" / "latest").is_file():
-        name = (directory / "checkpoints" / "latest").read_text().strip()
-        directory = directory / "checkpoints" / name
-    elif directory.is_dir() and not (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
-        raise ValueError(f"{path}: a run directory without a complete checkpoint (no checkpoints/latest)")
+    root = directory / "checkpoints"
+    if directory.is_dir() and not (directory / "config.json").is_file() and root.is_dir():
+        named = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
+        complete = sorted(p for p in root.glob("step_*") if is_complete_checkpoint(p))
+        if named is not None and (root / named).is_dir():
+            directory = root / named
+        elif complete:
+            directory = complete[-1]
+        else:
+            raise ValueError(f"{path}: a run directory without a complete checkpoint (no complete checkpoints/step_*)")
     if (directory / "model" / "config.json").is_file():
         directory = directory / "model"
     return str(directory)
@@ -176,7 +184,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     from tokenbalance.trainer.data import rl_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.loop import derive_seed, prompt_order
-    from tokenbalance.trainer.runner import policy_path, resolve_device
+    from tokenbalance.trainer.runner import check_before_work, policy_path, resolve_device
     from tokenbalance.trainer.scoring import encode_prompts
 
     config = config_from_args(args)
@@ -188,6 +196,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     if group_size < 2:
         raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
     method = apply_method_overrides(get_method(args.method), config.train.method_overrides)
+    check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     device = resolve_device(config.train.device)

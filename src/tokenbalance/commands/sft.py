@@ -59,8 +59,10 @@ def check_out_dir(out: Path, *, force: bool) -> None:
 def run(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
+    from tokenbalance.checks import check_choice
     from tokenbalance.config import absolute_paths
     from tokenbalance.models import check_policy_dir, load_policy, save_policy
+    from tokenbalance.tasks import get_task
     from tokenbalance.trainer.embedded import build_embedded_policy, write_sft_summary
     from tokenbalance.trainer.runner import resolve_device
     from tokenbalance.trainer.sft import run_sft, sft_pairs
@@ -68,7 +70,10 @@ def run(args: argparse.Namespace) -> int:
     config = absolute_paths(config_from_args(args))
     out = Path(args.out)
     check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
+    check_choice("data.template", config.data.template, get_task(config.data.task).templates)
     device = resolve_device(config.train.device)
+    if config.model.path is not None:
+        check_policy_dir(config.model.path)
     if config.model.path is None:
         summary = build_embedded_policy(config, out, device=device, progress=config.output.progress)
     else:
