@@ -12,6 +12,9 @@ import os
 import re
 import shutil
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -386,6 +389,32 @@ def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
     state = json.loads((run / "run_state.json").read_text())
     assert (state["status"], state["step"], state["reason"]) == ("interrupted", 1, "terminated (SIGTERM)")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # main() restores the handler it replaced
+
+
+def test_ctrl_c_in_a_real_process_is_one_message_and_a_resumable_run(tiny_policy_dir, tmp_path):
+    """The same across a process boundary: Ctrl-C (SIGINT) once the first checkpoint exists."""
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tokenbalance.cli", "train", "--model", str(tiny_policy_dir), *SETS]
+        + ["--set", "train.steps=1000", "--run-dir", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoints" / "step_000001").is_dir() and process.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().endswith(f"Continue it with: tokenbalance train --resume {run}"), err
+    state = json.loads((run / "run_state.json").read_text())
+    assert state["status"] == "interrupted" and state["step"] >= 1
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # no half checkpoint
 
 
 def test_messages_name_only_flags_that_exist():
