@@ -32,20 +32,22 @@ def _nearest_existing(path: Path) -> Path:
     return path
 
 
-def check_writable_dir(directory: str | os.PathLike, flag: str) -> None:
+def check_writable_dir(directory: str | os.PathLike, flag: str, shown: str | os.PathLike | None = None) -> None:
     """``ValueError`` unless ``directory`` can be created (its nearest existing ancestor is a
-    writable directory) or, when it exists, written: a probe file is created and removed."""
+    writable directory) or, when it exists, written: a probe file is created and removed. The
+    message names ``flag`` and ``shown`` (default: ``directory``), what the user typed."""
     directory = Path(directory)
+    shown = directory if shown is None else shown
     existing = _nearest_existing(directory)
     if not existing.is_dir():
-        raise ValueError(f"{flag} {directory}: {existing} is a file, not a directory; choose another path")
+        raise ValueError(f"{flag} {shown}: {existing} is a file, not a directory; choose another path")
     try:
         handle, probe = tempfile.mkstemp(dir=existing, prefix=".tokenbalance-probe-")
         os.close(handle)
         os.unlink(probe)
     except OSError as err:
         raise ValueError(
-            f"{flag} {directory}: cannot write in {existing} ({err.strerror or err}); choose a writable location"
+            f"{flag} {shown}: cannot write in {existing} ({err.strerror or err}); choose a writable location"
         ) from None
 
 
@@ -74,7 +76,7 @@ def check_output_file(
                 f"{flag} {path}: the file exists (written by an earlier tokenbalance command); pass --force to "
                 "replace it, or choose another path"
             )
-    check_writable_dir(path.parent, flag)
+    check_writable_dir(path.parent, flag, shown=path)
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

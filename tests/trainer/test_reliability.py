@@ -98,11 +98,13 @@ def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path
     (user / "config.yaml").write_text("mine: 1\n")  # a config.yaml of the user's: train overwrote it
     (user / "notes.txt").write_text("mine")
     status, err = run_cli(capsys, *train, str(user))
-    assert status == 2 and f"{user} already holds a run; pass --resume {user}" in err
-    (user / "config.yaml").unlink()
+    assert status == 2 and "holds files tokenbalance did not write (config.yaml, notes.txt)" in err
+    assert (
+        sorted(os.listdir(user)) == ["config.yaml", "notes.txt"] and (user / "config.yaml").read_text() == "mine: 1\n"
+    )
+    (user / "metrics.jsonl").write_text("")  # config.yaml and a log: a run, to be continued, not restarted
     status, err = run_cli(capsys, *train, str(user))
-    assert status == 2 and "holds files tokenbalance did not write (notes.txt)" in err
-    assert sorted(os.listdir(user)) == ["notes.txt"] and (user / "notes.txt").read_text() == "mine"
+    assert status == 2 and f"{user} already holds a run; pass --resume {user}" in err
     status, err = run_cli(capsys, *train, str(user / "notes.txt" / "run"))
     assert status == 2 and f"{user / 'notes.txt'} is a file, not a directory" in err
 

@@ -112,7 +112,9 @@ def _progress(total: int, description: str, quiet: bool):
 def run(args: argparse.Namespace) -> int:
     if not args.out.endswith(".parquet"):
         raise ValueError(f"--out must be a .parquet path, got {args.out!r}")
-    check_writable_dir(Path(args.out).parent, "--out")  # each file is checked again before it is written
+    check_writable_dir(
+        Path(args.out).parent, "--out", shown=args.out
+    )  # each file is checked again before it is written
     task = get_task(args.task)
     task.write_data(args, progress=lambda total, description: _progress(total, description, args.quiet), log=print)
     return 0

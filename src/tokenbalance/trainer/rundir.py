@@ -2,8 +2,9 @@
 resume makes after a process was killed.
 
 * :func:`check_new_run_dir`: a new run starts only in a new or empty directory; one holding a run
-  is refused with the ``--resume`` command, one holding anything else with a request for another
-  directory (nothing in it is deleted or overwritten).
+  (``config.yaml`` with ``run_state.json``, ``metrics.jsonl`` or ``checkpoints/``) is refused with
+  the ``--resume`` command, one holding anything else with a request for another directory
+  (nothing in it is deleted or overwritten).
 * :class:`RunLock`: one process at a time per run directory (an exclusive ``flock`` on
   ``RUN_DIR/.lock``, which names the holder's pid, host and start time; the kernel releases it
   when the holder exits, however it exits, so a lock is never stale).
@@ -30,7 +31,7 @@ from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.checkpoint import OPTIMIZER_FILE, STATE_FILE, checkpoint_step, write_text_atomic
 
 LOCK_FILE = ".lock"
-RUN_FILES = ("config.yaml", "metrics.jsonl", "run_state.json", "checkpoints")
+RUN_FILES = ("config.yaml", "metrics.jsonl", "run_state.json", "checkpoints")  # a run: the first and another
 
 
 def check_new_run_dir(run_dir: Path) -> None:
@@ -39,7 +40,7 @@ def check_new_run_dir(run_dir: Path) -> None:
         raise ValueError(f"--run-dir {run_dir}: is a file, not a directory; choose another --run-dir")
     if run_dir.is_dir():
         entries = sorted(e.name for e in run_dir.iterdir() if e.name != LOCK_FILE)
-        if any(name in RUN_FILES for name in entries):
+        if "config.yaml" in entries and any(name in RUN_FILES[1:] for name in entries):
             raise ValueError(
                 f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose another --run-dir"
             )
@@ -58,11 +59,13 @@ def resume_command(run_dir: Path) -> str:
 
 
 def write_end_status(run_dir: Path, err: BaseException) -> None:
-    """``run_state.json`` of a run stopped by ``err``: ``interrupted`` (Ctrl-C, SIGTERM) or
+    """``run_state.json`` of a run stopped by ``err``: ``interrupted`` (Ctrl-C, SIGTERM, an exit) or
     ``failed``, with the step a resume continues from (its last checkpoint) and the command; left
     as it is when it cannot be written (a full disk: the resume then reports the stale ``running``)."""
     if isinstance(err, KeyboardInterrupt):
         status, cause = "interrupted", {"reason": str(err) or "interrupted (Ctrl-C)"}
+    elif isinstance(err, SystemExit):  # asked to exit (e.g. by a library when its output pipe closed)
+        status, cause = "interrupted", {"reason": f"exit requested (SystemExit {err.code})"}
     else:
         status, cause = "failed", {"error": f"{type(err).__name__}: {err}"}
     state = {"status": status, "step": checkpoint_step(run_dir), **cause, "resume": resume_command(run_dir)}
