@@ -8,11 +8,18 @@ allowed::
     check_range("optim.lr", 0, 0.0, 1.0, low_open=True)   # optim.lr: must be in (0.0, 1.0], got 0
     check_range("count", 0, 1, integer=True)               # count: must be an integer in [1, inf], got 0
     check_choice("kl.estimator", "k5", ("k1", "k3"))       # kl.estimator: unknown value 'k5'; valid: 'k1', 'k3'
+    check_type("output.wandb", "flase", bool)               # output.wandb: expected true or false, got 'flase'
+
+``check_type`` checks a value against a field's declared type (``typing.get_type_hints`` of a
+dataclass): a config value is never taken for another type than the one declared.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import types
+import typing
 from collections.abc import Iterable
 from typing import Any
 
@@ -58,3 +65,75 @@ def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
     choices = tuple(choices)
     if value not in choices:
         raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}")
+
+
+def _describe(annotation: Any) -> str:
+    """What a value of the declared type looks like, in the words of a YAML / command-line user."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_describe(arg) for arg in args)
+    if annotation is type(None):
+        return "null"
+    if annotation is bool:
+        return "true or false"
+    if annotation is int:
+        return "an integer"
+    if annotation is float:
+        return "a number"
+    if annotation is str:
+        return "a string"
+    if origin in (tuple, list) or annotation in (tuple, list):
+        item = args[0] if args else Any
+        if item is Any:
+            return "a list"
+        return f"a list of {_describe(item).removeprefix('an ').removeprefix('a ')}s, e.g. [{_example(item)}]"
+    if origin is dict or annotation is dict:
+        return "a mapping"
+    if dataclasses.is_dataclass(annotation):
+        return f"a mapping of {getattr(annotation, '__name__', 'its')} fields"
+    return getattr(annotation, "__name__", str(annotation))
+
+
+def _example(annotation: Any) -> str:
+    return {int: "3", float: "0.5", str: "'a'", bool: "true"}.get(annotation, "...")
+
+
+def _matches(value: Any, annotation: Any) -> bool:
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if annotation is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_matches(value, arg) for arg in args)
+    if annotation is type(None):
+        return value is None
+    if annotation is bool:
+        return isinstance(value, bool)
+    if annotation is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if annotation is float:  # an integer is a number
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if annotation is str:
+        return isinstance(value, str)
+    if origin in (tuple, list) or annotation in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            return False
+        if not args:
+            return True
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            return len(value) == len(args) and all(_matches(v, a) for v, a in zip(value, args))
+        return all(_matches(v, args[0]) for v in value)
+    if origin is dict or annotation is dict:
+        return isinstance(value, dict)
+    if isinstance(annotation, type):
+        return isinstance(value, annotation)
+    return True  # a type this check does not know: left to the field's own rule
+
+
+def check_type(name: str, value: Any, annotation: Any) -> None:
+    """Fail unless ``value`` is of the declared type ``annotation`` (as resolved by
+    ``typing.get_type_hints``): ``bool`` only ``True``/``False``; ``int`` an integer, never a bool
+    or a float; ``float`` any number; ``str`` a string; ``tuple[T, ...]`` / ``list[T]`` a list of
+    ``T``; ``X | None`` either. Types it does not know pass (the field's own rule checks them)."""
+    if not _matches(value, annotation):
+        shown = list(value) if isinstance(value, tuple) else value
+        raise ValueError(f"{name}: expected {_describe(annotation)}, got {shown!r}")

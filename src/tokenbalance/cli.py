@@ -11,7 +11,9 @@ the CLI stays cheap: heavy imports happen inside ``func``.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
+import threading
 
 from tokenbalance import __version__
 from tokenbalance.commands import COMMAND_MODULES
@@ -38,13 +40,27 @@ def _quiet_transformers() -> None:
     hf_logging.disable_progress_bar()
 
 
+class _Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where the process is, so that it stops as Ctrl-C does (a run is marked
+    interrupted, temporary files are removed) instead of dying mid-write."""
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise _Terminated("terminated (SIGTERM)")
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command. Exit status: 0 done, 2 bad input or environment (one line on stderr naming
+    the cause, no traceback), 1 an output could not be written (full disk, lost mount), 130 Ctrl-C,
+    143 SIGTERM (one line saying where the work stopped; ``train`` prints its ``--resume`` command)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     _quiet_transformers()
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _on_sigterm) if in_main_thread else None
     try:
         return int(args.func(args) or 0)
     except ValueError as err:
@@ -52,6 +68,16 @@ def main(argv: list[str] | None = None) -> int:
         # line naming the cause; programming errors keep their traceback.
         print(f"tokenbalance {args.command}: error: {err}", file=sys.stderr)
         return 2
+    except OSError as err:  # the environment: a full disk, a read-only or lost mount
+        where = f": {err.filename}" if err.filename else ""
+        print(f"tokenbalance {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt as err:
+        print(f"\ntokenbalance {args.command}: {err or 'interrupted'}", file=sys.stderr)
+        return 143 if isinstance(err, _Terminated) or "SIGTERM" in str(err) else 130
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
 
 
 if __name__ == "__main__":

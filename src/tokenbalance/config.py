@@ -20,6 +20,7 @@ get a did-you-mean suggestion.
 from __future__ import annotations
 
 import dataclasses
+import os
 import re
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -30,7 +31,8 @@ import yaml
 from tokenbalance.algorithms.methods import METHOD_NESTED_TYPES, Method, apply_method_overrides, get_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.diagnostics.config import DiagnosticsConfig
-from tokenbalance.options import option, validate
+from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
+from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks.base import TASK_NAMES
 
 METHOD_PREFIX = "method."
@@ -42,6 +44,7 @@ class ModelConfig:
         None,
         "local Hugging Face model directory; None builds (or reuses) the embedded tiny model, SFT-warmed on K&K",
         nullable=True,
+        path=True,
     )
     arch: str = option("llama", "architecture of the embedded tiny model", choices=("llama", "qwen2"))
     hidden_size: int = option(128, "embedded model hidden size", low=8, high=8192)
@@ -53,7 +56,7 @@ class ModelConfig:
     )
     attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
     dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16", "float16"))
-    cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached")
+    cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached", path=True)
 
 
 @dataclass
@@ -75,9 +78,9 @@ class DataConfig:
         (3,), "difficulties evaluated (per-difficulty accuracy)", default_factory=lambda: (3,)
     )
     train_file: str | None = option(
-        None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of generated data", nullable=True
+        None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of generated data", nullable=True, path=True
     )
-    eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True)
+    eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True, path=True)
     eval_count: int = option(
         1000,
         "held-out examples per difficulty (K&K 2 people: at most 100); 1000 resolves a few points of accuracy",
@@ -183,7 +186,7 @@ class TrainConfig:
 
 @dataclass
 class OutputConfig:
-    run_dir: str | None = option(None, "run directory (default runs/<method>-<time>)", nullable=True)
+    run_dir: str | None = option(None, "run directory (default runs/<method>-<time>)", nullable=True, path=True)
     tensorboard: bool = option(False, "also log to TensorBoard (needs the tensorboard extra)")
     wandb: bool = option(False, "also log to Weights & Biases (offline unless WANDB_MODE is set)")
     progress: bool = option(True, "show a progress bar")
@@ -265,7 +268,23 @@ def config_yaml(config: RunConfig) -> str:
 
 
 def save_config(config: RunConfig, path: str | Path) -> None:
-    Path(path).write_text(config_yaml(config))
+    """Write ``config`` as YAML through a temporary file and a rename (never a half-written file)."""
+    write_text_atomic(path, config_yaml(config))
+
+
+def absolute_paths(config: RunConfig) -> RunConfig:
+    """``config`` with every path option (``model.path``, ``model.cache_dir``, ``data.*_file``,
+    ``output.run_dir``) made absolute (``~`` expanded), so that a saved config means the same
+    files from any working directory (``--resume`` runs from anywhere). Changed in place; returned."""
+    for f in dataclasses.fields(config):
+        section = getattr(config, f.name)
+        if not dataclasses.is_dataclass(section):
+            continue
+        for name in path_fields(type(section)):
+            value = getattr(section, name)
+            if isinstance(value, str) and value:
+                setattr(section, name, os.path.abspath(os.path.expanduser(value)))
+    return config
 
 
 def load_config(path: str | Path) -> RunConfig:
@@ -275,7 +294,12 @@ def load_config(path: str | Path) -> RunConfig:
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
-        raise ValueError(f"config file {str(path)!r} is not valid YAML: {err}") from None
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+        raise ValueError(f"config file {str(path)!r} is not valid YAML{where}: {problem}") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ValueError(f"config file {str(path)!r} cannot be read: {err}") from None
     return from_dict(RunConfig, data)
 
 
@@ -295,6 +319,11 @@ def _parse_value(text: str) -> Any:
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]).
+
+    The value of a string option (``str`` or ``str | None``: paths, names, the device) is taken
+    verbatim: ``model.path=null`` is the path ``null``, ``a #b`` keeps its ``#b``, ``123`` is the
+    name ``123``, and an empty value is an error, never "unset". Every value is then checked
+    against its field's declared type (``output.wandb=flase`` fails, as does ``train.steps=2.5``).
 
     ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes
     one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``; the long
@@ -318,7 +347,8 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
             sections = ", ".join(f"{s}.*" for s in [*data, "method"])
             hint = did_you_mean(parts[0], [*data, "method"]) if len(parts) > 1 else ""
             raise ValueError(f"override {key!r}: unknown option; valid sections: {sections}{hint}")
-        data[parts[0]][parts[1]] = _parse_value(text)
+        section_type = field_types(RunConfig)[parts[0]]
+        data[parts[0]][parts[1]] = text if is_string_field(section_type, parts[1]) else _parse_value(text)
     return from_dict(RunConfig, data)
 
 

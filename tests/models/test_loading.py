@@ -142,7 +142,7 @@ def test_pickle_only_weights_are_refused_unless_allowed(saved, tmp_path):
 
 def test_tokenizer_without_pad_token_is_refused_or_fixed(saved, tmp_path):
     path = copy_policy(saved, tmp_path, edit_tokenizer_config=lambda c: c.pop("pad_token"))
-    expected = r"no pad token; set one, e\.g\. tokenizer\.pad_token = tokenizer\.eos_token, or use --pad-token"
+    expected = r"no pad token; add one to its tokenizer_config\.json .*load_policy\(\.\.\., pad_token=\.\.\.\)"
     with pytest.raises(ValueError, match=expected):
         load_policy(path)
     _, tokenizer = load_policy(path, pad_token="<|endoftext|>")

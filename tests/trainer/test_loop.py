@@ -118,7 +118,7 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
     monkeypatch.setattr(loop, "rl_step", crash_on_third_step)
     with pytest.raises(KeyboardInterrupt):
         run_training(small_config, log=lambda *_: None)
-    assert json.loads((crashed / "run_state.json").read_text())["status"] == "failed"
+    assert json.loads((crashed / "run_state.json").read_text())["status"] == "interrupted"  # Ctrl-C, not a failure
     monkeypatch.setattr(loop, "rl_step", real_step)
     run_training(None, run_dir=crashed, resume=True, log=lambda *_: None)
     assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(

@@ -16,6 +16,7 @@ hyper-parameters. ``tokenbalance list-methods`` prints them.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from dataclasses import dataclass, field
 
 import torch
@@ -36,6 +37,7 @@ from tokenbalance.algorithms.passes import SINGLE_PASS_NAME, LoptiConfig, lopti_
 from tokenbalance.algorithms.registry import Registry, did_you_mean
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, scale_negative_advantages
+from tokenbalance.checks import check_type
 from tokenbalance.types import UpdatePass
 
 KL_PLACEMENTS = ("loss", "reward", "none")
@@ -676,6 +678,7 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
             if section in _NESTED_TYPES and isinstance(value, dict):
                 value = _NESTED_TYPES[section](**value)
             method = dataclasses.replace(method, **{section: value})
+            check_type(f"method.{key}", value, typing.get_type_hints(Method)[section])
             continue
         if section not in _NESTED_TYPES:
             hint = did_you_mean(section, _NESTED_TYPES)
@@ -686,4 +689,5 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
             hint = did_you_mean(name, fields)
             raise ValueError(f"method.{key}: unknown field {name!r}; valid: {', '.join(sorted(fields))}{hint}")
         method = dataclasses.replace(method, **{section: dataclasses.replace(current, **{name: value})})
+        check_type(f"method.{key}", value, typing.get_type_hints(type(current))[name])  # after the range checks
     return method

@@ -27,14 +27,16 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import json
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 from tokenbalance.diagnostics.sinks import dump_json
+from tokenbalance.outputs import check_output_file
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -46,6 +48,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument(
             "checkpoint",
             nargs="?",
+            type=nonempty,
             metavar="CHECKPOINT",
             help="a policy directory, a run's checkpoints/step_N directory, or a run directory "
             "(its latest checkpoint); default --model / the embedded policy",
@@ -55,6 +58,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         sub.add_argument("--group-size", type=int, help="responses per prompt (default rollout.group_size)")
         sub.add_argument(
             "--method",
+            type=nonempty,
             default=method,
             help=f"method preset for the advantages (default {method}; "
             "--set method.KEY=VALUE changes its hyper-parameters)",
@@ -64,7 +68,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub = common("buckets", "bucket-only single-update experiment (AR-Lopti Figures 1 and 3)", 8, "grpo")
     sub.add_argument("--lr", type=float, default=1e-3, help="SGD learning rate (default 1e-3, the paper's)")
     sub.add_argument("--edges", default="0,0.25,0.5,0.75,1", help="bucket edges covering [0, 1]")
-    sub.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    sub.add_argument(
+        "--json", dest="json_out", type=nonempty, help="also write the results as JSON to this file (a new file)"
+    )
+    sub.add_argument("--force", action="store_true", help="replace a --json file an earlier diagnose wrote")
     sub.set_defaults(func=run_buckets)
 
     sub = common(
@@ -77,7 +84,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     sub.add_argument("--lr", type=float, help="learning rate (default optim.lr)")
     sub.add_argument("--pos-only", action="store_true", help="zero the negative advantages (the paper's Pos Only)")
     sub.add_argument("--epsilon", type=float, default=0.0, help="a question is LLD when its Δ is below this")
-    sub.add_argument("--json", dest="json_out", help="also write the results as JSON to this file")
+    sub.add_argument(
+        "--json", dest="json_out", type=nonempty, help="also write the results as JSON to this file (a new file)"
+    )
+    sub.add_argument("--force", action="store_true", help="replace a --json file an earlier diagnose wrote")
     sub.set_defaults(func=run_lld)
 
     sub = common("nthr", "incorrect responses with the tokens NTHR selects highlighted", 4, "nthr")
@@ -96,13 +106,21 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def resolve_checkpoint(path: str) -> str:
-    """A policy directory from a policy directory, a checkpoint directory or a run directory."""
+    """A policy directory from a policy directory, a checkpoint directory or a run directory (its
+    ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost)."""
+    from tokenbalance.trainer.rundir import is_complete_checkpoint
+
     directory = Path(path)
-    if (directory / "checkpoints" / "latest").is_file():
-        name = (directory / "checkpoints" / "latest").read_text().strip()
-        directory = directory / "checkpoints" / name
-    elif directory.is_dir() and not (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
-        raise ValueError(f"{path}: a run directory without a complete checkpoint (no checkpoints/latest)")
+    root = directory / "checkpoints"
+    if directory.is_dir() and not (directory / "config.json").is_file() and root.is_dir():
+        named = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
+        complete = sorted(p for p in root.glob("step_*") if is_complete_checkpoint(p))
+        if named is not None and (root / named).is_dir():
+            directory = root / named
+        elif complete:
+            directory = complete[-1]
+        else:
+            raise ValueError(f"{path}: a run directory without a complete checkpoint (no complete checkpoints/step_*)")
     if (directory / "model" / "config.json").is_file():
         directory = directory / "model"
     return str(directory)
@@ -166,7 +184,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     from tokenbalance.trainer.data import rl_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.loop import derive_seed, prompt_order
-    from tokenbalance.trainer.runner import policy_path, resolve_device
+    from tokenbalance.trainer.runner import check_before_work, policy_path, resolve_device
     from tokenbalance.trainer.scoring import encode_prompts
 
     config = config_from_args(args)
@@ -178,6 +196,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     if group_size < 2:
         raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
     method = apply_method_overrides(get_method(args.method), config.train.method_overrides)
+    check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
     if config.train.threads:
         torch.set_num_threads(config.train.threads)
     device = resolve_device(config.train.device)
@@ -277,9 +296,28 @@ def _fmt(value: float, spec: str = "+.4f") -> str:
     return "nan" if value is None or (isinstance(value, float) and math.isnan(value)) else format(value, spec)
 
 
+WRITTEN_BY = "tokenbalance diagnose"
+
+
+def _json_written_by_us(path: Path) -> bool:
+    try:
+        return json.loads(path.read_text()).get("written_by") == WRITTEN_BY
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def check_json_out(args: argparse.Namespace) -> None:
+    """Before the experiment: ``--json FILE`` is new (or, with ``--force``, a file diagnose wrote)
+    and its directory writable, so that the results are never lost after the work."""
+    if args.json_out:
+        check_output_file(args.json_out, "--json", force=args.force, written_by=_json_written_by_us)
+
+
 def _write_json(path: str | None, data: dict) -> None:
     if path:
-        Path(path).write_text(dump_json(data, indent=1) + "\n")  # NaN / inf as null (docs/metrics.md)
+        from tokenbalance.trainer.checkpoint import write_text_atomic
+
+        write_text_atomic(Path(path), dump_json(data, indent=1) + "\n")  # NaN / inf as null (docs/metrics.md)
         print(f"written: {path}")
 
 
@@ -352,6 +390,7 @@ def run_buckets(args: argparse.Namespace) -> int:
     edges = parse_edges(args.edges)
     if not args.lr > 0:
         raise ValueError(f"--lr: must be > 0, got {args.lr}")
+    check_json_out(args)
     batch = prepare_batch(args)
     results = bucket_experiment(batch, edges=edges, lr=args.lr)
     tokens = int(batch.mask_BT.sum())
@@ -382,6 +421,7 @@ def run_buckets(args: argparse.Namespace) -> int:
     _write_json(
         args.json_out,
         {
+            "written_by": WRITTEN_BY,
             "edges": list(edges),
             "lr": args.lr,
             "method": batch.method.name,
@@ -454,6 +494,9 @@ def run_lld(args: argparse.Namespace) -> int:
         return 0
     import torch
 
+    if args.lr is not None and not args.lr > 0:
+        raise ValueError(f"--lr: must be > 0, got {args.lr}")
+    check_json_out(args)
     batch = prepare_batch(args)
     lr = args.lr if args.lr is not None else batch.config.optim.lr
     if not lr > 0:
@@ -496,6 +539,7 @@ def run_lld(args: argparse.Namespace) -> int:
     _write_json(
         args.json_out,
         {
+            "written_by": WRITTEN_BY,
             "method": batch.method.name,
             "pos_only": args.pos_only,
             "optimizer": args.optimizer,

@@ -26,9 +26,10 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import evaluate
-    from tokenbalance.trainer.runner import policy_path, resolve_device
+    from tokenbalance.trainer.runner import check_before_work, policy_path, resolve_device
 
     config = config_from_args(args)
+    check_before_work(config)  # data, tokenizer, prompt lengths, device: before any model work
     device = resolve_device(config.train.device)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))

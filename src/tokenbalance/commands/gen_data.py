@@ -5,7 +5,8 @@
     tokenbalance gen-data kk --people 3-7 --split test --per-level-source --out data/{n}ppl/test_new.parquet
     tokenbalance gen-data arith --level 2 --split train --count 1000 --out arith_l2_train.parquet
 
-K&K files have exactly the Logic-RL schema and, with the defaults, the published rows. Progress
+K&K files have exactly the Logic-RL schema and, with the defaults, the published rows. An existing
+file is never replaced unless ``--force`` is given and gen-data wrote it (docs/reliability.md). Progress
 goes to stderr (for more than 2,000 puzzles drawn); stdout gets one line per file written. Each
 task writes its own files (``Task.write_data``); the options marked kk: / arith: are theirs.
 """
@@ -14,7 +15,10 @@ from __future__ import annotations
 
 import argparse
 from contextlib import contextmanager
+from pathlib import Path
 
+from tokenbalance.commands.train import nonempty
+from tokenbalance.outputs import check_writable_dir
 from tokenbalance.tasks import TASK_NAMES, get_task
 
 PROGRESS_THRESHOLD = 2000  # puzzles drawn from the streams (skipped ones included)
@@ -35,7 +39,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="kk: train = global indices 100..999, test = 1000..1099 (n = 2: 100..299 / 0..99)",
     )
     parser.add_argument(
-        "--out", required=True, help="output .parquet path; with a --people range and no --merge it must contain {n}"
+        "--out",
+        required=True,
+        type=nonempty,
+        help="output .parquet path; with a --people range and no --merge it must contain {n}",
     )
     parser.add_argument("--people", default=None, help="kk: number of people, N or A-B (2..8; default 3)")
     parser.add_argument(
@@ -79,6 +86,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--level", type=int, default=None, help="arith: difficulty level 1..5 (default 2)")
     parser.add_argument("--quiet", action="store_true", help="no progress display")
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace --out files an earlier gen-data wrote (never a file it did not write)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -100,6 +112,9 @@ def _progress(total: int, description: str, quiet: bool):
 def run(args: argparse.Namespace) -> int:
     if not args.out.endswith(".parquet"):
         raise ValueError(f"--out must be a .parquet path, got {args.out!r}")
+    check_writable_dir(
+        Path(args.out).parent, "--out", shown=args.out
+    )  # each file is checked again before it is written
     task = get_task(args.task)
     task.write_data(args, progress=lambda total, description: _progress(total, description, args.quiet), log=print)
     return 0

@@ -10,11 +10,20 @@ from __future__ import annotations
 
 import argparse
 
+from tokenbalance.commands.train import nonempty
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plot", help="plot training curves and diagnostics of runs (metrics.jsonl)")
-    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run directories holding metrics.jsonl")
-    parser.add_argument("--out", help="output directory (default: the first RUN_DIR/plots)")
+    parser.add_argument(
+        "run_dirs", nargs="+", type=nonempty, metavar="RUN_DIR", help="run directories holding metrics.jsonl"
+    )
+    parser.add_argument(
+        "--out",
+        type=nonempty,
+        help="output directory (default: the first RUN_DIR/plots); figure files there are replaced only when an "
+        "earlier plot wrote them",
+    )
     parser.add_argument("--format", default="png,svg", help="comma-separated image formats: png, svg (default both)")
     parser.set_defaults(func=run)
 

@@ -9,31 +9,75 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("sft", help="supervised warm start on generated K&K solutions")
     add_config_arguments(parser)
-    parser.add_argument("--out", required=True, help="output directory (Hugging Face format)")
+    parser.add_argument(
+        "--out",
+        required=True,
+        type=nonempty,
+        help="output directory (Hugging Face format): a new or empty directory, or with --force one an earlier "
+        "`tokenbalance sft` wrote",
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="replace an SFT policy an earlier `tokenbalance sft` wrote to --out (never a directory holding "
+        "other files)",
+    )
     parser.set_defaults(func=run)
+
+
+def check_out_dir(out: Path, *, force: bool) -> None:
+    """``ValueError`` unless the SFT policy may be written to ``out``: a new or empty directory, or
+    (with ``force``) one holding only the files an earlier ``tokenbalance sft`` recorded writing."""
+    from tokenbalance.outputs import check_writable_dir
+    from tokenbalance.trainer.embedded import sft_written_files
+
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"--out {out}: is a file, not a directory; choose another --out")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if entries:
+        ours = sft_written_files(out)
+        foreign = [name for name in entries if name not in ours]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ValueError(
+                f"--out {out}: the directory exists and holds files `tokenbalance sft` did not write ({shown}); "
+                "it is never replaced. Choose a new or empty --out"
+            )
+        if not force:
+            raise ValueError(
+                f"--out {out}: holds an SFT policy written earlier; pass --force to replace it, or choose another --out"
+            )
+    check_writable_dir(out.parent, "--out")
 
 
 def run(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
-    from tokenbalance.models import load_policy, save_policy
-    from tokenbalance.trainer.embedded import build_embedded_policy
+    from tokenbalance.checks import check_choice
+    from tokenbalance.config import absolute_paths
+    from tokenbalance.models import check_policy_dir, load_policy, save_policy
+    from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.embedded import build_embedded_policy, write_sft_summary
     from tokenbalance.trainer.runner import resolve_device
     from tokenbalance.trainer.sft import run_sft, sft_pairs
 
-    config = config_from_args(args)
-    device = resolve_device(config.train.device)
+    config = absolute_paths(config_from_args(args))
     out = Path(args.out)
+    check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
+    check_choice("data.template", config.data.template, get_task(config.data.task).templates)
+    device = resolve_device(config.train.device)
+    if config.model.path is not None:
+        check_policy_dir(config.model.path)
     if config.model.path is None:
         summary = build_embedded_policy(config, out, device=device, progress=config.output.progress)
     else:
-        model, tokenizer = load_policy(config.model.path, device=device)
+        model, tokenizer = load_policy(check_policy_dir(config.model.path), device=device)
         losses = run_sft(
             model,
             tokenizer,
@@ -46,5 +90,6 @@ def run(args: argparse.Namespace) -> int:
         )
         save_policy(model, tokenizer, out)
         summary = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
+        write_sft_summary(out, summary)
     print(f"saved the SFT policy to {out} (final loss {summary['sft_final_loss']:.4f})")
     return 0

@@ -9,8 +9,16 @@ import argparse
 from pathlib import Path
 
 
+def nonempty(value: str) -> str:
+    """An argparse ``type`` for paths and names: taken verbatim, but never empty (an empty value is
+    an unset shell variable far more often than a wish for the default)."""
+    if value == "":
+        raise argparse.ArgumentTypeError("empty value (an unset shell variable?); give a value or leave the option out")
+    return value
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--config", help="YAML run config (see --help-config for every option)")
+    parser.add_argument("--config", type=nonempty, help="YAML run config (see --help-config for every option)")
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -19,8 +27,10 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECTION.FIELD=VALUE",
         help="override one option, e.g. --set rollout.group_size=4 (repeatable)",
     )
-    parser.add_argument("--model", help="local Hugging Face model directory (default: the embedded tiny policy)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument(
+        "--model", type=nonempty, help="local Hugging Face model directory (default: the embedded tiny policy)"
+    )
+    parser.add_argument("--device", type=nonempty, help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--help-config", action="store_true", help="list every config option with its default")
@@ -62,11 +72,12 @@ def config_from_args(args: argparse.Namespace):
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="RL training (default: the embedded tiny K&K run)")
     add_config_arguments(parser)
-    parser.add_argument("--method", help="method preset (tokenbalance list-methods)")
+    parser.add_argument("--method", type=nonempty, help="method preset (tokenbalance list-methods)")
     parser.add_argument("--steps", type=int, help="RL steps")
-    parser.add_argument("--run-dir", help="run directory (default runs/<method>-<time>)")
+    parser.add_argument("--run-dir", type=nonempty, help="run directory: new or empty (default runs/<method>-<time>)")
     parser.add_argument(
         "--resume",
+        type=nonempty,
         metavar="RUN_DIR",
         help="continue the run in RUN_DIR from its latest checkpoint with its saved config; --steps N extends it "
         "to N steps; other changes (--set of anything but reporting/device, --method, --config, --seed) are refused",
@@ -127,7 +138,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from tokenbalance.trainer.runner import run_training
 
-    if args.resume:
+    if args.resume is not None:
         run_training(resumed_config(args), run_dir=Path(args.resume), resume=True)
         return 0
     run_training(config_from_args(args))

@@ -13,7 +13,9 @@ Four figures, each written as PNG and SVG:
 
 Several runs are overlaid (one colour each, labelled with the run directory's name). A run that
 lacks a panel's keys (older runs, diagnostics switched off) appears in that panel's legend as
-"(no data)"; nothing is skipped silently and a missing key never raises. Matplotlib is used through
+"(no data)"; nothing is skipped silently and a missing key never raises. The figures replace only
+files an earlier ``plot`` wrote into the output directory (listed in its
+``.tokenbalance-written.json``); a file of the user's of the same name is never replaced. Matplotlib is used through
 ``Figure`` objects with the Agg canvas, so no display and no global backend state are involved.
 
     tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/
@@ -32,6 +34,7 @@ from matplotlib.figure import Figure
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
 from tokenbalance.diagnostics.sinks import restore_non_finite
+from tokenbalance.outputs import check_files_replaceable, record_written
 
 FORMATS = ("png", "svg")
 NO_DATA = " (no data)"
@@ -318,7 +321,10 @@ def plot_runs(
     runs = [load_run(d) for d in run_dirs]
     _unique_names(runs)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
+    names = [f"{name}.{fmt}" for name in FIGURES for fmt in formats]
+    check_files_replaceable(out, names, "--out")  # a figure file of the user's is never replaced
     out.mkdir(parents=True, exist_ok=True)
+    record_written(out, names)  # before writing: a figure half-written by a killed process is still ours
     written = []
     for name, make in FIGURES.items():
         fig = make(runs)

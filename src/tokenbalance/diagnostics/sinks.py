@@ -16,6 +16,8 @@ import math
 import os
 from pathlib import Path
 
+from tokenbalance.outputs import write_text_atomic
+
 OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
 
 
@@ -82,16 +84,19 @@ class MetricsLog:
             os.environ.setdefault("WANDB_MODE", "offline")
             self._wandb = wandb_module.init(project="tokenbalance", name=run_name, dir=str(run_dir), config=config)
 
-    def truncate_after(self, step: int) -> None:
-        """Drop records logged after ``step`` (a resumed run repeats them)."""
+    def truncate_after(self, step: int) -> str | None:
+        """Drop records logged after ``step`` (a resumed run repeats them), and a torn last line (an
+        append cut short, e.g. by a full disk); returns a note when a torn line was dropped. The
+        file is replaced through a temporary file and a rename. A malformed line before the last
+        is an error naming the file and the line."""
         if not self.path.exists():
-            return
-        kept = [
-            line
-            for line in self.path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("step", 0) <= step
-        ]
-        self.path.write_text("".join(line + "\n" for line in kept))
+            return None
+        records, torn = parse_metrics_lines(self.path)
+        kept = [line for line, record in records if record.get("step", 0) <= step]
+        write_text_atomic(self.path, "".join(line + "\n" for line in kept))
+        if torn is None:
+            return None
+        return f"{self.path}: dropped a torn last line (an interrupted write): {torn[:80]!r}"
 
     def log(self, step: int, kind: str, metrics: dict[str, float]) -> None:
         record = {"step": step, "kind": kind, **metrics}
@@ -111,10 +116,34 @@ class MetricsLog:
             self._wandb.finish()
 
 
+def parse_metrics_lines(path: Path) -> tuple[list[tuple[str, dict]], str | None]:
+    """``([(line, record), ...], torn)`` of a ``metrics.jsonl`` file: ``torn`` is an unreadable
+    last line (an append cut short), left out of the records; an unreadable line before the last
+    (or a line that is not a JSON object) is a ``ValueError`` naming the file and the line."""
+    lines = [(number, line) for number, line in enumerate(Path(path).read_text().splitlines(), 1) if line.strip()]
+    records: list[tuple[str, dict]] = []
+    for position, (number, line) in enumerate(lines):
+        try:
+            record = json.loads(line)
+        except ValueError as err:
+            if position == len(lines) - 1:
+                return records, line
+            raise ValueError(
+                f"{path}: line {number} is not JSON ({err}); fix or delete that line (records are one JSON object "
+                "per line)"
+            ) from None
+        if not isinstance(record, dict):
+            raise ValueError(f"{path}: line {number} is not a JSON object: {line[:80]!r}")
+        records.append((line, record))
+    return records, None
+
+
 def read_metrics(path: Path) -> list[dict]:
     """All records of a ``metrics.jsonl`` file; non-finite values (``null``, or ``"nan"`` /
-    ``"inf"`` / ``"-inf"`` in older files) come back as floats (:func:`restore_non_finite`)."""
+    ``"inf"`` / ``"-inf"`` in older files) come back as floats (:func:`restore_non_finite`). A
+    torn last line (an append cut short) is left out; another malformed line is a ``ValueError``
+    naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no metrics.jsonl here (is this a run directory?)")
-    return [restore_non_finite(json.loads(line)) for line in path.read_text().splitlines() if line.strip()]
+    return [restore_non_finite(record) for _, record in parse_metrics_lines(path)[0]]

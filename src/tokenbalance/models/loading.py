@@ -33,6 +33,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import (
@@ -126,8 +127,8 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, where: object = "tokeniz
     """``ValueError`` if ``tokenizer`` has no pad or no eos token."""
     if tokenizer.pad_token_id is None:
         raise ValueError(
-            f"{where}: the tokenizer has no pad token; set one, e.g. "
-            "tokenizer.pad_token = tokenizer.eos_token, or use --pad-token"
+            f"{where}: the tokenizer has no pad token; add one to its tokenizer_config.json (e.g. "
+            '"pad_token": the eos token\'s text), or from Python pass load_policy(..., pad_token=...)'
         )
     if tokenizer.eos_token_id is None:
         raise ValueError(f"{where}: the tokenizer has no eos token; set tokenizer.eos_token")
@@ -141,6 +142,17 @@ def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
     if declared in GENERIC_TOKENIZER_CLASSES and (directory / "tokenizer.json").is_file():
         return PreTrainedTokenizerFast.from_pretrained(directory, local_files_only=True)
     return AutoTokenizer.from_pretrained(directory, local_files_only=True, trust_remote_code=False)
+
+
+def load_checked_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
+    """:func:`load_tokenizer` with any failure reported as a ``ValueError`` naming ``directory``."""
+    try:
+        return load_tokenizer(directory)
+    except Exception as err:  # noqa: BLE001 - any failure here is the files' (tokenizers raises its own types)
+        raise ValueError(
+            f"{directory}: cannot load the tokenizer ({_first_line(err)}); its tokenizer files are damaged or "
+            "of an unknown format"
+        ) from None
 
 
 def load_policy(
@@ -170,19 +182,40 @@ def load_policy(
     docstring.
     """
     directory = check_policy_dir(path, allow_pickle=allow_pickle)
-    tokenizer = load_tokenizer(directory)
+    try:
+        json.loads((directory / CONFIG_FILE).read_text())
+    except (OSError, ValueError) as err:
+        raise ValueError(
+            f"{directory / CONFIG_FILE}: not a valid JSON file ({err}); the model directory is damaged"
+        ) from None
+    tokenizer = load_checked_tokenizer(directory)
     if pad_token is not None:
         tokenizer.pad_token = pad_token
     check_tokenizer(tokenizer, directory)
     has_safetensors = any(any(directory.glob(pattern)) for pattern in SAFETENSORS_PATTERNS)
-    model = AutoModelForCausalLM.from_pretrained(
-        directory,
-        local_files_only=True,
-        trust_remote_code=False,
-        use_safetensors=has_safetensors,
-        dtype=dtype,
-        attn_implementation=attn_implementation,
-    )
+    try:
+        loaded: Any = AutoModelForCausalLM.from_pretrained(
+            directory,
+            local_files_only=True,
+            trust_remote_code=False,
+            use_safetensors=has_safetensors,
+            dtype=dtype,
+            attn_implementation=attn_implementation,
+            output_loading_info=True,
+        )
+        model, info = loaded
+    except Exception as err:  # noqa: BLE001 - a damaged or mismatched file; safetensors has its own error type
+        weights = ", ".join(sorted(p.name for pattern in SAFETENSORS_PATTERNS for p in directory.glob(pattern)))
+        raise ValueError(
+            f"{directory}: cannot load the model ({_first_line(err)}); the weights ({weights or 'pytorch_model.bin'}) "
+            f"are damaged or do not match {CONFIG_FILE}"
+        ) from None
+    missing = sorted(info.get("missing_keys") or ())
+    if missing:
+        raise ValueError(
+            f"{directory}: the weights lack {len(missing)} tensor(s) that {CONFIG_FILE} asks for (e.g. {missing[0]}); "
+            "they would be initialised at random. The weights and the config do not belong together"
+        )
     embedding_rows = model.get_input_embeddings().num_embeddings
     if len(tokenizer) > embedding_rows:
         raise ValueError(
@@ -192,6 +225,11 @@ def load_policy(
     if model.config.pad_token_id is None:
         model.config.pad_token_id = tokenizer.pad_token_id
     return model.to(device).eval(), tokenizer
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
 
 
 def check_special_tokens(

@@ -301,8 +301,9 @@ def arith_rows(problems: list[ArithProblem], template: str = "raw", data_source:
     ]
 
 
-def write_arith_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> Any:
-    """Write :func:`arith_rows` output as parquet (same layout as the DeepScaleR files)."""
+def write_arith_parquet(rows: list[dict[str, Any]], path: str | os.PathLike, *, replace: bool = False) -> Any:
+    """Write :func:`arith_rows` output as parquet (same layout as the DeepScaleR files; an existing
+    file only with ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
     import pyarrow as pa
 
     if not rows:
@@ -320,7 +321,7 @@ def write_arith_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> 
             ),
         ]
     )
-    return write_parquet_atomic(rows, path, schema)
+    return write_parquet_atomic(rows, path, schema, replace=replace)
 
 
 def _math_example(reader: RowReader, default_source: str) -> TaskExample:
@@ -435,5 +436,5 @@ class ArithTask(BaseTask):
             start_index=0 if options.start_index is None else options.start_index,
         )
         rows = arith_rows(problems, template=options.template or "raw", data_source=options.data_source or "arith")
-        path = write_arith_parquet(rows, options.out)
+        path = write_arith_parquet(rows, options.out, replace=getattr(options, "force", False))
         log(f"wrote {len(rows)} rows (arith level {problems[0].level}, {options.split}) to {path}")

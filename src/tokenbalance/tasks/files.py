@@ -126,13 +126,56 @@ def read_rows(path: str | os.PathLike) -> list[RowReader]:
     raise ValueError(f"{file}: unknown file type {suffix or '(none)'!r}; valid suffixes: {valid}")
 
 
-def write_parquet_atomic(rows: Iterable[dict[str, Any]], path: str | os.PathLike, schema: Any) -> Path:
-    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the path."""
+WRITTEN_BY_KEY = b"written_by"
+WRITTEN_BY = b"tokenbalance gen-data"
+
+
+def parquet_written_by_tokenbalance(path: str | os.PathLike) -> bool:
+    """Whether the parquet file ``path`` carries the mark :func:`write_parquet_atomic` writes
+    (its schema metadata ``written_by``); False for any other or unreadable file."""
+    try:
+        import pyarrow.parquet as pq
+
+        metadata = pq.read_schema(path).metadata or {}
+    except Exception:  # noqa: BLE001 - not a parquet file we can read: not ours
+        return False
+    return metadata.get(WRITTEN_BY_KEY) == WRITTEN_BY
+
+
+def check_parquet_target(path: str | os.PathLike, *, replace: bool = False) -> None:
+    """``ValueError`` unless ``path`` may be written: it does not exist, or ``replace`` is given and
+    the file there was written by tokenbalance (:func:`parquet_written_by_tokenbalance`). A file of
+    the user's is never replaced."""
+    target = Path(path)
+    if target.is_dir():
+        raise ValueError(f"--out {target}: is a directory; give a .parquet file path")
+    if not target.exists():
+        return
+    if not parquet_written_by_tokenbalance(target):
+        raise ValueError(
+            f"--out {target}: the file exists and was not written by tokenbalance gen-data; it is never replaced. "
+            "Choose another --out (or move the file away yourself)"
+        )
+    if not replace:
+        raise ValueError(
+            f"--out {target}: the file exists (written by an earlier gen-data); pass --force to replace it, "
+            "or choose another --out"
+        )
+
+
+def write_parquet_atomic(
+    rows: Iterable[dict[str, Any]], path: str | os.PathLike, schema: Any, *, replace: bool = False
+) -> Path:
+    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the
+    path. The file is marked as tokenbalance's (schema metadata ``written_by``); an existing file is
+    replaced only with ``replace`` and only when it carries that mark (:func:`check_parquet_target`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     target = Path(path)
+    check_parquet_target(target, replace=replace)
     target.parent.mkdir(parents=True, exist_ok=True)
+    schema = schema.with_metadata({**(schema.metadata or {}), WRITTEN_BY_KEY: WRITTEN_BY})
     table = pa.Table.from_pylist(list(rows), schema=schema)
     handle, temp_name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(handle)

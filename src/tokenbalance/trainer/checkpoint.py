@@ -23,6 +23,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokenbalance.models import save_policy
+from tokenbalance.outputs import write_text_atomic
+
+__all__ = ["checkpoint_step", "latest_checkpoint", "load_trainer_state", "save_checkpoint", "write_text_atomic"]
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -49,14 +52,6 @@ def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: 
         index, name = key.split(".", 1)
         state.setdefault(int(index), {})[name] = value
     optimizer.load_state_dict({"state": state, "param_groups": meta["param_groups"]})
-
-
-def write_text_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(handle, "w") as out:
-        out.write(text)
-    os.replace(tmp, path)
 
 
 def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state: dict) -> Path:
@@ -89,6 +84,18 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     if not (path / STATE_FILE).is_file():
         raise ValueError(f"{pointer}: points to {path.name}, which is not a complete checkpoint")
     return path
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    """The step of the checkpoint ``latest`` names; 0 when there is none (or it cannot be read)."""
+    try:
+        path = latest_checkpoint(run_dir)
+    except (OSError, ValueError):
+        return 0
+    try:
+        return int(path.name.removeprefix("step_")) if path is not None else 0
+    except ValueError:
+        return 0
 
 
 def load_trainer_state(checkpoint: Path, optimizer) -> dict:

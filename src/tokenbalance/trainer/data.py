@@ -9,11 +9,46 @@ index ranges are in :mod:`tokenbalance.tasks.kk.task`; arith uses one seed per u
 
 from __future__ import annotations
 
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+
 from tokenbalance.config import DataConfig
 from tokenbalance.tasks import get_task
-from tokenbalance.tasks.base import TaskExample
+from tokenbalance.tasks.base import TASK_FACTORIES, TaskExample
 
 RL_COUNT = 900  # RL prompts asked for per difficulty (the Logic-RL train split's size)
+
+_memo: dict | None = None  # set inside ``reused_examples()``
+
+
+@contextlib.contextmanager
+def reused_examples() -> Iterator[None]:
+    """Within the block, the same data asked for twice is built (or read) once: the checks before
+    a run read the data files and the run reads them again. Files are keyed by their size and
+    modification time, generated data by every setting it depends on."""
+    global _memo
+    outer, _memo = _memo, {} if _memo is None else _memo
+    try:
+        yield
+    finally:
+        _memo = outer
+
+
+def _memoized(key: tuple, build: Callable[[], list[TaskExample]]) -> list[TaskExample]:
+    if _memo is None:
+        return build()
+    if key not in _memo:
+        _memo[key] = build()
+    return list(_memo[key])
+
+
+def _file_key(path: str) -> tuple:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return (path,)
+    return (path, stat.st_size, stat.st_mtime_ns)
 
 
 def _generated(config: DataConfig, difficulties, use: str, count: int) -> list[TaskExample]:
@@ -41,16 +76,24 @@ def _from_file(config: DataConfig, path: str) -> list[TaskExample]:
     return examples
 
 
+def _key(config: DataConfig, *parts) -> tuple:
+    return (id(TASK_FACTORIES.get(config.task)), config.task, config.template, *parts)
+
+
 def rl_examples(config: DataConfig) -> list[TaskExample]:
     if config.train_file:
-        return _from_file(config, config.train_file)
-    return _generated(config, config.train_difficulties, "rl", RL_COUNT)
+        path = config.train_file
+        return _memoized(_key(config, "file", *_file_key(path)), lambda: _from_file(config, path))
+    levels = tuple(config.train_difficulties)
+    return _memoized(_key(config, "rl", levels), lambda: _generated(config, levels, "rl", RL_COUNT))
 
 
 def eval_examples(config: DataConfig) -> list[TaskExample]:
     if config.eval_file:
-        return _from_file(config, config.eval_file)
-    return _generated(config, config.eval_difficulties, "eval", config.eval_count)
+        path = config.eval_file
+        return _memoized(_key(config, "file", *_file_key(path)), lambda: _from_file(config, path))
+    levels, count = tuple(config.eval_difficulties), config.eval_count
+    return _memoized(_key(config, "eval", levels, count), lambda: _generated(config, levels, "eval", count))
 
 
 def sft_examples(config: DataConfig, count: int) -> list[TaskExample]:

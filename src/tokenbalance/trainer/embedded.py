@@ -19,7 +19,10 @@ from tokenbalance import __version__
 from tokenbalance.config import RunConfig, to_dict
 from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters, save_policy, train_tokenizer
 from tokenbalance.tasks import get_task
+from tokenbalance.trainer.checkpoint import write_text_atomic
 from tokenbalance.trainer.sft import run_sft, sft_pairs
+
+SFT_SUMMARY = "tokenbalance_sft.json"
 
 
 def embedded_key(config: RunConfig) -> str:
@@ -80,14 +83,30 @@ def build_embedded_policy(
         "sft_seconds": time.perf_counter() - started,
         "parameters": count_parameters(model),
     }
-    (out_dir / "tokenbalance_sft.json").write_text(json.dumps(summary, indent=1) + "\n")
+    write_sft_summary(out_dir, summary)
     return summary
+
+
+def write_sft_summary(out_dir: Path, summary: dict) -> None:
+    """``out_dir/tokenbalance_sft.json``: the SFT summary and the names of the files of the policy
+    just saved there (what ``tokenbalance sft --force`` may replace: only these)."""
+    files = sorted({p.name for p in out_dir.iterdir()} | {SFT_SUMMARY})
+    write_text_atomic(out_dir / SFT_SUMMARY, json.dumps({**summary, "files": files}, indent=1) + "\n")
+
+
+def sft_written_files(out_dir: Path) -> set[str]:
+    """The files ``tokenbalance sft`` recorded writing into ``out_dir`` (empty when it wrote none)."""
+    try:
+        files = json.loads((out_dir / SFT_SUMMARY).read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
 
 
 def ensure_embedded_policy(config: RunConfig, *, device: torch.device, progress: bool = True, log=print) -> Path:
     """The cached embedded policy directory, building it first if needed."""
     path = Path(config.model.cache_dir) / embedded_key(config)
-    if (path / "tokenbalance_sft.json").is_file():
+    if (path / SFT_SUMMARY).is_file():
         log(f"embedded policy: reusing {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)

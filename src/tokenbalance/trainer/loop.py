@@ -65,6 +65,7 @@ from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate, full_reward
 from tokenbalance.trainer.progress import StepProgress, StepTimer
+from tokenbalance.trainer.rundir import write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
 from tokenbalance.trainer.update import run_update_passes
 from tokenbalance.types import UpdatePass
@@ -322,7 +323,7 @@ def train(parts: TrainerParts) -> dict:
         else None
     )
     if log is not None:
-        log.truncate_after(parts.start_step)
+        log.truncate_after(parts.start_step if parts.start_step else -1)  # from 0: the step-0 eval is redone
         write_status(run_dir, "running", step=parts.start_step)
     evaluations = {}
     progress = StepProgress(cfg.train.steps, start=parts.start_step, enabled=cfg.output.progress and ctx.is_main)
@@ -361,7 +362,7 @@ def train(parts: TrainerParts) -> dict:
                     barrier(ctx)
     except BaseException as err:
         if log is not None:
-            write_status(run_dir, "failed", error=f"{type(err).__name__}: {err}")
+            write_end_status(run_dir, err)
             log.close()
         raise
     if log is not None:

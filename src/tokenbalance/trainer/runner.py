@@ -1,8 +1,16 @@
-"""From a config to a finished run: device, distributed setup, the policy, the run directory,
-the loop, and the before/after table. Shared by ``tokenbalance train`` and the tests."""
+"""From a config to a finished run: the checks before any work, device, distributed setup, the
+policy, the run directory (claimed and locked), the loop, and the before/after table. Shared by
+``tokenbalance train`` and the tests.
+
+Order (docs/reliability.md): everything that can be checked without a model first
+(:func:`check_before_work`: seconds), then the run directory is locked and, on ``--resume``,
+repaired (interrupted writes cleaned, a lost ``latest`` pointer recovered, the checkpoint's files
+read); only then the embedded policy build or the model load.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import time
@@ -10,27 +18,78 @@ from pathlib import Path
 
 import torch
 
-from tokenbalance.config import RunConfig, load_config
-from tokenbalance.diagnostics.sinks import read_metrics
+from tokenbalance.checks import check_choice
+from tokenbalance.config import RunConfig, absolute_paths, load_config
+from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
+from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
+from tokenbalance.trainer.rundir import (
+    RunLock,
+    check_new_run_dir,
+    clean_interrupted_writes,
+    recover_latest,
+    resume_command,
+    verify_checkpoint,
+)
+
+REPORTING_EXTRAS = (("tensorboard", "tensorboard"), ("wandb", "wandb"))
 
 
-def check_before_work(config: RunConfig) -> None:
+def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume: bool = False) -> None:
     """What can be checked without a model, before the (possibly minutes-long) SFT build or model
-    load: the method (already resolved when the config was built) and the data files."""
+    load: the method (already resolved when the config was built), the device, the task's template,
+    the data (files exist and follow the schema, gold answers agree with the rows' own solution
+    columns), the policy directory's files and, with its tokenizer, the task's tags and every
+    prompt's length, the reporting extras, and where the run writes: a new run needs a new or
+    empty, writable ``run_dir``; the embedded policy's cache directory must be writable when the
+    policy has to be built."""
+    from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_checked_tokenizer
+    from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.data import eval_examples, rl_examples
+    from tokenbalance.trainer.embedded import embedded_key
+    from tokenbalance.trainer.scoring import encode_prompts
+
     config.method()
+    task = get_task(config.data.task)
+    check_choice("data.template", config.data.template, task.templates)
+    resolve_device(config.train.device)
     for key in ("train_file", "eval_file"):
         path = getattr(config.data, key)
         if path is not None and not Path(path).is_file():
             raise ValueError(f"data.{key}={path!r}: no such file")
+    for flag, module in REPORTING_EXTRAS:
+        if getattr(config.output, flag) and importlib.util.find_spec(module) is None:
+            raise ValueError(f"output.{flag}=true needs the {module} package: pip install {module}")
+    if run_dir is not None and not resume:
+        check_new_run_dir(run_dir)
+    train_examples, evals = rl_examples(config.data), eval_examples(config.data)
+    if config.model.path is not None:
+        tokenizer = load_checked_tokenizer(check_policy_dir(config.model.path))
+        check_special_tokens(tokenizer, task.special_tokens)
+        encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
+        encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)
+    elif not (Path(config.model.cache_dir) / embedded_key(config) / "tokenbalance_sft.json").is_file():
+        check_writable_dir(config.model.cache_dir, "model.cache_dir")
 
 
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"train.device={name!r}: unknown device; valid: auto, cpu, cuda, cuda:N") from None
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"train.device={name!r}: CUDA is not available on this machine; use cpu")
+    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
+        raise ValueError(
+            f"train.device={name!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
+            f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
+        )
+    if device.type not in ("cpu", "cuda"):
+        available = getattr(torch.backends, device.type, None)
+        if available is None or not getattr(available, "is_available", lambda: False)():
+            raise ValueError(f"train.device={name!r}: not available on this machine; valid: auto, cpu, cuda, cuda:N")
     if device.type == "cuda" and "LOCAL_RANK" in os.environ and device.index is None:
         device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
     return device
@@ -75,9 +134,62 @@ def before_after_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
+def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: torch.device):
+    """``load_policy`` at the run's dtype; a damaged embedded policy's message says how to rebuild it."""
+    from tokenbalance.models import load_policy
+
+    try:
+        return load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
+    except ValueError as err:
+        if not embedded:
+            raise
+        raise ValueError(
+            f"{err}. This is the cached embedded policy: delete {path} and the next run builds it again"
+        ) from None
+
+
+def repair_for_resume(run_dir: Path, log) -> None:
+    """Before a resume does any work (the lock held): remove what an interrupted write left, re-point
+    a lost ``latest`` at the newest complete checkpoint, read that checkpoint's files, and check
+    ``metrics.jsonl`` (a torn last line is reported here and dropped by the loop)."""
+    from tokenbalance.trainer.checkpoint import latest_checkpoint
+
+    removed = clean_interrupted_writes(run_dir)
+    if removed:
+        log(f"removed what an interrupted write left in {run_dir}: {', '.join(removed)}")
+    note = recover_latest(run_dir)
+    if note:
+        log(note)
+    checkpoint = latest_checkpoint(run_dir)
+    if checkpoint is not None:
+        verify_checkpoint(checkpoint)
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        _, torn = parse_metrics_lines(metrics)
+        if torn is not None:
+            log(f"{metrics}: its last line is torn (an interrupted write) and is dropped: {torn[:60]!r}")
+    try:
+        previous = json.loads((run_dir / "run_state.json").read_text()).get("status")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous == "running":
+        log(f"{run_dir}: the previous process ended without recording how (status 'running'); resuming")
+
+
+def stopped_message(run_dir: Path, reason: str) -> str:
+    """Where a stopped run stands and the command that continues it."""
+    from tokenbalance.trainer.checkpoint import checkpoint_step
+
+    if not (run_dir / "config.yaml").is_file():
+        return f"{reason}; nothing was trained yet in {run_dir}: run the same command again"
+    step = checkpoint_step(run_dir)
+    where = f"its last checkpoint is step {step}" if step else "it has no checkpoint yet (a resume starts at step 0)"
+    return f"{reason}; the run in {run_dir} stopped ({where}). Continue it with: {resume_command(run_dir)}"
+
+
 def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resume: bool = False, log=print) -> Path:
     """Train per ``config`` (or continue ``run_dir`` when ``resume``); returns the run directory."""
-    from tokenbalance.models import load_policy
+    from tokenbalance.trainer.data import reused_examples
     from tokenbalance.trainer.loop import prepare_training, train
 
     if resume:
@@ -87,28 +199,40 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
             config = load_config(Path(run_dir) / "config.yaml")
     if config is None:
         raise ValueError("run_training: a config is required unless resuming a run directory")
-    check_before_work(config)
-    device = resolve_device(config.train.device)
-    if config.train.threads:
-        torch.set_num_threads(config.train.threads)
-    ctx = init_distributed(device)
-    torch.manual_seed(config.train.seed)
-    config.model.path = policy_path(config, device, ctx, log)
     run_dir = Path(run_dir) if run_dir is not None else Path(config.output.run_dir or default_run_dir(config))
-    if not resume and (run_dir / "metrics.jsonl").exists():
-        raise ValueError(
-            f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose another --run-dir"
-        )
-    config.output.run_dir = str(run_dir)
-    dtype = getattr(torch, config.model.dtype)
-    policy, tokenizer = load_policy(config.model.path, device=device, dtype=dtype)
-    parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
-    if ctx.is_main:
-        log(
-            f"run directory: {run_dir}  (method {config.train.method}, steps {parts.start_step}..{config.train.steps}, "
-            f"rollout engine {type(parts.engine).__name__})"
-        )
-    train(parts)
+    main_rank = os.environ.get("RANK", "0") == "0"
+    with reused_examples():
+        check_before_work(config, run_dir=run_dir if main_rank else None, resume=resume)  # paths as given
+        run_dir = Path(os.path.abspath(run_dir))
+        config = absolute_paths(config)  # config.yaml names files the same from any working directory
+        config.output.run_dir = str(run_dir)
+        device = resolve_device(config.train.device)
+        if config.train.threads:
+            torch.set_num_threads(config.train.threads)
+        ctx = init_distributed(device)
+        lock = RunLock(run_dir).acquire() if ctx.is_main else None
+        try:
+            if resume and ctx.is_main:
+                repair_for_resume(run_dir, log)
+            torch.manual_seed(config.train.seed)
+            embedded = config.model.path is None
+            config.model.path = policy_path(config, device, ctx, log)
+            policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
+            parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
+            if ctx.is_main:
+                log(
+                    f"run directory: {run_dir}  (method {config.train.method}, steps "
+                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.engine).__name__})"
+                )
+            train(parts)
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
+            raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
+        except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
+            what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+            raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
+        finally:
+            if lock is not None:
+                lock.release()
     if ctx.is_main:
         log(before_after_table(run_dir))
         summary = json.loads((run_dir / "run_state.json").read_text())

@@ -22,6 +22,7 @@ from tokenbalance.tasks.base import TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, LOGIC_RL_COLUMNS
 from tokenbalance.tasks.kk.reward import parse_gold_roles
+from tokenbalance.tasks.kk.solver import consistent_mask
 from tokenbalance.tasks.kk.statements import parse_statements
 from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE, get_template
 
@@ -69,11 +70,12 @@ def logic_rl_schema() -> Any:
     return schema
 
 
-def write_logic_rl_parquet(rows: list[dict[str, Any]], path: str | os.PathLike) -> Path:
-    """Write rows from :func:`~tokenbalance.tasks.kk.records.generate_rows` as a Logic-RL parquet file."""
+def write_logic_rl_parquet(rows: list[dict[str, Any]], path: str | os.PathLike, *, replace: bool = False) -> Path:
+    """Write rows from :func:`~tokenbalance.tasks.kk.records.generate_rows` as a Logic-RL parquet file
+    (an existing file only with ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
     if not rows:
         raise ValueError("no rows to write")
-    return write_parquet_atomic(rows, path, logic_rl_schema())
+    return write_parquet_atomic(rows, path, logic_rl_schema(), replace=replace)
 
 
 def _prompt_text(reader: RowReader) -> str | None:
@@ -107,14 +109,21 @@ def example_from_row(reader: RowReader, template: str | None = None) -> TaskExam
     solution = reader.get_list("solution", bool, default=None)
     if solution is not None and len(solution) != n_people:
         raise reader.error("solution", f"{len(solution)} values for {n_people} people")
+    _check_gold_agrees(reader, column, gold, names, solution)
     ground_truth: dict[str, str] = {"solution_text_format": gold_text}
     for statements_column in (STATEMENTS_COLUMN, "statements"):
         statements = reader.get(statements_column, str, default=None)
         if statements is not None:
             try:
-                parse_statements(statements, n_people)
+                puzzle = parse_statements(statements, n_people)
             except ValueError as err:
                 raise reader.error(statements_column, str(err)) from None
+            if not _satisfies(puzzle, [role == "knight" for role in gold.values()]):
+                raise reader.error(
+                    statements_column,
+                    f"the gold answer in {column!r} ({_roles_text(gold)}) does not satisfy these statements; the "
+                    "row contradicts itself",
+                )
             ground_truth.setdefault("statements", statements)
     index = reader.get("index", int, default=reader.row_number)
     data_source = reader.get("data_source", str, default=DEFAULT_DATA_SOURCE)
@@ -145,6 +154,43 @@ def example_from_row(reader: RowReader, template: str | None = None) -> TaskExam
         index=index,
         extra=extra,
     )
+
+
+def _roles_text(gold: dict[str, str]) -> str:
+    return ", ".join(f"{name} {role}" for name, role in gold.items())
+
+
+def _check_gold_agrees(
+    reader: RowReader, column: str, gold: dict[str, str], names: list[str] | None, solution: list[bool] | None
+) -> None:
+    """The row's own columns must agree with its gold answer: ``names`` in the gold's order, the
+    ``solution`` flags (True = knight), and a second copy of the gold text."""
+    if names is not None and list(names) != list(gold):
+        raise reader.error(
+            "names", f"{list(names)} differ from the people of the gold answer in {column!r}: {list(gold)}"
+        )
+    if solution is not None:
+        expected = [role == "knight" for role in gold.values()]
+        if list(solution) != expected:
+            raise reader.error(
+                "solution",
+                f"{list(solution)} (True = knight) contradicts the gold answer in {column!r} ({_roles_text(gold)}); "
+                "the row contradicts itself",
+            )
+    if column != "solution_text_format" and reader.has("solution_text_format"):
+        other = reader.get("solution_text_format", str)
+        if parse_gold_roles(other) != gold:
+            raise reader.error(
+                "solution_text_format",
+                f"{_roles_text(parse_gold_roles(other))} contradicts the gold answer in {column!r} ({_roles_text(gold)})",
+            )
+
+
+def _satisfies(puzzle: Any, assignment: list[bool]) -> bool:
+    """Whether ``assignment`` (True = knight, person order) is consistent with ``puzzle``."""
+    n_people = len(assignment)
+    candidate = sum(0 if knight else 1 << (n_people - 1 - person) for person, knight in enumerate(assignment))
+    return bool(consistent_mask(puzzle) >> candidate & 1)
 
 
 def read_kk_examples(path: str | os.PathLike, template: str | None = None) -> list[TaskExample]:

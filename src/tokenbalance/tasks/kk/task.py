@@ -188,6 +188,7 @@ def parse_people(text: str) -> list[int]:
 
 def write_data_files(args: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
     """``tokenbalance gen-data kk``: Logic-RL parquet files, one per level or ``--merge``d."""
+    from tokenbalance.tasks.files import check_parquet_target
     from tokenbalance.tasks.kk.io import write_logic_rl_parquet
     from tokenbalance.tasks.kk.records import PER_LEVEL_DATA_SOURCE, default_slice
     from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE
@@ -215,6 +216,10 @@ def write_data_files(args: Any, *, progress: ProgressFactory, log: Callable[[str
         )
     total_draws = sum(start + count for start, count in slices.values())
     seed = DEFAULT_SEED if args.seed is None else args.seed
+    replace = bool(getattr(args, "force", False))
+    outputs = [args.out] if args.merge or "{n}" not in args.out else [args.out.replace("{n}", str(n)) for n in levels]
+    for path in outputs:  # before generating: an existing file is refused now, not after minutes
+        check_parquet_target(path, replace=replace)
     merged: list[dict] = []
     with progress(total_draws, "kk puzzles") as advance:
         for n in levels:
@@ -232,10 +237,10 @@ def write_data_files(args: Any, *, progress: ProgressFactory, log: Callable[[str
             if args.merge:
                 merged.extend(rows)
             else:
-                path = write_logic_rl_parquet(rows, args.out.replace("{n}", str(n)))
+                path = write_logic_rl_parquet(rows, args.out.replace("{n}", str(n)), replace=replace)
                 log(
                     f"wrote {len(rows)} rows ({n} people, {args.split}, indices {start}..{start + count - 1}) to {path}"
                 )
     if args.merge:
-        path = write_logic_rl_parquet(merged, args.out)
+        path = write_logic_rl_parquet(merged, args.out, replace=replace)
         log(f"wrote {len(merged)} rows ({people} people, {args.split}, merged) to {path}")

@@ -1,0 +1,134 @@
+"""Where commands write: never over a file tokenbalance did not write, and checked before the work.
+
+Every command that writes (``train``, ``sft``, ``gen-data``, ``plot``, ``diagnose --json``) goes
+through these checks before its expensive part, so an output problem is reported in seconds, not
+after an experiment:
+
+* :func:`check_writable_dir`: the directory (or the nearest part of its path that exists) can be
+  written, found by creating and removing a small probe file there;
+* :func:`check_output_file`: a named output file is new, or, with ``--force``, a file that
+  tokenbalance wrote (``written_by`` tells); a file of the user's is never replaced;
+* :func:`written_files` / :func:`record_written`: the manifest of a directory tokenbalance writes
+  files into beside the user's (``plot --out``): only files listed there may be overwritten.
+
+The rule (docs/reliability.md): no command deletes or overwrites a file it did not write.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+MANIFEST = ".tokenbalance-written.json"
+
+
+def _nearest_existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def check_writable_dir(directory: str | os.PathLike, flag: str, shown: str | os.PathLike | None = None) -> None:
+    """``ValueError`` unless ``directory`` can be created (its nearest existing ancestor is a
+    writable directory) or, when it exists, written: a probe file is created and removed. The
+    message names ``flag`` and ``shown`` (default: ``directory``), what the user typed."""
+    directory = Path(directory)
+    shown = directory if shown is None else shown
+    existing = _nearest_existing(directory)
+    if not existing.is_dir():
+        raise ValueError(f"{flag} {shown}: {existing} is a file, not a directory; choose another path")
+    try:
+        handle, probe = tempfile.mkstemp(dir=existing, prefix=".tokenbalance-probe-")
+        os.close(handle)
+        os.unlink(probe)
+    except OSError as err:
+        raise ValueError(
+            f"{flag} {shown}: cannot write in {existing} ({err.strerror or err}); choose a writable location"
+        ) from None
+
+
+def check_output_file(
+    path: str | os.PathLike,
+    flag: str,
+    *,
+    force: bool = False,
+    written_by: Callable[[Path], bool] = lambda _: False,
+) -> None:
+    """``ValueError`` unless the output file ``path`` may be written: it does not exist (and its
+    directory is writable), or ``force`` is given and ``written_by(path)`` says tokenbalance
+    wrote it. A file of the user's is refused with or without ``force``."""
+    path = Path(path)
+    if path.is_dir():
+        raise ValueError(f"{flag} {path}: is a directory; give a file path")
+    if path.exists() or path.is_symlink():
+        ours = path.is_file() and written_by(path)
+        if not ours:
+            raise ValueError(
+                f"{flag} {path}: the file exists and was not written by tokenbalance; it is never replaced. "
+                "Choose another path (or move the file away yourself)"
+            )
+        if not force:
+            raise ValueError(
+                f"{flag} {path}: the file exists (written by an earlier tokenbalance command); pass --force to "
+                "replace it, or choose another path"
+            )
+    check_writable_dir(path.parent, flag, shown=path)
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path``
+    is always either the old or the new content; the temporary file is removed on any failure.
+    The file gets the usual permissions (0666 less the umask), as a plain write would."""
+    path = Path(path)
+    handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def written_files(directory: str | os.PathLike) -> set[str]:
+    """Names of the files tokenbalance recorded as written in ``directory`` (its manifest)."""
+    manifest = Path(directory) / MANIFEST
+    try:
+        names = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return set()
+    return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+
+
+def check_files_replaceable(directory: str | os.PathLike, names: Iterable[str], flag: str) -> None:
+    """``ValueError`` naming the first of ``names`` that exists in ``directory`` without being in
+    its manifest (a file tokenbalance did not write), so that writing ``names`` replaces nothing
+    of the user's; also checks that ``directory`` is writable."""
+    directory = Path(directory)
+    if directory.exists() and not directory.is_dir():
+        raise ValueError(f"{flag} {directory}: is a file, not a directory")
+    ours = written_files(directory)
+    clashes = sorted(n for n in names if (directory / n).exists() and n not in ours)
+    if clashes:
+        raise ValueError(
+            f"{flag} {directory}: {', '.join(clashes)} exist(s) there and tokenbalance did not write them; they are "
+            "never replaced. Choose another output directory"
+        )
+    check_writable_dir(directory, flag)
+
+
+def record_written(directory: str | os.PathLike, names: Iterable[str]) -> None:
+    """Add ``names`` to ``directory``'s manifest (written through a temporary file and a rename)."""
+    directory = Path(directory)
+    write_text_atomic(directory / MANIFEST, json.dumps(sorted(written_files(directory) | set(names)), indent=1) + "\n")

@@ -1,0 +1,212 @@
+"""The run directory's safety: who may write it, what a new run may start in, and the repairs a
+resume makes after a process was killed.
+
+* :func:`check_new_run_dir`: a new run starts only in a new or empty directory; one holding a run
+  (``config.yaml`` with ``run_state.json``, ``metrics.jsonl`` or ``checkpoints/``) is refused with
+  the ``--resume`` command, one holding anything else with a request for another directory
+  (nothing in it is deleted or overwritten).
+* :class:`RunLock`: one process at a time per run directory (an exclusive ``flock`` on
+  ``RUN_DIR/.lock``, which names the holder's pid, host and start time; the kernel releases it
+  when the holder exits, however it exits, so a lock is never stale).
+* :func:`clean_interrupted_writes`: the temporary files and half-written checkpoint folders an
+  interrupted process left (names only tokenbalance writes: ``checkpoints/.step_*``,
+  ``.config.yaml.*``, ``.run_state.json.*``, ``checkpoints/.latest.*``).
+* :func:`recover_latest`: a missing or dangling ``checkpoints/latest`` pointer is re-pointed at the
+  newest complete ``step_*`` (a resume never starts over at step 0 over its own checkpoints);
+  :func:`verify_checkpoint` reads every file of that checkpoint's headers before the model loads.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import shutil
+import socket
+import sys
+import time
+from pathlib import Path
+
+from tokenbalance.outputs import check_writable_dir
+from tokenbalance.trainer.checkpoint import OPTIMIZER_FILE, STATE_FILE, checkpoint_step, write_text_atomic
+
+LOCK_FILE = ".lock"
+RUN_FILES = ("config.yaml", "metrics.jsonl", "run_state.json", "checkpoints")  # a run: the first and another
+
+
+def check_new_run_dir(run_dir: Path) -> None:
+    """``ValueError`` unless a new run may start in ``run_dir`` (module docstring)."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise ValueError(f"--run-dir {run_dir}: is a file, not a directory; choose another --run-dir")
+    if run_dir.is_dir():
+        entries = sorted(e.name for e in run_dir.iterdir() if e.name != LOCK_FILE)
+        if "config.yaml" in entries and any(name in RUN_FILES[1:] for name in entries):
+            raise ValueError(
+                f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose another --run-dir"
+            )
+        if entries:
+            shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+            raise ValueError(
+                f"--run-dir {run_dir}: the directory exists and holds files tokenbalance did not write ({shown}); "
+                "a run starts only in a new or empty directory (nothing is deleted or overwritten). Choose another "
+                "--run-dir"
+            )
+    check_writable_dir(run_dir, "--run-dir")
+
+
+def resume_command(run_dir: Path) -> str:
+    return f"tokenbalance train --resume {shlex.quote(str(run_dir))}"
+
+
+def write_end_status(run_dir: Path, err: BaseException) -> None:
+    """``run_state.json`` of a run stopped by ``err``: ``interrupted`` (Ctrl-C, SIGTERM, an exit) or
+    ``failed``, with the step a resume continues from (its last checkpoint) and the command; left
+    as it is when it cannot be written (a full disk: the resume then reports the stale ``running``)."""
+    if isinstance(err, KeyboardInterrupt):
+        status, cause = "interrupted", {"reason": str(err) or "interrupted (Ctrl-C)"}
+    elif isinstance(err, SystemExit):  # asked to exit (e.g. by a library when its output pipe closed)
+        status, cause = "interrupted", {"reason": f"exit requested (SystemExit {err.code})"}
+    else:
+        status, cause = "failed", {"error": f"{type(err).__name__}: {err}"}
+    state = {"status": status, "step": checkpoint_step(run_dir), **cause, "resume": resume_command(run_dir)}
+    try:
+        write_text_atomic(run_dir / "run_state.json", json.dumps(state, indent=1) + "\n")
+    except OSError:
+        pass
+
+
+class RunLock:
+    """An exclusive lock on a run directory, held from :meth:`acquire` until :meth:`release` or
+    the end of the process. ``ValueError`` naming the holder when another process has it."""
+
+    def __init__(self, run_dir: Path) -> None:
+        self.path = Path(run_dir) / LOCK_FILE
+        self._fd: int | None = None
+
+    def acquire(self) -> RunLock:
+        try:
+            import fcntl
+        except ImportError:  # no flock (Windows): run unlocked
+            return self
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            try:
+                holder = json.loads(self.path.read_text() or "{}")
+            except (OSError, ValueError):
+                holder = {}
+            os.close(fd)
+            who = (
+                f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('since', '?')}"
+                if holder
+                else "another process"
+            )
+            raise ValueError(
+                f"{self.path.parent} is in use by another tokenbalance process ({who}); two processes must not "
+                "write one run. Wait for it to finish or stop it (the lock is released when it exits)"
+            ) from None
+        os.ftruncate(fd, 0)
+        holder = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "since": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "command": " ".join(sys.argv),
+        }
+        os.write(fd, (json.dumps(holder) + "\n").encode())
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the flock
+            self._fd = None
+
+    def __enter__(self) -> RunLock:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
+def clean_interrupted_writes(run_dir: Path) -> list[str]:
+    """Remove the temporary files and half-written checkpoint folders an interrupted process left
+    in ``run_dir`` (only names tokenbalance's own atomic writes use); returns what was removed."""
+    removed = []
+    candidates = [p for p in run_dir.glob(".config.yaml.*")] + list(run_dir.glob(".run_state.json.*"))
+    checkpoints = run_dir / "checkpoints"
+    if checkpoints.is_dir():
+        candidates += list(checkpoints.glob(".step_*")) + list(checkpoints.glob(".latest.*"))
+    for path in sorted(candidates):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
+        removed.append(str(path.relative_to(run_dir)))
+    return removed
+
+
+def is_complete_checkpoint(path: Path) -> bool:
+    return (path / STATE_FILE).is_file() and (path / OPTIMIZER_FILE).is_file() and (path / "model").is_dir()
+
+
+def recover_latest(run_dir: Path) -> str | None:
+    """Point ``checkpoints/latest`` at the newest complete checkpoint when it is missing or names
+    one that is not complete; returns a note saying so (None when nothing changed). ``ValueError``
+    when ``step_*`` folders exist but none is complete (a resume would start over on top of them)."""
+    root = run_dir / "checkpoints"
+    if not root.is_dir():
+        return None
+    pointer = root / "latest"
+    named = pointer.read_text().strip() if pointer.is_file() else None
+    if named is not None and is_complete_checkpoint(root / named):
+        return None
+    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+    complete = [p for p in steps if is_complete_checkpoint(p)]
+    if not complete:
+        if steps:
+            raise ValueError(
+                f"{root}: no complete checkpoint among {', '.join(p.name for p in steps)} (each needs {STATE_FILE}, "
+                f"{OPTIMIZER_FILE} and model/); a resume would start over at step 0 on top of them. Move them out of "
+                f"{root} to start the run over"
+            )
+        return None
+    write_text_atomic(pointer, complete[-1].name + "\n")
+    why = "was missing" if named is None else f"named {named!r}, which is not a complete checkpoint"
+    return f"{pointer} {why}; continuing from {complete[-1].name}, the newest complete checkpoint"
+
+
+def verify_checkpoint(checkpoint: Path) -> None:
+    """Read the headers of every file of ``checkpoint`` (JSON files parsed, safetensors headers
+    opened; cheap) so that a damaged checkpoint is named before any model work."""
+    from safetensors import safe_open
+
+    def damaged(path: Path, err: BaseException) -> ValueError:
+        return ValueError(
+            f"{path}: unreadable ({type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}); the "
+            f"checkpoint {checkpoint.name} is damaged. To resume from the previous complete checkpoint, move "
+            f"{checkpoint} out of {checkpoint.parent} (then --resume again)"
+        )
+
+    json_files = [checkpoint / STATE_FILE, checkpoint / "model" / "config.json"]
+    for path in json_files:
+        try:
+            json.loads(path.read_text())
+        except (OSError, ValueError) as err:
+            raise damaged(path, err) from None
+    try:
+        state = json.loads((checkpoint / STATE_FILE).read_text())
+        int(state["step"])
+        state["optimizer"]["param_groups"]
+    except (KeyError, TypeError, ValueError) as err:
+        raise damaged(checkpoint / STATE_FILE, err) from None
+    tensors = [checkpoint / OPTIMIZER_FILE, *sorted((checkpoint / "model").glob("*.safetensors"))]
+    if len(tensors) == 1:
+        raise damaged(checkpoint / "model", FileNotFoundError("no *.safetensors weights"))
+    for path in tensors:
+        try:
+            with safe_open(str(path), framework="pt") as handle:
+                handle.keys()
+        except Exception as err:  # noqa: BLE001 - safetensors raises its own error type for a bad file
+            raise damaged(path, err) from None

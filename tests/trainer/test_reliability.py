@@ -1,0 +1,446 @@
+"""Reliability (docs/reliability.md): no command replaces a file it did not write, nothing typed is
+taken for something else, and every input or environment error is one message that comes before
+any model work. The commands run through ``tokenbalance.cli.main`` as a user runs them (the
+argument parsing, the one-line error handler and the signal handler included), in process so that
+each failing case costs milliseconds; ``test_cli_train.py`` runs the CLI in subprocesses too."""
+
+import argparse
+import ast
+import errno
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.trainer.conftest import SMALL_RUN, replace_section
+from tokenbalance.cli import build_parser, main
+from tokenbalance.commands.train import config_from_args
+from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+from tokenbalance.diagnostics import sinks
+from tokenbalance.diagnostics.sinks import read_metrics
+from tokenbalance.models import load_policy
+from tokenbalance.outputs import check_files_replaceable
+from tokenbalance.tasks.kk import generate_rows
+from tokenbalance.trainer import loop, runner
+from tokenbalance.trainer.embedded import embedded_key
+from tokenbalance.trainer.rundir import RunLock
+
+SETS = [arg for item in SMALL_RUN for arg in ("--set", item)]
+SFT = ["--set", "sft.steps=1", "--set", "sft.batch_size=2", "--set", "sft.train_count=2"]
+SFT += ["--set", "data.train_difficulties=[2]", "--no-progress"]
+
+
+@pytest.fixture
+def no_model_work(monkeypatch):
+    """Fail the test if a command gets as far as building or loading a policy."""
+
+    def model_work(*args, **kwargs):
+        raise AssertionError("model work started before the error was found")
+
+    monkeypatch.setattr(runner, "policy_path", model_work)
+    monkeypatch.setattr(runner, "load_run_policy", model_work)
+
+
+def run_cli(capsys, *argv):
+    """``(exit status, stderr)`` of one command; a traceback would fail the test as an exception."""
+    status = main(list(argv))
+    return status, capsys.readouterr().err
+
+
+def kk_rows_file(path, mutate=None, count=3):
+    rows = generate_rows(2, "test", count=count, template="compact")
+    if mutate is not None:
+        mutate(rows[1])
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return path
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Data loss: no command deletes or overwrites a file it did not write
+# ---------------------------------------------------------------------------------------------
+
+
+def test_sft_out_replaces_only_an_sft_policy_it_wrote(tiny_policy_dir, tmp_path, capsys):
+    sft = ["sft", "--model", str(tiny_policy_dir), *SFT, "--out"]
+    run_dir = tmp_path / "run"  # what `sft --out` deleted whole before: a run directory
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "metrics.jsonl").write_text("kept\n")
+    for force in ([], ["--force"]):
+        status, err = run_cli(capsys, *sft, str(run_dir), *force)
+        assert status == 2 and "holds files `tokenbalance sft` did not write (checkpoints, metrics.jsonl)" in err
+    assert (run_dir / "metrics.jsonl").read_text() == "kept\n" and sorted(os.listdir(run_dir)) == [
+        "checkpoints",
+        "metrics.jsonl",
+    ]
+
+    out = tmp_path / "sft"
+    assert run_cli(capsys, *sft, str(out))[0] == 0
+    status, err = run_cli(capsys, *sft, str(out))
+    assert status == 2 and "holds an SFT policy written earlier; pass --force" in err
+    assert run_cli(capsys, *sft, str(out), "--force")[0] == 0
+    (out / "notes.txt").write_text("mine")
+    status, err = run_cli(capsys, *sft, str(out), "--force")
+    assert status == 2 and "did not write (notes.txt)" in err and (out / "notes.txt").read_text() == "mine"
+    load_policy(out)  # the policy written before is still whole
+
+
+def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
+    train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir"]
+    user = tmp_path / "user"
+    user.mkdir()
+    (user / "config.yaml").write_text("mine: 1\n")  # a config.yaml of the user's: train overwrote it
+    (user / "notes.txt").write_text("mine")
+    status, err = run_cli(capsys, *train, str(user))
+    assert status == 2 and "holds files tokenbalance did not write (config.yaml, notes.txt)" in err
+    assert (
+        sorted(os.listdir(user)) == ["config.yaml", "notes.txt"] and (user / "config.yaml").read_text() == "mine: 1\n"
+    )
+    (user / "metrics.jsonl").write_text("")  # config.yaml and a log: a run, to be continued, not restarted
+    status, err = run_cli(capsys, *train, str(user))
+    assert status == 2 and f"{user} already holds a run; pass --resume {user}" in err
+    status, err = run_cli(capsys, *train, str(user / "notes.txt" / "run"))
+    assert status == 2 and f"{user / 'notes.txt'} is a file, not a directory" in err
+
+
+def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir, tmp_path, capsys, monkeypatch):
+    gen = ["gen-data", "kk", "--people", "2", "--split", "test", "--count", "2", "--out"]
+    user = tmp_path / "user.parquet"
+    user.write_text("mine")
+    for force in ([], ["--force"]):
+        status, err = run_cli(capsys, *gen, str(user), *force)
+        assert status == 2 and "was not written by tokenbalance gen-data; it is never replaced" in err
+    assert user.read_text() == "mine"
+    ours = tmp_path / "kk.parquet"
+    assert run_cli(capsys, *gen, str(ours))[0] == 0
+    status, err = run_cli(capsys, *gen, str(ours))
+    assert status == 2 and "written by an earlier gen-data); pass --force" in err
+    assert run_cli(capsys, *gen, str(ours), "--force")[0] == 0
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "kind": "train", "reward/mean": 0.5}\n')
+    figures = tmp_path / "figures"
+    figures.mkdir()
+    (figures / "training.png").write_text("mine")
+    status, err = run_cli(capsys, "plot", str(run), "--out", str(figures), "--format", "png")
+    assert status == 2 and "training.png exist(s) there and tokenbalance did not write them" in err
+    assert (figures / "training.png").read_text() == "mine"
+    assert run_cli(capsys, "plot", str(run), "--format", "png")[0] == 0
+    assert (run / "plots" / "training.png").read_bytes().startswith(b"\x89PNG")
+    check_files_replaceable(run / "plots", ["training.png", "lld.png"], "--out")  # a new plot may replace its own
+
+    from tokenbalance.commands import diagnose
+
+    monkeypatch.setattr(diagnose, "prepare_batch", lambda *a, **k: pytest.fail("the experiment ran"))
+    mine = tmp_path / "result.json"
+    mine.write_text("mine")
+    status, err = run_cli(capsys, "diagnose", "buckets", str(tiny_policy_dir), "--json", str(mine), "--force")
+    assert status == 2 and "was not written by tokenbalance; it is never replaced" in err
+    status, err = run_cli(capsys, "diagnose", "lld", str(tiny_policy_dir), "--json", str(mine / "x.json"))
+    assert status == 2 and "is a file, not a directory" in err  # an unwritable --json: before the experiment
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. Nothing typed is silently taken for something else
+# ---------------------------------------------------------------------------------------------
+
+
+def test_paths_and_strings_from_the_command_line_are_verbatim():
+    args = build_parser().parse_args(
+        ["train", "--model", "null", "--run-dir", "123", "--set", "data.train_file=data/a #1.jsonl"]
+    )
+    config = config_from_args(args)
+    assert (config.model.path, config.output.run_dir, config.data.train_file) == ("null", "123", "data/a #1.jsonl")
+    assert apply_overrides(RunConfig(), ["train.device=cuda:1"]).train.device == "cuda:1"
+
+
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ("model.path=", "model.path: empty value ''; give a path or leave the option out"),
+        ("data.train_file=", "data.train_file: empty value ''"),
+        ("output.wandb=flase", "output.wandb: expected true or false, got 'flase'"),
+        ("diagnostics.lld=1", "diagnostics.lld: expected true or false, got 1"),
+        ("train.eval_every=2.5", "train.eval_every: expected an integer, got 2.5"),
+        ("data.train_difficulties=3", r"data.train_difficulties: expected a list of integers, e.g. \[3\], got 3"),
+        ("data.eval_difficulties=[2.5]", r"expected a list of integers, e.g. \[3\], got \[2.5\]"),
+        ("train.method_overrides=3", "train.method_overrides: expected a mapping, got 3"),
+        ("method.lopti.strict_less=flase", "method.lopti.strict_less: expected true or false, got 'flase'"),
+        ("method.max_response_len=2.5", "method.max_response_len: expected an integer or null, got 2.5"),
+    ],
+)
+def test_values_are_checked_against_their_declared_type(override, message):
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(RunConfig(), [override])
+
+
+def test_a_yaml_config_is_type_checked_too(tmp_path):
+    (tmp_path / "c.yaml").write_text("output:\n  tensorboard: 'no'\n")
+    with pytest.raises(ValueError, match="output.tensorboard: expected true or false, got 'no'"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_empty_flags_and_changes_on_resume_are_refused(tmp_path, capsys):
+    for argv in (["train", "--model", ""], ["train", "--resume", ""], ["sft", "--out", ""]):
+        with pytest.raises(SystemExit) as exit_info:
+            main(argv)
+        assert exit_info.value.code == 2 and "empty value (an unset shell variable?)" in capsys.readouterr().err
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(RunConfig(), run / "config.yaml")
+    for change in (["--seed", "3"], ["--model", str(tmp_path)], ["--config", str(run / "config.yaml")]):
+        status, err = run_cli(capsys, "train", "--resume", str(run), *change)
+        assert status == 2 and "cannot change a run that has started" in err
+        assert sorted(os.listdir(run)) == ["config.yaml"]
+
+
+def unsatisfiable_statements(row):
+    """Statements the row's gold answer does not satisfy: "each says the other is a knave" has only
+    mixed solutions, "each says the other is a knight" only equal ones."""
+    mixed = row["solution"][0] != row["solution"][1]
+    statements = "(('telling-truth', 1), ('telling-truth', 0))" if mixed else "(('lying', 1), ('lying', 0))"
+    row["reward_model"]["ground_truth"]["statements"] = statements
+
+
+@pytest.mark.parametrize(
+    "mutate, column, problem",
+    [
+        (lambda row: row.update(solution=[not v for v in row["solution"]]), "solution", "contradicts the gold"),
+        (lambda row: row.update(names=row["names"][::-1]), "names", "differ from the people of the gold answer"),
+        (
+            lambda row: row.update(solution_text_format=row["solution_text_format"].replace("knave", "KNIGHT")),
+            "solution_text_format",
+            "contradicts the gold answer",
+        ),
+        (unsatisfiable_statements, "reward_model.ground_truth.statements", "does not satisfy these statements"),
+    ],
+)
+def test_rows_contradicting_their_own_solution_are_refused(tmp_path, mutate, column, problem):
+    from tokenbalance.tasks.kk import read_kk_examples
+
+    path = kk_rows_file(tmp_path / "rows.jsonl", mutate)
+    with pytest.raises(ValueError, match=re.escape(f"{path}: row 1 (line 2): column {column!r}: ") + ".*" + problem):
+        read_kk_examples(path)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. Every error is a message, before any model work
+# ---------------------------------------------------------------------------------------------
+
+
+def test_input_errors_are_one_line_before_any_model_work(tiny_policy_dir, tmp_path, capsys, monkeypatch, no_model_work):
+    monkeypatch.chdir(tmp_path)  # where the default run directory would appear
+    contradicting = kk_rows_file(tmp_path / "contradicting.jsonl", lambda r: r.update(solution=[True] * 2))
+    schema = kk_rows_file(tmp_path / "schema.jsonl", lambda r: r.pop("quiz"))
+    broken_tokenizer = tmp_path / "policy"
+    shutil.copytree(tiny_policy_dir, broken_tokenizer)
+    (broken_tokenizer / "tokenizer.json").write_text('{"version": ')
+    cases = [
+        (["--device", "tpu"], "train.device='tpu': unknown device; valid: auto, cpu, cuda, cuda:N"),
+        (["--set", "data.template=fancy"], "data.template: unknown value 'fancy'; valid: "),
+        (["--set", f"data.train_file={contradicting}"], "row 1 (line 2): column 'solution': [True, True]"),
+        (["--set", f"data.eval_file={schema}"], "schema.jsonl: row 1 (line 2): column 'quiz': missing"),
+        (["--set", "data.max_prompt_tokens=8"], "tokens, more than data.max_prompt_tokens=8"),
+        (["--model", str(broken_tokenizer)], f"{broken_tokenizer}: cannot load the tokenizer (JSONDecodeError"),
+        (["--model", str(tmp_path / "null")], "must be a local directory"),
+    ]
+    for args, message in cases:
+        status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, *args)
+        assert status == 2 and message in err, (args, err)
+        assert err.count("\n") == 1 and err.startswith("tokenbalance train: error: "), err
+    assert sorted(os.listdir(tmp_path)) == ["contradicting.jsonl", "policy", "schema.jsonl"]  # no run directory
+
+
+def damage(directory, how):
+    if how == "weights":  # a download cut short
+        weights = directory / "model.safetensors"
+        weights.write_bytes(weights.read_bytes()[:200])
+    elif how == "config":
+        (directory / "config.json").write_text('{"model_type": "llama", ')
+    elif how == "shape":  # a config.json of another model
+        config = json.loads((directory / "config.json").read_text())
+        (directory / "config.json").write_text(json.dumps({**config, "intermediate_size": 128}))
+    elif how == "missing":  # silently re-initialised by transformers before
+        from safetensors.torch import load_file, save_file
+
+        tensors = load_file(directory / "model.safetensors")
+        del tensors["model.layers.1.mlp.up_proj.weight"]
+        save_file(tensors, directory / "model.safetensors", metadata={"format": "pt"})
+
+
+@pytest.mark.parametrize(
+    "how, message",
+    [
+        ("weights", "cannot load the model (SafetensorError: "),
+        ("config", "config.json: not a valid JSON file"),
+        ("shape", "cannot load the model (RuntimeError: "),
+        ("missing", "the weights lack 1 tensor(s) that config.json asks for (e.g. model.layers.1.mlp.up_proj.weight)"),
+    ],
+)
+def test_damaged_or_mismatched_weights_are_named(tiny_policy_dir, tmp_path, how, message):
+    directory = tmp_path / "policy"
+    shutil.copytree(tiny_policy_dir, directory)
+    damage(directory, how)
+    with pytest.raises(ValueError, match=re.escape(message)):
+        load_policy(directory)
+
+
+def test_a_damaged_cached_policy_says_which_entry_to_delete(small_config, tiny_policy_dir, tmp_path):
+    replace_section(small_config, "model", path=None, cache_dir=str(tmp_path / "cache"))
+    entry = tmp_path / "cache" / embedded_key(small_config)
+    shutil.copytree(tiny_policy_dir, entry)
+    (entry / "tokenbalance_sft.json").write_text("{}")
+    damage(entry, "weights")
+    with pytest.raises(ValueError, match=re.escape(f"This is the cached embedded policy: delete {entry} and the")):
+        runner.run_training(small_config, log=lambda *_: None)
+
+
+def test_a_full_disk_and_a_kill_are_repaired_on_resume(small_config, tiny_policy_dir, tmp_path, monkeypatch):
+    """The disk fills during a metrics append at step 2 (a torn last line); then, as after a SIGKILL,
+    ``latest`` and temporary files are lost or left over. The resume, from another working directory
+    (config.yaml holds absolute paths), repairs all of it and continues from step 1."""
+    monkeypatch.chdir(tmp_path)
+    replace_section(small_config, "model", path=os.path.relpath(tiny_policy_dir))
+    replace_section(small_config, "output", run_dir="runs/r")
+    real_log = sinks.MetricsLog.log
+
+    def disk_full_at_step_2(self, step, kind, metrics):
+        if step == 2 and kind == "train":
+            with self.path.open("a") as out:
+                out.write('{"step": 2, "kind": "tr')
+            raise OSError(errno.ENOSPC, "No space left on device", str(self.path))
+        return real_log(self, step, kind, metrics)
+
+    monkeypatch.setattr(sinks.MetricsLog, "log", disk_full_at_step_2)
+    run_dir = tmp_path / "runs" / "r"
+    with pytest.raises(ValueError, match=r"cannot write \(No space left on device: .*metrics.jsonl\); the run in "):
+        runner.run_training(small_config, log=lambda *_: None)
+    state = json.loads((run_dir / "run_state.json").read_text())
+    assert (
+        state["status"] == "failed"
+        and state["step"] == 1
+        and state["resume"] == f"tokenbalance train --resume {run_dir}"
+    )
+    saved = load_config(run_dir / "config.yaml")
+    assert saved.model.path == str(tiny_policy_dir) and saved.output.run_dir == str(run_dir)
+
+    monkeypatch.setattr(sinks.MetricsLog, "log", real_log)
+    checkpoints = run_dir / "checkpoints"
+    (checkpoints / "latest").unlink()
+    (checkpoints / ".step_000002.abc" / "model").mkdir(parents=True)
+    (run_dir / ".run_state.json.xyz").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    notes = []
+    runner.run_training(None, run_dir=run_dir, resume=True, log=notes.append)
+    text = "\n".join(map(str, notes))
+    assert "removed what an interrupted write left" in text and "checkpoints/.step_000002.abc" in text
+    assert "latest was missing; continuing from step_000001, the newest complete checkpoint" in text
+    assert "its last line is torn (an interrupted write) and is dropped" in text
+    records = read_metrics(run_dir / "metrics.jsonl")
+    assert [(r["kind"], r["step"]) for r in records] == [("eval", 0), ("train", 1), ("train", 2), ("eval", 2)]
+    assert sorted(p.name for p in checkpoints.iterdir()) == ["latest", "step_000001", "step_000002"]
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
+    assert os.listdir(elsewhere) == []
+
+    # a damaged checkpoint is named before any model work, with the way back to the previous one
+    (checkpoints / "step_000002" / "trainer_state.json").write_text('{"step": 2, ')
+    replace_section(small_config, "train", steps=3)
+    with pytest.raises(ValueError, match=r"step_000002/trainer_state.json: unreadable .* move .*step_000002 out of"):
+        runner.run_training(None, run_dir=run_dir, resume=True, log=lambda *_: None)
+    # a malformed line before the last is named by file and line, not skipped
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    (run_dir / "metrics.jsonl").write_text("\n".join([lines[0], "{oops", *lines[1:]]) + "\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl: line 2 is not JSON"):
+        read_metrics(run_dir / "metrics.jsonl")
+
+
+def test_one_process_per_run_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
+    run = tmp_path / "run"
+    run.mkdir()
+    save_config(apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={tiny_policy_dir}"]), run / "config.yaml")
+    with RunLock(run):
+        status, err = run_cli(capsys, "train", "--resume", str(run))
+    assert status == 2 and f"is in use by another tokenbalance process (pid {os.getpid()} on host " in err
+
+
+def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch
+):
+    real_step = loop.rl_step
+
+    def terminated_in_step_2(parts, step):
+        if step == 1:
+            os.kill(os.getpid(), signal.SIGTERM)  # as `kill PID` or a scheduler's preemption
+        return real_step(parts, step)
+
+    monkeypatch.setattr(loop, "rl_step", terminated_in_step_2)
+    run = tmp_path / "run"
+    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
+    assert status == 143 and "Traceback" not in err
+    assert f"terminated (SIGTERM); the run in {run} stopped (its last checkpoint is step 1). Continue it with: " in err
+    assert err.strip().endswith(f"tokenbalance train --resume {run}")
+    state = json.loads((run / "run_state.json").read_text())
+    assert (state["status"], state["step"], state["reason"]) == ("interrupted", 1, "terminated (SIGTERM)")
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # main() restores the handler it replaced
+
+
+def test_ctrl_c_in_a_real_process_is_one_message_and_a_resumable_run(tiny_policy_dir, tmp_path):
+    """The same across a process boundary: Ctrl-C (SIGINT) once the first checkpoint exists."""
+    run = tmp_path / "run"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tokenbalance.cli", "train", "--model", str(tiny_policy_dir), *SETS]
+        + ["--set", "train.steps=1000", "--run-dir", str(run)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 240
+        while not (run / "checkpoints" / "step_000001").is_dir() and process.poll() is None:
+            assert time.monotonic() < deadline, "no checkpoint within 240 s"
+            time.sleep(0.1)
+        process.send_signal(signal.SIGINT)
+        _, err = process.communicate(timeout=120)
+    finally:
+        process.kill()
+    assert process.returncode == 130 and "Traceback" not in err, err
+    assert err.strip().endswith(f"Continue it with: tokenbalance train --resume {run}"), err
+    state = json.loads((run / "run_state.json").read_text())
+    assert state["status"] == "interrupted" and state["step"] >= 1
+    assert not [p.name for p in (run / "checkpoints").iterdir() if p.name.startswith(".")]  # no half checkpoint
+
+
+def test_messages_name_only_flags_that_exist():
+    """Every ``--flag`` an error message suggests is an option of some command (one message used to
+    suggest a ``--pad-token`` that never existed)."""
+    flags = set()
+
+    def collect(parser):
+        for action in parser._actions:
+            flags.update(s for s in action.option_strings if s.startswith("--"))
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    collect(sub)
+
+    collect(build_parser())
+    package = Path(runner.__file__).parents[1]
+    mentioned = {}
+    for path in package.rglob("*.py"):
+        if "integrations" in path.parts:  # their own launchers (verl, TRL scripts) have their own flags
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Raise) and node.exc is not None:
+                for text in (n.value for n in ast.walk(node.exc) if isinstance(n, ast.Constant)):
+                    for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", str(text)):
+                        mentioned.setdefault(flag, path.name)
+    assert len(mentioned) > 10
+    assert {flag: where for flag, where in mentioned.items() if flag not in flags} == {}
