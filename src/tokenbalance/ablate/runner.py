@@ -263,7 +263,7 @@ def run_grid(
                 rates.add(record["row"], record["wall_s"], record["to_step"] - record["from_step"])
         pending = [c for c in plan.cells if actions[c.name][0] != "done"]
         work = {c.name: (c.method.key, plan.steps - actions[c.name][1]) for c in pending}
-        first_of_seed = {}
+        first_of_seed: dict[int, Cell] = {}
         for cell in pending:
             first_of_seed.setdefault(cell.seed, cell)
         for cell in first_of_seed.values():  # the one-time SFT builds, before the progress display
