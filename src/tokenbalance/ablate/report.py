@@ -10,6 +10,7 @@ seed). Only complete cells count; a row's difference uses the seeds both it and 
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import platform
@@ -22,6 +23,7 @@ from tokenbalance.ablate.grid import GridMethod, GridPlan
 from tokenbalance.ablate.results import MODES, CellResult, accuracy_columns, per_seed, start_per_seed
 from tokenbalance.ablate.runner import read_log
 from tokenbalance.ablate.stats import Estimate, mean_ci, paired_difference, relative_change
+from tokenbalance.config import load_config
 
 START_ROW = GridMethod("start", "start policy (step 0)", "-")
 MODE_TITLES = {"greedy": "greedy decoding", "sample": "one sample at temperature 1.0"}
@@ -283,6 +285,20 @@ def cell_time_summary(out_dir: Path, results: list[CellResult]) -> str:
     )
 
 
+def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
+    """Each seed's start policy and, for an embedded one, its one-time SFT build time."""
+    parts = []
+    for seed in plan.seeds:
+        config_file = out_dir / "configs" / f"{next(c for c in plan.cells if c.seed == seed).name}.yaml"
+        if not config_file.is_file():
+            continue
+        policy = Path(load_config(config_file).model.path or "")
+        summary = policy / "tokenbalance_sft.json"
+        built = f", SFT built in {json.loads(summary.read_text())['sft_seconds']:.0f} s" if summary.is_file() else ""
+        parts.append(f"seed {seed}: `{policy.name}`{built}")
+    return "- start policies: " + ("; ".join(parts) or "not built yet")
+
+
 def write_report(
     plan: GridPlan,
     results: list[CellResult],
@@ -312,6 +328,7 @@ def write_report(
         f"- cells complete: {len(complete)} of {len(results)}"
         + (f"; not complete: {', '.join(missing)}" if missing else ""),
         cell_time_summary(out_dir, results),
+        start_policy_summary(out_dir, plan),
         "",
         "Accuracy is a cell's last held-out evaluation (its `metrics.jsonl`, `kind: eval`, after the final RL "
         "step); the start-policy row is the step-0 evaluation. Each entry is the mean over seeds ± the "
