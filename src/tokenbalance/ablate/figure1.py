@@ -1,0 +1,175 @@
+"""Paper Figure 1 layout for two rows on the same batch: token share, advantages, probability
+change after one SGD step, gradient norm per probability bucket (AR-Lopti, arXiv 2505.12929).
+
+One batch of responses is sampled from the first seed's start policy (the policy every cell of
+that seed starts from) with the grid's rollout settings, exactly as ``tokenbalance diagnose
+buckets`` samples it (:func:`tokenbalance.commands.diagnose.prepare_batch`). On that batch, for each
+row (GRPO and AR + Lopti by default), at the same parameters:
+
+* (a) the share of tokens per bucket of old-policy probability (the same for both rows);
+* (b) the mean advantage of positive / negative tokens per bucket, after the row's token weights;
+* (c) the mean change of token probability per bucket after one SGD step (lr 1e-3, the paper's;
+  a Lopti row's step is its two passes) and the share of positive-advantage tokens whose
+  probability rose (Figure 3), from :func:`tokenbalance.commands.diagnose.bucket_experiment`;
+* (d) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
+  (:func:`tokenbalance.diagnostics.grad_norms.bucket_gradient_norms`; KL and entropy off).
+
+Differences from the paper: one batch of a tiny policy, not an average over steps of a 7B run;
+bars of means, not violins. At the same parameters Lopti changes no gradient (it changes when each
+bucket is updated, which (c) shows); AR scales the low-probability tokens' advantages down.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from pathlib import Path
+
+from tokenbalance.ablate.grid import GridMethod
+from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
+from tokenbalance.diagnostics.plots import _colour, _figure, _finish
+from tokenbalance.diagnostics.sinks import dump_json, restore_non_finite
+
+SGD_LR = 1e-3
+
+
+def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DEFAULT_EDGES) -> dict:
+    """The four panels' numbers for ``rows`` on one batch sampled with the cell config ``config_file``."""
+    import torch
+
+    from tokenbalance.algorithms.methods import get_method
+    from tokenbalance.commands.diagnose import bucket_experiment, method_passes, prepare_batch
+    from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
+    from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
+    from tokenbalance.diagnostics.step import update_advantages
+    from tokenbalance.trainer.batch import StepPolicy
+    from tokenbalance.trainer.distributed import DistContext
+
+    methods = {row.key: get_method(row.preset) for row in rows}
+    args = argparse.Namespace(
+        checkpoint=None,
+        config=str(config_file),
+        overrides=[],
+        model=None,
+        device=None,
+        seed=None,
+        method=rows[0].preset,
+        steps=None,
+        run_dir=None,
+        no_progress=True,
+        help_config=False,
+        prompts=prompts,
+        group_size=None,
+    )
+    batch = prepare_batch(args, with_hidden=any(m.needs_hidden_states for m in methods.values()))
+    mask_BT = batch.mask_BT.bool()
+    old_logp_BT = batch.old.logp_BT
+    buckets = bucket_masks(old_logp_BT, mask_BT, edges)
+    access = StepPolicy(
+        batch.model,
+        batch.packed,
+        batch.config.rollout.temperature,
+        batch.config.optim.micro_batch_size,
+        DistContext(device=batch.device),
+    )
+    index = torch.arange(mask_BT.shape[0], device=mask_BT.device)
+    out: dict = {
+        "edges": list(edges),
+        "intervals": [interval_label(edges, b) for b in range(len(edges) - 1)],
+        "responses": int(mask_BT.shape[0]),
+        "tokens": int(mask_BT.sum()),
+        "accuracy": float(batch.correct_B.float().mean()),
+        "sgd_lr": SGD_LR,
+        "rows": {},
+    }
+    for row in rows:
+        method = methods[row.key]
+        passes, _ = method_passes(batch, method)
+        adv_BT, policy_BT = update_advantages(passes, mask_BT)
+        stats = bucket_token_stats(old_logp_BT, adv_BT, mask_BT, edges)
+        masks = {"all": policy_BT} | {f"bucket{b}": m & policy_BT for b, m in enumerate(buckets)}
+        batch.model.train()
+        norms, _ = bucket_gradient_norms(
+            method=method,
+            named_params=[(n, p) for n, p in batch.model.named_parameters() if p.requires_grad],
+            logp_fn=lambda rows_: access.logp(index[rows_]),
+            old_logp_BT=old_logp_BT,
+            advantages_BT=adv_BT,
+            mask_BT=mask_BT,
+            masks=masks,
+            micro_batch_rows=batch.config.optim.micro_batch_size,
+            per_layer=False,
+        )
+        update = bucket_experiment(dataclasses.replace(batch, method=method), edges=edges, lr=SGD_LR)["all"]
+        count = len(edges) - 1
+        out["rows"][row.key] = {
+            "label": row.label,
+            "preset": row.preset,
+            "token_frac": [stats[f"diag/bucket{b}/token_frac"] for b in range(count)],
+            "adv_pos": [stats[f"diag/bucket{b}/pos/adv_mean"] for b in range(count)],
+            "adv_neg": [stats[f"diag/bucket{b}/neg/adv_mean"] for b in range(count)],
+            "grad_norm": [norms[f"diag/grad_norm/bucket{b}"] for b in range(count)],
+            "grad_norm_all": norms["diag/grad_norm/all"],
+            "dp_mean": [b["dp_mean"] for b in update["buckets"]],
+            "pos_up_frac": [b["pos_up_frac"] for b in update["buckets"]],
+            "update_grad_norm": update["grad_norm"],
+        }
+    return out
+
+
+def write_json(path: Path, data: dict) -> None:
+    path.write_text(dump_json(data, indent=1) + "\n")
+
+
+def read_json(path: Path) -> dict:
+    return restore_non_finite(json.loads(path.read_text()))
+
+
+def _finite(values: list[float]) -> list[float]:
+    return [v if v == v else 0.0 for v in values]  # NaN (an empty bucket) drawn as no bar
+
+
+def plot(data: dict, path: Path) -> Path:
+    """Five panels: (a) token share, (b) advantages, (c) Δp after one SGD step, Figure 3's correct
+    ratio, (d) gradient norm per bucket (the last group: all tokens)."""
+    labels = data["intervals"]
+    rows = list(data["rows"].values())
+    width = 0.8 / max(len(rows), 1)
+    fig = _figure(1, 5, 3.4, 3.4)
+    axes = fig.subplots(1, 5)
+
+    def bars(ax, key: str, groups: list[str], extra: str | None = None, **style) -> None:
+        for i, row in enumerate(rows):
+            values = list(row[key]) + ([row[extra]] if extra else [])
+            xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(groups))]
+            ax.bar(xs, _finite(values), width, color=_colour(i), label=row["label"], **style)
+        ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
+
+    axes[0].bar(range(len(labels)), _finite(rows[0]["token_frac"]), 0.6, color="0.5")
+    axes[0].set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
+    axes[0].set_title("(a) token share (same batch)", fontsize=10)
+    axes[0].set_xlabel("old-policy probability", fontsize=8)
+    axes[0].set_ylabel("share of tokens", fontsize=8)
+    axes[0].tick_params(labelsize=7)
+    axes[0].grid(alpha=0.3)
+    bars(axes[1], "adv_pos", labels)
+    for i, row in enumerate(rows):
+        xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(labels))]
+        axes[1].bar(xs, _finite(row["adv_neg"]), width, color=_colour(i), alpha=0.5, hatch="//")
+    axes[1].axhline(0.0, color="black", linewidth=0.6)
+    _finish(axes[1], "(b) mean advantage (hatched: A<0)", "advantage", xlabel="old-policy probability")
+    bars(axes[2], "dp_mean", labels)
+    axes[2].axhline(0.0, color="black", linewidth=0.6)
+    _finish(axes[2], f"(c) mean Δp, one SGD step (lr {data['sgd_lr']:g})", "Δp", xlabel="old-policy probability")
+    bars(axes[3], "pos_up_frac", labels)
+    _finish(axes[3], "share of A>0 tokens whose p rose", "share", xlabel="old-policy probability")
+    bars(axes[4], "grad_norm", [*labels, "all"], extra="grad_norm_all")
+    _finish(axes[4], "(d) gradient norm, bucket only", "L2 norm", xlabel="old-policy probability")
+    fig.suptitle(
+        f"same batch for every row: {data['responses']} responses, {data['tokens']} tokens, "
+        f"accuracy {data['accuracy']:.2f} (start policy of the first seed)",
+        fontsize=10,
+    )
+    fig.savefig(path, format="png", dpi=110)
+    return path

@@ -1,0 +1,174 @@
+"""What a grid is: its methods (rows), presets (named settings) and cells (method x seed).
+
+A grid method is a row of the table: a label, the method preset it trains with (its published
+hyper-parameters, ``tokenbalance list-methods``) and the row it is compared with (GRPO for the GRPO
+family, TR-GRPO and NTHR; REINFORCE++ for its own family). The K&K rows use the AR-Lopti paper's
+table presets (``arlopti_kk_fig4_*``, ``arlopti_kk_tab7_*``) where one exists, else the base presets
+(the same K&K-script base: clip 0.2/0.24, dual clip 10, k3 KL 0.001 as a loss, token-mean), so rows
+differ only in their token-level stage.
+
+A grid preset is a Python registry entry (no YAML): overrides of the run config shared by every
+cell, the default rows, seeds and RL steps. One rollout temperature holds for every cell (the
+preset's ``rollout.temperature``): the table presets' ``recommended_temperature`` (0.7) is not
+applied per row, so that a seed's cells differ only in the method.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from tokenbalance.algorithms.methods import get_method
+from tokenbalance.algorithms.registry import did_you_mean
+
+
+@dataclass(frozen=True)
+class GridMethod:
+    """One row: ``key`` (cell names, ``--methods``), ``label`` (the table), ``preset`` (the method
+    preset), ``baseline`` (the key of the row it is compared with; None for a baseline row)."""
+
+    key: str
+    label: str
+    preset: str
+    baseline: str | None = None
+
+
+GRID_METHODS: dict[str, GridMethod] = {
+    m.key: m
+    for m in (
+        GridMethod("grpo", "GRPO", "arlopti_kk_fig4_grpo"),
+        GridMethod("ar", "+ AR", "arlopti_kk_fig4_ar", "grpo"),
+        GridMethod("lopti", "+ Lopti", "arlopti_kk_fig4_lopti", "grpo"),
+        GridMethod("ar_lopti", "+ AR + Lopti", "arlopti_kk_fig4_ar_lopti", "grpo"),
+        GridMethod("tr_grpo", "TR-GRPO (unverified weight)", "tr_grpo", "grpo"),
+        GridMethod("nthr", "NTHR", "nthr", "grpo"),
+        GridMethod("rpp", "REINFORCE++", "arlopti_kk_tab7_reinforce_pp"),
+        GridMethod("rpp_ar", "REINFORCE++ + AR", "reinforce_pp_ar", "rpp"),
+        GridMethod("rpp_lopti", "REINFORCE++ + Lopti", "reinforce_pp_lopti", "rpp"),
+        GridMethod("rpp_ar_lopti", "REINFORCE++ + AR + Lopti", "arlopti_kk_tab7_reinforce_pp_ar_lopti", "rpp"),
+    )
+}
+DEFAULT_METHODS = tuple(GRID_METHODS)
+
+
+def grid_method(name: str) -> GridMethod:
+    """A row by key (``grpo``, ``ar_lopti``, ...) or, for any other method preset, an ad-hoc row
+    compared with ``grpo`` / ``rpp`` according to its advantage estimator."""
+    if name in GRID_METHODS:
+        return GRID_METHODS[name]
+    try:
+        method = get_method(name)
+    except ValueError:
+        raise ValueError(
+            f"--methods: unknown row {name!r}; rows: {', '.join(GRID_METHODS)}, or any method preset "
+            f"(tokenbalance list-methods){did_you_mean(name, GRID_METHODS)}"
+        ) from None
+    baseline = "rpp" if method.advantage.estimator == "reinforce_pp" else "grpo"
+    return GridMethod(name, name, name, baseline)
+
+
+@dataclass(frozen=True)
+class GridPreset:
+    """A named grid: ``overrides`` of the run config for every cell (``section.field=value``), the
+    default ``methods`` (row keys), ``seeds`` and RL ``steps``."""
+
+    name: str
+    description: str
+    overrides: tuple[str, ...] = ()
+    methods: tuple[str, ...] = DEFAULT_METHODS
+    seeds: tuple[int, ...] = (0, 1, 2)
+    steps: int = 60
+
+
+GRID_PRESETS: dict[str, GridPreset] = {
+    p.name: p
+    for p in (
+        GridPreset(
+            "kk-tiny",
+            "the embedded tiny policy on K&K 3 people, the `tokenbalance train` defaults (data, SFT, "
+            "rollout, optimizer); evaluation before and after RL only. A placeholder until the issue-12 "
+            "testbed search fixes a setting where GRPO learns",
+            overrides=("train.eval_every=0",),
+        ),
+        GridPreset(
+            "kk-smoke",
+            "a few-minute trial of the machinery: a short SFT, 4 RL steps, 100 held-out puzzles, "
+            "GRPO and AR + Lopti, 2 seeds (its numbers say nothing about the methods)",
+            overrides=(
+                "sft.steps=60",
+                "sft.warmup_steps=10",
+                "data.eval_count=100",
+                "rollout.prompts_per_step=8",
+                "train.eval_every=0",
+                "train.save_every=2",
+            ),
+            methods=("grpo", "ar_lopti"),
+            seeds=(0, 1),
+            steps=4,
+        ),
+    )
+}
+
+
+def grid_preset(name: str) -> GridPreset:
+    if name not in GRID_PRESETS:
+        raise ValueError(
+            f"--preset: unknown grid preset {name!r}; valid: {', '.join(GRID_PRESETS)}"
+            f"{did_you_mean(name, GRID_PRESETS)}"
+        )
+    return GRID_PRESETS[name]
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One run of the grid: a row trained from seed ``seed``'s start policy."""
+
+    method: GridMethod
+    seed: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.method.key}-seed{self.seed}"
+
+
+@dataclass(frozen=True)
+class GridPlan:
+    """A grid as run: the preset, its rows and seeds, the RL steps, the extra overrides."""
+
+    preset: GridPreset
+    methods: tuple[GridMethod, ...]
+    seeds: tuple[int, ...]
+    steps: int
+    overrides: tuple[str, ...] = field(default=())
+
+    @property
+    def cells(self) -> list[Cell]:
+        """Seed-major order: a seed's rows run one after another, so a partial grid has whole seeds."""
+        return [Cell(method, seed) for seed in self.seeds for method in self.methods]
+
+    def row(self, key: str) -> GridMethod | None:
+        return next((m for m in self.methods if m.key == key), None)
+
+
+def make_plan(
+    preset: GridPreset,
+    *,
+    methods: list[str] | None = None,
+    seeds: list[int] | None = None,
+    steps: int | None = None,
+    overrides: list[str] | None = None,
+) -> GridPlan:
+    """The grid of ``preset`` with the command line's choices (each None: the preset's)."""
+    keys = list(methods) if methods else list(preset.methods)
+    duplicates = sorted({k for k in keys if keys.count(k) > 1})
+    if duplicates:
+        raise ValueError(f"--methods: {duplicates[0]!r} is listed twice")
+    rows = tuple(grid_method(k) for k in keys)
+    for row in rows:
+        get_method(row.preset)  # every preset exists before any work starts
+    chosen_seeds = tuple(seeds) if seeds is not None else preset.seeds
+    if not chosen_seeds or len(set(chosen_seeds)) != len(chosen_seeds) or min(chosen_seeds) < 0:
+        raise ValueError(f"--seeds: expected distinct non-negative integers, got {list(chosen_seeds)}")
+    chosen_steps = preset.steps if steps is None else steps
+    if chosen_steps < 1:
+        raise ValueError(f"--steps: must be >= 1, got {chosen_steps}")
+    return GridPlan(preset, rows, chosen_seeds, chosen_steps, tuple(overrides or ()))

@@ -1,0 +1,119 @@
+"""The grid's progress display: cells done / running / left and an estimate of the time left.
+
+Drawn with rich on stderr (nothing live when stderr is not a terminal); one plain line per cell
+event goes to ``log`` either way. The time left is (steps still to run) x (seconds per RL step of
+the row, measured on the cells finished so far in this and earlier sittings, ``grid_log.jsonl``;
+the mean over rows for a row not measured yet; unknown until one cell has finished).
+"""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+
+def format_seconds(seconds: float | None) -> str:
+    if seconds is None:
+        return "?"
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+
+
+class StepRates:
+    """Seconds per RL step of each row, from finished cells (wall time / steps run)."""
+
+    def __init__(self) -> None:
+        self.samples: dict[str, list[float]] = {}
+
+    def add(self, row: str, wall_s: float, steps: int) -> None:
+        if steps > 0 and wall_s > 0:
+            self.samples.setdefault(row, []).append(wall_s / steps)
+
+    def rate(self, row: str) -> float | None:
+        if self.samples.get(row):
+            return sum(self.samples[row]) / len(self.samples[row])
+        means = [sum(v) / len(v) for v in self.samples.values() if v]
+        return sum(means) / len(means) if means else None
+
+    def seconds_left(self, work: list[tuple[str, int]]) -> float | None:
+        """Estimated seconds for ``(row, steps to run)`` pairs; None when nothing is measured yet."""
+        total = 0.0
+        for row, steps in work:
+            rate = self.rate(row)
+            if rate is None:
+                return None
+            total += rate * steps
+        return total
+
+
+class GridProgress:
+    def __init__(self, total: int, *, done: int, enabled: bool, log=print) -> None:
+        self.total, self.done, self.failed = total, done, 0
+        self.log = log
+        self.running = ""
+        self.left_s: float | None = None
+        self.started = time.perf_counter()
+        self._progress = None
+        if enabled and total > 0:
+            self._progress = Progress(
+                TextColumn("[bold]grid"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[stats]}"),
+                TimeElapsedColumn(),
+                console=Console(stderr=True),
+                transient=False,
+            )
+            self._task = self._progress.add_task("grid", total=total, completed=done, stats="")
+
+    def __enter__(self) -> GridProgress:
+        if self._progress is not None:
+            self._progress.__enter__()
+        self._refresh()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+    @property
+    def left(self) -> int:
+        return self.total - self.done - self.failed
+
+    def _refresh(self) -> None:
+        if self._progress is None:
+            return
+        stats = (
+            f"done {self.done}  failed {self.failed}  left {self.left}"
+            + (f"  | running {self.running}" if self.running else "")
+            + f"  | time left ~{format_seconds(self.left_s)}"
+        )
+        self._progress.update(self._task, completed=self.done + self.failed, stats=stats)
+
+    def cell_started(self, name: str, action: str, from_step: int, steps: int, left_s: float | None) -> None:
+        self.running = f"{name} ({action}) step {from_step}/{steps}"
+        self.left_s = left_s
+        self.log(f"[{self.done + self.failed + 1}/{self.total}] {name}: {action} from step {from_step} of {steps}")
+        self._refresh()
+
+    def cell_step(self, name: str, step: int, steps: int, left_s: float | None) -> None:
+        self.running = f"{name} step {step}/{steps}"
+        self.left_s = left_s
+        self._refresh()
+
+    def cell_finished(self, name: str, status: str, wall_s: float, left_s: float | None) -> None:
+        if status == "completed":
+            self.done += 1
+        else:
+            self.failed += 1
+        self.running = ""
+        self.left_s = left_s
+        self.log(
+            f"    {name}: {status} in {format_seconds(wall_s)}; done {self.done}, failed {self.failed}, "
+            f"left {self.left}, time left ~{format_seconds(left_s)}"
+        )
+        self._refresh()

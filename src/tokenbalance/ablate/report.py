@@ -1,0 +1,357 @@
+"""The grid's tables: held-out accuracy in the paper's layout, paired differences, per-step cost.
+
+Written to ``OUT/``: ``results.md`` (everything, for reading), ``accuracy.csv`` (one line per mode x
+row x column: mean, sd, CI over seeds, the paired difference from the baseline row with its CI,
+relative change), ``cells.csv`` (each cell's own numbers, from its ``metrics.jsonl``) and
+``step_cost.csv``. Statistics: :mod:`tokenbalance.ablate.stats` (t interval over seeds; paired by
+seed). Only complete cells count; a row's difference uses the seeds both it and its baseline have.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import platform
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenbalance.ablate.grid import GridMethod, GridPlan
+from tokenbalance.ablate.results import MODES, CellResult, accuracy_columns, per_seed, start_per_seed
+from tokenbalance.ablate.runner import read_log
+from tokenbalance.ablate.stats import Estimate, mean_ci, paired_difference, relative_change
+from tokenbalance.config import load_config
+
+START_ROW = GridMethod("start", "start policy (step 0)", "-")
+MODE_TITLES = {"greedy": "greedy decoding", "sample": "one sample at temperature 1.0"}
+COST_KEYS = ("timing/step_s", "timing/rollout_s", "timing/logprob_s", "timing/update_s")
+
+
+def column_label(key: str, unit: str) -> str:
+    name = key.rsplit("/", 1)[1]
+    return f"{name.removeprefix('acc_')} {unit}" if name.startswith("acc_") else "Avg"
+
+
+def fmt(value: float, digits: int = 3, sign: bool = False) -> str:
+    if value is None or not math.isfinite(value):
+        return "–"
+    return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
+
+
+def fmt_estimate(e: Estimate, digits: int = 3) -> str:
+    if e.n == 0:
+        return "–"
+    if e.n == 1:
+        return f"{fmt(e.mean, digits)} (1 seed)"
+    return f"{fmt(e.mean, digits)} ± {fmt(e.half_width, digits)}"
+
+
+def fmt_difference(e: Estimate, digits: int = 3) -> str:
+    if e.n == 0:
+        return "–"
+    if e.n == 1:
+        return f"{fmt(e.mean, digits, True)} (1 seed)"
+    return f"{fmt(e.mean, digits, True)} [{fmt(e.low, digits, True)}, {fmt(e.high, digits, True)}]"
+
+
+def fmt_relative(fraction: float) -> str:
+    if not math.isfinite(fraction):
+        return "–"
+    arrow = "↑" if fraction >= 0 else "↓"
+    return f"{arrow}{abs(fraction) * 100:.1f}%"
+
+
+def accuracy_rows(plan: GridPlan, results: list[CellResult], mode: str) -> list[dict]:
+    """One dict per (row, column): the estimate over seeds and the paired difference from its baseline."""
+    rows = []
+    for column in accuracy_columns(results, mode):
+        start = start_per_seed(results, column)
+        rows.append({"row": START_ROW, "column": column, "values": start, "estimate": mean_ci(list(start.values()))})
+        for method in plan.methods:
+            values = per_seed(results, method.key, column)
+            entry = {"row": method, "column": column, "values": values, "estimate": mean_ci(list(values.values()))}
+            if method.baseline is not None and plan.row(method.baseline) is not None:
+                base = per_seed(results, method.baseline, column)
+                entry["baseline"] = method.baseline
+                entry["difference"] = paired_difference(values, base)
+                entry["relative"] = relative_change(values, base)
+            rows.append(entry)
+    return rows
+
+
+def _seeds(values: dict[int, float]) -> str:
+    return " ".join(str(s) for s in sorted(values))
+
+
+def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult]) -> None:
+    fields = [
+        "mode",
+        "row",
+        "label",
+        "column",
+        "n",
+        "mean",
+        "sd",
+        "ci_low",
+        "ci_high",
+        "seeds",
+        "baseline",
+        "diff_n",
+        "diff_mean",
+        "diff_sd",
+        "diff_ci_low",
+        "diff_ci_high",
+        "relative_change",
+    ]
+    with open(path, "w", newline="") as out:
+        writer = csv.DictWriter(out, fieldnames=fields)
+        writer.writeheader()
+        for mode in MODES:
+            for entry in accuracy_rows(plan, results, mode):
+                e: Estimate = entry["estimate"]
+                line = {
+                    "mode": mode,
+                    "row": entry["row"].key,
+                    "label": entry["row"].label,
+                    "column": entry["column"],
+                    "n": e.n,
+                    "mean": repr(e.mean),
+                    "sd": repr(e.sd),
+                    "ci_low": repr(e.low),
+                    "ci_high": repr(e.high),
+                    "seeds": _seeds(entry["values"]),
+                }
+                if "difference" in entry:
+                    d: Estimate = entry["difference"]
+                    line |= {
+                        "baseline": entry["baseline"],
+                        "diff_n": d.n,
+                        "diff_mean": repr(d.mean),
+                        "diff_sd": repr(d.sd),
+                        "diff_ci_low": repr(d.low),
+                        "diff_ci_high": repr(d.high),
+                        "relative_change": repr(entry["relative"]),
+                    }
+                writer.writerow(line)
+
+
+def write_cells_csv(path: Path, results: list[CellResult]) -> None:
+    keys = sorted({k for r in results for k in r.last_eval if k.startswith("eval/") and "/acc" in k})
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(
+            ["cell", "row", "seed", "status", "complete", "last_eval_step", *keys, *[f"start:{k}" for k in keys]]
+        )
+        for r in results:
+            writer.writerow(
+                [r.cell.name, r.cell.method.key, r.cell.seed, r.status, r.complete, r.last_eval.get("step", "")]
+                + [repr(r.last_eval[k]) if k in r.last_eval else "" for k in keys]
+                + [repr(r.first_eval[k]) if k in r.first_eval else "" for k in keys]
+            )
+
+
+@dataclass
+class CostRow:
+    """A row's seconds per RL step by phase (:data:`COST_KEYS`: mean over a cell's steps, then the
+    estimate over seeds), its RL steps counted, and its step time over its baseline's."""
+
+    row: GridMethod
+    steps: int
+    phases: dict[str, Estimate]
+    ratio: float = math.nan
+
+
+def cost_rows(plan: GridPlan, results: list[CellResult]) -> list[CostRow]:
+    rows = []
+    for method in plan.methods:
+        cells = [r for r in results if r.complete and r.cell.method.key == method.key]
+        phases = {key: mean_ci([r.mean_of(key) for r in cells if math.isfinite(r.mean_of(key))]) for key in COST_KEYS}
+        rows.append(CostRow(method, sum(len(r.series("timing/step_s")[1]) for r in cells), phases))
+    by_key = {entry.row.key: entry for entry in rows}
+    for entry in rows:
+        base = by_key.get(entry.row.baseline or "")
+        reference = base.phases["timing/step_s"].mean if base else math.nan
+        if math.isfinite(reference) and reference > 0:
+            entry.ratio = entry.phases["timing/step_s"].mean / reference
+    return rows
+
+
+def write_cost_csv(path: Path, rows: list[CostRow]) -> None:
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(
+            [
+                "row",
+                "label",
+                "cells",
+                "steps",
+                *[f"{k}_mean" for k in COST_KEYS],
+                "step_s_ci_low",
+                "step_s_ci_high",
+                "ratio_to_baseline",
+            ]
+        )
+        for entry in rows:
+            step = entry.phases["timing/step_s"]
+            writer.writerow(
+                [entry.row.key, entry.row.label, step.n, entry.steps]
+                + [repr(entry.phases[k].mean) for k in COST_KEYS]
+                + [repr(step.low), repr(step.high), repr(entry.ratio)]
+            )
+
+
+def accuracy_markdown(plan: GridPlan, results: list[CellResult], mode: str, unit: str) -> list[str]:
+    entries = accuracy_rows(plan, results, mode)
+    columns = accuracy_columns(results, mode)
+    table: dict[str, dict[str, dict]] = {}
+    for entry in entries:
+        table.setdefault(entry["row"].key, {})[entry["column"]] = entry
+    avg = f"eval/{mode}/acc"
+    labels = [column_label(c, unit) for c in columns]
+    lines = [
+        f"| Method | {' | '.join(labels)} | Δ Avg vs baseline [95% CI] | relative | seeds |",
+        "|---|" + "---|" * (len(labels) + 3),
+    ]
+    for cells in table.values():
+        row = cells[avg]["row"]
+        diff = cells[avg].get("difference")
+        baseline = plan.row(cells[avg].get("baseline", "")) if diff is not None else None
+        lines.append(
+            f"| {row.label} | "
+            + " | ".join(fmt_estimate(cells[c]["estimate"]) for c in columns)
+            + f" | {fmt_difference(diff) + ' vs ' + baseline.label if diff is not None and baseline else ''}"
+            + f" | {fmt_relative(cells[avg].get('relative', math.nan)) if diff is not None else ''}"
+            + f" | {cells[avg]['estimate'].n} |"
+        )
+    lines += ["", f"Paired differences from the baseline row per column ({MODE_TITLES[mode]}):", ""]
+    lines += [f"| Method | vs | {' | '.join(labels)} |", "|---|---|" + "---|" * len(labels)]
+    for cells in table.values():
+        if "difference" not in cells[avg]:
+            continue
+        baseline = plan.row(cells[avg]["baseline"])
+        lines.append(
+            f"| {cells[avg]['row'].label} | {baseline.label if baseline else ''} | "
+            + " | ".join(fmt_difference(cells[c]["difference"]) for c in columns)
+            + " |"
+        )
+    return lines
+
+
+def cost_markdown(rows: list[CostRow]) -> list[str]:
+    lines = [
+        "| Method | step s | rollout s | log-prob s | update s | step × baseline | cells | steps |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for entry in rows:
+        p = entry.phases
+        lines.append(
+            f"| {entry.row.label} | {fmt_estimate(p['timing/step_s'], 3)} | {fmt(p['timing/rollout_s'].mean)} | "
+            f"{fmt(p['timing/logprob_s'].mean)} | {fmt(p['timing/update_s'].mean)} | {fmt(entry.ratio, 2)} | "
+            f"{p['timing/step_s'].n} | {entry.steps} |"
+        )
+    return lines
+
+
+def provenance(command: str | None) -> list[str]:
+    import torch
+
+    import tokenbalance
+
+    source = Path(tokenbalance.__file__).resolve().parent
+    try:
+        commit = subprocess.run(
+            ["git", "-C", str(source), "rev-parse", "--short", "HEAD"], capture_output=True, text=True, check=True
+        ).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    return [
+        f"- command: `{command}`" if command else "- command: (library call)",
+        f"- report written: {time.strftime('%Y-%m-%d %H:%M:%S %Z')}; commit {commit}; tokenbalance {tokenbalance.__version__}",
+        f"- machine: {platform.platform()}, {os.cpu_count()} CPUs, Python {platform.python_version()}, torch {torch.__version__}",
+    ]
+
+
+def cell_time_summary(out_dir: Path, results: list[CellResult]) -> str:
+    names = {r.cell.name for r in results}
+    runs = [r for r in read_log(out_dir) if r.get("event") == "cell" and r.get("cell") in names and "wall_s" in r]
+    total = sum(float(r["wall_s"]) for r in runs)
+    sittings = sum(1 for r in read_log(out_dir) if r.get("event") == "sitting")
+    return (
+        f"- cell wall time: {total / 60:.1f} min over {len(runs)} cell run(s) in {sittings} sitting(s) "
+        "(grid_log.jsonl; start-policy SFT builds not included)"
+    )
+
+
+def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
+    """Each seed's start policy and, for an embedded one, its one-time SFT build time."""
+    parts = []
+    for seed in plan.seeds:
+        config_file = out_dir / "configs" / f"{next(c for c in plan.cells if c.seed == seed).name}.yaml"
+        if not config_file.is_file():
+            continue
+        policy = Path(load_config(config_file).model.path or "")
+        summary = policy / "tokenbalance_sft.json"
+        built = f", SFT built in {json.loads(summary.read_text())['sft_seconds']:.0f} s" if summary.is_file() else ""
+        parts.append(f"seed {seed}: `{policy.name}`{built}")
+    return "- start policies: " + ("; ".join(parts) or "not built yet")
+
+
+def write_report(
+    plan: GridPlan,
+    results: list[CellResult],
+    out_dir: Path,
+    *,
+    command: str | None = None,
+    unit: str = "people",
+    figures: tuple[str, ...] = (),
+) -> Path:
+    """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path."""
+    out_dir = Path(out_dir)
+    write_accuracy_csv(out_dir / "accuracy.csv", plan, results)
+    write_cells_csv(out_dir / "cells.csv", results)
+    costs = cost_rows(plan, results)
+    write_cost_csv(out_dir / "step_cost.csv", costs)
+    complete = [r for r in results if r.complete]
+    missing = [f"{r.cell.name} ({r.status})" for r in results if not r.complete]
+    lines = [
+        f"# tokenbalance ablate: grid `{plan.preset.name}`",
+        "",
+        f"{plan.preset.description}.",
+        "",
+        *provenance(command),
+        f"- rows: {', '.join(f'{m.label} (`{m.preset}`)' for m in plan.methods)}",
+        f"- seeds: {', '.join(map(str, plan.seeds))}; RL steps per cell: {plan.steps}; overrides: "
+        + (", ".join(f"`{o}`" for o in (*plan.preset.overrides, *plan.overrides)) or "none"),
+        f"- cells complete: {len(complete)} of {len(results)}"
+        + (f"; not complete: {', '.join(missing)}" if missing else ""),
+        cell_time_summary(out_dir, results),
+        start_policy_summary(out_dir, plan),
+        "",
+        "Accuracy is a cell's last held-out evaluation (its `metrics.jsonl`, `kind: eval`, after the final RL "
+        "step); the start-policy row is the step-0 evaluation. Each entry is the mean over seeds ± the "
+        "half-width of its 95% confidence interval (t distribution with n - 1 degrees of freedom, sample "
+        "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
+        "(GRPO, or REINFORCE++ for its family), paired by seed (every cell of a seed starts from the same "
+        "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
+        "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%).",
+    ]
+    for mode in MODES:
+        lines += ["", f"## Held-out accuracy, {MODE_TITLES[mode]}", ""]
+        lines += accuracy_markdown(plan, results, mode, unit)
+    lines += [
+        "",
+        "## Cost per RL step",
+        "",
+        "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
+        "over seeds); cells ran one at a time on this machine, so a busy machine inflates them all.",
+        "",
+        *cost_markdown(costs),
+    ]
+    if figures:
+        lines += ["", "## Figures", ""] + [f"![{name}]({name})" for name in figures]
+    path = out_dir / "results.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -1,0 +1,101 @@
+"""Read a grid's cells back from their run directories (``metrics.jsonl`` and ``run_state.json`` only).
+
+Every number of the report comes from here: a cell's accuracy is its **last** ``kind: eval``
+record (the evaluation after the final RL step), its start accuracy the first one (step 0, the
+start policy), its cost the ``timing/*`` keys of its train records.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenbalance.ablate.cells import read_state
+from tokenbalance.ablate.grid import Cell, GridPlan
+from tokenbalance.ablate.runner import cell_dir
+from tokenbalance.diagnostics.plots import load_run
+
+MODES = ("greedy", "sample")
+_LEVEL_KEY = re.compile(r"^eval/(greedy|sample)/acc_(\d+)$")
+
+
+@dataclass
+class CellResult:
+    """One cell as found on disk. ``complete``: completed at the planned steps with a final eval."""
+
+    cell: Cell
+    status: str
+    complete: bool = False
+    first_eval: dict = field(default_factory=dict)
+    last_eval: dict = field(default_factory=dict)
+    train: list[dict] = field(default_factory=list)
+
+    def series(self, key: str) -> tuple[list[int], list[float]]:
+        steps, values = [], []
+        for record in self.train:
+            value = record.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                steps.append(int(record["step"]))
+                values.append(float(value))
+        return steps, values
+
+    def mean_of(self, key: str) -> float:
+        _, values = self.series(key)
+        return sum(values) / len(values) if values else math.nan
+
+
+def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
+    if not (run_dir / "metrics.jsonl").is_file():
+        return CellResult(cell, "not started" if not run_dir.exists() else "no metrics")
+    run = load_run(run_dir)
+    status = str(read_state(run_dir).get("status", "unknown"))
+    last = run.eval[-1] if run.eval else {}
+    complete = status == "completed" and bool(last) and int(last.get("step", -1)) == steps
+    return CellResult(cell, status, complete, run.eval[0] if run.eval else {}, last, run.train)
+
+
+def collect(plan: GridPlan, out_dir: Path) -> list[CellResult]:
+    return [read_cell(cell_dir(Path(out_dir), cell), cell, plan.steps) for cell in plan.cells]
+
+
+def accuracy_columns(results: list[CellResult], mode: str) -> list[str]:
+    """``eval/<mode>/acc_<d>`` for every difficulty found (numeric order), then ``eval/<mode>/acc``."""
+    levels = sorted(
+        {
+            int(m.group(2))
+            for r in results
+            for k in r.last_eval
+            for m in [_LEVEL_KEY.match(k)]
+            if m and m.group(1) == mode
+        }
+    )
+    return [f"eval/{mode}/acc_{d}" for d in levels] + [f"eval/{mode}/acc"]
+
+
+def per_seed(results: list[CellResult], row: str, key: str, *, start: bool = False) -> dict[int, float]:
+    """``{seed: value}`` of ``key`` in the complete cells of ``row`` (last eval; first with ``start``)."""
+    out = {}
+    for r in results:
+        record = r.first_eval if start else r.last_eval
+        value = record.get(key)
+        if r.complete and r.cell.method.key == row and isinstance(value, (int, float)) and math.isfinite(value):
+            out[r.cell.seed] = float(value)
+    return out
+
+
+def start_per_seed(results: list[CellResult], key: str) -> dict[int, float]:
+    """The start policy's value per seed (step-0 eval of the first complete cell of each seed)."""
+    out: dict[int, float] = {}
+    for r in results:
+        value = r.first_eval.get(key)
+        if (
+            r.complete
+            and r.cell.seed not in out
+            and int(r.first_eval.get("step", -1)) == 0
+            and isinstance(value, (int, float))
+            and math.isfinite(value)
+        ):
+            out[r.cell.seed] = float(value)
+    return out

@@ -1,0 +1,313 @@
+"""Run a grid cell by cell, resumably, into one results directory.
+
+Layout of ``OUT/``::
+
+    grid.json               the plan of the latest sitting (rows, seeds, steps, overrides)
+    grid_log.jsonl          one line per sitting and per cell run (action, steps, status, wall time)
+    configs/<cell>.yaml     each cell's full run config (what ``tokenbalance train --config`` gets)
+    cells/<cell>/           each cell's run directory (a normal ``tokenbalance train`` run)
+    logs/<cell>.log         each cell's console output (appended over sittings)
+
+Each cell is a normal ``tokenbalance train`` run. By default it runs in a child process
+(``isolation="subprocess"``): a cell that crashes, is killed for memory or aborts leaves the grid
+running (the cell is marked failed, the next sitting resumes it), every cell starts from fresh
+process state (torch threads, RNG, allocator: its numbers do not depend on which cells ran before
+it in the same process), and its memory is returned when it ends. The price is one interpreter
+start and import per cell (seconds; a cell is minutes). ``isolation="inprocess"`` calls
+:func:`tokenbalance.trainer.runner.run_training` directly (the tests; debugging).
+
+A grid killed at any point continues where it stopped (:func:`tokenbalance.ablate.cells.cell_action`):
+completed cells are never run again, a started cell resumes from its latest checkpoint. Two grids
+never write one results directory at once (an exclusive lock on ``OUT/.lock``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tokenbalance.ablate.cells import base_config, cell_action, cell_config, read_state, start_policy
+from tokenbalance.ablate.grid import Cell, GridPlan
+from tokenbalance.ablate.progress import GridProgress, StepRates
+from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+
+ISOLATIONS = ("subprocess", "inprocess")
+
+
+@dataclass
+class GridOutcome:
+    """What one sitting did: ``ran`` (cell -> final status), ``skipped`` (already complete)."""
+
+    ran: dict[str, str] = field(default_factory=dict)
+    skipped: list[str] = field(default_factory=list)
+
+    @property
+    def failed(self) -> list[str]:
+        return [name for name, status in self.ran.items() if status != "completed"]
+
+
+def cell_dir(out_dir: Path, cell: Cell) -> Path:
+    return out_dir / "cells" / cell.name
+
+
+@contextlib.contextmanager
+def exclusive_lock(out_dir: Path) -> Iterator[None]:
+    """Hold ``OUT/.lock`` for the sitting (released by the OS if the process dies)."""
+    import fcntl
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with open(out_dir / ".lock", "w") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{out_dir}: another `tokenbalance ablate` is running on this directory") from None
+        handle.write(f"{os.getpid()}\n")
+        handle.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def sigterm_as_interrupt() -> Iterator[None]:
+    """SIGTERM raises KeyboardInterrupt, so a killed grid stops its running cell before exiting."""
+
+    def interrupt(signum, frame) -> None:
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, interrupt)
+    except ValueError:  # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def append_log(out_dir: Path, record: dict) -> None:
+    with open(out_dir / "grid_log.jsonl", "a") as out:
+        out.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **record}) + "\n")
+
+
+def read_log(out_dir: Path) -> list[dict]:
+    path = out_dir / "grid_log.jsonl"
+    if not path.is_file():
+        return []
+    records = []
+    for line in path.read_text().splitlines():
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return records
+
+
+def last_step(run_dir: Path) -> int:
+    """The step of the last record in the cell's metrics.jsonl (0 when there is none)."""
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return 0
+    lines = [line for line in path.read_text().splitlines() if line.strip()]
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line).get("step", 0))
+        except (json.JSONDecodeError, TypeError, ValueError):
+            continue
+    return 0
+
+
+def train_command(action: str, config_file: Path, run_dir: Path, steps: int) -> list[str]:
+    """The ``tokenbalance train`` command line of a cell run."""
+    head = [sys.executable, "-m", "tokenbalance.cli", "train"]
+    if action in ("resume", "extend"):
+        return [*head, "--resume", str(run_dir), "--steps", str(steps), "--no-progress"]
+    return [*head, "--config", str(config_file), "--run-dir", str(run_dir), "--no-progress"]
+
+
+def child_environment() -> dict[str, str]:
+    """This process's environment with this tokenbalance's source first on PYTHONPATH, so the
+    cells run the same code as the grid (also from a source checkout)."""
+    import tokenbalance
+
+    source = str(Path(tokenbalance.__file__).resolve().parent.parent)
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_step, *, poll_s: float = 2.0) -> str:
+    """Run a cell in a child process, reporting its step to ``on_step`` every ``poll_s`` seconds;
+    returns its status (``completed``, or ``failed (exit N, status S)``)."""
+    with open(log_path, "a") as log:
+        log.write(f"$ {' '.join(command)}\n")
+        log.flush()
+        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_environment())
+        try:
+            while True:
+                try:
+                    code = proc.wait(timeout=poll_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    on_step(last_step(run_dir))
+        except BaseException:
+            proc.terminate()
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+            raise
+    status = read_state(run_dir).get("status")
+    return "completed" if code == 0 and status == "completed" else f"failed (exit {code}, status {status})"
+
+
+def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: Path) -> str:
+    from tokenbalance.trainer.runner import run_training
+
+    with open(log_path, "a") as log:
+
+        def write(*parts) -> None:
+            log.write(" ".join(map(str, parts)) + "\n")
+            log.flush()
+
+        try:
+            if action in ("resume", "extend"):
+                resumed = apply_overrides(
+                    load_config(run_dir / "config.yaml"),
+                    [f"train.steps={config.train.steps}", "output.progress=false"],
+                )
+                run_training(resumed, run_dir=run_dir, resume=True, log=write)
+            else:
+                run_training(config, run_dir=run_dir, log=write)
+        except Exception as err:  # one failed cell does not stop the grid
+            write(f"cell failed: {type(err).__name__}: {err}")
+            return f"failed ({type(err).__name__}: {err})"
+    status = read_state(run_dir).get("status")
+    return "completed" if status == "completed" else f"failed (status {status})"
+
+
+def write_plan(out_dir: Path, plan: GridPlan) -> None:
+    summary = {
+        "preset": plan.preset.name,
+        "rows": [{"key": m.key, "label": m.label, "preset": m.preset, "baseline": m.baseline} for m in plan.methods],
+        "seeds": list(plan.seeds),
+        "steps": plan.steps,
+        "preset_overrides": list(plan.preset.overrides),
+        "overrides": list(plan.overrides),
+    }
+    (out_dir / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
+
+
+def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
+    """Each cell's config, with the start policy of its seed (its path; built later if needed)."""
+    from tokenbalance.trainer.embedded import embedded_key
+
+    configs = {}
+    for cell in plan.cells:
+        if base.model.path is not None:
+            policy = base.model.path
+        else:
+            seeded = apply_overrides(base, [f"train.seed={cell.seed}"])
+            policy = str((Path(base.model.cache_dir) / embedded_key(seeded)).resolve())
+        configs[cell.name] = cell_config(base, cell, steps=plan.steps, policy=policy, run_dir=cell_dir(out_dir, cell))
+    return configs
+
+
+def run_grid(
+    plan: GridPlan,
+    out_dir: Path,
+    *,
+    config_path: str | None = None,
+    model: str | None = None,
+    device: str | None = None,
+    isolation: str = "subprocess",
+    progress: bool = True,
+    log=print,
+) -> GridOutcome:
+    """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring)."""
+    if isolation not in ISOLATIONS:
+        raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
+    from tokenbalance.trainer.runner import check_before_work
+
+    out_dir = Path(out_dir).resolve()
+    base = base_config(plan, config_path=config_path, model=model, device=device)
+    check_before_work(base)
+    configs = planned_configs(plan, base, out_dir)
+    outcome = GridOutcome()
+    with exclusive_lock(out_dir), sigterm_as_interrupt():
+        for sub in ("configs", "cells", "logs"):
+            (out_dir / sub).mkdir(exist_ok=True)
+        write_plan(out_dir, plan)
+        actions = {}
+        for cell in plan.cells:  # every cell is checked before any work starts
+            save_config(configs[cell.name], out_dir / "configs" / f"{cell.name}.yaml")
+            actions[cell.name] = cell_action(cell_dir(out_dir, cell), configs[cell.name])
+        outcome.skipped = [name for name, (action, _) in actions.items() if action == "done"]
+        append_log(
+            out_dir, {"event": "sitting", "pid": os.getpid(), "isolation": isolation, "skipped": outcome.skipped}
+        )
+        rates = StepRates()
+        for record in read_log(out_dir):
+            if record.get("event") == "cell" and record.get("status") == "completed":
+                rates.add(record["row"], record["wall_s"], record["to_step"] - record["from_step"])
+        pending = [c for c in plan.cells if actions[c.name][0] != "done"]
+        work = {c.name: (c.method.key, plan.steps - actions[c.name][1]) for c in pending}
+        first_of_seed: dict[int, Cell] = {}
+        for cell in pending:
+            first_of_seed.setdefault(cell.seed, cell)
+        for cell in first_of_seed.values():  # the one-time SFT builds, before the progress display
+            built = start_policy(base, cell.seed, log=log, progress=progress)
+            if built != configs[cell.name].model.path:
+                raise RuntimeError(f"seed {cell.seed}: start policy {built}, planned {configs[cell.name].model.path}")
+        with GridProgress(len(plan.cells), done=len(outcome.skipped), enabled=progress, log=log) as display:
+            for cell in pending:
+                action, from_step = actions[cell.name]
+                run_dir = cell_dir(out_dir, cell)
+                if action == "restart":
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                    from_step = 0
+                display.cell_started(cell.name, action, from_step, plan.steps, rates.seconds_left(list(work.values())))
+                started = time.perf_counter()
+                log_path = out_dir / "logs" / f"{cell.name}.log"
+                if isolation == "subprocess":
+                    command = train_command(action, out_dir / "configs" / f"{cell.name}.yaml", run_dir, plan.steps)
+
+                    def on_step(step: int, cell: Cell = cell) -> None:
+                        left = [*[w for n, w in work.items() if n != cell.name], (cell.method.key, plan.steps - step)]
+                        display.cell_step(cell.name, step, plan.steps, rates.seconds_left(left))
+
+                    status = run_cell_subprocess(command, log_path, run_dir, on_step)
+                else:
+                    status = run_cell_inprocess(configs[cell.name], action, log_path, run_dir)
+                wall = time.perf_counter() - started
+                work.pop(cell.name)
+                if status == "completed":
+                    rates.add(cell.method.key, wall, plan.steps - from_step)
+                append_log(
+                    out_dir,
+                    {
+                        "event": "cell",
+                        "cell": cell.name,
+                        "row": cell.method.key,
+                        "seed": cell.seed,
+                        "action": action,
+                        "from_step": from_step,
+                        "to_step": plan.steps,
+                        "status": status,
+                        "wall_s": wall,
+                    },
+                )
+                outcome.ran[cell.name] = status
+                display.cell_finished(cell.name, status, wall, rates.seconds_left(list(work.values())))
+    return outcome

@@ -1,0 +1,155 @@
+"""Confidence intervals over seeds: Student's t quantile, mean +- CI, paired differences.
+
+Standard library only (no scipy). The t quantile inverts the t CDF by bisection; the CDF is the
+regularized incomplete beta function I_x(a, b) evaluated with the continued fraction of Numerical
+Recipes (Lentz's method), accurate to ~1e-12 for the degrees of freedom a grid has (1..1000).
+
+How a grid's numbers are summarised (docs/ablate.md):
+
+* a method's accuracy: the mean over seeds and the 95% CI ``mean +- t_{0.975, n-1} * sd / sqrt(n)``
+  with ``sd`` the sample standard deviation (n - 1 in the denominator);
+* its difference from the baseline row: the same computed on the per-seed differences
+  ``d_s = x_method,s - x_baseline,s`` over the seeds both have (paired by seed: every cell of a seed
+  starts from the same policy, prompt order and evaluation puzzles);
+* relative change: ``mean(d) / mean(x_baseline)`` over those seeds, in percent (the paper's "up x%").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+_TINY = 1e-300
+
+
+def _beta_continued_fraction(a: float, b: float, x: float) -> float:
+    """The continued fraction of I_x(a, b) (Numerical Recipes ``betacf``, modified Lentz)."""
+    qab, qap, qam = a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > _TINY else _TINY)
+    h = d
+    for m in range(1, 1000):
+        m2 = 2 * m
+        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        h *= d * c
+        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
+        d = 1.0 + aa * d
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = 1.0 + aa / c
+        c = c if abs(c) > _TINY else _TINY
+        delta = d * c
+        h *= delta
+        if abs(delta - 1.0) < 1e-15:
+            break
+    return h
+
+
+def regularized_incomplete_beta(a: float, b: float, x: float) -> float:
+    """I_x(a, b) for a, b > 0 and 0 <= x <= 1."""
+    if not (a > 0 and b > 0):
+        raise ValueError(f"incomplete beta: a and b must be > 0, got a={a}, b={b}")
+    if not 0.0 <= x <= 1.0:
+        raise ValueError(f"incomplete beta: x must be in [0, 1], got {x}")
+    if x in (0.0, 1.0):
+        return x
+    log_front = math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x)
+    if x < (a + 1.0) / (a + b + 2.0):
+        return math.exp(log_front) * _beta_continued_fraction(a, b, x) / a
+    return 1.0 - math.exp(log_front) * _beta_continued_fraction(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with ``df`` degrees of freedom."""
+    if df <= 0:
+        raise ValueError(f"t distribution: degrees of freedom must be > 0, got {df}")
+    tail = 0.5 * regularized_incomplete_beta(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of Student's t with ``df`` degrees of freedom (e.g. p=0.975, df=2: 4.3027)."""
+    if not 0.0 < p < 1.0:
+        raise ValueError(f"t quantile: p must be in (0, 1), got {p}")
+    if df <= 0:
+        raise ValueError(f"t distribution: degrees of freedom must be > 0, got {df}")
+    if p < 0.5:
+        return -t_quantile(1.0 - p, df)
+    if p == 0.5:
+        return 0.0
+    low, high = 0.0, 1.0
+    while t_cdf(high, df) < p:  # bracket: the quantile lies in [low, high]
+        low, high = high, high * 2.0
+    for _ in range(200):
+        mid = 0.5 * (low + high)
+        if t_cdf(mid, df) < p:
+            low = mid
+        else:
+            high = mid
+        if high - low <= 1e-13 * max(1.0, high):
+            break
+    return 0.5 * (low + high)
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Mean of ``n`` values with its two-sided ``level`` confidence interval (t over the values).
+
+    ``half_width`` (and so ``low`` / ``high``) is NaN when n < 2: one seed gives no interval.
+    """
+
+    n: int
+    mean: float
+    sd: float
+    half_width: float
+    level: float = 0.95
+
+    @property
+    def low(self) -> float:
+        return self.mean - self.half_width
+
+    @property
+    def high(self) -> float:
+        return self.mean + self.half_width
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.n >= 2 and (self.low > 0 or self.high < 0)
+
+
+def mean_ci(values: Sequence[float], level: float = 0.95) -> Estimate:
+    """Mean, sample standard deviation and t confidence interval of ``values`` (one per seed)."""
+    n = len(values)
+    if n == 0:
+        return Estimate(0, math.nan, math.nan, math.nan, level)
+    mean = math.fsum(values) / n
+    if n == 1:
+        return Estimate(1, mean, math.nan, math.nan, level)
+    sd = math.sqrt(math.fsum((v - mean) ** 2 for v in values) / (n - 1))
+    half = t_quantile(0.5 + level / 2.0, n - 1) * sd / math.sqrt(n)
+    return Estimate(n, mean, sd, half, level)
+
+
+def common_seeds(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    return sorted(set(a) & set(b))
+
+
+def paired_difference(method: Mapping[int, float], baseline: Mapping[int, float], level: float = 0.95) -> Estimate:
+    """The mean over common seeds of ``method[s] - baseline[s]`` with its t interval (paired by seed)."""
+    seeds = common_seeds(method, baseline)
+    return mean_ci([method[s] - baseline[s] for s in seeds], level)
+
+
+def relative_change(method: Mapping[int, float], baseline: Mapping[int, float]) -> float:
+    """``mean(method - baseline) / mean(baseline)`` over the common seeds (a fraction; NaN if undefined)."""
+    seeds = common_seeds(method, baseline)
+    if not seeds:
+        return math.nan
+    base = math.fsum(baseline[s] for s in seeds) / len(seeds)
+    if base == 0:
+        return math.nan
+    return math.fsum(method[s] - baseline[s] for s in seeds) / len(seeds) / base

@@ -1,0 +1,200 @@
+"""``tokenbalance ablate``: a grid of methods x seeds, resumable, into one results directory with
+the paper-layout table (mean and 95% CI over seeds, paired differences), the reward curves, the
+per-step cost and the Figure 1 panels on one batch (docs/ablate.md).
+
+    tokenbalance ablate --preset kk-smoke                          # a few-minute trial (CPU)
+    tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4         # the default rows, 5 seeds
+    tokenbalance ablate --preset kk-tiny --methods grpo,ar_lopti --out runs/ablate-two
+    tokenbalance ablate --preset kk-tiny --report-only             # tables and figures from the cells on disk
+    tokenbalance ablate --runner verl --verl-models 3b,7b          # the grid at paper scale: a verl launch script
+    tokenbalance ablate --list                                     # grid presets and rows
+
+Run the same command again after an interruption: completed cells are kept, started ones resume.
+On one GPU add ``--device cuda``; a cluster runs the ``--runner verl`` script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+from pathlib import Path
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "ablate", help="grid of methods x seeds: paper-layout table with CIs over seeds, curves, cost (resumable)"
+    )
+    parser.add_argument("--preset", default="kk-tiny", help="grid preset (--list; default kk-tiny)")
+    parser.add_argument("--methods", help="comma-separated rows (default: the preset's); keys or method presets")
+    parser.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
+    parser.add_argument("--steps", type=int, help="RL steps per cell (default: the preset's)")
+    parser.add_argument("--out", help="results directory (default runs/ablate-<preset>)")
+    parser.add_argument("--config", help="YAML run config the preset's overrides apply to (default: the defaults)")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="SECTION.FIELD=VALUE",
+        help="override one run option for every cell (repeatable; method.* is refused)",
+    )
+    parser.add_argument("--model", help="start policy directory for every seed (default: SFT per seed, cached)")
+    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument(
+        "--runner",
+        choices=("local", "verl"),
+        default="local",
+        help="local: run the grid here; verl: write (and print) the verl launch script of the grid at paper scale",
+    )
+    parser.add_argument("--verl-models", default="3b,7b", help="--runner verl: models (3b, 7b; default both)")
+    parser.add_argument(
+        "--isolation",
+        choices=("subprocess", "inprocess"),
+        default="subprocess",
+        help="run each cell in a child process (default: a crashed cell does not stop the grid) or in this one",
+    )
+    parser.add_argument("--report-only", action="store_true", help="only rebuild the tables and figures")
+    parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
+    parser.add_argument("--figure-prompts", type=int, default=16, help="prompts of the Figure 1 batch (default 16)")
+    parser.add_argument("--no-progress", action="store_true", help="no progress display")
+    parser.add_argument("--list", action="store_true", help="list the grid presets and rows, then exit")
+    parser.set_defaults(func=run)
+
+
+def _split(text: str | None) -> list[str] | None:
+    return [part.strip() for part in text.split(",") if part.strip()] if text else None
+
+
+def _seeds(text: str | None) -> list[int] | None:
+    parts = _split(text)
+    if parts is None:
+        return None
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        raise ValueError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+
+
+def command_line(args: argparse.Namespace, plan, out: Path) -> str:
+    """The canonical command of this grid (every choice explicit), for the report and the script."""
+    parts = [
+        "tokenbalance ablate",
+        f"--preset {plan.preset.name}",
+        f"--methods {','.join(m.key for m in plan.methods)}",
+        f"--seeds {','.join(map(str, plan.seeds))}",
+        f"--steps {plan.steps}",
+        f"--out {shlex.quote(str(out))}",
+    ]
+    for flag in ("config", "model", "device"):
+        if getattr(args, flag):
+            parts.append(f"--{flag} {shlex.quote(str(getattr(args, flag)))}")
+    parts += [f"--set {shlex.quote(o)}" for o in args.overrides]
+    if args.runner == "verl":
+        parts += ["--runner verl", f"--verl-models {args.verl_models}"]
+    return " ".join(parts)
+
+
+def list_grids() -> None:
+    from tokenbalance.ablate.grid import GRID_METHODS, GRID_PRESETS
+
+    print("grid presets:")
+    for preset in GRID_PRESETS.values():
+        print(f"  {preset.name}: {preset.description}")
+        print(
+            f"      rows {', '.join(preset.methods)}; seeds {', '.join(map(str, preset.seeds))}; steps {preset.steps}"
+        )
+        print(f"      overrides: {' '.join(preset.overrides) or 'none'}")
+    print("rows (key: label = method preset, compared with):")
+    for row in GRID_METHODS.values():
+        print(f"  {row.key}: {row.label} = {row.preset}" + (f", vs {row.baseline}" if row.baseline else ""))
+
+
+def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
+    from tokenbalance.ablate.verl_grid import grid_script
+
+    script = out / "verl" / "run_grid.sh"
+    script.parent.mkdir(parents=True, exist_ok=True)
+    text = grid_script(
+        plan.preset.name,
+        plan.methods,
+        plan.seeds,
+        tuple(_split(args.verl_models) or ()),
+        out=str(out / "verl"),
+        script_path=str(script),
+        command=command_line(args, plan, out),
+    )
+    script.write_text(text)
+    script.chmod(0o755)
+    print(text)
+    print(f"written: {script}")
+    return 0
+
+
+def figure(out: Path, plan, prompts: int) -> Path | None:
+    """The Figure 1 panels (GRPO vs AR + Lopti) on one batch from the first seed's start policy;
+    the measurement is kept in figure1_buckets.json and reused (delete it to measure again)."""
+    from tokenbalance.ablate import figure1
+    from tokenbalance.ablate.grid import GRID_METHODS
+    from tokenbalance.config import load_config
+
+    data_path = out / "figure1_buckets.json"
+    if not data_path.is_file():
+        config_file = out / "configs" / f"{plan.cells[0].name}.yaml"
+        policy = load_config(config_file).model.path if config_file.is_file() else None
+        if policy is None or not Path(policy).is_dir():
+            print("figure 1: skipped (the first seed's start policy is not built yet)")
+            return None
+        rows = [GRID_METHODS["grpo"], GRID_METHODS["ar_lopti"]]
+        figure1.write_json(data_path, figure1.measure(config_file, rows, prompts=prompts))
+    return figure1.plot(figure1.read_json(data_path), out / "figure1_buckets.png")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.list:
+        list_grids()
+        return 0
+    from tokenbalance.ablate.grid import grid_preset, make_plan
+
+    plan = make_plan(
+        grid_preset(args.preset),
+        methods=_split(args.methods),
+        seeds=_seeds(args.seeds),
+        steps=args.steps,
+        overrides=args.overrides,
+    )
+    out = Path(args.out or f"runs/ablate-{plan.preset.name}")
+    if args.runner == "verl":
+        return write_verl(args, plan, out)
+    if args.figure_prompts < 1:
+        raise ValueError(f"--figure-prompts: must be >= 1, got {args.figure_prompts}")
+    from tokenbalance.ablate.curves import reward_curves
+    from tokenbalance.ablate.report import write_report
+    from tokenbalance.ablate.results import collect
+    from tokenbalance.ablate.runner import run_grid
+
+    failed: list[str] = []
+    if not args.report_only:
+        outcome = run_grid(
+            plan,
+            out,
+            config_path=args.config,
+            model=args.model,
+            device=args.device,
+            isolation=args.isolation,
+            progress=not args.no_progress,
+        )
+        failed = outcome.failed
+    elif not out.is_dir():
+        raise ValueError(f"--report-only: {out} does not exist (run the grid first)")
+    results = collect(plan, out)
+    figures = [reward_curves(plan, results, out / "reward_curves.png").name]
+    if not args.no_figure:
+        made = figure(out, plan, args.figure_prompts)
+        figures += [made.name] if made else []
+    report = write_report(plan, results, out, command=command_line(args, plan, out), figures=tuple(figures))
+    print(report.read_text())
+    print(f"written: {report}, accuracy.csv, cells.csv, step_cost.csv, {', '.join(figures)} in {out}")
+    if failed:
+        print(f"failed cells (run the command again to resume them; logs in {out / 'logs'}): {', '.join(failed)}")
+        return 1
+    return 0

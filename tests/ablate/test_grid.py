@@ -1,0 +1,193 @@
+"""``tokenbalance ablate`` on a tiny grid (2 rows x 2 seeds x 2 steps, the tiny random policy, in
+process): the table's numbers are the cells' own metrics.jsonl values; a grid interrupted mid-cell
+runs only its unfinished cells again (one resumed from its checkpoint, one restarted), and the
+resumed cell ends where the uninterrupted one did; a changed config is refused."""
+
+import csv
+import json
+import math
+import os
+import sys
+import zlib
+from pathlib import Path
+
+import pytest
+
+import tokenbalance
+from tests.trainer.conftest import SMALL_RUN
+from tokenbalance.ablate.runner import child_environment, exclusive_lock, read_log, run_cell_subprocess
+from tokenbalance.cli import main
+from tokenbalance.tasks.base import ScoreResult
+from tokenbalance.tasks.kk.task import KKTask
+
+T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) (tan(0.475 pi))
+CELLS = ["grpo-seed0", "ar_lopti-seed0", "grpo-seed1", "ar_lopti-seed1"]
+
+
+def grid_args(policy, out, *extra):
+    sets = [arg for item in SMALL_RUN for arg in ("--set", item)]
+    return [
+        "ablate",
+        "--preset",
+        "kk-smoke",
+        "--methods",
+        "grpo,ar_lopti",
+        "--seeds",
+        "0,1",
+        "--steps",
+        "2",
+        "--model",
+        str(policy),
+        "--out",
+        str(out),
+        "--isolation",
+        "inprocess",
+        "--figure-prompts",
+        "2",
+        "--no-progress",
+        *sets,
+        *extra,
+    ]
+
+
+def records(run_dir):
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def last_eval(run_dir):
+    return [r for r in records(run_dir) if r["kind"] == "eval"][-1]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def pseudo_reward():
+    """A random policy solves no puzzle: a reward that is a fixed function of the response text (a
+    third correct) gives the cells nonzero, different accuracies and a learning signal."""
+
+    def score(self, response, example):
+        return ScoreResult(3.0 if zlib.crc32(response.encode()) % 3 == 0 else -1.0, {})
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(KKTask, "score", score)
+        yield
+
+
+@pytest.fixture(scope="module")
+def grid(tiny_policy_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("grid") / "results"
+    assert main(grid_args(tiny_policy_dir, out)) == 0
+    return out
+
+
+def test_table_numbers_are_the_cells_own_metrics(grid):
+    cells = {name: last_eval(grid / "cells" / name) for name in CELLS}
+    assert all(r["step"] == 2 for r in cells.values())
+    rows = list(csv.DictReader(open(grid / "accuracy.csv")))
+    columns = {r["column"] for r in rows}
+    assert {"eval/greedy/acc_2", "eval/greedy/acc_3", "eval/greedy/acc", "eval/sample/acc"} <= columns
+    checked = 0
+    for row in rows:
+        if row["row"] == "start":
+            values = [records(grid / "cells" / f"grpo-seed{s}")[0][row["column"]] for s in (0, 1)]
+        else:
+            values = [cells[f"{row['row']}-seed{s}"][row["column"]] for s in (0, 1)]
+        mean = sum(values) / 2
+        sd = abs(values[0] - values[1]) / math.sqrt(2)
+        assert row["n"] == "2" and row["seeds"] == "0 1"
+        assert float(row["mean"]) == pytest.approx(mean, abs=1e-15)
+        assert float(row["ci_high"]) == pytest.approx(mean + T975_DF1 * sd / math.sqrt(2), abs=1e-12)
+        if row["row"] == "ar_lopti":
+            base = [cells[f"grpo-seed{s}"][row["column"]] for s in (0, 1)]
+            diffs = [v - b for v, b in zip(values, base)]
+            assert row["baseline"] == "grpo" and row["diff_n"] == "2"
+            assert float(row["diff_mean"]) == pytest.approx(sum(diffs) / 2, abs=1e-15)
+            half = T975_DF1 * (abs(diffs[0] - diffs[1]) / math.sqrt(2)) / math.sqrt(2)
+            assert float(row["diff_ci_low"]) == pytest.approx(sum(diffs) / 2 - half, abs=1e-12)
+            if sum(base):
+                assert float(row["relative_change"]) == pytest.approx(sum(diffs) / sum(base), abs=1e-12)
+        checked += 1
+    assert checked == len(rows) == 2 * 3 * 3  # modes x rows (start, grpo, ar_lopti) x columns (2, 3 people, Avg)
+    assert len({row["mean"] for row in rows}) > 3  # the pseudo-reward makes the accuracies differ
+    # the start row is the same policy for both rows of a seed: their step-0 evaluations agree
+    for s in (0, 1):
+        assert records(grid / "cells" / f"grpo-seed{s}")[0] == records(grid / "cells" / f"ar_lopti-seed{s}")[0]
+    # the Markdown table shows the same means (3 decimals), the cells.csv the raw values
+    greedy = float(next(r for r in rows if r["row"] == "grpo" and r["column"] == "eval/greedy/acc")["mean"])
+    report = (grid / "results.md").read_text()
+    assert "| GRPO | " in report and f"{greedy:.3f}" in report and "paired by seed" in report
+    raw = {r["cell"]: r for r in csv.DictReader(open(grid / "cells.csv"))}
+    assert float(raw["ar_lopti-seed1"]["eval/sample/acc"]) == cells["ar_lopti-seed1"]["eval/sample/acc"]
+    cost = {r["row"]: r for r in csv.DictReader(open(grid / "step_cost.csv"))}
+    steps = [
+        r["timing/step_s"] for s in (0, 1) for r in records(grid / "cells" / f"grpo-seed{s}") if r["kind"] == "train"
+    ]
+    per_cell = [sum(steps[:2]) / 2, sum(steps[2:]) / 2]
+    assert float(cost["grpo"]["timing/step_s_mean"]) == pytest.approx(sum(per_cell) / 2, rel=1e-12)
+
+
+def test_figures_are_written(grid):
+    assert (grid / "reward_curves.png").stat().st_size > 1000
+    assert (grid / "figure1_buckets.png").stat().st_size > 1000
+    data = json.loads((grid / "figure1_buckets.json").read_text())
+    assert set(data["rows"]) == {"grpo", "ar_lopti"} and data["responses"] == 2 * 4
+    for row in data["rows"].values():
+        assert len(row["grad_norm"]) == len(row["token_frac"]) == 4
+        assert sum(row["token_frac"]) == pytest.approx(1.0) and row["grad_norm_all"] > 0
+
+
+def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):
+    cells = grid / "cells"
+    finished = {name: last_eval(cells / name) for name in CELLS}
+    # ar_lopti-seed1 "killed" after its step-1 checkpoint: metrics cut there, status running
+    killed = cells / "ar_lopti-seed1"
+    kept = [line for line in (killed / "metrics.jsonl").read_text().splitlines() if json.loads(line)["step"] <= 1]
+    (killed / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
+    (killed / "run_state.json").write_text(json.dumps({"status": "running", "step": 1}))
+    (killed / "checkpoints" / "latest").write_text("step_000001\n")
+    # grpo-seed1 "killed" before its first checkpoint: restarted from scratch
+    early = cells / "grpo-seed1"
+    for path in sorted((early / "checkpoints").rglob("*"), reverse=True):
+        path.rmdir() if path.is_dir() else path.unlink()
+    (early / "run_state.json").write_text(json.dumps({"status": "running", "step": 0}))
+    untouched = {name: (cells / name / "metrics.jsonl").stat().st_mtime_ns for name in CELLS[:2]}
+
+    assert main(grid_args(tiny_policy_dir, grid)) == 0
+    log = read_log(grid)
+    sitting = max(i for i, r in enumerate(log) if r["event"] == "sitting")
+    assert log[sitting]["skipped"] == ["grpo-seed0", "ar_lopti-seed0"]
+    ran = {r["cell"]: (r["action"], r["from_step"], r["status"]) for r in log[sitting + 1 :]}
+    assert ran == {"grpo-seed1": ("restart", 0, "completed"), "ar_lopti-seed1": ("resume", 1, "completed")}
+    assert {name: (cells / name / "metrics.jsonl").stat().st_mtime_ns for name in CELLS[:2]} == untouched
+    resumed = (killed / "metrics.jsonl").read_text().splitlines()
+    assert resumed[: len(kept)] == kept and json.loads(resumed[-1])["step"] == 2
+    # resuming and restarting are exact: every cell ends where the uninterrupted grid ended
+    assert {name: last_eval(cells / name) | {"timing": 0} for name in CELLS} == {
+        name: finished[name] | {"timing": 0} for name in CELLS
+    }
+
+    # a third sitting finds every cell complete and runs nothing
+    assert main(grid_args(tiny_policy_dir, grid)) == 0
+    assert read_log(grid)[-1] == read_log(grid)[-1] | {"event": "sitting", "skipped": CELLS}
+
+
+def test_a_changed_experiment_is_refused_not_mixed(grid, tiny_policy_dir, capsys):
+    assert main(grid_args(tiny_policy_dir, grid, "--set", "optim.lr=0.02")) == 2
+    error = capsys.readouterr().err
+    assert "grpo-seed0: this cell was started with another config (optim.lr: 0.01 in the cell, 0.02 planned)" in error
+    with exclusive_lock(grid), pytest.raises(ValueError, match="another `tokenbalance ablate` is running"):
+        with exclusive_lock(grid):
+            pass
+    assert main(grid_args(tiny_policy_dir, grid, "--set", "method.ar.alpha=0.5")) == 2
+    assert "published hyper-parameters" in capsys.readouterr().err
+
+
+def test_subprocess_cell_reports_the_child_status(tmp_path):
+    run_dir = tmp_path / "cell"
+    run_dir.mkdir()
+    steps = []
+    write = "import json, sys, time; time.sleep(0.6); open(sys.argv[1], 'w').write(json.dumps({'status': sys.argv[2]}))"
+    for status, code, expected in (("completed", 0, "completed"), ("failed", 3, "failed (exit 3, status failed)")):
+        command = [sys.executable, "-c", write + f"; sys.exit({code})", str(run_dir / "run_state.json"), status]
+        assert run_cell_subprocess(command, tmp_path / "cell.log", run_dir, steps.append, poll_s=0.1) == expected
+    assert steps and set(steps) == {0}  # polled while the child ran (no metrics yet: step 0)
+    source = Path(tokenbalance.__file__).resolve().parent.parent
+    assert child_environment()["PYTHONPATH"].split(os.pathsep)[0] == str(source)  # the cells run this code
