@@ -39,7 +39,7 @@ def embedded_batch(step: int = 0, config: RunConfig | None = None) -> RLBatch:
     policy, tokenizer = load_policy(path, device=device)
     run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-"))
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
-    batch = rollout(parts, step)
+    batch, _, _ = rollout(parts, step)
     return RLBatch(
         parts, batch.packed, batch.mask_BT, batch.rewards_B, batch.group_ids_B, copy.deepcopy(policy.state_dict())
     )

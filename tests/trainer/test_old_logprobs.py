@@ -20,7 +20,7 @@ def test_sampler_logprobs_equal_the_recomputed_ones(small_config, tmp_path, engi
     replace_section(small_config, "rollout", engine=engine, old_logprobs="sampler")
     policy, tokenizer = load_policy(small_config.model.path)
     parts = loop.prepare_training(small_config, tmp_path / "run", policy, tokenizer, torch.device("cpu"), DistContext())
-    batch = loop.rollout(parts, 0)
+    batch, _, _ = loop.rollout(parts, 0)
 
     def old(sampler: bool):
         return with_logprobs(
