@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from tests.trainer.conftest import replace_section
-from tests.trainer.test_loop import undocumented, without_timing
+from tests.trainer.test_loop import interrupted_and_resumed, undocumented, without_timing
 from tokenbalance.config import apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
@@ -79,19 +79,7 @@ def test_a_dynamic_sampling_run_resumes_exactly(dynamic_config, tmp_path, monkey
     assert state["data_position"] == sum(rounds) * dynamic_config.rollout.prompts_per_step
 
     crashed = tmp_path / "crashed"
-    dynamic_config.output.run_dir = str(crashed)
-    real_step = loop.rl_step
-
-    def crash_on_third_step(parts, step):
-        if step == 2:
-            raise KeyboardInterrupt("simulated crash")
-        return real_step(parts, step)
-
-    monkeypatch.setattr(loop, "rl_step", crash_on_third_step)
-    with pytest.raises(KeyboardInterrupt):
-        run_training(dynamic_config, log=lambda *_: None)
-    monkeypatch.setattr(loop, "rl_step", real_step)
-    run_training(None, run_dir=crashed, resume=True, log=lambda *_: None)
+    interrupted_and_resumed(dynamic_config, crashed, monkeypatch)
     assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(
         read_metrics(reference / "metrics.jsonl")
     )

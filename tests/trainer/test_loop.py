@@ -102,12 +102,9 @@ def test_identical_seeds_give_identical_runs(small_config, tmp_path):
     assert a == b and len(a) == 4
 
 
-def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
-    replace_section(small_config, "train", steps=3)
-    reference = run_training(small_config, log=lambda *_: None)
-
-    crashed = tmp_path / "crashed"
-    small_config.output.run_dir = str(crashed)
+def interrupted_and_resumed(config, run_dir, monkeypatch):
+    """Run ``config`` in ``run_dir``, Ctrl-C at the third step, then ``--resume`` it to the end."""
+    config.output.run_dir = str(run_dir)
     real_step = loop.rl_step
 
     def crash_on_third_step(parts, step):
@@ -117,10 +114,17 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
 
     monkeypatch.setattr(loop, "rl_step", crash_on_third_step)
     with pytest.raises(KeyboardInterrupt):
-        run_training(small_config, log=lambda *_: None)
-    assert json.loads((crashed / "run_state.json").read_text())["status"] == "interrupted"  # Ctrl-C, not a failure
+        run_training(config, log=lambda *_: None)
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "interrupted"  # Ctrl-C, not a failure
     monkeypatch.setattr(loop, "rl_step", real_step)
-    run_training(None, run_dir=crashed, resume=True, log=lambda *_: None)
+    run_training(None, run_dir=run_dir, resume=True, log=lambda *_: None)
+
+
+def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
+    replace_section(small_config, "train", steps=3)
+    reference = run_training(small_config, log=lambda *_: None)
+    crashed = tmp_path / "crashed"
+    interrupted_and_resumed(small_config, crashed, monkeypatch)
     assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(
         read_metrics(reference / "metrics.jsonl")
     )

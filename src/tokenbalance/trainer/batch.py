@@ -95,6 +95,17 @@ class RolloutBatch:
         return self.old
 
 
+def packed_on(generation: Generation, device: torch.device) -> PackedSequences:
+    """The generation's prompts + responses as model input on ``device``, groups marked."""
+    return pack_sequences(
+        generation.prompt_ids_BS.to(device),
+        generation.prompt_mask_BS.to(device),
+        generation.response_ids_BT.to(device),
+        generation.response_mask_BT.to(device),
+        generation.prompt_B,
+    )
+
+
 def sample_batch(
     engine: RolloutEngine,
     tokenizer,
@@ -123,13 +134,7 @@ def sample_batch(
     examples_B = [example for example in examples_P for _ in range(group_size)]
     results = score_responses(task, texts, examples_B)
     rewards_B = torch.tensor([r.reward for r in results], dtype=torch.float32, device=device)
-    packed = pack_sequences(
-        generation.prompt_ids_BS.to(device),
-        generation.prompt_mask_BS.to(device),
-        generation.response_ids_BT.to(device),
-        generation.response_mask_BT.to(device),
-        generation.prompt_B,
-    )
+    packed = packed_on(generation, device)
     return RolloutBatch(
         examples_P=list(examples_P),
         group_ids_P=group_ids_P,
@@ -180,13 +185,7 @@ def merge_groups(selections: list[tuple[RolloutBatch, torch.Tensor]], pad_token_
         examples_P=[b.examples_P[int(p)] for b, idx_P in selections for p in idx_P],
         group_ids_P=torch.cat([b.group_ids_P[idx_P.to(b.group_ids_P.device)] for b, idx_P in selections]),
         generation=generation,
-        packed=pack_sequences(
-            generation.prompt_ids_BS.to(device),
-            generation.prompt_mask_BS.to(device),
-            generation.response_ids_BT.to(device),
-            generation.response_mask_BT.to(device),
-            generation.prompt_B,
-        ),
+        packed=packed_on(generation, device),
         texts_B=[b.texts_B[int(i)] for b, r in rows for i in r],
         results_B=[b.results_B[int(i)] for b, r in rows for i in r],
         rewards_B=torch.cat([b.rewards_B[r.to(device)] for b, r in rows]),
