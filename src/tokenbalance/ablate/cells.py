@@ -21,11 +21,12 @@ is refused, naming the key: its numbers would belong to another experiment.
 
 from __future__ import annotations
 
+import copy
 import json
 from pathlib import Path
 
 from tokenbalance.ablate.grid import Cell, GridPlan
-from tokenbalance.config import RunConfig, apply_overrides, load_config, to_dict
+from tokenbalance.config import RunConfig, absolute_paths, apply_overrides, load_config, to_dict
 
 STATE_FILE = "run_state.json"
 # Keys that may differ between a cell's saved config and the plan (how it runs, not what it computes);
@@ -99,8 +100,10 @@ def _flat(config: RunConfig) -> dict[str, object]:
 
 
 def config_difference(saved: RunConfig, planned: RunConfig) -> str | None:
-    """The first key whose value differs, as text (not the steps, ``output.*`` or :data:`RUNNING_KEYS`)."""
-    before, after = _flat(saved), _flat(planned)
+    """The first key whose value differs, as text (not the steps, ``output.*`` or :data:`RUNNING_KEYS`).
+    Paths compare as absolute paths: a run saves its config with absolute paths."""
+    before = _flat(absolute_paths(copy.deepcopy(saved)))
+    after = _flat(absolute_paths(copy.deepcopy(planned)))
     for key, value in after.items():
         if key in RUNNING_KEYS or key == "train.steps" or key.startswith("output."):
             continue
