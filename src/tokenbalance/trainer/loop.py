@@ -2,14 +2,17 @@
 
 One RL step:
 
-1. take the next ``prompts_per_step`` prompts (a seeded permutation per epoch; each rank takes
-   whole prompts), repeat each ``group_size`` times;
-2. sample responses with the rollout engine (seed derived from (seed, step, rank));
-3. score them with the task;
+1. take the next ``prompts_per_step`` prompts of the run's prompt stream (a seeded permutation
+   per epoch; each rank takes whole prompts);
+2. ask the rollout engine for ``n = group_size`` responses to each (seed derived from (seed,
+   step, rank)): a :class:`~tokenbalance.trainer.batch.RolloutBatch` that knows its groups;
+3. score them with the task; with DAPO dynamic sampling (``method.dynamic_sampling``), drop the
+   groups whose rewards are all equal and draw further rounds of prompts until the step has its
+   informative groups;
 4. old log-probs (and last-layer hidden states when the method needs them, NTHR) with the
    current policy, reference log-probs with the frozen initial policy, both at the rollout
    temperature (docs/methods.md §1);
-5. advantages, token weights and the update passes (``build_update_passes``);
+5. advantages, token weights and the update passes (``update_inputs``);
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
 
@@ -23,7 +26,8 @@ mini-batches are not re-ordered for token balance, and a step with a non-finite 
 skipped instead of applied.
 
     tokenbalance train                                       # the embedded tiny default, CPU
-    tokenbalance train --model /path/to/Qwen2.5-3B-Instruct --device cuda --set data.template=qwen-instruct
+    tokenbalance train --model /path/to/Qwen2.5-3B-Instruct --device cuda --set model.dtype=bfloat16 \
+        --set data.template=qwen-instruct                    # one GPU (never run on one yet: docs/scale.md)
     torchrun --nproc_per_node 2 -m tokenbalance.cli train    # data parallel (gloo on CPU)
 """
 
