@@ -61,11 +61,10 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from tokenbalance.checks import check_choice
     from tokenbalance.config import absolute_paths
-    from tokenbalance.models import check_policy_dir, load_policy, save_policy
+    from tokenbalance.models import check_policy_dir, load_policy
     from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.embedded import build_embedded_policy, write_sft_summary
+    from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save
     from tokenbalance.trainer.runner import resolve_device
-    from tokenbalance.trainer.sft import run_sft, sft_pairs
 
     config = absolute_paths(config_from_args(args))
     out = Path(args.out)
@@ -77,19 +76,7 @@ def run(args: argparse.Namespace) -> int:
     if config.model.path is None:
         summary = build_embedded_policy(config, out, device=device, progress=config.output.progress)
     else:
-        model, tokenizer = load_policy(check_policy_dir(config.model.path), device=device)
-        losses = run_sft(
-            model,
-            tokenizer,
-            sft_pairs(config.data, config.sft),
-            config.sft,
-            seed=config.train.seed,
-            max_prompt_tokens=config.data.max_prompt_tokens,
-            device=device,
-            progress=config.output.progress,
-        )
-        save_policy(model, tokenizer, out)
-        summary = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
-        write_sft_summary(out, summary)
+        model, tokenizer = load_policy(config.model.path, device=device)  # checked above
+        summary = sft_and_save(config, model, tokenizer, out, device=device, progress=config.output.progress)
     print(f"saved the SFT policy to {out} (final loss {summary['sft_final_loss']:.4f})")
     return 0

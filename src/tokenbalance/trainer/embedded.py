@@ -67,6 +67,31 @@ def build_embedded_policy(
         f"embedded policy: tiny {config.model.arch} with {count_parameters(model):,} parameters, "
         f"vocabulary {len(tokenizer)}; SFT for {config.sft.steps} steps"
     )
+    return sft_and_save(
+        config,
+        model,
+        tokenizer,
+        out_dir,
+        device=device,
+        progress=progress,
+        sft_seconds_since=started,
+        parameters=count_parameters(model),
+    )
+
+
+def sft_and_save(
+    config: RunConfig,
+    model,
+    tokenizer,
+    out_dir: Path,
+    *,
+    device: torch.device,
+    progress: bool,
+    sft_seconds_since: float | None = None,
+    **extra,
+) -> dict:
+    """SFT ``model`` per ``config``, save it to ``out_dir`` with its summary (the final loss, the
+    seconds since ``sft_seconds_since`` when given, and ``extra``); returns the summary."""
     losses = run_sft(
         model,
         tokenizer,
@@ -78,11 +103,10 @@ def build_embedded_policy(
         progress=progress,
     )
     save_policy(model, tokenizer, out_dir)
-    summary = {
-        "sft_final_loss": sum(losses[-20:]) / len(losses[-20:]),
-        "sft_seconds": time.perf_counter() - started,
-        "parameters": count_parameters(model),
-    }
+    summary: dict = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
+    if sft_seconds_since is not None:
+        summary["sft_seconds"] = time.perf_counter() - sft_seconds_since
+    summary |= extra
     write_sft_summary(out_dir, summary)
     return summary
 
