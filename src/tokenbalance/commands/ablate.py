@@ -19,6 +19,8 @@ import argparse
 import shlex
 from pathlib import Path
 
+from tokenbalance.commands.train import nonempty
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -28,8 +30,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--methods", help="comma-separated rows (default: the preset's); keys or method presets")
     parser.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
     parser.add_argument("--steps", type=int, help="RL steps per cell (default: the preset's)")
-    parser.add_argument("--out", help="results directory (default runs/ablate-<preset>)")
-    parser.add_argument("--config", help="YAML run config the preset's overrides apply to (default: the defaults)")
+    parser.add_argument("--out", type=nonempty, help="results directory (default runs/ablate-<preset>)")
+    parser.add_argument(
+        "--config", type=nonempty, help="YAML run config the preset's overrides apply to (default: the defaults)"
+    )
     parser.add_argument(
         "--set",
         dest="overrides",
@@ -38,8 +42,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         metavar="SECTION.FIELD=VALUE",
         help="override one run option for every cell (repeatable; method.* is refused)",
     )
-    parser.add_argument("--model", help="start policy directory for every seed (default: SFT per seed, cached)")
-    parser.add_argument("--device", help="cpu, cuda, cuda:N or auto")
+    parser.add_argument(
+        "--model", type=nonempty, help="start policy directory for every seed (default: SFT per seed, cached)"
+    )
+    parser.add_argument("--device", type=nonempty, help="cpu, cuda, cuda:N or auto")
     parser.add_argument(
         "--runner",
         choices=("local", "verl"),
