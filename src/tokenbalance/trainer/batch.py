@@ -45,8 +45,7 @@ class RolloutBatch:
         texts_B: decoded responses (up to the EOS, special tokens kept).
         results_B: the task's score of each response.
         rewards_B: [B] float32 rewards, on the training device.
-        correct_B: [B] bool, reward equal to the task's maximum.
-        max_reward: the task's maximum reward (a fully correct answer).
+        max_reward: the task's maximum reward (a fully correct answer); ``correct_B`` is derived.
         old: old-policy log-probs (and entropy, hidden states when asked); ``None`` until
             :func:`with_logprobs`.
         ref_logp_BT: reference-policy log-probs when the method has a KL term.
@@ -59,7 +58,6 @@ class RolloutBatch:
     texts_B: list[str]
     results_B: list[ScoreResult]
     rewards_B: torch.Tensor
-    correct_B: torch.Tensor
     max_reward: float
     old: ResponseLogprobs | None = None
     ref_logp_BT: torch.Tensor | None = None
@@ -82,6 +80,11 @@ class RolloutBatch:
     def tokens_BT(self) -> torch.Tensor:
         """[B, T] int64 sampled response tokens, on the training device."""
         return self.packed.input_ids_BL[:, self.packed.prompt_len :]
+
+    @property
+    def correct_B(self) -> torch.Tensor:
+        """[B] bool, reward equal to the task's maximum."""
+        return self.rewards_B == self.max_reward
 
     @property
     def rewards_PG(self) -> torch.Tensor:
@@ -143,7 +146,6 @@ def sample_batch(
         texts_B=texts,
         results_B=results,
         rewards_B=rewards_B,
-        correct_B=rewards_B == full_reward(task),
         max_reward=full_reward(task),
     )
 
@@ -189,7 +191,6 @@ def merge_groups(selections: list[tuple[RolloutBatch, torch.Tensor]], pad_token_
         texts_B=[b.texts_B[int(i)] for b, r in rows for i in r],
         results_B=[b.results_B[int(i)] for b, r in rows for i in r],
         rewards_B=torch.cat([b.rewards_B[r.to(device)] for b, r in rows]),
-        correct_B=torch.cat([b.correct_B[r.to(device)] for b, r in rows]),
         max_reward=selections[0][0].max_reward,
     )
 
