@@ -87,6 +87,12 @@ class DataConfig:
         low=1,
         high=10**6,
     )
+    eval_set: str = option(
+        "test",
+        "generated examples evaluated: test (the held-out puzzles results report) or validation (a disjoint "
+        "generator range for choosing settings, so nothing is tuned on the test puzzles)",
+        choices=("test", "validation"),
+    )
     max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
 
 

@@ -77,6 +77,7 @@ def test_what_the_trainer_reads_from_each_task():
         (use, n): (s.split, s.start_index, s.count, s.seed)
         for use in EXAMPLE_USES
         for n in (2, 3)
+        if (use, n) != ("validation", 2)
         for s in [kk.example_source(use, n, 150)]
     }
     assert ranges == {
@@ -84,16 +85,25 @@ def test_what_the_trainer_reads_from_each_task():
         ("rl", 2): ("train", 100, 298, None),
         ("sft", 2): ("train", 100, 298, None),
         ("eval", 3): ("test", 1000, 150, None),
+        ("validation", 3): ("test", 10000, 150, None),
         ("rl", 3): ("train", 100, 900, None),
         ("sft", 3): ("train", 2000, 150, None),
     }
     assert [arith.example_source(use, 2, 7) for use in EXAMPLE_USES] == [
         ExampleSource("test", count=7, seed=0),
+        ExampleSource("test", count=7, seed=3),
         ExampleSource("train", count=7, seed=1),
         ExampleSource("train", count=7, seed=2),
     ]
     with pytest.raises(ValueError, match="use: unknown value 'train'"):
         kk.example_source("train", 3, 1)
+    with pytest.raises(ValueError, match="2 people has no validation range"):
+        kk.example_source("validation", 2, 10)
+    # the held-out and validation ranges cannot overlap, whatever the count
+    assert kk.example_source("eval", 3, 9000).count == 9000
+    for use in ("eval", "validation"):
+        with pytest.raises(ValueError, match="data.eval_count: at most 9000 K&K puzzles"):
+            kk.example_source(use, 4, 9001)
 
     (puzzle,) = kk.examples("train", difficulty=3, count=1, start_index=2000, template="plain")
     for target in ("answer", "cot"):

@@ -176,3 +176,19 @@ def test_undocumented_keys_are_caught():
             }
         ]
     ) == {"loss/mystery"}
+
+
+def test_eval_set_validation_is_disjoint_from_the_held_out_puzzles():
+    """``data.eval_set=validation`` evaluates another generator range: no puzzle of it is a held-out
+    (test) puzzle, so a setting chosen on it is not tuned on what results report."""
+    from tokenbalance.config import RunConfig
+    from tokenbalance.trainer.data import eval_examples
+
+    config = RunConfig()
+    config.data.eval_count = 200
+    held_out = eval_examples(config.data)
+    config.data.eval_set = "validation"
+    validation = eval_examples(config.data)
+    assert [e.index for e in held_out] == list(range(1000, 1200))
+    assert [e.index for e in validation] == list(range(10000, 10200))
+    assert not {e.prompt for e in held_out} & {e.prompt for e in validation}

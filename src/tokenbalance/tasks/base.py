@@ -64,7 +64,8 @@ class ScoreResult:
     metrics: Mapping[str, float] = field(default_factory=dict)
 
 
-EXAMPLE_USES = ("eval", "rl", "sft")  # held-out evaluation, RL prompts, SFT warm-start targets
+# held-out evaluation, a validation set disjoint from it (for tuning), RL prompts, SFT warm-start targets
+EXAMPLE_USES = ("eval", "validation", "rl", "sft")
 
 
 @dataclass(frozen=True)
@@ -131,7 +132,7 @@ class Task(Protocol):
 
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
         """Where the generated examples of ``use`` (one of :data:`EXAMPLE_USES`) at ``difficulty``
-        come from; ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"``,
+        come from; ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"`` and ``"validation"``,
         ``sft.train_count`` for ``"sft"``, 900 for ``"rl"``); a task may give fewer (K&K 2 people)."""
         ...
 
@@ -178,14 +179,15 @@ class BaseTask:
     max_reward: float
     special_tokens: tuple[str, ...] = ()
     # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)
-    USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2}
+    USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2, "validation": 3}
 
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
-        """Held-out examples from the test split with seed 0; RL and SFT examples from the train
-        split with seeds 1 and 2; ``count`` of each."""
+        """Held-out examples from the test split with seed 0, validation examples from it with
+        seed 3; RL and SFT examples from the train split with seeds 1 and 2; ``count`` of each."""
         if use not in EXAMPLE_USES:
             raise ValueError(f"use: unknown value {use!r}; valid: {', '.join(map(repr, EXAMPLE_USES))}")
-        return ExampleSource("test" if use == "eval" else "train", count=count, seed=self.USE_SEEDS[use])
+        split = "test" if use in ("eval", "validation") else "train"
+        return ExampleSource(split, count=count, seed=self.USE_SEEDS[use])
 
     def examples(
         self,

@@ -88,12 +88,15 @@ def rl_examples(config: DataConfig) -> list[TaskExample]:
     return _memoized(_key(config, "rl", levels), lambda: _generated(config, levels, "rl", RL_COUNT))
 
 
+EVAL_SET_USES = {"test": "eval", "validation": "validation"}  # data.eval_set -> Task.example_source use
+
+
 def eval_examples(config: DataConfig) -> list[TaskExample]:
     if config.eval_file:
         path = config.eval_file
         return _memoized(_key(config, "file", *_file_key(path)), lambda: _from_file(config, path))
-    levels, count = tuple(config.eval_difficulties), config.eval_count
-    return _memoized(_key(config, "eval", levels, count), lambda: _generated(config, levels, "eval", count))
+    levels, count, use = tuple(config.eval_difficulties), config.eval_count, EVAL_SET_USES[config.eval_set]
+    return _memoized(_key(config, use, levels, count), lambda: _generated(config, levels, use, count))
 
 
 def sft_examples(config: DataConfig, count: int) -> list[TaskExample]:

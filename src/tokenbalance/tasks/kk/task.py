@@ -7,18 +7,20 @@ SFT targets, the tokenizer corpus and ``gen-data``.
 (decoded prompt + response).
 Its three flags (format_ok, answer_parsed, correct) are the metrics.
 
-Generated examples of a run keep three disjoint ranges of global generator indices per number of
+Generated examples of a run keep disjoint ranges of global generator indices per number of
 people n (:meth:`KKTask.example_source`; docs/tasks.md):
 
-=========  ==============================  ===========================
-use        n >= 3                          n = 2 (only ~398 puzzles exist)
-=========  ==============================  ===========================
-held-out   1000 .. 1000 + eval_count - 1   0 .. 99 (the K&K test split)
-RL         100 .. 999 (Logic-RL train)     100 .. 397
-SFT        2000 .. 2000 + train_count - 1  100 .. 397 (shared with RL)
-=========  ==============================  ===========================
+==========  ==================================  ===========================
+use         n >= 3                              n = 2 (only ~398 puzzles exist)
+==========  ==================================  ===========================
+held-out    test 1000 .. 1000 + eval_count - 1  test 0 .. 99 (the K&K test split)
+validation  test 10000 .. 10000 + count - 1     none (refused)
+RL          train 100 .. 999 (Logic-RL train)   train 100 .. 397
+SFT         train 2000 .. 2000 + count - 1      train 100 .. 397 (shared with RL)
+==========  ==================================  ===========================
 
-so the held-out set is never trained on.
+so the held-out set is never trained on, and a setting tuned on the validation range
+(``data.eval_set=validation``) is never tuned on the held-out puzzles.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template, refere
 
 TWO_PEOPLE_LIMIT = 398  # the generator finds no further unique 2-people puzzle at seed 1234
 REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")  # what the reward reads
+VALIDATION_START = 10_000  # past the held-out range (1000 .. 1000 + eval_count - 1, eval_count <= 9000)
 COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
 
 
@@ -62,7 +65,19 @@ def example_from_generated_row(row: dict[str, Any]) -> TaskExample:
 
 def kk_example_range(n_people: int, use: str, count: int) -> tuple[str, int, int]:
     """``(split, start_index, count)`` of the generated examples of ``use`` (module docstring)."""
-    split = "test" if use == "eval" else "train"
+    split = "test" if use in ("eval", "validation") else "train"
+    if use in ("eval", "validation") and n_people > 2 and count > VALIDATION_START - 1000:
+        raise ValueError(
+            f"data.eval_count: at most {VALIDATION_START - 1000} K&K puzzles per number of people, got {count} "
+            "(the held-out and validation ranges must not overlap)"
+        )
+    if use == "validation":
+        if n_people == 2:
+            raise ValueError(
+                "data.eval_set=validation: K&K 2 people has no validation range (its ~398 puzzles are "
+                "all test, RL or SFT puzzles); validate on 3 or more people"
+            )
+        return split, VALIDATION_START, count
     if n_people == 2:
         if use == "eval":
             return split, 0, min(count, 100)
