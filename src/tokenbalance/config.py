@@ -87,6 +87,13 @@ class DataConfig:
         low=1,
         high=10**6,
     )
+    rl_count: int = option(
+        900,
+        "generated RL prompts per difficulty (K&K 3+ people: 900 are the Logic-RL train puzzles, at most 1900; "
+        "K&K 2 people: always its 298)",
+        low=1,
+        high=10**6,
+    )
     eval_set: str = option(
         "test",
         "generated examples evaluated: test (the held-out puzzles results report) or validation (a disjoint "

@@ -86,7 +86,7 @@ def test_what_the_trainer_reads_from_each_task():
         ("sft", 2): ("train", 100, 298, None),
         ("eval", 3): ("test", 1000, 150, None),
         ("validation", 3): ("test", 10000, 150, None),
-        ("rl", 3): ("train", 100, 900, None),
+        ("rl", 3): ("train", 100, 150, None),
         ("sft", 3): ("train", 2000, 150, None),
     }
     assert [arith.example_source(use, 2, 7) for use in EXAMPLE_USES] == [
@@ -99,6 +99,9 @@ def test_what_the_trainer_reads_from_each_task():
         kk.example_source("train", 3, 1)
     with pytest.raises(ValueError, match="2 people has no validation range"):
         kk.example_source("validation", 2, 10)
+    assert kk.example_source("rl", 3, 1900).count == 1900  # train 100 .. 1999, below the SFT range
+    with pytest.raises(ValueError, match="data.rl_count: at most 1900"):
+        kk.example_source("rl", 3, 1901)
     # the held-out and validation ranges cannot overlap, whatever the count
     assert kk.example_source("eval", 3, 9000).count == 9000
     for use in ("eval", "validation"):

@@ -133,7 +133,7 @@ class Task(Protocol):
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
         """Where the generated examples of ``use`` (one of :data:`EXAMPLE_USES`) at ``difficulty``
         come from; ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"`` and ``"validation"``,
-        ``sft.train_count`` for ``"sft"``, 900 for ``"rl"``); a task may give fewer (K&K 2 people)."""
+        ``sft.train_count`` for ``"sft"``, ``data.rl_count`` for ``"rl"``); a task may give fewer (K&K 2 people)."""
         ...
 
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:

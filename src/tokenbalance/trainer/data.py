@@ -17,7 +17,6 @@ from tokenbalance.config import DataConfig
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import TASK_FACTORIES, TaskExample
 
-RL_COUNT = 900  # RL prompts asked for per difficulty (the Logic-RL train split's size)
 
 _memo: dict | None = None  # set inside ``reused_examples()``
 
@@ -85,7 +84,8 @@ def rl_examples(config: DataConfig) -> list[TaskExample]:
         path = config.train_file
         return _memoized(_key(config, "file", *_file_key(path)), lambda: _from_file(config, path))
     levels = tuple(config.train_difficulties)
-    return _memoized(_key(config, "rl", levels), lambda: _generated(config, levels, "rl", RL_COUNT))
+    count = config.rl_count
+    return _memoized(_key(config, "rl", levels, count), lambda: _generated(config, levels, "rl", count))
 
 
 EVAL_SET_USES = {"test": "eval", "validation": "validation"}  # data.eval_set -> Task.example_source use

@@ -15,7 +15,9 @@ use         n >= 3                              n = 2 (only ~398 puzzles exist)
 ==========  ==================================  ===========================
 held-out    test 1000 .. 1000 + eval_count - 1  test 0 .. 99 (the K&K test split)
 validation  test 10000 .. 10000 + count - 1     none (refused)
-RL          train 100 .. 999 (Logic-RL train)   train 100 .. 397
+RL          train 100 .. 100 + rl_count - 1     train 100 .. 397
+            (rl_count 900: Logic-RL's train set;
+            at most 1900)
 SFT         train 2000 .. 2000 + count - 1      train 100 .. 397 (shared with RL)
 ==========  ==================================  ===========================
 
@@ -37,6 +39,7 @@ from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template, refere
 
 TWO_PEOPLE_LIMIT = 398  # the generator finds no further unique 2-people puzzle at seed 1234
 REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")  # what the reward reads
+RL_LIMIT = 1900  # RL prompts: train indices 100 .. 1999 (the first 900 are Logic-RL's train set)
 VALIDATION_START = 10_000  # past the held-out range (1000 .. 1000 + eval_count - 1, eval_count <= 9000)
 COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
 
@@ -85,7 +88,12 @@ def kk_example_range(n_people: int, use: str, count: int) -> tuple[str, int, int
     if use == "eval":
         return split, 1000, count
     if use == "rl":
-        return split, 100, 900
+        if count > RL_LIMIT:
+            raise ValueError(
+                f"data.rl_count: at most {RL_LIMIT} generated K&K RL puzzles per number of people (train "
+                f"indices 100 .. 1999; the SFT puzzles start at 2000), got {count}"
+            )
+        return split, 100, count
     return split, 2000, count
 
 
