@@ -17,7 +17,6 @@ from tokenbalance.config import DataConfig
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import TASK_FACTORIES, TaskExample
 
-
 _memo: dict | None = None  # set inside ``reused_examples()``
 
 
