@@ -82,9 +82,11 @@ def test_registration_reaches_the_config(add_task):
 
 
 def test_examples_sources_and_sft_targets(add_task, tmp_path):
-    config = DataConfig(task="add", template="plain", train_difficulties=(1, 2), eval_difficulties=(2,), eval_count=3)
+    config = DataConfig(
+        task="add", template="plain", train_difficulties=(1, 2), eval_difficulties=(2,), eval_count=3, rl_count=900
+    )
     rl, held_out, sft = rl_examples(config), eval_examples(config), sft_examples(config, 5)
-    assert [len(rl), len(held_out), len(sft)] == [1800, 3, 10]
+    assert [len(rl), len(held_out), len(sft)] == [1800, 3, 10]  # data.rl_count prompts per difficulty
     assert [e.difficulty for e in held_out] == [2, 2, 2] and {e.extra["split"] for e in held_out} == {"test"}
     # BaseTask's sources: held-out from the test split (seed 0), RL and SFT from train (seeds 1, 2)
     assert [e.question for e in held_out] == [e.question for e in add_task.examples("test", difficulty=2, count=3)]
