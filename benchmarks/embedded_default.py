@@ -31,6 +31,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 from tokenbalance.ablate.stats import mean_ci
+from tokenbalance.commands.train import add_set_option
 
 MODES = ("greedy", "sample")
 
@@ -132,13 +133,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--out-dir", type=Path, default=Path("runs/embedded-default"))
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="passed on to every seed's `tokenbalance train` (default: none, the embedded default itself)",
+    add_set_option(
+        parser, "passed on to every seed's `tokenbalance train` (default: none, the embedded default itself)"
     )
     args = parser.parse_args()
     args.out_dir.mkdir(parents=True, exist_ok=True)

@@ -36,6 +36,8 @@ from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks.base import TASK_NAMES
 
 METHOD_PREFIX = "method."
+# data.eval_set -> the Task.example_source use it evaluates
+EVAL_SET_USES = {"test": "eval", "validation": "validation"}
 
 
 @dataclass
@@ -98,7 +100,7 @@ class DataConfig:
         "test",
         "generated examples evaluated: test (the held-out puzzles results report) or validation (a disjoint "
         "generator range for choosing settings, so nothing is tuned on the test puzzles)",
-        choices=("test", "validation"),
+        choices=tuple(EVAL_SET_USES),
     )
     max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
 

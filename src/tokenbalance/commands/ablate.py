@@ -19,7 +19,7 @@ import argparse
 import shlex
 from pathlib import Path
 
-from tokenbalance.commands.train import nonempty
+from tokenbalance.commands.train import add_set_option, nonempty
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -34,14 +34,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--config", type=nonempty, help="YAML run config the preset's overrides apply to (default: the defaults)"
     )
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one run option for every cell (repeatable; method.* is refused)",
-    )
+    add_set_option(parser, "override one run option for every cell (repeatable; method.* is refused)")
     parser.add_argument(
         "--model", type=nonempty, help="start policy directory for every seed (default: SFT per seed, cached)"
     )

@@ -17,16 +17,16 @@ def nonempty(value: str) -> str:
     return value
 
 
+def add_set_option(parser: argparse.ArgumentParser, help: str) -> None:
+    """The repeatable ``--set SECTION.FIELD=VALUE`` option, collected in ``args.overrides``."""
+    parser.add_argument(
+        "--set", dest="overrides", action="append", default=[], metavar="SECTION.FIELD=VALUE", help=help
+    )
+
+
 def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=nonempty, help="YAML run config (see --help-config for every option)")
-    parser.add_argument(
-        "--set",
-        dest="overrides",
-        action="append",
-        default=[],
-        metavar="SECTION.FIELD=VALUE",
-        help="override one option, e.g. --set rollout.group_size=4 (repeatable)",
-    )
+    add_set_option(parser, "override one option, e.g. --set rollout.group_size=4 (repeatable)")
     parser.add_argument(
         "--model", type=nonempty, help="local Hugging Face model directory (default: the embedded tiny policy)"
     )

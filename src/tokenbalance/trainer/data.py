@@ -13,7 +13,7 @@ import contextlib
 import os
 from collections.abc import Callable, Iterator
 
-from tokenbalance.config import DataConfig
+from tokenbalance.config import EVAL_SET_USES, DataConfig
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import TASK_FACTORIES, TaskExample
 
@@ -85,9 +85,6 @@ def rl_examples(config: DataConfig) -> list[TaskExample]:
     levels = tuple(config.train_difficulties)
     count = config.rl_count
     return _memoized(_key(config, "rl", levels, count), lambda: _generated(config, levels, "rl", count))
-
-
-EVAL_SET_USES = {"test": "eval", "validation": "validation"}  # data.eval_set -> Task.example_source use
 
 
 def eval_examples(config: DataConfig) -> list[TaskExample]:
