@@ -15,10 +15,13 @@ import pytest
 
 import tokenbalance
 from tests.trainer.conftest import SMALL_RUN
+from tokenbalance.ablate.grid import GRID_METHODS, Cell
+from tokenbalance.ablate.results import read_cell
 from tokenbalance.ablate.runner import child_environment, exclusive_lock, read_log, run_cell_subprocess
 from tokenbalance.cli import main
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
+from tokenbalance.trainer.rundir import RunLock, is_locked
 
 T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) (tan(0.475 pi))
 CELLS = ["grpo-seed0", "ar_lopti-seed0", "grpo-seed1", "ar_lopti-seed1"]
@@ -191,3 +194,16 @@ def test_subprocess_cell_reports_the_child_status(tmp_path):
     assert steps and set(steps) == {0}  # polled while the child ran (no metrics yet: step 0)
     source = Path(tokenbalance.__file__).resolve().parent.parent
     assert child_environment()["PYTHONPATH"].split(os.pathsep)[0] == str(source)  # the cells run this code
+
+
+def test_a_cell_whose_process_died_is_reported_stopped_not_running(tmp_path):
+    run_dir = tmp_path / "grpo-seed0"
+    run_dir.mkdir()
+    (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "reward/mean": 0.5}) + "\n")
+    (run_dir / "run_state.json").write_text(json.dumps({"status": "running", "step": 1}))  # as a SIGKILL leaves it
+    cell = Cell(GRID_METHODS["grpo"], 0)
+    with RunLock(run_dir):
+        assert is_locked(run_dir) and read_cell(run_dir, cell, 2).status == "running"
+    assert not is_locked(run_dir)
+    result = read_cell(run_dir, cell, 2)
+    assert (result.status, result.complete) == ("stopped, last checkpoint at step 1", False)

@@ -75,6 +75,26 @@ def write_end_status(run_dir: Path, err: BaseException) -> None:
         pass
 
 
+def is_locked(run_dir: Path) -> bool:
+    """Whether a process holds :class:`RunLock` on ``run_dir`` now (a read-only probe: a shared
+    ``flock`` is refused while the exclusive one is held). False without a lock file or ``flock``."""
+    try:
+        import fcntl
+    except ImportError:
+        return False
+    try:
+        fd = os.open(Path(run_dir) / LOCK_FILE, os.O_RDONLY)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except OSError:
+        return True
+    finally:
+        os.close(fd)  # releases the probe's shared lock with it
+
+
 class RunLock:
     """An exclusive lock on a run directory, held from :meth:`acquire` until :meth:`release` or
     the end of the process. ``ValueError`` naming the holder when another process has it."""
