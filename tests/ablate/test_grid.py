@@ -24,6 +24,7 @@ from tokenbalance.tasks.kk.task import KKTask
 from tokenbalance.trainer.rundir import RunLock, is_locked
 
 T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) (tan(0.475 pi))
+T80_DF1 = 1.3763819204711734  # t(0.80, 1) (tan(0.3 pi))
 CELLS = ["grpo-seed0", "ar_lopti-seed0", "grpo-seed1", "ar_lopti-seed1"]
 
 
@@ -105,6 +106,8 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
             assert float(row["diff_mean"]) == pytest.approx(sum(diffs) / 2, abs=1e-15)
             half = T975_DF1 * (abs(diffs[0] - diffs[1]) / math.sqrt(2)) / math.sqrt(2)
             assert float(row["diff_ci_low"]) == pytest.approx(sum(diffs) / 2 - half, abs=1e-12)
+            detectable = (T975_DF1 + T80_DF1) * (abs(diffs[0] - diffs[1]) / math.sqrt(2)) / math.sqrt(2)
+            assert float(row["diff_detectable_80"]) == pytest.approx(detectable, abs=1e-12)
             if sum(base):
                 assert float(row["relative_change"]) == pytest.approx(sum(diffs) / sum(base), abs=1e-12)
         checked += 1

@@ -6,6 +6,7 @@ import math
 import pytest
 
 from tokenbalance.ablate.stats import (
+    detectable_difference,
     mean_ci,
     paired_difference,
     regularized_incomplete_beta,
@@ -65,3 +66,13 @@ def test_paired_difference_uses_the_common_seeds_by_hand():
     assert relative_change(method, baseline) == pytest.approx(0.06 / 0.35)
     clear = paired_difference({0: 0.5, 1: 0.6, 2: 0.55}, {0: 0.4, 1: 0.5, 2: 0.46})
     assert clear.excludes_zero  # differences 0.10, 0.10, 0.09
+
+
+def test_detectable_difference_by_hand():
+    # three seeds, differences 0.01, 0.03, 0.02: sd 0.01; t(0.975, 2) = 0.95 / sqrt(2 * 0.975 * 0.025) and
+    # t(0.80, 2) = 0.6 / sqrt(2 * 0.8 * 0.2) (df = 2: t_p = (2p - 1) / sqrt(2p(1 - p)))
+    d = paired_difference({0: 0.31, 1: 0.33, 2: 0.32}, {0: 0.3, 1: 0.3, 2: 0.3})
+    t975, t80 = 0.95 / math.sqrt(0.04875), 0.6 / math.sqrt(0.32)
+    assert detectable_difference(d) == pytest.approx((t975 + t80) * 0.01 / math.sqrt(3), rel=1e-9)  # 0.030965
+    assert detectable_difference(d, power=0.5) == pytest.approx(d.half_width, rel=1e-9)  # t(0.5) = 0
+    assert math.isnan(detectable_difference(paired_difference({0: 0.4}, {0: 0.3})))

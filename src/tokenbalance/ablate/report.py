@@ -22,7 +22,7 @@ from pathlib import Path
 from tokenbalance.ablate.grid import GridMethod, GridPlan
 from tokenbalance.ablate.results import MODES, CellResult, accuracy_columns, per_seed, start_per_seed
 from tokenbalance.ablate.runner import read_log
-from tokenbalance.ablate.stats import Estimate, mean_ci, paired_difference, relative_change
+from tokenbalance.ablate.stats import Estimate, detectable_difference, mean_ci, paired_difference, relative_change
 from tokenbalance.config import load_config
 
 START_ROW = GridMethod("start", "start policy (step 0)", "-")
@@ -104,6 +104,7 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult]) ->
         "diff_sd",
         "diff_ci_low",
         "diff_ci_high",
+        "diff_detectable_80",
         "relative_change",
     ]
     with open(path, "w", newline="") as out:
@@ -133,6 +134,7 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult]) ->
                         "diff_sd": repr(d.sd),
                         "diff_ci_low": repr(d.low),
                         "diff_ci_high": repr(d.high),
+                        "diff_detectable_80": repr(detectable_difference(d)),
                         "relative_change": repr(entry["relative"]),
                     }
                 writer.writerow(line)
@@ -227,7 +229,10 @@ def accuracy_markdown(plan: GridPlan, results: list[CellResult], mode: str, unit
             + f" | {cells[avg]['estimate'].n} |"
         )
     lines += ["", f"Paired differences from the baseline row per column ({MODE_TITLES[mode]}):", ""]
-    lines += [f"| Method | vs | {' | '.join(labels)} |", "|---|---|" + "---|" * len(labels)]
+    lines += [
+        f"| Method | vs | {' | '.join(labels)} | detectable Avg Δ (80% power) |",
+        "|---|---|" + "---|" * (len(labels) + 1),
+    ]
     for cells in table.values():
         if "difference" not in cells[avg]:
             continue
@@ -235,7 +240,7 @@ def accuracy_markdown(plan: GridPlan, results: list[CellResult], mode: str, unit
         lines.append(
             f"| {cells[avg]['row'].label} | {baseline.label if baseline else ''} | "
             + " | ".join(fmt_difference(cells[c]["difference"]) for c in columns)
-            + " |"
+            + f" | {fmt(detectable_difference(cells[avg]['difference']))} |"
         )
     return lines
 
@@ -336,7 +341,10 @@ def write_report(
         "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
         "(GRPO, or REINFORCE++ for its family), paired by seed (every cell of a seed starts from the same "
         "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
-        "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%).",
+        "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
+        "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
+        "80% probability, given the observed spread of the differences: (t_0.975 + t_0.80, n - 1 degrees of "
+        "freedom) × sd / √n; a smaller effect may exist unseen.",
     ]
     for mode in MODES:
         lines += ["", f"## Held-out accuracy, {MODE_TITLES[mode]}", ""]

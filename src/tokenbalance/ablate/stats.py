@@ -11,7 +11,10 @@ How a grid's numbers are summarised (docs/ablate.md):
 * its difference from the baseline row: the same computed on the per-seed differences
   ``d_s = x_method,s - x_baseline,s`` over the seeds both have (paired by seed: every cell of a seed
   starts from the same policy, prompt order and evaluation puzzles);
-* relative change: ``mean(d) / mean(x_baseline)`` over those seeds, in percent (the paper's "up x%").
+* relative change: ``mean(d) / mean(x_baseline)`` over those seeds, in percent (the paper's "up x%");
+* what the grid could detect: the paired difference a two-sided 5% test over the same seeds finds
+  with 80% probability, ``(t_{0.975, n-1} + t_{0.80, n-1}) * sd_d / sqrt(n)`` (the usual power
+  approximation with the observed ``sd_d`` taken as the true one).
 """
 
 from __future__ import annotations
@@ -142,6 +145,17 @@ def paired_difference(method: Mapping[int, float], baseline: Mapping[int, float]
     """The mean over common seeds of ``method[s] - baseline[s]`` with its t interval (paired by seed)."""
     seeds = common_seeds(method, baseline)
     return mean_ci([method[s] - baseline[s] for s in seeds], level)
+
+
+def detectable_difference(difference: Estimate, power: float = 0.8) -> float:
+    """The smallest true paired difference that a two-sided test at ``1 - difference.level`` over
+    ``difference.n`` seeds detects with probability ``power``, given its observed spread ``sd``:
+    ``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``. NaN with fewer than 2 seeds."""
+    if difference.n < 2:
+        return math.nan
+    df = difference.n - 1
+    quantiles = t_quantile(0.5 + difference.level / 2.0, df) + t_quantile(power, df)
+    return quantiles * difference.sd / math.sqrt(difference.n)
 
 
 def relative_change(method: Mapping[int, float], baseline: Mapping[int, float]) -> float:
