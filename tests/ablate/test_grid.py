@@ -210,3 +210,17 @@ def test_a_cell_whose_process_died_is_reported_stopped_not_running(tmp_path):
     assert not is_locked(run_dir)
     result = read_cell(run_dir, cell, 2)
     assert (result.status, result.complete) == ("stopped, last checkpoint at step 1", False)
+
+
+def test_the_lock_probe_never_makes_a_starting_run_look_taken(tmp_path):
+    import fcntl
+    import threading
+
+    RunLock(tmp_path).acquire().release()  # the lock file exists, nobody holds it
+    probe = os.open(tmp_path / ".lock", os.O_RDONLY)
+    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe caught mid-way, released 0.1 s later
+    threading.Timer(0.1, os.close, (probe,)).start()
+    lock = RunLock(tmp_path).acquire()
+    assert is_locked(tmp_path)
+    lock.release()
+    assert not is_locked(tmp_path)

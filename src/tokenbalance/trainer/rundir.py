@@ -95,6 +95,19 @@ def is_locked(run_dir: Path) -> bool:
         os.close(fd)  # releases the probe's shared lock with it
 
 
+def _flock_exclusive(fd: int, fcntl, tries: int = 5, wait_s: float = 0.05) -> None:
+    """``flock(LOCK_EX | LOCK_NB)``, tried a few times: an :func:`is_locked` probe holds a shared
+    lock for microseconds and must not make a starting run look taken. OSError when still held."""
+    for attempt in range(tries):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except OSError:
+            if attempt == tries - 1:
+                raise
+            time.sleep(wait_s)
+
+
 class RunLock:
     """An exclusive lock on a run directory, held from :meth:`acquire` until :meth:`release` or
     the end of the process. ``ValueError`` naming the holder when another process has it."""
@@ -111,7 +124,7 @@ class RunLock:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            _flock_exclusive(fd, fcntl)
         except OSError:
             try:
                 holder = json.loads(self.path.read_text() or "{}")
