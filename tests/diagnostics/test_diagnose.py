@@ -176,6 +176,11 @@ def test_bad_edges_and_run_without_checkpoint(tiny_policy_dir, tmp_path, capsys)
     assert "without a complete checkpoint" in capsys.readouterr().err
     (run / "checkpoints" / "step_000003" / "model").mkdir(parents=True)
     (run / "checkpoints" / "step_000003" / "model" / "config.json").write_text("{}")
+    assert main(["diagnose", "lld", str(run), *SMALL]) == 2  # a model without its trainer files: not complete
+    assert "without a complete checkpoint" in capsys.readouterr().err
+    for name in ("trainer_state.json", "optimizer.safetensors"):
+        (run / "checkpoints" / "step_000003" / name).write_text("{}")
+    assert resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000003" / "model")  # no latest yet
     (run / "checkpoints" / "latest").write_text("step_000003\n")
     assert resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000003" / "model")
     assert resolve_checkpoint(str(tiny_policy_dir)) == str(tiny_policy_dir)

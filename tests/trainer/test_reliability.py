@@ -28,7 +28,7 @@ from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.outputs import check_files_replaceable
 from tokenbalance.tasks.kk import generate_rows
-from tokenbalance.trainer import loop, runner
+from tokenbalance.trainer import checkpoint, loop, runner
 from tokenbalance.trainer.embedded import embedded_key
 from tokenbalance.trainer.rundir import RunLock
 
@@ -391,6 +391,33 @@ def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
     state = json.loads((run / "run_state.json").read_text())
     assert (state["status"], state["step"], state["reason"]) == ("interrupted", 1, "terminated (SIGTERM)")
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # main() restores the handler it replaced
+
+
+def test_ctrl_c_between_a_checkpoint_and_its_latest_pointer_reports_that_checkpoint(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch
+):
+    """Ctrl-C after ``step_000001`` is renamed into place but before ``latest`` names it (the window a
+    real SIGINT hit once in CI): the message and ``run_state.json`` say step 1, as the resume does."""
+    real_write = checkpoint.write_text_atomic
+
+    def interrupted_before_latest(path, text):
+        if Path(path).name == "latest":
+            raise KeyboardInterrupt
+        return real_write(path, text)
+
+    monkeypatch.setattr(checkpoint, "write_text_atomic", interrupted_before_latest)
+    run = tmp_path / "run"
+    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
+    assert status == 130 and "(its last checkpoint is step 1)" in err, err
+    assert not (run / "checkpoints" / "latest").exists() and (run / "checkpoints" / "step_000001").is_dir()
+    state = json.loads((run / "run_state.json").read_text())
+    assert (state["status"], state["step"]) == ("interrupted", 1)
+
+    monkeypatch.setattr(checkpoint, "write_text_atomic", real_write)
+    notes = []
+    runner.run_training(None, run_dir=run, resume=True, log=notes.append)
+    assert "latest was missing; continuing from step_000001" in "\n".join(map(str, notes))
+    assert json.loads((run / "run_state.json").read_text())["status"] == "completed"
 
 
 def test_ctrl_c_in_a_real_process_is_one_message_and_a_resumable_run(tiny_policy_dir, tmp_path):

@@ -108,19 +108,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def resolve_checkpoint(path: str) -> str:
     """A policy directory from a policy directory, a checkpoint directory or a run directory (its
     ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost)."""
-    from tokenbalance.trainer.rundir import is_complete_checkpoint
+    from tokenbalance.trainer.checkpoint import resume_checkpoint
 
     directory = Path(path)
-    root = directory / "checkpoints"
-    if directory.is_dir() and not (directory / "config.json").is_file() and root.is_dir():
-        named = (root / "latest").read_text().strip() if (root / "latest").is_file() else None
-        complete = sorted(p for p in root.glob("step_*") if is_complete_checkpoint(p))
-        if named is not None and (root / named).is_dir():
-            directory = root / named
-        elif complete:
-            directory = complete[-1]
-        else:
+    if directory.is_dir() and not (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
+        checkpoint = resume_checkpoint(directory)
+        if checkpoint is None:
             raise ValueError(f"{path}: a run directory without a complete checkpoint (no complete checkpoints/step_*)")
+        directory = checkpoint
     if (directory / "model" / "config.json").is_file():
         directory = directory / "model"
     return str(directory)

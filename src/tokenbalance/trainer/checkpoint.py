@@ -25,7 +25,15 @@ from safetensors.torch import load_file, save_file
 from tokenbalance.models import save_policy
 from tokenbalance.outputs import write_text_atomic
 
-__all__ = ["checkpoint_step", "latest_checkpoint", "load_trainer_state", "save_checkpoint", "write_text_atomic"]
+__all__ = [
+    "checkpoint_step",
+    "is_complete_checkpoint",
+    "latest_checkpoint",
+    "load_trainer_state",
+    "resume_checkpoint",
+    "save_checkpoint",
+    "write_text_atomic",
+]
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
@@ -86,12 +94,29 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
     return path
 
 
-def checkpoint_step(run_dir: Path) -> int:
-    """The step of the checkpoint ``latest`` names; 0 when there is none (or it cannot be read)."""
+def is_complete_checkpoint(path: Path) -> bool:
+    return (path / STATE_FILE).is_file() and (path / OPTIMIZER_FILE).is_file() and (path / "model").is_dir()
+
+
+def resume_checkpoint(run_dir: Path) -> Path | None:
+    """The checkpoint a resume continues from: the one ``latest`` names when it is complete, else the
+    newest complete ``step_*`` (a run stopped between renaming a checkpoint into place and writing
+    ``latest`` has one that ``latest`` does not name yet); None when there is none."""
+    root = Path(run_dir) / "checkpoints"
+    pointer = root / "latest"
     try:
-        path = latest_checkpoint(run_dir)
-    except (OSError, ValueError):
-        return 0
+        named = root / pointer.read_text().strip() if pointer.is_file() else None
+    except OSError:
+        named = None
+    if named is not None and is_complete_checkpoint(named):
+        return named
+    complete = sorted(p for p in root.glob("step_*") if p.is_dir() and is_complete_checkpoint(p))
+    return complete[-1] if complete else None
+
+
+def checkpoint_step(run_dir: Path) -> int:
+    """The step a resume continues from (:func:`resume_checkpoint`); 0 when there is none."""
+    path = resume_checkpoint(run_dir)
     try:
         return int(path.name.removeprefix("step_")) if path is not None else 0
     except ValueError:

@@ -28,7 +28,14 @@ import time
 from pathlib import Path
 
 from tokenbalance.outputs import check_writable_dir
-from tokenbalance.trainer.checkpoint import OPTIMIZER_FILE, STATE_FILE, checkpoint_step, write_text_atomic
+from tokenbalance.trainer.checkpoint import (
+    OPTIMIZER_FILE,
+    STATE_FILE,
+    checkpoint_step,
+    is_complete_checkpoint,
+    resume_checkpoint,
+    write_text_atomic,
+)
 
 LOCK_FILE = ".lock"
 RUN_FILES = ("config.yaml", "metrics.jsonl", "run_state.json", "checkpoints")  # a run: the first and another
@@ -180,10 +187,6 @@ def clean_interrupted_writes(run_dir: Path) -> list[str]:
     return removed
 
 
-def is_complete_checkpoint(path: Path) -> bool:
-    return (path / STATE_FILE).is_file() and (path / OPTIMIZER_FILE).is_file() and (path / "model").is_dir()
-
-
 def recover_latest(run_dir: Path) -> str | None:
     """Point ``checkpoints/latest`` at the newest complete checkpoint when it is missing or names
     one that is not complete; returns a note saying so (None when nothing changed). ``ValueError``
@@ -195,9 +198,9 @@ def recover_latest(run_dir: Path) -> str | None:
     named = pointer.read_text().strip() if pointer.is_file() else None
     if named is not None and is_complete_checkpoint(root / named):
         return None
-    steps = sorted(p for p in root.glob("step_*") if p.is_dir())
-    complete = [p for p in steps if is_complete_checkpoint(p)]
-    if not complete:
+    newest = resume_checkpoint(run_dir)
+    if newest is None:
+        steps = sorted(p for p in root.glob("step_*") if p.is_dir())
         if steps:
             raise ValueError(
                 f"{root}: no complete checkpoint among {', '.join(p.name for p in steps)} (each needs {STATE_FILE}, "
@@ -205,9 +208,9 @@ def recover_latest(run_dir: Path) -> str | None:
                 f"{root} to start the run over"
             )
         return None
-    write_text_atomic(pointer, complete[-1].name + "\n")
+    write_text_atomic(pointer, newest.name + "\n")
     why = "was missing" if named is None else f"named {named!r}, which is not a complete checkpoint"
-    return f"{pointer} {why}; continuing from {complete[-1].name}, the newest complete checkpoint"
+    return f"{pointer} {why}; continuing from {newest.name}, the newest complete checkpoint"
 
 
 def verify_checkpoint(checkpoint: Path) -> None:
