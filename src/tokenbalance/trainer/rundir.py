@@ -32,7 +32,6 @@ from tokenbalance.trainer.checkpoint import (
     OPTIMIZER_FILE,
     STATE_FILE,
     checkpoint_step,
-    is_complete_checkpoint,
     resume_checkpoint,
     write_text_atomic,
 )
@@ -196,9 +195,9 @@ def recover_latest(run_dir: Path) -> str | None:
         return None
     pointer = root / "latest"
     named = pointer.read_text().strip() if pointer.is_file() else None
-    if named is not None and is_complete_checkpoint(root / named):
-        return None
     newest = resume_checkpoint(run_dir)
+    if newest is not None and newest.name == named:  # latest names a complete checkpoint
+        return None
     if newest is None:
         steps = sorted(p for p in root.glob("step_*") if p.is_dir())
         if steps:
