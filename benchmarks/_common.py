@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable
 from importlib.metadata import version
 
+import _before_torch  # noqa: F401  (the threading environment, before torch loads)
+
 import torch
 
 from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer

@@ -11,6 +11,8 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+import _before_torch  # noqa: F401  (the threading environment, before torch loads)
+
 import torch
 
 from tokenbalance.config import RunConfig

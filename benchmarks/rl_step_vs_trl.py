@@ -23,6 +23,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import _before_torch  # noqa: F401  (the threading environment, before torch loads)
+
 import torch
 
 from _common import machine_line, markdown_table

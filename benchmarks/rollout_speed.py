@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import argparse
 
+import _before_torch  # noqa: F401  (the threading environment, before torch loads)
+
 import torch
 
 from _common import (

@@ -22,6 +22,8 @@ import argparse
 import functools
 from collections.abc import Callable
 
+import _before_torch  # noqa: F401  (the threading environment, before torch loads)
+
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 

@@ -17,6 +17,7 @@ import threading
 
 from tokenbalance import __version__
 from tokenbalance.commands import COMMAND_MODULES
+from tokenbalance.threads import prepare_process
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     143 SIGTERM (one line saying where the work stopped; ``train`` prints its ``--resume`` command)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    prepare_process()  # before torch loads: its OpenMP runtime reads the wait policy once
     _quiet_transformers()
     if not getattr(args, "func", None):
         parser.print_help()

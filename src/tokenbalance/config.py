@@ -197,7 +197,14 @@ class TrainConfig:
     eval_every: int = option(50, "evaluate every k steps (0 = only before and after)", low=0, high=10**7)
     save_every: int = option(10, "checkpoint every k steps (0 = only at the end)", low=0, high=10**7)
     device: str = option("auto", "cpu, cuda, cuda:N or auto")
-    threads: int = option(0, "torch CPU threads (0 = torch's default)", low=0, high=1024)
+    threads: int = option(
+        0,
+        "CPU threads of every torch pool in the process (0 = the CPUs it may run on, shared among "
+        "torchrun ranks); a run writes the count it used to config.yaml, and only runs at the same "
+        "count are bit-identical (docs/training.md)",
+        low=0,
+        high=1024,
+    )
 
 
 @dataclass

@@ -77,10 +77,10 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
     if base.model.path is not None:
         return base.model.path
     from tokenbalance.trainer.embedded import ensure_embedded_policy
-    from tokenbalance.trainer.runner import resolve_device
+    from tokenbalance.trainer.runner import compute_device
 
     config = apply_overrides(base, [f"train.seed={seed}"])
-    device = resolve_device(config.train.device)
+    device = compute_device(config)
     path = ensure_embedded_policy(config, device=device, progress=progress, log=log)
     return str(Path(path).resolve())
 

@@ -179,7 +179,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
     from tokenbalance.trainer.data import rl_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.loop import derive_seed, prompt_order
-    from tokenbalance.trainer.runner import check_before_work, policy_path, resolve_device
+    from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
     from tokenbalance.trainer.scoring import encode_prompts
 
     config = config_from_args(args)
@@ -192,9 +192,7 @@ def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> Dia
         raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
     method = apply_method_overrides(get_method(args.method), config.train.method_overrides)
     check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
-    if config.train.threads:
-        torch.set_num_threads(config.train.threads)
-    device = resolve_device(config.train.device)
+    device = compute_device(config)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     task = get_task(config.data.task)

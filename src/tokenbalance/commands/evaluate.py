@@ -26,11 +26,11 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import evaluate
-    from tokenbalance.trainer.runner import check_before_work, policy_path, resolve_device
+    from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
 
     config = config_from_args(args)
     check_before_work(config)  # data, tokenizer, prompt lengths, device: before any model work
-    device = resolve_device(config.train.device)
+    device = compute_device(config)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     engine = make_engine(config.rollout.engine, model, tokenizer)

@@ -64,13 +64,13 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.models import check_policy_dir, load_policy
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save
-    from tokenbalance.trainer.runner import resolve_device
+    from tokenbalance.trainer.runner import compute_device
 
     config = absolute_paths(config_from_args(args))
     out = Path(args.out)
     check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
     check_choice("data.template", config.data.template, get_task(config.data.task).templates)
-    device = resolve_device(config.train.device)
+    device = compute_device(config)
     if config.model.path is not None:
         check_policy_dir(config.model.path)
     if config.model.path is None:

@@ -72,6 +72,16 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
         check_writable_dir(config.model.cache_dir, "model.cache_dir")
 
 
+def compute_device(config: RunConfig) -> torch.device:
+    """The device a command computes on, with this process's torch threads set from
+    ``train.threads`` (:func:`tokenbalance.threads.use_threads`); ``config.train.threads`` becomes the
+    count used, so a saved config records it."""
+    from tokenbalance.threads import use_threads
+
+    config.train.threads = use_threads(config.train.threads)
+    return resolve_device(config.train.device)
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -206,9 +216,7 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
         run_dir = Path(os.path.abspath(run_dir))
         config = absolute_paths(config)  # config.yaml names files the same from any working directory
         config.output.run_dir = str(run_dir)
-        device = resolve_device(config.train.device)
-        if config.train.threads:
-            torch.set_num_threads(config.train.threads)
+        device = compute_device(config)  # records the thread count used in config.yaml
         ctx = init_distributed(device)
         lock = RunLock(run_dir).acquire() if ctx.is_main else None
         try:

@@ -1,0 +1,50 @@
+"""One measurement of benchmarks/contention.py, in its own process (the threading environment is read
+once, when torch loads): ``--policy tokenbalance`` chooses it as the CLI does, ``--policy torch``
+leaves torch's defaults. Prints one JSON line: the median seconds of each repeat."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+from tokenbalance.threads import prepare_process
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--policy", choices=("tokenbalance", "torch"), required=True)
+    parser.add_argument("--work", choices=("step", "rollout", "product"), required=True)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    chosen = prepare_process() if args.policy == "tokenbalance" else {}
+    import torch  # after the policy: OpenMP reads it when torch loads
+
+    from tokenbalance.threads import use_threads
+
+    threads = use_threads(0) if args.policy == "tokenbalance" else torch.get_num_threads()
+    if args.work == "product":  # the issue's loop: the tiny model's shapes, 64 x 128 by 128 x 512
+        a, b = torch.randn(64, 128), torch.randn(128, 512)
+
+        def work(_: int) -> None:
+            for _ in range(200):
+                a @ b
+
+    else:
+        from _rl_batch import embedded_batch
+        from tokenbalance.trainer.loop import rl_step, rollout
+
+        parts = embedded_batch().parts
+        work = (lambda s: rl_step(parts, s)) if args.work == "step" else (lambda s: rollout(parts, s))
+    work(0)  # warm-up
+    seconds = []
+    for step in range(1, args.repeats + 1):
+        start = time.perf_counter()
+        work(step)
+        seconds.append(time.perf_counter() - start)
+    print(json.dumps({"median_s": statistics.median(seconds), "threads": threads, "chosen": chosen}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,123 @@
+"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy chosen so that a
+run beside another busy process slows in proportion to the cores it loses instead of collapsing.
+
+Two decisions, in two places, because they take effect at different times:
+
+* :func:`prepare_process` runs before torch is imported (``tokenbalance.cli.main`` calls it first;
+  the benchmarks too). It sets ``MKL_DYNAMIC=FALSE`` (MKL never lowers its own thread count, so a
+  matrix product's summation order does not depend on the machine's load) and chooses OpenMP's
+  wait policy. OpenMP reads that policy once, when torch loads it, and it only changes timing,
+  never a number. The default lets idle threads spin a while before sleeping, which is fastest on
+  a quiet machine; with another busy process on the cores, the spinning thread takes the core its
+  partner needs and every parallel region waits for the scheduler (the product loop of
+  ``benchmarks/contention.py`` shows how much). So when other processes keep at least half a CPU
+  busy over a short sample at start, the process sleeps instead of spinning (``PASSIVE``).
+  A value the user set in the environment is kept; values this module chose are listed in
+  ``TOKENBALANCE_AUTO_ENV`` so that child processes decide again instead of inheriting them.
+* :func:`use_threads` runs once the config is known: torch's intra-op pool (OpenMP and MKL) gets
+  ``train.threads`` threads (0 = every CPU this process may run on) and the inter-op pool one (the
+  trainer never runs operators concurrently). The count is part of a run's numbers: reductions and
+  matrix products split their work by it, so a run is bit-identical only at the same count
+  (docs/training.md "Threads and bit-identical runs").
+
+Standard library only: importing this module must not load torch.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import MutableMapping
+
+AUTO_ENV = "TOKENBALANCE_AUTO_ENV"
+BUSY_CPUS_FOR_PASSIVE = 0.5
+SAMPLE_S = 0.2
+
+
+def available_cpus() -> int:
+    """The CPUs this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _cpu_times() -> tuple[float, float] | None:
+    """(busy, total) jiffies of the whole machine from /proc/stat; None where there is none."""
+    try:
+        with open("/proc/stat") as stat:
+            fields = [float(v) for v in stat.readline().split()[1:]]
+    except (OSError, ValueError):
+        return None
+    if len(fields) < 4:
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0.0)  # idle + iowait
+    total = sum(fields[:8])  # user nice system idle iowait irq softirq steal (guest is inside user)
+    return total - idle, total
+
+
+def busy_cpus_of_others(sample_s: float = SAMPLE_S) -> float:
+    """How many CPUs other processes kept busy over ``sample_s`` seconds (0.0 where the OS does not
+    say: then the process keeps the default policy)."""
+    before, own_before = _cpu_times(), time.process_time()
+    if before is None:
+        return 0.0
+    time.sleep(sample_s)
+    after, own_after = _cpu_times(), time.process_time()
+    if after is None or after[1] <= before[1]:
+        return 0.0
+    cpus = os.cpu_count() or 1
+    jiffies_per_cpu = (after[1] - before[1]) / cpus
+    busy = (after[0] - before[0]) / jiffies_per_cpu
+    own = (own_after - own_before) / (sample_s or 1.0)
+    return max(0.0, busy - own)
+
+
+def choose_environment(environ: MutableMapping[str, str], busy_cpus: float) -> dict[str, str]:
+    """The variables :func:`prepare_process` sets: those the user did not set (a variable this module
+    chose in a parent process counts as unset), given how many CPUs others keep busy."""
+    inherited = set(filter(None, environ.get(AUTO_ENV, "").split(",")))
+
+    def user_set(name: str) -> bool:
+        return name in environ and name not in inherited
+
+    chosen: dict[str, str] = {}
+    if not user_set("MKL_DYNAMIC"):
+        chosen["MKL_DYNAMIC"] = "FALSE"
+    if not user_set("OMP_WAIT_POLICY"):
+        chosen["OMP_WAIT_POLICY"] = "PASSIVE" if busy_cpus >= BUSY_CPUS_FOR_PASSIVE else ""
+    return chosen
+
+
+def prepare_process(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
+    """Set this process's threading environment before torch loads (module docstring); returns
+    what it chose. Does nothing once torch is imported: its OpenMP runtime has read the policy."""
+    if "torch" in sys.modules:
+        return {}
+    environ = os.environ if environ is None else environ
+    needs_sample = "OMP_WAIT_POLICY" not in environ or "OMP_WAIT_POLICY" in environ.get(AUTO_ENV, "")
+    chosen = choose_environment(environ, busy_cpus_of_others() if needs_sample else 0.0)
+    for name, value in chosen.items():
+        if value:
+            environ[name] = value
+        else:  # the default policy: no variable at all
+            environ.pop(name, None)
+    environ[AUTO_ENV] = ",".join(sorted(chosen))
+    return chosen
+
+
+def use_threads(count: int) -> int:
+    """Give torch's intra-op pool ``count`` threads and its inter-op pool one; returns the count used.
+    0 means the CPUs this process may run on, shared among the ranks of this node under torchrun
+    (``LOCAL_WORLD_SIZE``)."""
+    import torch
+
+    ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
+    threads = count or max(1, available_cpus() // ranks_here)
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set in this process, or inter-op work has started: keep it
+        pass
+    return threads
