@@ -55,12 +55,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=4, help="timed repeats inside each measurement")
     parser.add_argument("--work", nargs="+", default=["step", "rollout", "product"])
+    parser.add_argument(
+        "--quiet-only", action="store_true", help="only the quiet machine (many rounds resolve a few percent)"
+    )
     args = parser.parse_args()
+    loads = LOADS[:1] if args.quiet_only else LOADS
     seconds: dict[tuple, list[float]] = {}
     chosen: dict[tuple, dict] = {}
     for _ in range(args.rounds):
         for work in args.work:
-            for load in LOADS:
+            for load in loads:
                 for policy in POLICIES:
                     result = measure(policy, work, load, args.repeats)
                     seconds.setdefault((work, load, policy), []).append(result["median_s"])
@@ -68,6 +72,10 @@ def main() -> None:
     rows = []
     for work in args.work:
         quiet = {p: statistics.median(seconds[(work, LOADS[0], p)]) for p in POLICIES}
+        paired = [a / b for a, b in zip(seconds[(work, LOADS[0], "tokenbalance")], seconds[(work, LOADS[0], "torch")])]
+        print(f"{work}: policy / defaults alone, per round: {' '.join(f'{r:.3f}' for r in paired)}")
+        if args.quiet_only:
+            continue
         busy = {p: statistics.median(seconds[(work, LOADS[1], p)]) for p in POLICIES}
         policy_busy = chosen[(work, LOADS[1], "tokenbalance")].get("OMP_WAIT_POLICY") or "default"
         rows.append(

@@ -1,13 +1,16 @@
 """``tokenbalance ablate`` on a tiny grid (2 rows x 2 seeds x 2 steps, the tiny random policy, in
 process): the table's numbers are the cells' own metrics.jsonl values; a grid interrupted mid-cell
-runs only its unfinished cells again (one resumed from its checkpoint, one restarted), and the
-resumed cell ends where the uninterrupted one did; a changed config is refused."""
+runs only its unfinished cells again (each resumed from the checkpoint the trainer resumes from, or
+from step 0; nothing deleted), and the resumed cells end where the uninterrupted ones did; a changed
+config, a second grid and a cell held by a live process are refused; killing the grid ends its cell."""
 
 import csv
 import json
 import math
 import os
+import subprocess
 import sys
+import time
 import zlib
 from pathlib import Path
 
@@ -17,7 +20,7 @@ import tokenbalance
 from tests.trainer.conftest import SMALL_RUN
 from tokenbalance.ablate.grid import GRID_METHODS, Cell
 from tokenbalance.ablate.results import read_cell
-from tokenbalance.ablate.runner import child_environment, exclusive_lock, read_log, run_cell_subprocess
+from tokenbalance.ablate.runner import child_environment, read_log, run_cell_subprocess
 from tokenbalance.cli import main
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
@@ -149,7 +152,7 @@ def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):
     (killed / "metrics.jsonl").write_text("".join(line + "\n" for line in kept))
     (killed / "run_state.json").write_text(json.dumps({"status": "running", "step": 1}))
     (killed / "checkpoints" / "latest").write_text("step_000001\n")
-    # grpo-seed1 "killed" before its first checkpoint: restarted from scratch
+    # grpo-seed1 "killed" before its first checkpoint: resumed from step 0 (nothing deleted)
     early = cells / "grpo-seed1"
     for path in sorted((early / "checkpoints").rglob("*"), reverse=True):
         path.rmdir() if path.is_dir() else path.unlink()
@@ -161,7 +164,7 @@ def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):
     sitting = max(i for i, r in enumerate(log) if r["event"] == "sitting")
     assert log[sitting]["skipped"] == ["grpo-seed0", "ar_lopti-seed0"]
     ran = {r["cell"]: (r["action"], r["from_step"], r["status"]) for r in log[sitting + 1 :]}
-    assert ran == {"grpo-seed1": ("restart", 0, "completed"), "ar_lopti-seed1": ("resume", 1, "completed")}
+    assert ran == {"grpo-seed1": ("resume", 0, "completed"), "ar_lopti-seed1": ("resume", 1, "completed")}
     assert {name: (cells / name / "metrics.jsonl").stat().st_mtime_ns for name in CELLS[:2]} == untouched
     resumed = (killed / "metrics.jsonl").read_text().splitlines()
     assert resumed[: len(kept)] == kept and json.loads(resumed[-1])["step"] == 2
@@ -179,9 +182,9 @@ def test_a_changed_experiment_is_refused_not_mixed(grid, tiny_policy_dir, capsys
     assert main(grid_args(tiny_policy_dir, grid, "--set", "optim.lr=0.02")) == 2
     error = capsys.readouterr().err
     assert "grpo-seed0: this cell was started with another config (optim.lr: 0.01 in the cell, 0.02 planned)" in error
-    with exclusive_lock(grid), pytest.raises(ValueError, match="another `tokenbalance ablate` is running"):
-        with exclusive_lock(grid):
-            pass
+    with RunLock(grid):  # a second grid on one --out is refused, naming the holder
+        assert main(grid_args(tiny_policy_dir, grid)) == 2
+    assert f"in use by another tokenbalance process (pid {os.getpid()}" in capsys.readouterr().err
     assert main(grid_args(tiny_policy_dir, grid, "--set", "method.ar.alpha=0.5")) == 2
     assert "published hyper-parameters" in capsys.readouterr().err
 
@@ -204,6 +207,10 @@ def test_a_cell_whose_process_died_is_reported_stopped_not_running(tmp_path):
     run_dir.mkdir()
     (run_dir / "metrics.jsonl").write_text(json.dumps({"kind": "train", "step": 1, "reward/mean": 0.5}) + "\n")
     (run_dir / "run_state.json").write_text(json.dumps({"status": "running", "step": 1}))  # as a SIGKILL leaves it
+    checkpoint = run_dir / "checkpoints" / "step_000001"  # complete (what a resume needs), not yet named by latest
+    (checkpoint / "model").mkdir(parents=True)
+    (checkpoint / "trainer_state.json").write_text("{}")
+    (checkpoint / "optimizer.safetensors").write_bytes(b"")
     cell = Cell(GRID_METHODS["grpo"], 0)
     with RunLock(run_dir):
         assert is_locked(run_dir) and read_cell(run_dir, cell, 2).status == "running"
@@ -224,3 +231,56 @@ def test_the_lock_probe_never_makes_a_starting_run_look_taken(tmp_path):
     assert is_locked(tmp_path)
     lock.release()
     assert not is_locked(tmp_path)
+
+
+def test_a_cell_with_a_complete_checkpoint_that_latest_does_not_name_resumes_from_it(grid, tiny_policy_dir):
+    """A cell stopped between renaming its checkpoint into place and writing ``latest``: the grid
+    plans it as the trainer resumes it (from that checkpoint), and deletes nothing."""
+    from tokenbalance.ablate.cells import cell_action
+    from tokenbalance.config import load_config
+
+    cell = grid / "cells" / "grpo-seed0"
+    (cell / "checkpoints" / "latest").unlink()
+    (cell / "run_state.json").write_text(json.dumps({"status": "running", "step": 1}))
+    step_2 = sorted((cell / "checkpoints").glob("step_*"))[-1]
+    planned = load_config(grid / "configs" / "grpo-seed0.yaml")
+    assert cell_action(cell, planned) == ("resume", int(step_2.name.removeprefix("step_")))
+    checkpoint_files = sorted(p.relative_to(cell) for p in step_2.rglob("*"))
+    assert main(grid_args(tiny_policy_dir, grid)) == 0
+    assert sorted(p.relative_to(cell) for p in step_2.rglob("*")) == checkpoint_files
+    assert json.loads((cell / "run_state.json").read_text())["status"] == "completed"
+
+
+def test_a_cell_held_by_a_live_process_is_refused_and_kept(grid, tiny_policy_dir, capsys):
+    cell = grid / "cells" / "grpo-seed1"
+    (cell / "run_state.json").write_text(json.dumps({"status": "running", "step": 0}))
+    before = sorted(p.relative_to(cell) for p in cell.rglob("*"))
+    with RunLock(cell):
+        assert main(grid_args(tiny_policy_dir, grid)) == 2
+    assert "grpo-seed1" in capsys.readouterr().err
+    assert sorted(p.relative_to(cell) for p in cell.rglob("*")) == before
+
+
+def test_killing_the_grid_ends_its_running_cell(tiny_policy_dir, tmp_path):
+    """SIGKILL of the grid's process (no handler runs) still ends its cell's process: the kernel
+    sends the child SIGTERM, so it stops as on Ctrl-C (status interrupted, lock released)."""
+    out = tmp_path / "grid"
+    args = grid_args(tiny_policy_dir, out, "--set", "train.save_every=1")
+    args[args.index("--steps") + 1] = "1000"
+    args[args.index("--isolation") + 1] = "subprocess"
+    grid = subprocess.Popen([sys.executable, "-m", "tokenbalance.cli", *args], stdout=subprocess.DEVNULL)
+    cell = out / "cells" / "grpo-seed0"
+    try:
+        deadline = time.monotonic() + 120
+        while not (is_locked(cell) and (cell / "checkpoints" / "latest").is_file()):
+            assert grid.poll() is None and time.monotonic() < deadline, "the cell did not start"
+            time.sleep(0.2)
+        grid.kill()
+        grid.wait()
+        deadline = time.monotonic() + 60
+        while is_locked(cell):
+            assert time.monotonic() < deadline, "the cell's process outlived the grid"
+            time.sleep(0.2)
+    finally:
+        grid.kill()
+    assert json.loads((cell / "run_state.json").read_text())["status"] == "interrupted"

@@ -7,31 +7,28 @@ reused by every row, by later sittings and by ``tokenbalance train`` with the sa
 RL seed is s too, so a seed's cells draw the same prompt order and evaluate on the same puzzles
 (the held-out set depends only on the data settings).
 
-A cell's state on disk decides what happens to it (:func:`cell_action`):
+A cell's run directory decides what happens to it (:func:`cell_action`, from
+:class:`tokenbalance.trainer.rundir.RunDirState`, the rule ``tokenbalance train --resume`` follows):
 
 * ``done``: ``run_state.json`` says ``completed`` at the planned steps; never run again;
 * ``extend``: completed with fewer steps than planned; continued with ``--resume --steps``;
-* ``resume``: started, not completed, with a checkpoint; continued from its latest checkpoint;
-* ``restart``: started, not completed, no checkpoint yet; its directory is removed, run afresh;
-* ``start``: nothing there yet.
+* ``resume``: started, not completed; continued with ``--resume`` from the checkpoint the trainer
+  resumes from (its newest complete one, whether or not ``latest`` names it yet), or from step 0
+  when it has none. Nothing of a cell is ever deleted;
+* ``start``: no directory, or an empty one.
 
-A cell whose saved config differs from the planned one (other than the keys a resume may change)
-is refused, naming the key: its numbers would belong to another experiment.
+Refused before any work, naming the cell: a cell whose saved config differs from the planned one
+outside the settings a new sitting may change (its numbers would belong to another experiment), a
+cell a live process holds (an earlier grid's child still running), and a directory holding files
+but no run.
 """
 
 from __future__ import annotations
 
-import copy
-import json
 from pathlib import Path
 
 from tokenbalance.ablate.grid import Cell, GridPlan
-from tokenbalance.config import RunConfig, absolute_paths, apply_overrides, load_config, to_dict
-
-STATE_FILE = "run_state.json"
-# Keys that may differ between a cell's saved config and the plan (how it runs, not what it computes);
-# output.* too (where the run directory is, reporting) and train.steps (a grid may extend its cells).
-RUNNING_KEYS = ("train.device", "train.threads")
+from tokenbalance.config import RunConfig, apply_overrides, load_config
 
 
 def base_config(
@@ -85,66 +82,35 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
     return str(Path(path).resolve())
 
 
-def read_state(run_dir: Path) -> dict:
-    path = run_dir / STATE_FILE
-    if not path.is_file():
-        return {}
-    try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
-        return {}
-
-
-def _flat(config: RunConfig) -> dict[str, object]:
-    return {f"{s}.{k}": v for s, values in to_dict(config).items() for k, v in values.items()}
-
-
-def config_difference(saved: RunConfig, planned: RunConfig) -> str | None:
-    """The first key whose value differs, as text (not the steps, ``output.*`` or :data:`RUNNING_KEYS`).
-    Paths compare as absolute paths: a run saves its config with absolute paths."""
-    before = _flat(absolute_paths(copy.deepcopy(saved)))
-    after = _flat(absolute_paths(copy.deepcopy(planned)))
-    for key, value in after.items():
-        if key in RUNNING_KEYS or key == "train.steps" or key.startswith("output."):
-            continue
-        if before.get(key) != value:
-            return f"{key}: {before.get(key)!r} in the cell, {value!r} planned"
-    return None
-
-
-def checkpoint_step(run_dir: Path) -> int | None:
-    """The step of the run's latest checkpoint (``checkpoints/latest`` names ``step_000010``), or None."""
-    pointer = run_dir / "checkpoints" / "latest"
-    if not pointer.is_file():
-        return None
-    name = pointer.read_text().strip()
-    try:
-        return int(name.removeprefix("step_"))
-    except ValueError:
-        return None
-
-
 def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
-    """What to do with the cell in ``run_dir`` (module docstring) and the step it has reached."""
-    if not (run_dir / "config.yaml").is_file():
-        return ("restart" if run_dir.exists() else "start"), 0
-    saved = load_config(run_dir / "config.yaml")
-    difference = config_difference(saved, planned)
-    if difference is not None:
+    """What to do with the cell in ``run_dir`` (module docstring) and the step it continues from."""
+    from tokenbalance.trainer.rundir import RunDirState, changed_setting
+
+    state = RunDirState.read(run_dir)
+    if state.locked:
         raise ValueError(
-            f"{run_dir}: this cell was started with another config ({difference}); remove the cell's "
-            "directory to run it again with the new settings, or use another --out"
+            f"{run_dir}: a live process holds this cell (its lock: {run_dir / '.lock'}), e.g. a cell of an earlier "
+            "grid still running; stop it or wait for it, then run the grid again"
         )
-    state = read_state(run_dir)
-    if state.get("status") == "completed":
-        reached = int(state.get("step", 0) or 0)
-        if reached > planned.train.steps:
+    if not state.has_config:
+        if state.has_files:
             raise ValueError(
-                f"{run_dir}: completed {reached} steps, more than the {planned.train.steps} planned; "
+                f"{run_dir}: holds files but no run (no config.yaml); a grid never deletes them. Move them away "
+                "and run the grid again"
+            )
+        return "start", 0
+    changed = changed_setting(load_config(run_dir / "config.yaml"), planned)
+    if changed is not None:
+        key, before, after = changed
+        raise ValueError(
+            f"{run_dir}: this cell was started with another config ({key}: {before!r} in the cell, {after!r} "
+            "planned); remove the cell's directory to run it again with the new settings, or use another --out"
+        )
+    if state.completed:
+        if state.state_step > planned.train.steps:
+            raise ValueError(
+                f"{run_dir}: completed {state.state_step} steps, more than the {planned.train.steps} planned; "
                 "a grid can extend a cell, not shorten it (use another --out)"
             )
-        return ("done" if reached == planned.train.steps else "extend"), reached
-    checkpoint = checkpoint_step(run_dir)
-    if checkpoint is not None:
-        return "resume", checkpoint
-    return "restart", 0
+        return ("done" if state.state_step == planned.train.steps else "extend"), state.state_step
+    return "resume", state.resume_step

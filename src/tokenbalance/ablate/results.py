@@ -12,11 +12,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenbalance.ablate.cells import read_state
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.runner import cell_dir
 from tokenbalance.diagnostics.plots import load_run
-from tokenbalance.trainer.rundir import is_locked
+from tokenbalance.trainer.checkpoint import checkpoint_step
+from tokenbalance.trainer.rundir import is_locked, read_run_state
 
 MODES = ("greedy", "sample")
 _LEVEL_KEY = re.compile(r"^eval/(greedy|sample)/acc_(\d+)$")
@@ -51,10 +51,10 @@ def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
     if not (run_dir / "metrics.jsonl").is_file():
         return CellResult(cell, "not started" if not run_dir.exists() else "no metrics")
     run = load_run(run_dir)
-    state = read_state(run_dir)
+    state = read_run_state(run_dir)
     status = str(state.get("status", "unknown"))
     if status == "running" and not is_locked(run_dir):  # its process ended without saying so (killed)
-        status = f"stopped, last checkpoint at step {state.get('step', '?')}"
+        status = f"stopped, last checkpoint at step {checkpoint_step(run_dir)}"
     last = run.eval[-1] if run.eval else {}
     complete = status == "completed" and bool(last) and int(last.get("step", -1)) == steps
     return CellResult(cell, status, complete, run.eval[0] if run.eval else {}, last, run.train)

@@ -17,28 +17,28 @@ start and import per cell (seconds; a cell is minutes). ``isolation="inprocess"`
 :func:`tokenbalance.trainer.runner.run_training` directly (the tests; debugging).
 
 A grid killed at any point continues where it stopped (:func:`tokenbalance.ablate.cells.cell_action`):
-completed cells are never run again, a started cell resumes from its latest checkpoint. Two grids
-never write one results directory at once (an exclusive lock on ``OUT/.lock``).
+completed cells are never run again, a started cell resumes from the checkpoint ``train --resume``
+continues from, and no cell is ever deleted. Two grids never write one results directory at once
+(:class:`tokenbalance.trainer.rundir.RunLock` on ``OUT/``, naming the holder); SIGTERM stops the
+running cell as Ctrl-C does (the CLI raises it as an interrupt).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenbalance.ablate.cells import base_config, cell_action, cell_config, read_state, start_policy
+from tokenbalance.ablate.cells import base_config, cell_action, cell_config, start_policy
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+from tokenbalance.trainer.rundir import RunLock, last_logged_step, read_run_state
 
 ISOLATIONS = ("subprocess", "inprocess")
 
@@ -59,43 +59,6 @@ def cell_dir(out_dir: Path, cell: Cell) -> Path:
     return out_dir / "cells" / cell.name
 
 
-@contextlib.contextmanager
-def exclusive_lock(out_dir: Path) -> Iterator[None]:
-    """Hold ``OUT/.lock`` for the sitting (released by the OS if the process dies)."""
-    import fcntl
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    with open(out_dir / ".lock", "w") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"{out_dir}: another `tokenbalance ablate` is running on this directory") from None
-        handle.write(f"{os.getpid()}\n")
-        handle.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-@contextlib.contextmanager
-def sigterm_as_interrupt() -> Iterator[None]:
-    """SIGTERM raises KeyboardInterrupt, so a killed grid stops its running cell before exiting."""
-
-    def interrupt(signum, frame) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    try:
-        previous = signal.signal(signal.SIGTERM, interrupt)
-    except ValueError:  # not the main thread: leave signals alone
-        yield
-        return
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
-
-
 def append_log(out_dir: Path, record: dict) -> None:
     with open(out_dir / "grid_log.jsonl", "a") as out:
         out.write(json.dumps({"time": time.strftime("%Y-%m-%dT%H:%M:%S"), **record}) + "\n")
@@ -112,20 +75,6 @@ def read_log(out_dir: Path) -> list[dict]:
         except json.JSONDecodeError:
             continue
     return records
-
-
-def last_step(run_dir: Path) -> int:
-    """The step of the last record in the cell's metrics.jsonl (0 when there is none)."""
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    lines = [line for line in path.read_text().splitlines() if line.strip()]
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line).get("step", 0))
-        except (json.JSONDecodeError, TypeError, ValueError):
-            continue
-    return 0
 
 
 def train_command(action: str, config_file: Path, run_dir: Path, steps: int) -> list[str]:
@@ -147,20 +96,35 @@ def child_environment() -> dict[str, str]:
     return env
 
 
+def end_with_parent() -> None:
+    """In the child before it runs (Linux): the kernel sends it SIGTERM when the grid's process dies,
+    however it dies (SIGKILL included), so no cell trains on as an orphan; the cell then stops as
+    on Ctrl-C, resumable. Elsewhere a no-op (the grid's Ctrl-C and SIGTERM still end the cell)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
+
+
 def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_step, *, poll_s: float = 2.0) -> str:
-    """Run a cell in a child process, reporting its step to ``on_step`` every ``poll_s`` seconds;
-    returns its status (``completed``, or ``failed (exit N, status S)``)."""
+    """Run a cell in a child process (ended with the grid's process: :func:`end_with_parent`),
+    reporting its step to ``on_step`` every ``poll_s`` seconds; returns its status (``completed``,
+    or ``failed (exit N, status S)``)."""
     with open(log_path, "a") as log:
         log.write(f"$ {' '.join(command)}\n")
         log.flush()
-        proc = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=child_environment())
+        proc = subprocess.Popen(
+            command, stdout=log, stderr=subprocess.STDOUT, env=child_environment(), preexec_fn=end_with_parent
+        )
         try:
             while True:
                 try:
                     code = proc.wait(timeout=poll_s)
                     break
                 except subprocess.TimeoutExpired:
-                    on_step(last_step(run_dir))
+                    on_step(last_logged_step(run_dir))
         except BaseException:
             proc.terminate()
             try:
@@ -168,7 +132,7 @@ def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_st
             except subprocess.TimeoutExpired:
                 proc.kill()
             raise
-    status = read_state(run_dir).get("status")
+    status = read_run_state(run_dir).get("status")
     return "completed" if code == 0 and status == "completed" else f"failed (exit {code}, status {status})"
 
 
@@ -193,7 +157,7 @@ def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: 
         except Exception as err:  # one failed cell does not stop the grid
             write(f"cell failed: {type(err).__name__}: {err}")
             return f"failed ({type(err).__name__}: {err})"
-    status = read_state(run_dir).get("status")
+    status = read_run_state(run_dir).get("status")
     return "completed" if status == "completed" else f"failed (status {status})"
 
 
@@ -245,14 +209,15 @@ def run_grid(
     check_before_work(base)
     configs = planned_configs(plan, base, out_dir)
     outcome = GridOutcome()
-    with exclusive_lock(out_dir), sigterm_as_interrupt():
+    out_dir.mkdir(parents=True, exist_ok=True)
+    with RunLock(out_dir):
+        # every cell is checked before anything is written: a refused sitting changes nothing
+        actions = {cell.name: cell_action(cell_dir(out_dir, cell), configs[cell.name]) for cell in plan.cells}
         for sub in ("configs", "cells", "logs"):
             (out_dir / sub).mkdir(exist_ok=True)
         write_plan(out_dir, plan)
-        actions = {}
-        for cell in plan.cells:  # every cell is checked before any work starts
+        for cell in plan.cells:
             save_config(configs[cell.name], out_dir / "configs" / f"{cell.name}.yaml")
-            actions[cell.name] = cell_action(cell_dir(out_dir, cell), configs[cell.name])
         outcome.skipped = [name for name, (action, _) in actions.items() if action == "done"]
         append_log(
             out_dir, {"event": "sitting", "pid": os.getpid(), "isolation": isolation, "skipped": outcome.skipped}
@@ -274,9 +239,6 @@ def run_grid(
             for cell in pending:
                 action, from_step = actions[cell.name]
                 run_dir = cell_dir(out_dir, cell)
-                if action == "restart":
-                    shutil.rmtree(run_dir, ignore_errors=True)
-                    from_step = 0
                 display.cell_started(cell.name, action, from_step, plan.steps, rates.seconds_left(list(work.values())))
                 started = time.perf_counter()
                 log_path = out_dir / "logs" / f"{cell.name}.log"

@@ -85,24 +85,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-# What --resume may change: how long the run goes on and how it reports. Everything else would
-# make the continued run a different experiment from the one its checkpoints belong to.
-RESUMABLE_KEYS = (
-    "train.steps",
-    "train.eval_every",
-    "train.save_every",
-    "train.device",
-    "train.threads",
-    "output.progress",
-    "output.tensorboard",
-    "output.wandb",
-)
-
-
 def resumed_config(args: argparse.Namespace):
     """The saved config of the run in ``--resume RUN`` with the changes a resume allows (more
     ``--steps``, reporting, device); any other change is refused, naming it (never ignored)."""
-    from tokenbalance.config import apply_overrides, load_config, to_dict
+    from tokenbalance.config import apply_overrides, load_config
+    from tokenbalance.trainer.rundir import RESUMABLE_KEYS, changed_setting
 
     run_dir = Path(args.resume)
     if not (run_dir / "config.yaml").is_file():
@@ -120,14 +107,13 @@ def resumed_config(args: argparse.Namespace):
     if args.device is not None:
         changes.append(f"train.device={args.device}")
     config = apply_overrides(saved, changes)
-    before, after = to_dict(saved), to_dict(config)
-    for section, values in after.items():
-        for key, value in values.items():
-            if value != before[section][key] and f"{section}.{key}" not in RESUMABLE_KEYS:
-                raise ValueError(
-                    f"--resume {run_dir}: {section}.{key} cannot change mid-run ({before[section][key]!r} -> "
-                    f"{value!r}); a resume may change only {', '.join(RESUMABLE_KEYS)}. Start a new run to change it."
-                )
+    changed = changed_setting(saved, config)
+    if changed is not None:
+        key, before, after = changed
+        raise ValueError(
+            f"--resume {run_dir}: {key} cannot change mid-run ({before!r} -> {after!r}); a resume may change only "
+            f"{', '.join(RESUMABLE_KEYS)}. Start a new run to change it."
+        )
     if args.no_progress:
         config.output.progress = False
     return config

@@ -103,7 +103,11 @@ def sft_and_save(
         progress=progress,
     )
     save_policy(model, tokenizer, out_dir)
-    summary: dict = {"sft_final_loss": sum(losses[-20:]) / len(losses[-20:])}
+    summary: dict = {
+        "sft_final_loss": sum(losses[-20:]) / len(losses[-20:]),
+        # what the bits depend on (docs/training.md "Threads and bit-identical runs")
+        "built_with": {"threads": torch.get_num_threads(), "torch": torch.__version__, "device": str(device)},
+    }
     if sft_seconds_since is not None:
         summary["sft_seconds"] = time.perf_counter() - sft_seconds_since
     summary |= extra

@@ -14,10 +14,18 @@ resume makes after a process was killed.
 * :func:`recover_latest`: a missing or dangling ``checkpoints/latest`` pointer is re-pointed at the
   newest complete ``step_*`` (a resume never starts over at step 0 over its own checkpoints);
   :func:`verify_checkpoint` reads every file of that checkpoint's headers before the model loads.
+* :class:`RunDirState`: what a run directory holds, read without writing anything: its config, its
+  status, the step a resume continues from (the trainer's rule, :func:`resume_checkpoint`), the last
+  logged step and whether a live process holds it. ``tokenbalance train --resume`` and the grid
+  both decide from it.
+* :data:`RESUMABLE_KEYS` and :func:`changed_setting`: the settings a new sitting of a run may
+  change (how long it goes on and how it runs or reports), the same for ``train --resume`` and for
+  the grid's cells.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import os
 import shlex
@@ -25,8 +33,10 @@ import shutil
 import socket
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
+from tokenbalance.config import RunConfig, absolute_paths, to_dict
 from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.checkpoint import (
     OPTIMIZER_FILE,
@@ -37,7 +47,102 @@ from tokenbalance.trainer.checkpoint import (
 )
 
 LOCK_FILE = ".lock"
-RUN_FILES = ("config.yaml", "metrics.jsonl", "run_state.json", "checkpoints")  # a run: the first and another
+RUN_STATE_FILE = "run_state.json"
+RUN_FILES = ("config.yaml", "metrics.jsonl", RUN_STATE_FILE, "checkpoints")  # a run: the first and another
+
+# What a new sitting of a run may change: how long it goes on and how it runs and reports. Anything
+# else would make the continued run a different experiment from the one its checkpoints belong to.
+# (train.threads changes the numbers from that step on, not what is computed: docs/training.md.)
+RESUMABLE_KEYS = (
+    "train.steps",
+    "train.eval_every",
+    "train.save_every",
+    "train.device",
+    "train.threads",
+    "output.run_dir",
+    "output.progress",
+    "output.tensorboard",
+    "output.wandb",
+)
+
+
+def changed_setting(saved: RunConfig, planned: RunConfig) -> tuple[str, object, object] | None:
+    """The first setting outside :data:`RESUMABLE_KEYS` whose value differs, as (key, saved value,
+    planned value); None when a new sitting may continue the run. Paths compare as absolute paths
+    (a run saves its config with absolute paths)."""
+    before = to_dict(absolute_paths(copy.deepcopy(saved)))
+    after = to_dict(absolute_paths(copy.deepcopy(planned)))
+    for section, values in after.items():
+        for key, value in values.items():
+            name = f"{section}.{key}"
+            if name not in RESUMABLE_KEYS and before[section].get(key) != value:
+                return name, before[section].get(key), value
+    return None
+
+
+def read_run_state(run_dir: Path) -> dict:
+    """``run_state.json`` as a dict; empty when it is missing or unreadable (a run killed before
+    writing it: :class:`RunDirState` then goes by the checkpoints)."""
+    try:
+        state = json.loads((Path(run_dir) / RUN_STATE_FILE).read_text())
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def last_logged_step(run_dir: Path) -> int:
+    """The step of the last readable record of ``metrics.jsonl`` (0 when there is none); a torn
+    last line (a write cut short) is passed over."""
+    try:
+        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return 0
+    for line in reversed(lines):
+        try:
+            return int(json.loads(line)["step"])
+        except (ValueError, KeyError, TypeError):
+            continue
+    return 0
+
+
+@dataclass(frozen=True)
+class RunDirState:
+    """What ``path`` holds now (read only): ``has_config`` (``config.yaml``: a run started there),
+    ``has_files`` (anything but the lock), ``status`` and ``state_step`` from ``run_state.json``,
+    ``resume_step`` (the checkpoint a resume continues from, 0 when none), ``logged_step`` (the last
+    metrics record) and ``locked`` (a live process holds the run)."""
+
+    path: Path
+    has_config: bool
+    has_files: bool
+    status: str | None
+    state_step: int
+    resume_step: int
+    logged_step: int
+    locked: bool
+
+    @classmethod
+    def read(cls, path: Path) -> RunDirState:
+        path = Path(path)
+        state = read_run_state(path)
+        try:
+            state_step = int(state.get("step", 0) or 0)
+        except (TypeError, ValueError):
+            state_step = 0
+        return cls(
+            path=path,
+            has_config=(path / "config.yaml").is_file(),
+            has_files=path.is_dir() and any(e.name != LOCK_FILE for e in path.iterdir()),
+            status=state.get("status") if isinstance(state.get("status"), str) else None,
+            state_step=state_step,
+            resume_step=checkpoint_step(path),
+            logged_step=last_logged_step(path),
+            locked=is_locked(path),
+        )
+
+    @property
+    def completed(self) -> bool:
+        return self.status == "completed"
 
 
 def check_new_run_dir(run_dir: Path) -> None:
