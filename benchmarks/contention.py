@@ -88,6 +88,8 @@ def main() -> None:
                 f"{busy['torch'] / busy['tokenbalance']:.2f}x",
             ]
         )
+    if args.quiet_only:
+        return
     print(
         markdown_table(
             [
