@@ -17,13 +17,14 @@ def main() -> None:
     parser.add_argument("--policy", choices=("tokenbalance", "torch"), required=True)
     parser.add_argument("--work", choices=("step", "rollout", "product"), required=True)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=0, help="with --policy tokenbalance: train.threads (0 = all)")
     args = parser.parse_args()
     chosen = prepare_process() if args.policy == "tokenbalance" else {}
     import torch  # after the policy: OpenMP reads it when torch loads
 
     from tokenbalance.threads import use_threads
 
-    threads = use_threads(0) if args.policy == "tokenbalance" else torch.get_num_threads()
+    threads = use_threads(args.threads) if args.policy == "tokenbalance" else torch.get_num_threads()
     if args.work == "product":  # the loop: the tiny model's shapes, 64 x 128 by 128 x 512
         a, b = torch.randn(64, 128), torch.randn(128, 512)
 

@@ -79,6 +79,28 @@ def check_output_file(
     check_writable_dir(path.parent, flag, shown=path)
 
 
+def check_output_dir(out: Path, flag: str, *, force: bool, ours: set[str], writer: str, what: str) -> None:
+    """``ValueError`` unless a command may write the directory ``out``: new or empty, or (with
+    ``force``) holding only ``ours``, the files an earlier run of ``writer`` recorded writing there
+    (``what`` it holds then, for the message). A directory holding anything else is never replaced."""
+    if out.exists() and not out.is_dir():
+        raise ValueError(f"{flag} {out}: is a file, not a directory; choose another {flag}")
+    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
+    if entries:
+        foreign = [name for name in entries if name not in ours]
+        if foreign:
+            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
+            raise ValueError(
+                f"{flag} {out}: the directory exists and holds files {writer} did not write ({shown}); "
+                f"it is never replaced. Choose a new or empty {flag}"
+            )
+        if not force:
+            raise ValueError(
+                f"{flag} {out}: holds {what} written earlier; pass --force to replace it, or choose another {flag}"
+            )
+    check_writable_dir(out.parent, flag)
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path``
     is always either the old or the new content; the temporary file is removed on any failure.

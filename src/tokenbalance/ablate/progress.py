@@ -1,9 +1,11 @@
-"""The grid's progress display: cells done / running / left and an estimate of the time left.
+"""The grid's progress display: cells done / running (each with its step) / left and an estimate
+of the time left.
 
 Drawn with rich on stderr (nothing live when stderr is not a terminal); one plain line per cell
 event goes to ``log`` either way. The time left is (steps still to run) x (seconds per RL step of
 the row, measured on the cells finished so far in this and earlier sittings, ``grid_log.jsonl``;
-the mean over rows for a row not measured yet; unknown until one cell has finished).
+the mean over rows for a row not measured yet; unknown until one cell has finished), divided by the
+cells that run at once.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ class GridProgress:
     def __init__(self, total: int, *, done: int, enabled: bool, log=print) -> None:
         self.total, self.done, self.failed = total, done, 0
         self.log = log
-        self.running = ""
+        self.running: dict[str, str] = {}  # cell -> "step k/n" of each cell running now
         self.left_s: float | None = None
         self.started = time.perf_counter()
         self._progress = None
@@ -89,19 +91,20 @@ class GridProgress:
             return
         stats = (
             f"done {self.done}  failed {self.failed}  left {self.left}"
-            + (f"  | running {self.running}" if self.running else "")
+            + (f"  | running {', '.join(f'{n} {s}' for n, s in self.running.items())}" if self.running else "")
             + f"  | time left ~{format_seconds(self.left_s)}"
         )
         self._progress.update(self._task, completed=self.done + self.failed, stats=stats)
 
     def cell_started(self, name: str, action: str, from_step: int, steps: int, left_s: float | None) -> None:
-        self.running = f"{name} ({action}) step {from_step}/{steps}"
+        self.running[name] = f"({action}) step {from_step}/{steps}"
         self.left_s = left_s
-        self.log(f"[{self.done + self.failed + 1}/{self.total}] {name}: {action} from step {from_step} of {steps}")
+        started = self.done + self.failed + len(self.running)
+        self.log(f"[{started}/{self.total}] {name}: {action} from step {from_step} of {steps}")
         self._refresh()
 
     def cell_step(self, name: str, step: int, steps: int, left_s: float | None) -> None:
-        self.running = f"{name} step {step}/{steps}"
+        self.running[name] = f"step {step}/{steps}"
         self.left_s = left_s
         self._refresh()
 
@@ -110,7 +113,7 @@ class GridProgress:
             self.done += 1
         else:
             self.failed += 1
-        self.running = ""
+        self.running.pop(name, None)
         self.left_s = left_s
         self.log(
             f"    {name}: {status} in {format_seconds(wall_s)}; done {self.done}, failed {self.failed}, "

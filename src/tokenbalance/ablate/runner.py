@@ -38,6 +38,7 @@ from tokenbalance.ablate.cells import base_config, cell_action, cell_config, sta
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+from tokenbalance.threads import available_cpus
 from tokenbalance.trainer.rundir import RunLock, last_logged_step, read_run_state
 
 ISOLATIONS = ("subprocess", "inprocess")
@@ -108,32 +109,51 @@ def end_with_parent() -> None:
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
-def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_step, *, poll_s: float = 2.0) -> str:
-    """Run a cell in a child process (ended with the grid's process: :func:`end_with_parent`),
-    reporting its step to ``on_step`` every ``poll_s`` seconds; returns its status (``completed``,
-    or ``failed (exit N, status S)``)."""
-    with open(log_path, "a") as log:
-        log.write(f"$ {' '.join(command)}\n")
-        log.flush()
-        proc = subprocess.Popen(
-            command, stdout=log, stderr=subprocess.STDOUT, env=child_environment(), preexec_fn=end_with_parent
+class CellProcess:
+    """A cell's ``tokenbalance train`` in a child process (ended with the grid's process:
+    :func:`end_with_parent`), its console output appended to ``log_path``."""
+
+    def __init__(self, command: list[str], log_path: Path, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self._log = open(log_path, "a")  # noqa: SIM115 - closed in poll() / stop()
+        self._log.write(f"$ {' '.join(command)}\n")
+        self._log.flush()
+        self._proc = subprocess.Popen(
+            command, stdout=self._log, stderr=subprocess.STDOUT, env=child_environment(), preexec_fn=end_with_parent
         )
-        try:
-            while True:
-                try:
-                    code = proc.wait(timeout=poll_s)
-                    break
-                except subprocess.TimeoutExpired:
-                    on_step(last_logged_step(run_dir))
-        except BaseException:
-            proc.terminate()
+
+    def poll(self) -> str | None:
+        """None while it runs; then its status (``completed``, or ``failed (exit N, status S)``)."""
+        code = self._proc.poll()
+        if code is None:
+            return None
+        self._log.close()
+        status = read_run_state(self.run_dir).get("status")
+        return "completed" if code == 0 and status == "completed" else f"failed (exit {code}, status {status})"
+
+    def stop(self) -> None:
+        """SIGTERM (the cell stops as on Ctrl-C, resumable), then SIGKILL after 30 s."""
+        if self._proc.poll() is None:
+            self._proc.terminate()
             try:
-                proc.wait(timeout=30)
+                self._proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                proc.kill()
-            raise
-    status = read_run_state(run_dir).get("status")
-    return "completed" if code == 0 and status == "completed" else f"failed (exit {code}, status {status})"
+                self._proc.kill()
+        self._log.close()
+
+
+def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_step, *, poll_s: float = 2.0) -> str:
+    """Run one cell in a child process to its end, reporting its step to ``on_step`` every ``poll_s``
+    seconds; returns its status (:meth:`CellProcess.poll`)."""
+    cell = CellProcess(command, log_path, run_dir)
+    try:
+        while (status := cell.poll()) is None:
+            time.sleep(poll_s)
+            on_step(last_logged_step(run_dir))
+    except BaseException:
+        cell.stop()
+        raise
+    return status
 
 
 def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: Path) -> str:
@@ -188,6 +208,17 @@ def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str,
     return configs
 
 
+def default_jobs(base: RunConfig, isolation: str) -> int:
+    """Cells at once by default: one per CPU, each with one thread, on a CPU (on 2 CPUs measured
+    faster than one cell with both threads: docs/results.md "Speed"); one on a GPU, in process, or
+    when ``train.threads`` asks for more than one thread per cell."""
+    from tokenbalance.trainer.runner import resolve_device
+
+    if isolation == "inprocess" or resolve_device(base.train.device).type != "cpu" or base.train.threads > 1:
+        return 1
+    return available_cpus()
+
+
 def run_grid(
     plan: GridPlan,
     out_dir: Path,
@@ -196,10 +227,14 @@ def run_grid(
     model: str | None = None,
     device: str | None = None,
     isolation: str = "subprocess",
+    jobs: int | None = None,
     progress: bool = True,
+    poll_s: float = 2.0,
     log=print,
 ) -> GridOutcome:
-    """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring)."""
+    """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at
+    once (each child process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one;
+    None: :func:`default_jobs`)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
     from tokenbalance.trainer.runner import check_before_work
@@ -207,7 +242,13 @@ def run_grid(
     out_dir = Path(out_dir).resolve()
     base = base_config(plan, config_path=config_path, model=model, device=device)
     check_before_work(base)
-    configs = planned_configs(plan, base, out_dir)
+    jobs = default_jobs(base, isolation) if jobs is None else jobs
+    if jobs < 1 or (jobs > 1 and isolation == "inprocess"):
+        raise ValueError(f"--jobs {jobs}: must be >= 1, and 1 with --isolation inprocess (one process runs one cell)")
+    cell_base = base
+    if jobs > 1 and not base.train.threads:  # the cells share the CPUs
+        cell_base = apply_overrides(base, [f"train.threads={max(1, available_cpus() // jobs)}"])
+    configs = planned_configs(plan, cell_base, out_dir)
     outcome = GridOutcome()
     out_dir.mkdir(parents=True, exist_ok=True)
     with RunLock(out_dir):
@@ -236,22 +277,16 @@ def run_grid(
             if built != configs[cell.name].model.path:
                 raise RuntimeError(f"seed {cell.seed}: start policy {built}, planned {configs[cell.name].model.path}")
         with GridProgress(len(plan.cells), done=len(outcome.skipped), enabled=progress, log=log) as display:
-            for cell in pending:
-                action, from_step = actions[cell.name]
-                run_dir = cell_dir(out_dir, cell)
-                display.cell_started(cell.name, action, from_step, plan.steps, rates.seconds_left(list(work.values())))
-                started = time.perf_counter()
-                log_path = out_dir / "logs" / f"{cell.name}.log"
-                if isolation == "subprocess":
-                    command = train_command(action, out_dir / "configs" / f"{cell.name}.yaml", run_dir, plan.steps)
+            queue: list[Cell] = list(pending)
+            running: dict[str, tuple[Cell, CellProcess]] = {}
+            starts: dict[str, tuple[str, int, float]] = {}  # cell -> (action, from step, start time)
 
-                    def on_step(step: int, cell: Cell = cell) -> None:
-                        left = [*[w for n, w in work.items() if n != cell.name], (cell.method.key, plan.steps - step)]
-                        display.cell_step(cell.name, step, plan.steps, rates.seconds_left(left))
+            def seconds_left() -> float | None:
+                total = rates.seconds_left(list(work.values()))
+                return None if total is None else total / jobs
 
-                    status = run_cell_subprocess(command, log_path, run_dir, on_step)
-                else:
-                    status = run_cell_inprocess(configs[cell.name], action, log_path, run_dir)
+            def finish(cell: Cell, status: str) -> None:
+                action, from_step, started = starts[cell.name]
                 wall = time.perf_counter() - started
                 work.pop(cell.name)
                 if status == "completed":
@@ -268,8 +303,40 @@ def run_grid(
                         "to_step": plan.steps,
                         "status": status,
                         "wall_s": wall,
+                        "jobs": jobs,
                     },
                 )
                 outcome.ran[cell.name] = status
-                display.cell_finished(cell.name, status, wall, rates.seconds_left(list(work.values())))
+                display.cell_finished(cell.name, status, wall, seconds_left())
+
+            try:
+                while queue or running:
+                    while queue and len(running) < jobs:
+                        cell = queue.pop(0)
+                        action, from_step = actions[cell.name]
+                        run_dir = cell_dir(out_dir, cell)
+                        starts[cell.name] = (action, from_step, time.perf_counter())
+                        display.cell_started(cell.name, action, from_step, plan.steps, seconds_left())
+                        log_path = out_dir / "logs" / f"{cell.name}.log"
+                        if isolation == "inprocess":  # jobs is 1: runs to its end here
+                            finish(cell, run_cell_inprocess(configs[cell.name], action, log_path, run_dir))
+                            continue
+                        command = train_command(action, out_dir / "configs" / f"{cell.name}.yaml", run_dir, plan.steps)
+                        running[cell.name] = (cell, CellProcess(command, log_path, run_dir))
+                    if not running:
+                        continue
+                    time.sleep(poll_s)
+                    for name, (cell, process) in list(running.items()):
+                        status = process.poll()
+                        if status is None:
+                            step = last_logged_step(process.run_dir)
+                            work[name] = (cell.method.key, plan.steps - step)
+                            display.cell_step(name, step, plan.steps, seconds_left())
+                        else:
+                            del running[name]
+                            finish(cell, status)
+            except BaseException:
+                for _, process in running.values():  # Ctrl-C / SIGTERM: every running cell stops, resumable
+                    process.stop()
+                raise
     return outcome

@@ -52,6 +52,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="subprocess",
         help="run each cell in a child process (default: a crashed cell does not stop the grid) or in this one",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        help="cells run at once, each in its own process with CPUs / jobs threads (default: one per CPU on a CPU, "
+        "one with --device cuda or --isolation inprocess; docs/ablate.md)",
+    )
     parser.add_argument("--report-only", action="store_true", help="only rebuild the tables and figures")
     parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
     parser.add_argument("--figure-prompts", type=int, default=16, help="prompts of the Figure 1 batch (default 16)")
@@ -72,6 +78,13 @@ def _seeds(text: str | None) -> list[int] | None:
         return [int(p) for p in parts]
     except ValueError:
         raise ValueError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+
+
+def grid_jobs(args: argparse.Namespace) -> int | None:
+    """``--jobs`` checked (None: the grid's default, :func:`tokenbalance.ablate.runner.default_jobs`)."""
+    if args.jobs is not None and args.jobs < 1:
+        raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
+    return args.jobs
 
 
 def command_line(args: argparse.Namespace, plan, out: Path) -> str:
@@ -180,6 +193,7 @@ def run(args: argparse.Namespace) -> int:
             model=args.model,
             device=args.device,
             isolation=args.isolation,
+            jobs=grid_jobs(args),
             progress=not args.no_progress,
         )
         failed = outcome.failed

@@ -34,26 +34,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def check_out_dir(out: Path, *, force: bool) -> None:
     """``ValueError`` unless the SFT policy may be written to ``out``: a new or empty directory, or
     (with ``force``) one holding only the files an earlier ``tokenbalance sft`` recorded writing."""
-    from tokenbalance.outputs import check_writable_dir
+    from tokenbalance.outputs import check_output_dir
     from tokenbalance.trainer.embedded import sft_written_files
 
-    if out.exists() and not out.is_dir():
-        raise ValueError(f"--out {out}: is a file, not a directory; choose another --out")
-    entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
-    if entries:
-        ours = sft_written_files(out)
-        foreign = [name for name in entries if name not in ours]
-        if foreign:
-            shown = ", ".join(foreign[:5]) + (", ..." if len(foreign) > 5 else "")
-            raise ValueError(
-                f"--out {out}: the directory exists and holds files `tokenbalance sft` did not write ({shown}); "
-                "it is never replaced. Choose a new or empty --out"
-            )
-        if not force:
-            raise ValueError(
-                f"--out {out}: holds an SFT policy written earlier; pass --force to replace it, or choose another --out"
-            )
-    check_writable_dir(out.parent, "--out")
+    ours = sft_written_files(out) if out.is_dir() else set()
+    check_output_dir(out, "--out", force=force, ours=ours, writer="`tokenbalance sft`", what="an SFT policy")
 
 
 def run(args: argparse.Namespace) -> int:
