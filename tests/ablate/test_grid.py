@@ -284,3 +284,24 @@ def test_killing_the_grid_ends_its_running_cell(tiny_policy_dir, tmp_path):
     finally:
         grid.kill()
     assert json.loads((cell / "run_state.json").read_text())["status"] == "interrupted"
+
+
+def test_two_cells_at_once_each_with_one_thread(tiny_policy_dir, tmp_path):
+    """``--jobs 2``: two cell processes run together (each holds its run lock at the same time), each
+    with one thread, recorded in its config.yaml; both complete."""
+    out = tmp_path / "grid"
+    args = grid_args(tiny_policy_dir, out, "--jobs", "2", "--no-figure", "--set", "train.save_every=1")
+    args[args.index("--seeds") + 1] = "0"
+    args[args.index("--steps") + 1] = "3"
+    args[args.index("--isolation") + 1] = "subprocess"
+    grid = subprocess.Popen([sys.executable, "-m", "tokenbalance.cli", *args], stdout=subprocess.DEVNULL)
+    cells = [out / "cells" / name for name in ("grpo-seed0", "ar_lopti-seed0")]
+    both_held = False
+    while grid.poll() is None:
+        both_held = both_held or all(is_locked(cell) for cell in cells)
+        time.sleep(0.05)
+    assert grid.returncode == 0 and both_held
+    for cell in cells:
+        assert json.loads((cell / "run_state.json").read_text())["status"] == "completed"
+        assert "threads: 1\n" in (cell / "config.yaml").read_text()
+    assert {r["jobs"] for r in read_log(out) if r["event"] == "cell"} == {2}
