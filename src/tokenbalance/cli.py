@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"tokenbalance {args.command}: error: {err.strerror or err}{where}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as err:
-        print(f"\ntokenbalance {args.command}: {err or 'interrupted'}", file=sys.stderr)
+        print(f"\ntokenbalance {args.command}: {str(err) or 'interrupted'}", file=sys.stderr)
         return 143 if isinstance(err, _Terminated) or "SIGTERM" in str(err) else 130
     finally:
         if previous is not None:

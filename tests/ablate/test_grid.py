@@ -22,6 +22,7 @@ from tokenbalance.ablate.grid import GRID_METHODS, Cell
 from tokenbalance.ablate.results import read_cell
 from tokenbalance.ablate.runner import child_environment, read_log, run_cell_subprocess
 from tokenbalance.cli import main
+from tokenbalance.commands.ablate import GRID_KEYS
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
 from tokenbalance.trainer.rundir import RunLock, is_locked
@@ -32,7 +33,8 @@ CELLS = ["grpo-seed0", "ar_lopti-seed0", "grpo-seed1", "ar_lopti-seed1"]
 
 
 def grid_args(policy, out, *extra):
-    sets = [arg for item in SMALL_RUN for arg in ("--set", item)]
+    grid_sets = [item for item in SMALL_RUN if item.split("=")[0] not in GRID_KEYS]  # the grid's own flags set those
+    sets = [arg for item in grid_sets for arg in ("--set", item)]
     return [
         "ablate",
         "--preset",

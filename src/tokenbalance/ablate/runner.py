@@ -38,10 +38,44 @@ from tokenbalance.ablate.cells import base_config, cell_action, cell_config, sta
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+from tokenbalance.outputs import check_files_replaceable, record_written
 from tokenbalance.threads import available_cpus
 from tokenbalance.trainer.rundir import RunLock, last_logged_step, read_run_state
 
 ISOLATIONS = ("subprocess", "inprocess")
+# Every name the grid writes in OUT (recorded in OUT's manifest, tokenbalance/outputs.py, as it writes
+# them): anything else there is the user's and is never replaced; a name here that exists in OUT but
+# is not in the manifest is refused before any work.
+RUN_FILES = ("grid.json", "grid_log.jsonl", "configs", "cells", "logs")
+REPORT_FILES = (
+    "results.md",
+    "accuracy.csv",
+    "cells.csv",
+    "step_cost.csv",
+    "reward_curves.png",
+    "figure1_buckets.json",
+    "figure1_buckets.png",
+)
+GRID_FILES = (*RUN_FILES, *REPORT_FILES, "verl")
+
+
+def adopt_earlier_grid(out_dir: Path) -> list[str]:
+    """A grid written before the manifest existed: when ``OUT/grid.json`` is one of ours (the plan's
+    keys) and ``OUT`` has no manifest yet, record the grid's names found there, so that the grid
+    continues; returns them (empty when there was nothing to adopt)."""
+    from tokenbalance.outputs import MANIFEST
+
+    if (out_dir / MANIFEST).exists():
+        return []
+    try:
+        plan = json.loads((out_dir / "grid.json").read_text())
+    except (OSError, ValueError):
+        return []
+    if not (isinstance(plan, dict) and {"preset", "rows", "seeds", "steps"} <= set(plan)):
+        return []
+    found = [name for name in GRID_FILES if (out_dir / name).exists()]
+    record_written(out_dir, found)
+    return found
 
 
 @dataclass
@@ -254,6 +288,8 @@ def run_grid(
     with RunLock(out_dir):
         # every cell is checked before anything is written: a refused sitting changes nothing
         actions = {cell.name: cell_action(cell_dir(out_dir, cell), configs[cell.name]) for cell in plan.cells}
+        check_files_replaceable(out_dir, RUN_FILES, "--out")
+        record_written(out_dir, RUN_FILES)
         for sub in ("configs", "cells", "logs"):
             (out_dir / sub).mkdir(exist_ok=True)
         write_plan(out_dir, plan)

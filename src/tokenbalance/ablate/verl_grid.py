@@ -140,7 +140,7 @@ def verl_cells(
 
 
 SCRIPT_HEAD = """#!/usr/bin/env bash
-# tokenbalance ablate --runner verl: grid {preset!r} at paper scale (AR-Lopti K&K setting, verl).
+# tokenbalance ablate --runner verl: grid {preset} at paper scale (AR-Lopti K&K setting, verl).
 # Written by: {command}
 # Rows: {rows}. Models: {models}. Seeds: {seeds}. {count} cells.
 #
@@ -158,7 +158,8 @@ SCRIPT_HEAD = """#!/usr/bin/env bash
 # Not run on verl:
 {unsupported}
 set -euo pipefail
-OUT="${{OUT:-{out}}}"
+DEFAULT_OUT={out_quoted}
+OUT="${{OUT:-$DEFAULT_OUT}}"
 LOGGER="${{LOGGER:-[console,file]}}"
 
 # run_cell NAME SEED COMMAND...: skip a finished cell, else run (verl resumes its checkpoints) and mark it done
@@ -181,6 +182,12 @@ run_cell() {{
 """
 
 
+def comment_safe(text: str) -> str:
+    """``text`` for a ``#`` comment line of the script: line breaks shown as ``\\n`` (a newline in a
+    path would otherwise end the comment and run the rest as shell code)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
 def grid_script(
     preset: str,
     rows: tuple[GridMethod, ...],
@@ -193,15 +200,20 @@ def grid_script(
 ) -> str:
     """The text of ``run_grid.sh`` for the grid."""
     cells, unsupported = verl_cells(rows, seeds, models)
+    if not cells:
+        raise ValueError(
+            f"--runner verl: no cell to run ({'; '.join(f'{row.label}: {why}' for row, why in unsupported)})"
+        )
     head = SCRIPT_HEAD.format(
-        preset=preset,
-        command=command,
+        preset=comment_safe(repr(preset)),
+        command=comment_safe(command),
         rows=", ".join(f"{r.label} ({r.preset})" for r in rows),
         models=", ".join(models),
         seeds=", ".join(map(str, seeds)),
         count=len(cells),
-        script=script_path,
-        out=out,
+        script=comment_safe(shlex.quote(script_path)),
+        out=comment_safe(out),
+        out_quoted=shlex.quote(out),
         unsupported="\n".join(f"#   {row.label} ({row.preset}): {reason}" for row, reason in unsupported)
         or "#   (every row runs)",
     )

@@ -21,6 +21,8 @@ from pathlib import Path
 
 from tokenbalance.commands.train import add_set_option, nonempty
 
+DEFAULT_VERL_MODELS = "3b,7b"
+
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -45,7 +47,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         default="local",
         help="local: run the grid here; verl: write (and print) the verl launch script of the grid at paper scale",
     )
-    parser.add_argument("--verl-models", default="3b,7b", help="--runner verl: models (3b, 7b; default both)")
+    parser.add_argument(
+        "--verl-models", default=DEFAULT_VERL_MODELS, help="--runner verl: models (3b, 7b; default both)"
+    )
     parser.add_argument(
         "--isolation",
         choices=("subprocess", "inprocess"),
@@ -66,18 +70,55 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _split(text: str | None) -> list[str] | None:
-    return [part.strip() for part in text.split(",") if part.strip()] if text else None
+def _split(text: str | None, flag: str = "--methods") -> list[str] | None:
+    """The comma-separated items of ``text``; None when the flag was not given. An empty value (an
+    unset shell variable) is refused: it must not silently mean the preset's whole grid."""
+    if text is None:
+        return None
+    parts = [part.strip() for part in text.split(",") if part.strip()]
+    if not parts:
+        raise ValueError(f"{flag}: empty value {text!r}; give comma-separated items or leave the flag out")
+    return parts
 
 
 def _seeds(text: str | None) -> list[int] | None:
-    parts = _split(text)
+    parts = _split(text, "--seeds")
     if parts is None:
         return None
     try:
         return [int(p) for p in parts]
     except ValueError:
         raise ValueError(f"--seeds: expected comma-separated integers, got {text!r}") from None
+
+
+# What the grid sets in every cell itself: a --set of these would be silently replaced, so it is refused
+# naming the flag that sets it.
+GRID_KEYS = {
+    "train.method": "--methods",
+    "train.seed": "--seeds",
+    "train.steps": "--steps",
+    "output.run_dir": "--out",
+    "output.progress": "--no-progress",
+}
+# Flags that only the local grid uses: refused with --runner verl instead of being listed as if used.
+LOCAL_ONLY = ("set", "config", "model", "device", "jobs", "steps")
+
+
+def check_flags(args: argparse.Namespace) -> None:
+    """Every flag takes effect or is refused by name, before any work."""
+    for override in args.overrides:
+        key = override.split("=", 1)[0].strip()
+        if key in GRID_KEYS:
+            raise ValueError(f"--set {override}: the grid sets {key} in every cell; use {GRID_KEYS[key]}")
+    if args.runner == "verl":
+        given = [flag for flag in LOCAL_ONLY if getattr(args, "overrides" if flag == "set" else flag, None)]
+        if given:
+            raise ValueError(
+                f"--runner verl: {', '.join('--' + f for f in given)} apply to the local grid only; the verl grid "
+                "runs the AR-Lopti K&K presets (docs/ablate.md); leave them out"
+            )
+    elif args.verl_models != DEFAULT_VERL_MODELS:
+        raise ValueError("--verl-models: applies to --runner verl only")
 
 
 def grid_jobs(args: argparse.Namespace) -> int | None:
@@ -123,18 +164,21 @@ def list_grids() -> None:
 
 def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
     from tokenbalance.ablate.verl_grid import grid_script
+    from tokenbalance.outputs import record_written
 
     script = out / "verl" / "run_grid.sh"
-    script.parent.mkdir(parents=True, exist_ok=True)
-    text = grid_script(
+    text = grid_script(  # every check first: a refused grid writes nothing
         plan.preset.name,
         plan.methods,
         plan.seeds,
-        tuple(_split(args.verl_models) or ()),
+        tuple(_split(args.verl_models, "--verl-models") or ()),
         out=str(out / "verl"),
         script_path=str(script),
         command=command_line(args, plan, out),
     )
+    out.mkdir(parents=True, exist_ok=True)
+    record_written(out, ["verl"])
+    script.parent.mkdir(parents=True, exist_ok=True)
     script.write_text(text)
     script.chmod(0o755)
     print(text)
@@ -167,6 +211,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     from tokenbalance.ablate.grid import grid_preset, make_plan
 
+    check_flags(args)
     plan = make_plan(
         grid_preset(args.preset),
         methods=_split(args.methods),
@@ -175,6 +220,11 @@ def run(args: argparse.Namespace) -> int:
         overrides=args.overrides,
     )
     out = Path(args.out or f"runs/ablate-{plan.preset.name}")
+    from tokenbalance.ablate.runner import GRID_FILES, adopt_earlier_grid
+    from tokenbalance.outputs import check_files_replaceable
+
+    adopt_earlier_grid(out)  # a grid written before OUT had a manifest continues
+    check_files_replaceable(out, GRID_FILES, "--out")  # nothing of the user's in OUT is replaced
     if args.runner == "verl":
         return write_verl(args, plan, out)
     if args.figure_prompts < 1:
@@ -182,23 +232,32 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.ablate.curves import reward_curves
     from tokenbalance.ablate.report import write_report
     from tokenbalance.ablate.results import collect
-    from tokenbalance.ablate.runner import run_grid
+    from tokenbalance.ablate.runner import REPORT_FILES, run_grid
+    from tokenbalance.outputs import record_written
 
     failed: list[str] = []
     if not args.report_only:
-        outcome = run_grid(
-            plan,
-            out,
-            config_path=args.config,
-            model=args.model,
-            device=args.device,
-            isolation=args.isolation,
-            jobs=grid_jobs(args),
-            progress=not args.no_progress,
-        )
+        try:
+            outcome = run_grid(
+                plan,
+                out,
+                config_path=args.config,
+                model=args.model,
+                device=args.device,
+                isolation=args.isolation,
+                jobs=grid_jobs(args),
+                progress=not args.no_progress,
+            )
+        except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say where the grid is and how to go on
+            reason = str(err).split(";")[0] or "interrupted"
+            raise KeyboardInterrupt(
+                f"{reason}; the grid in {out} stopped (its running cells stopped resumable). Continue it with: "
+                f"{command_line(args, plan, out)}"
+            ) from None
         failed = outcome.failed
     elif not out.is_dir():
         raise ValueError(f"--report-only: {out} does not exist (run the grid first)")
+    record_written(out, REPORT_FILES)
     results = collect(plan, out)
     figures = [reward_curves(plan, results, out / "reward_curves.png").name]
     if not args.no_figure:

@@ -1,0 +1,114 @@
+"""``tokenbalance ablate`` keeps the promises of docs/reliability.md: nothing of the user's in --out
+is replaced, every flag takes effect or is refused by name before any work, the verl script embeds
+every value as data (never as shell code), and an interrupted grid says how to continue."""
+
+import os
+import stat
+import subprocess
+
+import pytest
+
+from tokenbalance.ablate import runner
+from tokenbalance.cli import main
+from tokenbalance.outputs import MANIFEST, written_files
+
+SMOKE = ["ablate", "--preset", "kk-smoke", "--no-progress", "--no-figure"]
+
+
+@pytest.mark.parametrize("name", ["results.md", "grid.json", "logs"])
+@pytest.mark.parametrize("mode", [[], ["--report-only"], ["--runner", "verl"]])
+def test_a_users_file_in_out_is_never_replaced(tmp_path, capsys, name, mode):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / name).mkdir() if name == "logs" else (out / name).write_text("mine\n")
+    before = sorted(p.name for p in out.rglob("*"))
+    assert main([*SMOKE, "--out", str(out), *mode]) == 2
+    assert f"{name} exist(s) there and tokenbalance did not write them" in capsys.readouterr().err
+    assert sorted(p.name for p in out.rglob("*")) == before
+    if name != "logs":
+        assert (out / name).read_text() == "mine\n"
+
+
+def test_the_verl_script_of_a_users_verl_directory_is_refused(tmp_path, capsys):
+    out = tmp_path / "out"
+    (out / "verl").mkdir(parents=True)
+    (out / "verl" / "run_grid.sh").write_text("# mine\n")
+    assert main([*SMOKE, "--out", str(out), "--runner", "verl"]) == 2
+    assert "verl exist(s) there" in capsys.readouterr().err
+    assert (out / "verl" / "run_grid.sh").read_text() == "# mine\n"
+
+
+def test_a_grid_from_before_the_manifest_is_adopted(tmp_path):
+    out = tmp_path / "out"
+    (out / "cells").mkdir(parents=True)
+    (out / "grid.json").write_text('{"preset": "kk-smoke", "rows": [], "seeds": [0], "steps": 2}\n')
+    assert runner.adopt_earlier_grid(out) == ["grid.json", "cells"]
+    assert written_files(out) == {"grid.json", "cells"}
+    assert runner.adopt_earlier_grid(out) == []  # once: a manifest now exists
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--methods", ""], "--methods: empty value ''"),
+        (["--seeds", " , "], "--seeds: empty value ' , '"),
+        (["--set", "train.steps=3"], "--set train.steps=3: the grid sets train.steps in every cell; use --steps"),
+        (["--set", "train.seed=4"], "use --seeds"),
+        (["--set", "train.method=grpo"], "use --methods"),
+        (["--set", "output.run_dir=x"], "use --out"),
+        (["--runner", "verl", "--set", "optim.lr=0.1"], "--runner verl: --set apply to the local grid only"),
+        (["--runner", "verl", "--model", "m", "--device", "cpu"], "--runner verl: --model, --device apply"),
+        (["--runner", "verl", "--verl-models", ""], "--verl-models: empty value"),
+        (["--verl-models", "3b"], "--verl-models: applies to --runner verl only"),
+        (["--jobs", "0"], "--jobs: must be >= 1"),
+    ],
+)
+def test_every_flag_takes_effect_or_is_refused_by_name(tmp_path, capsys, flags, message):
+    out = tmp_path / "out"
+    assert main([*SMOKE, "--out", str(out), *flags]) == 2
+    assert message in capsys.readouterr().err
+    assert not out.exists()  # refused before anything is written
+
+
+HOSTILE = "a b'c\"d $(touch PWNED) `touch PWNED2` ${HOME} \\ newline\nhere ünï"
+
+
+def test_the_verl_script_embeds_every_value_as_data(tmp_path, capsys):
+    """Written with a hostile --out, the script runs under DRY_RUN (fake preset scripts that record
+    their arguments) and creates nothing but what it is asked to; the directory arrives verbatim."""
+    out = tmp_path / HOSTILE
+    assert main([*SMOKE, "--out", str(out), "--runner", "verl", "--methods", "grpo"]) == 0
+    script = out / "verl" / "run_grid.sh"
+    assert written_files(out) == {"verl"} and (out / MANIFEST).is_file()
+    work = tmp_path / "work"
+    fake = work / "examples" / "verl"
+    fake.mkdir(parents=True)
+    for name in ("kk_baseline.sh", "kk_ar.sh", "kk_lopti.sh", "kk_ar_lopti.sh"):
+        (fake / name).write_text('printf "%s\\n" "$MODEL" "$@" >> "$RECORD"\n')
+    record = work / "record.txt"
+    env = {**os.environ, "DRY_RUN": "1", "RECORD": str(record)}
+    env.pop("OUT", None)
+    done = subprocess.run(["bash", str(script)], cwd=work, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert not list(work.glob("PWNED*")) and not list(tmp_path.glob("PWNED*"))
+    assert sorted(p.name for p in work.iterdir()) == ["examples", "record.txt"]
+    lines = record.read_text().splitlines()
+    assert "trainer.experiment_name=grpo-3b-seed0" in lines
+    # the default OUT is the hostile path exactly: print it through the script's own variable
+    probe = script.read_text().replace("run_cell grpo", 'printf "%s" "$OUT" > "$RECORD.out"; exit 0; run_cell grpo', 1)
+    (work / "probe.sh").write_text(probe)
+    subprocess.run(["bash", str(work / "probe.sh")], cwd=work, env=env, check=True)
+    assert (work / "record.txt.out").read_text() == str(out / "verl")
+    assert stat.S_IMODE(script.stat().st_mode) & 0o100
+
+
+def test_ctrl_c_of_the_grid_says_how_to_continue(tmp_path, capsys, monkeypatch):
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(runner, "run_grid", interrupted)
+    out = tmp_path / "out"
+    assert main([*SMOKE, "--out", str(out)]) == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("tokenbalance ablate: interrupted; the grid in")
+    assert "Continue it with: tokenbalance ablate --preset kk-smoke" in err
