@@ -289,21 +289,41 @@ def test_killing_the_grid_ends_its_running_cell(tiny_policy_dir, tmp_path):
 
 
 def test_two_cells_at_once_each_with_one_thread(tiny_policy_dir, tmp_path):
-    """``--jobs 2``: two cell processes run together (each holds its run lock at the same time), each
-    with one thread, recorded in its config.yaml; both complete."""
+    """``--jobs 2``: two cell processes run together (each started before the other ended), each with
+    one thread, recorded in its config.yaml; both complete."""
     out = tmp_path / "grid"
     args = grid_args(tiny_policy_dir, out, "--jobs", "2", "--no-figure", "--set", "train.save_every=1")
     args[args.index("--seeds") + 1] = "0"
-    args[args.index("--steps") + 1] = "3"
+    args[args.index("--steps") + 1] = "8"  # long enough that two processes starting together overlap
     args[args.index("--isolation") + 1] = "subprocess"
-    grid = subprocess.Popen([sys.executable, "-m", "tokenbalance.cli", *args], stdout=subprocess.DEVNULL)
+    assert main(args) == 0
     cells = [out / "cells" / name for name in ("grpo-seed0", "ar_lopti-seed0")]
-    both_held = False
-    while grid.poll() is None:
-        both_held = both_held or all(is_locked(cell) for cell in cells)
-        time.sleep(0.05)
-    assert grid.returncode == 0 and both_held
+    # the two cell processes overlapped: each started (its lock record) before the other ended
+    started = [
+        time.mktime(time.strptime(json.loads((c / ".lock").read_text())["since"], "%Y-%m-%d %H:%M:%S")) for c in cells
+    ]
+    ended = [(c / "run_state.json").stat().st_mtime for c in cells]
+    assert started[0] <= ended[1] and started[1] <= ended[0]
+    assert json.loads((cells[0] / ".lock").read_text())["pid"] != json.loads((cells[1] / ".lock").read_text())["pid"]
     for cell in cells:
         assert json.loads((cell / "run_state.json").read_text())["status"] == "completed"
         assert "threads: 1\n" in (cell / "config.yaml").read_text()
     assert {r["jobs"] for r in read_log(out) if r["event"] == "cell"} == {2}
+
+
+def test_a_torn_final_evaluation_is_evaluated_again_and_a_damaged_line_is_named(grid, tiny_policy_dir, capsys):
+    cell = grid / "cells" / "ar_lopti-seed0"
+    metrics = cell / "metrics.jsonl"
+    lines = metrics.read_text().splitlines()
+    final = json.loads(lines[-1])
+    assert final["kind"] == "eval" and final["step"] == 2
+    metrics.write_text("\n".join(lines[:-1]) + "\n" + lines[-1][: len(lines[-1]) // 2])  # torn by a kill
+    assert main(grid_args(tiny_policy_dir, grid)) == 0
+    repaired = json.loads(metrics.read_text().splitlines()[-1])
+    assert {k: v for k, v in repaired.items() if not k.startswith("timing")} == {
+        k: v for k, v in final.items() if not k.startswith("timing")
+    }
+    lines = metrics.read_text().splitlines()
+    metrics.write_text("\n".join([lines[0], "{not json", *lines[1:]]) + "\n")
+    assert main(grid_args(tiny_policy_dir, grid, "--report-only")) == 0
+    assert f"damaged: {metrics}: line 2 is not JSON" in capsys.readouterr().out

@@ -471,3 +471,46 @@ def test_messages_name_only_flags_that_exist():
                         mentioned.setdefault(flag, path.name)
     assert len(mentioned) > 10
     assert {flag: where for flag, where in mentioned.items() if flag not in flags} == {}
+
+
+def test_a_full_disk_while_writing_a_checkpoint_is_one_message_and_a_resumable_run(small_config, monkeypatch):
+    """safetensors reports a full disk as its own error type: the run still ends with the one-line
+    message and the --resume command, with no half-written checkpoint left behind."""
+    from safetensors import SafetensorError
+
+    from tokenbalance.trainer import checkpoint
+
+    real_save = checkpoint.save_file
+
+    def disk_full_at_step_2(tensors, path, *args, **kwargs):
+        if "step_000002" in path:
+            raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+        return real_save(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint, "save_file", disk_full_at_step_2)
+    run_dir = Path(small_config.output.run_dir)
+    with pytest.raises(ValueError, match=r"cannot write \(cannot write the checkpoint \(.*No space left on device"):
+        runner.run_training(small_config, log=lambda *_: None)
+    state = json.loads((run_dir / "run_state.json").read_text())
+    assert state["status"] == "failed" and state["step"] == 1
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == ["latest", "step_000001"]
+
+
+def test_a_resume_refuses_a_config_yaml_edited_after_the_checkpoint(small_config, capsys):
+    """The user edits the method in config.yaml between sittings: the resume names the key instead
+    of continuing the run as another method; a change a resume may make (more steps) still works."""
+    run_dir = runner.run_training(small_config, log=lambda *_: None)
+    config_file = run_dir / "config.yaml"
+    original = config_file.read_text()
+    assert "method: ar_lopti\n" in original
+    config_file.write_text(original.replace("method: ar_lopti\n", "method: grpo\n"))
+    assert main(["train", "--resume", str(run_dir), "--steps", "3", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert f"{config_file}: train.method is 'grpo', but the run was trained with 'ar_lopti'" in err
+    config_file.write_text(original)
+    assert main(["train", "--resume", str(run_dir), "--steps", "3", "--no-progress"]) == 0
+    assert json.loads((run_dir / "run_state.json").read_text()) | {"peak_rss_mb": 0} == {
+        "status": "completed",
+        "step": 3,
+        "peak_rss_mb": 0,
+    }

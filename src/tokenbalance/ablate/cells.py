@@ -10,7 +10,8 @@ RL seed is s too, so a seed's cells draw the same prompt order and evaluate on t
 A cell's run directory decides what happens to it (:func:`cell_action`, from
 :class:`tokenbalance.trainer.rundir.RunDirState`, the rule ``tokenbalance train --resume`` follows):
 
-* ``done``: ``run_state.json`` says ``completed`` at the planned steps; never run again;
+* ``done``: ``run_state.json`` says ``completed`` at the planned steps; never run again (unless its
+  final evaluation line was torn: then ``train --resume`` evaluates it again, as it does for a run);
 * ``extend``: completed with fewer steps than planned; continued with ``--resume --steps``;
 * ``resume``: started, not completed; continued with ``--resume`` from the checkpoint the trainer
   resumes from (its newest complete one, whether or not ``latest`` names it yet), or from step 0
@@ -84,7 +85,7 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
 
 def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
     """What to do with the cell in ``run_dir`` (module docstring) and the step it continues from."""
-    from tokenbalance.trainer.rundir import RunDirState, changed_setting
+    from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
 
     state = RunDirState.read(run_dir)
     if state.locked:
@@ -112,5 +113,7 @@ def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
                 f"{run_dir}: completed {state.state_step} steps, more than the {planned.train.steps} planned; "
                 "a grid can extend a cell, not shorten it (use another --out)"
             )
+        if state.state_step == planned.train.steps and not has_final_eval(run_dir, planned.train.steps):
+            return "resume", state.state_step  # its final evaluation was lost (a torn line): evaluated again
         return ("done" if state.state_step == planned.train.steps else "extend"), state.state_step
     return "resume", state.resume_step

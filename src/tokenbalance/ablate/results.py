@@ -50,7 +50,10 @@ class CellResult:
 def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
     if not (run_dir / "metrics.jsonl").is_file():
         return CellResult(cell, "not started" if not run_dir.exists() else "no metrics")
-    run = load_run(run_dir)
+    try:
+        run = load_run(run_dir)
+    except ValueError as err:  # a damaged line is named (file, line), not read around
+        return CellResult(cell, f"damaged: {err}")
     state = read_run_state(run_dir)
     status = str(state.get("status", "unknown"))
     if status == "running" and not is_locked(run_dir):  # its process ended without saying so (killed)

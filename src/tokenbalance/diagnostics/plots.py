@@ -23,7 +23,6 @@ files an earlier ``plot`` wrote into the output directory (listed in its
 
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
@@ -33,7 +32,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
-from tokenbalance.diagnostics.sinks import restore_non_finite
+from tokenbalance.diagnostics.sinks import parse_metrics_lines, restore_non_finite
 from tokenbalance.outputs import check_files_replaceable, record_written
 
 FORMATS = ("png", "svg")
@@ -87,10 +86,9 @@ def _number(value) -> float | None:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file.
-
-    Unreadable lines (a run killed while writing) are skipped and counted, not fatal.
-    """
+    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file, or naming the
+    file and the line when a line before the last is not a JSON object. A torn last line (a run
+    killed while writing) is left out and counted in ``skipped_lines``, as a resume drops it."""
     run_dir = Path(run_dir)
     path = run_dir / "metrics.jsonl"
     if not run_dir.is_dir():
@@ -98,20 +96,14 @@ def load_run(run_dir: str | Path) -> Run:
     if not path.is_file():
         raise ValueError(f"{run_dir}: no metrics.jsonl here (is this a run directory? `tokenbalance train` writes it)")
     run = Run(name=run_dir.resolve().name, path=run_dir)
-    for line in path.read_text().splitlines():
-        if not line.strip():
-            continue
-        try:
-            record = restore_non_finite(json.loads(line))  # null (older files: "nan") -> nan
-        except json.JSONDecodeError:
-            run.skipped_lines += 1
-            continue
-        if not isinstance(record, dict):
-            run.skipped_lines += 1
-        elif record.get("kind") == "eval":
-            run.eval.append(record)
-        else:
-            run.train.append(record)
+    try:
+        records, torn = parse_metrics_lines(path)
+    except UnicodeDecodeError as err:
+        raise ValueError(f"{path}: not UTF-8 text (byte {err.start}); the file is damaged") from None
+    run.skipped_lines = int(torn is not None)
+    for _, record in records:
+        record = restore_non_finite(record)  # null (older files: "nan") -> nan
+        (run.eval if record.get("kind") == "eval" else run.train).append(record)
     return run
 
 

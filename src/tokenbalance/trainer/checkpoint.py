@@ -13,6 +13,7 @@ names the newest one and is itself replaced atomically.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -76,8 +77,10 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(tmp, ignore_errors=True)
+        if type(err).__name__ == "SafetensorError":  # safetensors reports a full disk as its own error type
+            raise OSError(errno.EIO, f"cannot write the checkpoint ({err})", str(final)) from None
         raise
     write_text_atomic(root / "latest", final.name + "\n")
     return final

@@ -69,7 +69,7 @@ from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate, full_reward
 from tokenbalance.trainer.progress import StepProgress, StepTimer
-from tokenbalance.trainer.rundir import write_end_status
+from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
 from tokenbalance.trainer.update import run_update_passes
 from tokenbalance.types import UpdatePass
@@ -339,6 +339,11 @@ def train(parts: TrainerParts) -> dict:
                 if log is not None:
                     log.log(0, "eval", before)
                 progress.note_eval(before)
+            if 0 < parts.start_step == cfg.train.steps and not has_final_eval(run_dir, cfg.train.steps):
+                result = run_evaluation(parts)  # a completed run whose final evaluation line was torn
+                evaluations[cfg.train.steps] = result
+                if log is not None:
+                    log.log(cfg.train.steps, "eval", result)
             for step in range(parts.start_step, cfg.train.steps):
                 metrics = rl_step(parts, step)
                 done = step + 1
@@ -360,7 +365,7 @@ def train(parts: TrainerParts) -> dict:
                             parts.policy,
                             parts.tokenizer,
                             parts.optimizer,
-                            {"seed": cfg.train.seed, "data_position": parts.data_position},
+                            {"seed": cfg.train.seed, "data_position": parts.data_position, "config": to_dict(cfg)},
                         )
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)

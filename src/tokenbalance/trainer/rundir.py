@@ -105,6 +105,18 @@ def last_logged_step(run_dir: Path) -> int:
     return 0
 
 
+def has_final_eval(run_dir: Path, step: int) -> bool:
+    """Whether ``metrics.jsonl`` holds the evaluation of step ``step`` (a torn last line does not
+    count: a run killed while writing it has not recorded it)."""
+    from tokenbalance.diagnostics.sinks import parse_metrics_lines
+
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        return False
+    records, _ = parse_metrics_lines(path)
+    return any(r.get("kind") == "eval" and r.get("step") == step for _, r in records)
+
+
 @dataclass(frozen=True)
 class RunDirState:
     """What ``path`` holds now (read only): ``has_config`` (``config.yaml``: a run started there),

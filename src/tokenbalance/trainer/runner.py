@@ -158,10 +158,33 @@ def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: tor
         ) from None
 
 
-def repair_for_resume(run_dir: Path, log) -> None:
+def check_checkpoint_config(checkpoint: Path, config: RunConfig) -> None:
+    """``ValueError`` when ``config`` differs from the config ``checkpoint`` recorded (its
+    ``trainer_state.json``; checkpoints written before it recorded one are not checked) outside
+    :data:`~tokenbalance.trainer.rundir.RESUMABLE_KEYS`."""
+    from tokenbalance.config import from_dict
+    from tokenbalance.trainer.rundir import RESUMABLE_KEYS, changed_setting
+
+    recorded = json.loads((checkpoint / "trainer_state.json").read_text()).get("config")
+    if not isinstance(recorded, dict):
+        return
+    changed = changed_setting(from_dict(RunConfig, recorded), config)
+    if changed is not None:
+        key, before, after = changed
+        raise ValueError(
+            f"{checkpoint.parent.parent / 'config.yaml'}: {key} is {after!r}, but the run was trained with {before!r} "
+            f"(its checkpoint {checkpoint.name}); a resume may change only {', '.join(RESUMABLE_KEYS)}. Put it back, "
+            f"or start a new run from the checkpoint's weights: --model {checkpoint / 'model'} --run-dir NEW_DIR"
+        )
+
+
+def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> None:
     """Before a resume does any work (the lock held): remove what an interrupted write left, re-point
-    a lost ``latest`` at the newest complete checkpoint, read that checkpoint's files, and check
-    ``metrics.jsonl`` (a torn last line is reported here and dropped by the loop)."""
+    a lost ``latest`` at the newest complete checkpoint, read that checkpoint's files, check that
+    ``config`` (the run's config.yaml with the resume's changes) is still the config the checkpoint
+    was trained with outside the settings a resume may change (an edited ``config.yaml`` is refused,
+    naming the key), and check ``metrics.jsonl`` (a torn last line is reported here and dropped by
+    the loop)."""
     from tokenbalance.trainer.checkpoint import latest_checkpoint
 
     removed = clean_interrupted_writes(run_dir)
@@ -173,6 +196,8 @@ def repair_for_resume(run_dir: Path, log) -> None:
     checkpoint = latest_checkpoint(run_dir)
     if checkpoint is not None:
         verify_checkpoint(checkpoint)
+        if config is not None:
+            check_checkpoint_config(checkpoint, config)
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
         _, torn = parse_metrics_lines(metrics)
@@ -221,7 +246,7 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
         lock = RunLock(run_dir).acquire() if ctx.is_main else None
         try:
             if resume and ctx.is_main:
-                repair_for_resume(run_dir, log)
+                repair_for_resume(run_dir, log, config)
             torch.manual_seed(config.train.seed)
             embedded = config.model.path is None
             config.model.path = policy_path(config, device, ctx, log)
