@@ -12,7 +12,7 @@ from tokenbalance.ablate import runner
 from tokenbalance.cli import main
 from tokenbalance.outputs import MANIFEST, written_files
 
-SMOKE = ["ablate", "--preset", "kk-smoke", "--no-progress", "--no-figure"]
+SMOKE = ["ablate", "--preset", "kk-smoke", "--no-progress"]
 
 
 @pytest.mark.parametrize("name", ["results.md", "grid.json", "logs"])
@@ -61,6 +61,8 @@ def test_a_grid_from_before_the_manifest_is_adopted(tmp_path):
         (["--runner", "verl", "--verl-models", ""], "--verl-models: empty value"),
         (["--verl-models", "3b"], "--verl-models: applies to --runner verl only"),
         (["--jobs", "0"], "--jobs: must be >= 1"),
+        (["--report-only", "--jobs", "2"], "--report-only: runs no cell, so --jobs and --isolation do not apply"),
+        (["--runner", "verl", "--no-figure", "--figure-prompts", "4"], "--no-figure, --figure-prompts apply to the"),
     ],
 )
 def test_every_flag_takes_effect_or_is_refused_by_name(tmp_path, capsys, flags, message):

@@ -22,6 +22,7 @@ from pathlib import Path
 from tokenbalance.commands.train import add_set_option, nonempty
 
 DEFAULT_VERL_MODELS = "3b,7b"
+DEFAULT_FIGURE_PROMPTS = 16
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -64,7 +65,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--report-only", action="store_true", help="only rebuild the tables and figures")
     parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
-    parser.add_argument("--figure-prompts", type=int, default=16, help="prompts of the Figure 1 batch (default 16)")
+    parser.add_argument(
+        "--figure-prompts",
+        type=int,
+        default=DEFAULT_FIGURE_PROMPTS,
+        help=f"prompts of the Figure 1 batch (default {DEFAULT_FIGURE_PROMPTS})",
+    )
     parser.add_argument("--no-progress", action="store_true", help="no progress display")
     parser.add_argument("--list", action="store_true", help="list the grid presets and rows, then exit")
     parser.set_defaults(func=run)
@@ -110,8 +116,20 @@ def check_flags(args: argparse.Namespace) -> None:
         key = override.split("=", 1)[0].strip()
         if key in GRID_KEYS:
             raise ValueError(f"--set {override}: the grid sets {key} in every cell; use {GRID_KEYS[key]}")
+    if args.report_only and (args.jobs is not None or args.isolation != "subprocess"):
+        raise ValueError("--report-only: runs no cell, so --jobs and --isolation do not apply; leave them out")
     if args.runner == "verl":
         given = [flag for flag in LOCAL_ONLY if getattr(args, "overrides" if flag == "set" else flag, None)]
+        given += [
+            flag
+            for flag, used in (
+                ("report-only", args.report_only),
+                ("isolation", args.isolation != "subprocess"),
+                ("no-figure", args.no_figure),
+                ("figure-prompts", args.figure_prompts != DEFAULT_FIGURE_PROMPTS),
+            )
+            if used
+        ]
         if given:
             raise ValueError(
                 f"--runner verl: {', '.join('--' + f for f in given)} apply to the local grid only; the verl grid "
