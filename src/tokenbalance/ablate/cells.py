@@ -27,6 +27,7 @@ but no run.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal, NamedTuple
 
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.config import RunConfig, apply_overrides, load_config
@@ -83,7 +84,14 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
     return str(Path(path).resolve())
 
 
-def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
+class CellAction(NamedTuple):
+    """What a sitting does with a cell (module docstring) and the step it continues from."""
+
+    action: Literal["start", "resume", "extend", "done"]
+    from_step: int
+
+
+def cell_action(run_dir: Path, planned: RunConfig) -> CellAction:
     """What to do with the cell in ``run_dir`` (module docstring) and the step it continues from."""
     from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
 
@@ -99,7 +107,7 @@ def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
                 f"{run_dir}: holds files but no run (no config.yaml); a grid never deletes them. Move them away "
                 "and run the grid again"
             )
-        return "start", 0
+        return CellAction("start", 0)
     changed = changed_setting(load_config(run_dir / "config.yaml"), planned)
     if changed is not None:
         key, before, after = changed
@@ -114,6 +122,6 @@ def cell_action(run_dir: Path, planned: RunConfig) -> tuple[str, int]:
                 "a grid can extend a cell, not shorten it (use another --out)"
             )
         if state.state_step == planned.train.steps and not has_final_eval(run_dir, planned.train.steps):
-            return "resume", state.state_step  # its final evaluation was lost (a torn line): evaluated again
-        return ("done" if state.state_step == planned.train.steps else "extend"), state.state_step
-    return "resume", state.resume_step
+            return CellAction("resume", state.state_step)  # its final evaluation was lost (a torn line)
+        return CellAction("done" if state.state_step == planned.train.steps else "extend", state.state_step)
+    return CellAction("resume", state.resume_step)
