@@ -123,6 +123,17 @@ def _umask() -> int:
     return mask
 
 
+def recorded_files(record: str | os.PathLike) -> set[str]:
+    """The ``files`` list of a JSON record a command wrote beside its outputs (``tokenbalance_sft.json``,
+    ``tokenbalance_model.json``): the names it may replace. Empty when the record is missing or
+    unreadable."""
+    try:
+        files = json.loads(Path(record).read_text()).get("files", [])
+    except (OSError, ValueError, AttributeError):
+        return set()
+    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+
+
 def written_files(directory: str | os.PathLike) -> set[str]:
     """Names of the files tokenbalance recorded as written in ``directory`` (its manifest)."""
     manifest = Path(directory) / MANIFEST

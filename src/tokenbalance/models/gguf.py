@@ -195,8 +195,6 @@ def build_model_dir(model: PackagedModel, out_dir: Path, *, wheel: Path | None =
 
 def model_written_files(out_dir: Path) -> set[str]:
     """The files ``build-model`` recorded writing into ``out_dir`` (empty when it wrote none)."""
-    try:
-        files = json.loads((out_dir / MODEL_RECORD).read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+    from tokenbalance.outputs import recorded_files
+
+    return recorded_files(out_dir / MODEL_RECORD)

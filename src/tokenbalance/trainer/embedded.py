@@ -124,11 +124,9 @@ def write_sft_summary(out_dir: Path, summary: dict) -> None:
 
 def sft_written_files(out_dir: Path) -> set[str]:
     """The files ``tokenbalance sft`` recorded writing into ``out_dir`` (empty when it wrote none)."""
-    try:
-        files = json.loads((out_dir / SFT_SUMMARY).read_text()).get("files", [])
-    except (OSError, ValueError, AttributeError):
-        return set()
-    return {f for f in files if isinstance(f, str)} if isinstance(files, list) else set()
+    from tokenbalance.outputs import recorded_files
+
+    return recorded_files(out_dir / SFT_SUMMARY)
 
 
 def ensure_embedded_policy(config: RunConfig, *, device: torch.device, progress: bool = True, log=print) -> Path:
