@@ -1,6 +1,9 @@
 """``tokenbalance ablate --runner verl``: the grid as one verl launch script, each row with its
 preset's hyper-parameters, NTHR listed with the reason verl cannot run it."""
 
+import subprocess
+import sys
+
 from tokenbalance.ablate.grid import GRID_METHODS, GRID_PRESETS, make_plan
 from tokenbalance.ablate.verl_grid import grid_script, verl_launch
 from tokenbalance.algorithms.methods import get_method
@@ -32,3 +35,19 @@ def test_rows_verl_cannot_run_say_why():
     assert "dynamic sampling" in verl_launch(get_method("nthr_math_tab2_grpo"))
     assert "weighted KL" in verl_launch(get_method("tr_grpo_literal"))
     assert "rloo" in verl_launch(get_method("grpo").replace(advantage=get_method("grpo").advantage.__class__("rloo")))
+
+
+def test_the_verl_grid_is_written_without_verl(tmp_path):
+    """Writing the script needs neither verl nor the verl integration (which checks verl on import):
+    in a process where ``import verl`` fails, as on a laptop without it, the grid is written."""
+    out = tmp_path / "grid"
+    code = (
+        "import sys; sys.modules['verl'] = None\n"  # any import of verl now fails
+        "from tokenbalance.cli import main\n"
+        f"status = main(['ablate', '--preset', 'kk-smoke', '--runner', 'verl', '--out', {str(out)!r}])\n"
+        "assert 'tokenbalance.integrations.verl' not in sys.modules, 'the verl integration was imported'\n"
+        "sys.exit(status)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert (out / "verl" / "run_grid.sh").read_text().startswith("#!/usr/bin/env bash")

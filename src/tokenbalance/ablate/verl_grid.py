@@ -10,10 +10,11 @@ cell's directory). Each cell's verl metrics go to ``OUT/verl/<cell>/verl_metrics
 file logger; ``LOGGER`` changes the loggers).
 
 A row a runner cannot run is listed with the reason (NTHR: verl gives the loss no hidden states,
-:data:`tokenbalance.integrations.verl.names.NTHR_UNSUPPORTED`). The RL steps of the local grid do
+:data:`tokenbalance.integrations.verl_names.NTHR_UNSUPPORTED`). The RL steps of the local grid do
 not apply: the paper's schedule is the scripts' 5 epochs.
 
-Nothing here imports verl: the script is text; ``DRY_RUN=1`` checks every cell's composed config
+Nothing here imports verl or the verl integration (which needs verl): the script is text, written
+on any machine; ``DRY_RUN=1`` checks every cell's composed config
 through our launcher before anything starts.
 """
 
@@ -26,7 +27,7 @@ from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.algorithms.methods import Method, get_method
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.weights import ARConfig
-from tokenbalance.integrations.verl.names import NTHR_UNSUPPORTED
+from tokenbalance.integrations.verl_names import NTHR_UNSUPPORTED
 
 VERL_MODELS = ("3b", "7b")
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
