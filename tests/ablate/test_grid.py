@@ -23,6 +23,7 @@ from tokenbalance.ablate.results import read_cell
 from tokenbalance.ablate.runner import child_environment, read_log, run_cell_subprocess
 from tokenbalance.cli import main
 from tokenbalance.commands.ablate import GRID_KEYS
+from tokenbalance.config import load_config
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
 from tokenbalance.trainer.rundir import RunLock, is_locked
@@ -329,3 +330,23 @@ def test_a_torn_final_evaluation_is_evaluated_again_and_a_damaged_line_is_named(
     del report[report.index("--isolation") : report.index("--isolation") + 2]  # runs no cell
     assert main(report) == 0
     assert f"damaged: {metrics}: line 2 is not JSON" in capsys.readouterr().out
+    metrics.write_text("\n".join(lines) + "\n")  # the module's grid intact for the tests after this one
+
+
+def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid, tiny_policy_dir, tmp_path):
+    """``--records``: a sitting keeps every finished cell's config, metrics and status there; a grid
+    in a new directory (a new machine) restores them and runs nothing, with the same table."""
+    from tokenbalance.ablate import records
+
+    kept = tmp_path / "records"
+    assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0  # all done: kept now
+    assert sorted(p.name for p in kept.iterdir() if p.is_dir()) == sorted(CELLS)
+    assert all(sorted(p.name for p in (kept / c).iterdir()) == sorted(records.RECORD_FILES) for c in CELLS)
+    elsewhere = tmp_path / "new-machine"
+    assert main(grid_args(tiny_policy_dir, elsewhere, "--records", str(kept))) == 0
+    log = read_log(elsewhere)
+    assert [r["event"] for r in log] == ["sitting"] and sorted(log[0]["restored"]) == sorted(CELLS)
+    assert (elsewhere / "accuracy.csv").read_text() == (grid / "accuracy.csv").read_text()
+    changed = load_config(grid / "configs" / "grpo-seed0.yaml")
+    changed.optim.lr = 0.02
+    assert not records.record_matches(kept / "grpo-seed0", changed)  # another experiment is not restored

@@ -34,7 +34,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenbalance.ablate.cells import base_config, cell_action, cell_config, start_policy
+from tokenbalance.ablate import records as cell_records
+from tokenbalance.ablate.cells import CellAction, base_config, cell_action, cell_config, start_policy
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
@@ -262,13 +263,15 @@ def run_grid(
     device: str | None = None,
     isolation: str = "subprocess",
     jobs: int | None = None,
+    records: Path | None = None,
     progress: bool = True,
     poll_s: float = 2.0,
     log=print,
 ) -> GridOutcome:
     """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at
     once (each child process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one;
-    None: :func:`default_jobs`)."""
+    None: :func:`default_jobs`). With ``records``, completed cells are kept there and restored from
+    there (:mod:`tokenbalance.ablate.records`)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
     from tokenbalance.trainer.runner import check_before_work
@@ -288,6 +291,15 @@ def run_grid(
     with RunLock(out_dir):
         # every cell is checked before anything is written: a refused sitting changes nothing
         actions = {cell.name: cell_action(cell_dir(out_dir, cell), configs[cell.name]) for cell in plan.cells}
+        restored = []
+        if records is not None:
+            check_files_replaceable(records, [c.name for c in plan.cells], "--records")
+            restored = [
+                c.name
+                for c in plan.cells
+                if actions[c.name].action == "start" and cell_records.record_matches(records / c.name, configs[c.name])
+            ]
+            actions |= {name: CellAction("done", plan.steps) for name in restored}
         check_files_replaceable(out_dir, RUN_FILES, "--out")
         record_written(out_dir, RUN_FILES)
         for sub in ("configs", "cells", "logs"):
@@ -295,10 +307,26 @@ def run_grid(
         write_plan(out_dir, plan)
         for cell in plan.cells:
             save_config(configs[cell.name], out_dir / "configs" / f"{cell.name}.yaml")
+        for name in restored:  # finished on another machine: its records, no checkpoint
+            assert records is not None
+            cell_records.restore(records / name, out_dir / "cells" / name)
         outcome.skipped = [name for name, (action, _) in actions.items() if action == "done"]
         append_log(
-            out_dir, {"event": "sitting", "pid": os.getpid(), "isolation": isolation, "skipped": outcome.skipped}
+            out_dir,
+            {
+                "event": "sitting",
+                "pid": os.getpid(),
+                "isolation": isolation,
+                "skipped": outcome.skipped,
+                **({"restored": restored} if restored else {}),
+            },
         )
+        if restored:
+            log(f"restored {len(restored)} finished cell(s) from {records}: {', '.join(restored)}")
+        if records is not None:  # cells finished before records were kept: kept now
+            for name in outcome.skipped:
+                if name not in restored and not (records / name / "run_state.json").is_file():
+                    cell_records.keep(out_dir / "cells" / name, records, name)
         rates = StepRates()
         for record in read_log(out_dir):
             if record.get("event") == "cell" and record.get("status") == "completed":
@@ -327,6 +355,8 @@ def run_grid(
                 work.pop(cell.name)
                 if status == "completed":
                     rates.add(cell.method.key, wall, plan.steps - from_step)
+                    if records is not None:
+                        cell_records.keep(cell_dir(out_dir, cell), records, cell.name)
                 append_log(
                     out_dir,
                     {

@@ -63,6 +63,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="cells run at once, each in its own process with CPUs / jobs threads (default: one per CPU on a CPU, "
         "one with --device cuda or --isolation inprocess; docs/ablate.md)",
     )
+    parser.add_argument(
+        "--records",
+        type=nonempty,
+        help="keep each finished cell's config, metrics and status in this directory (small; no checkpoints) and "
+        "restore finished cells from it on a machine that lacks them, so none runs twice (docs/ablate.md)",
+    )
     parser.add_argument("--report-only", action="store_true", help="only rebuild the tables and figures")
     parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
     parser.add_argument(
@@ -107,7 +113,7 @@ GRID_KEYS = {
     "output.progress": "--no-progress",
 }
 # Flags that only the local grid uses: refused with --runner verl instead of being listed as if used.
-LOCAL_ONLY = ("set", "config", "model", "device", "jobs", "steps")
+LOCAL_ONLY = ("set", "config", "model", "device", "jobs", "steps", "records")
 
 
 def check_flags(args: argparse.Namespace) -> None:
@@ -116,8 +122,10 @@ def check_flags(args: argparse.Namespace) -> None:
         key = override.split("=", 1)[0].strip()
         if key in GRID_KEYS:
             raise ValueError(f"--set {override}: the grid sets {key} in every cell; use {GRID_KEYS[key]}")
-    if args.report_only and (args.jobs is not None or args.isolation != "subprocess"):
-        raise ValueError("--report-only: runs no cell, so --jobs and --isolation do not apply; leave them out")
+    if args.report_only and (args.jobs is not None or args.isolation != "subprocess" or args.records):
+        raise ValueError(
+            "--report-only: runs no cell, so --jobs, --isolation and --records do not apply; leave them out"
+        )
     if args.runner == "verl":
         given = [flag for flag in LOCAL_ONLY if getattr(args, "overrides" if flag == "set" else flag, None)]
         given += [
@@ -156,7 +164,7 @@ def command_line(args: argparse.Namespace, plan, out: Path) -> str:
         f"--steps {plan.steps}",
         f"--out {shlex.quote(str(out))}",
     ]
-    for flag in ("config", "model", "device"):
+    for flag in ("config", "model", "device", "records"):
         if getattr(args, flag):
             parts.append(f"--{flag} {shlex.quote(str(getattr(args, flag)))}")
     parts += [f"--set {shlex.quote(o)}" for o in args.overrides]
@@ -264,6 +272,7 @@ def run(args: argparse.Namespace) -> int:
                 device=args.device,
                 isolation=args.isolation,
                 jobs=grid_jobs(args),
+                records=Path(args.records) if args.records else None,
                 progress=not args.no_progress,
             )
         except KeyboardInterrupt as err:  # Ctrl-C or SIGTERM: say where the grid is and how to go on

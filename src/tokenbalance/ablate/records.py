@@ -1,0 +1,61 @@
+"""A grid's finished cells kept as small records, so that a grid can span machines.
+
+``tokenbalance ablate ... --records DIR`` copies each completed cell's ``config.yaml``,
+``metrics.jsonl`` and ``run_state.json`` (kilobytes; no checkpoints) to ``DIR/<cell>/``, which a
+repository can hold. A later sitting on a machine without ``OUT/cells`` (a new clone, a new
+session) restores every cell whose record completed the planned steps with the planned config, so
+that no finished cell is ever run twice; the report reads the restored metrics as it reads any
+cell's. A restored cell has no checkpoint: a grid that raises ``--steps`` runs it again from step 0.
+
+The config comparison is the grid's own (:func:`tokenbalance.trainer.rundir.changed_setting`),
+with one allowance for the machine: the embedded start policy's path may sit under another cache
+directory as long as its key (the hash of every setting that builds it) is the same.
+``DIR`` is written only under names the grid recorded there (its manifest), never over a file of
+the user's.
+"""
+
+from __future__ import annotations
+
+import copy
+import shutil
+from pathlib import Path
+
+from tokenbalance.config import RunConfig, load_config
+from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
+from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
+
+RECORD_FILES = ("config.yaml", "metrics.jsonl", "run_state.json")
+
+
+def record_matches(record_dir: Path, planned: RunConfig) -> bool:
+    """Whether ``record_dir`` holds a cell that completed ``planned``'s steps with ``planned``'s
+    config (machine paths of the embedded policy aside); False when any file is missing."""
+    if not all((record_dir / name).is_file() for name in RECORD_FILES):
+        return False
+    state = RunDirState.read(record_dir)
+    if not (state.completed and state.state_step == planned.train.steps):
+        return False
+    if not has_final_eval(record_dir, planned.train.steps):
+        return False
+    saved = copy.deepcopy(load_config(record_dir / "config.yaml"))
+    if saved.model.path and planned.model.path and Path(saved.model.path).name == Path(planned.model.path).name:
+        saved.model.path, saved.model.cache_dir = planned.model.path, planned.model.cache_dir
+    return changed_setting(saved, planned) is None
+
+
+def restore(record_dir: Path, run_dir: Path) -> None:
+    """Copy the record into the (new or empty) cell directory ``run_dir``."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for name in RECORD_FILES:
+        shutil.copyfile(record_dir / name, run_dir / name)
+
+
+def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
+    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically)."""
+    check_files_replaceable(records_dir, [cell], "--records")
+    records_dir.mkdir(parents=True, exist_ok=True)
+    record_written(records_dir, [cell])
+    target = records_dir / cell
+    target.mkdir(exist_ok=True)
+    for name in RECORD_FILES:
+        write_text_atomic(target / name, (run_dir / name).read_text())
