@@ -174,6 +174,13 @@ class SFTConfig:
         "what the response teaches: the answer only, or the synthetic CoT then the answer",
         choices=("answer", "cot"),
     )
+    save_every: int = option(
+        0,
+        "checkpoint the SFT of the embedded policy every k steps (0 = never), so that a stopped build resumes "
+        "from its last checkpoint (bit for bit); changes no number, so it is not part of the cache key",
+        low=0,
+        high=10**7,
+    )
     train_count: int = option(
         500,
         "generated SFT examples per difficulty (disjoint from the RL prompts and the held-out set); 500 leaves "

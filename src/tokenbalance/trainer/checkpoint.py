@@ -28,6 +28,8 @@ from tokenbalance.outputs import write_text_atomic
 
 __all__ = [
     "checkpoint_step",
+    "optimizer_from_flat",
+    "optimizer_to_flat",
     "is_complete_checkpoint",
     "latest_checkpoint",
     "load_trainer_state",
@@ -40,7 +42,8 @@ STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
 
 
-def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+def optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
+    """The optimizer's state as tensors (``"<param index>.<name>"``, for safetensors) and JSON."""
     state = optimizer.state_dict()
     tensors, scalars = {}, {}
     for index, entry in state["state"].items():
@@ -52,7 +55,8 @@ def _optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torc
     return tensors, {"scalars": scalars, "param_groups": state["param_groups"]}
 
 
-def _optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+def optimizer_from_flat(optimizer: torch.optim.Optimizer, tensors: dict, meta: dict) -> None:
+    """Restore ``optimizer`` in place from :func:`optimizer_to_flat`'s tensors and JSON."""
     state: dict[int, dict] = {}
     for key, value in tensors.items():
         index, name = key.split(".", 1)
@@ -71,7 +75,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state
     tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".step_{step:06d}."))
     try:
         save_policy(model, tokenizer, tmp / "model")
-        tensors, meta = _optimizer_to_flat(optimizer)
+        tensors, meta = optimizer_to_flat(optimizer)
         save_file(tensors, str(tmp / OPTIMIZER_FILE))
         (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "optimizer": meta}, indent=1))
         if final.exists():
@@ -129,5 +133,5 @@ def checkpoint_step(run_dir: Path) -> int:
 def load_trainer_state(checkpoint: Path, optimizer) -> dict:
     """Restore the optimizer in place and return the JSON trainer state."""
     state = json.loads((checkpoint / STATE_FILE).read_text())
-    _optimizer_from_flat(optimizer, load_file(str(checkpoint / OPTIMIZER_FILE)), state.pop("optimizer"))
+    optimizer_from_flat(optimizer, load_file(str(checkpoint / OPTIMIZER_FILE)), state.pop("optimizer"))
     return state

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -28,7 +29,7 @@ SFT_SUMMARY = "tokenbalance_sft.json"
 def embedded_key(config: RunConfig) -> str:
     relevant = {
         "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir")},
-        "sft": to_dict(config.sft),
+        "sft": {k: v for k, v in to_dict(config.sft).items() if k != "save_every"},  # how, not what
         "data": {
             "task": config.data.task,
             "template": config.data.template,
@@ -53,9 +54,16 @@ def tiny_config(config: RunConfig) -> TinyModelConfig:
 
 
 def build_embedded_policy(
-    config: RunConfig, out_dir: Path, *, device: torch.device, progress: bool = True, log=print
+    config: RunConfig,
+    out_dir: Path,
+    *,
+    device: torch.device,
+    progress: bool = True,
+    log=print,
+    checkpoint_dir: Path | None = None,
 ) -> dict:
-    """Train the tokenizer, build the tiny model, run SFT and save it to ``out_dir``."""
+    """Train the tokenizer, build the tiny model, run SFT (resumable in ``checkpoint_dir`` with
+    ``sft.save_every``) and save it to ``out_dir``."""
     started = time.perf_counter()
     task = get_task(config.data.task)
     corpus = list(task.tokenizer_corpus(config.data.train_difficulties, config.data.template))
@@ -75,6 +83,7 @@ def build_embedded_policy(
         device=device,
         progress=progress,
         sft_seconds_since=started,
+        checkpoint_dir=checkpoint_dir,
         parameters=count_parameters(model),
     )
 
@@ -88,10 +97,12 @@ def sft_and_save(
     device: torch.device,
     progress: bool,
     sft_seconds_since: float | None = None,
+    checkpoint_dir: Path | None = None,
     **extra,
 ) -> dict:
     """SFT ``model`` per ``config``, save it to ``out_dir`` with its summary (the final loss, the
-    seconds since ``sft_seconds_since`` when given, and ``extra``); returns the summary."""
+    seconds since ``sft_seconds_since`` when given, and ``extra``); returns the summary. SFT
+    checkpoints in ``checkpoint_dir`` (``sft.save_every``) are removed once the policy is saved."""
     losses = run_sft(
         model,
         tokenizer,
@@ -101,6 +112,7 @@ def sft_and_save(
         max_prompt_tokens=config.data.max_prompt_tokens,
         device=device,
         progress=progress,
+        checkpoint_dir=checkpoint_dir,
     )
     save_policy(model, tokenizer, out_dir)
     summary: dict = {
@@ -112,6 +124,8 @@ def sft_and_save(
         summary["sft_seconds"] = time.perf_counter() - sft_seconds_since
     summary |= extra
     write_sft_summary(out_dir, summary)
+    if checkpoint_dir is not None:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
     return summary
 
 
@@ -136,5 +150,8 @@ def ensure_embedded_policy(config: RunConfig, *, device: torch.device, progress:
         log(f"embedded policy: reusing {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    build_embedded_policy(config, path, device=device, progress=progress, log=log)
+    checkpoints = path.parent / f".{path.name}.sft-checkpoints"  # a stopped build continues from here
+    if any(checkpoints.glob("step_*")):
+        log(f"embedded policy: continuing its SFT from the checkpoints in {checkpoints}")
+    build_embedded_policy(config, path, device=device, progress=progress, log=log, checkpoint_dir=checkpoints)
     return path

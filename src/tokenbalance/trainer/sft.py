@@ -12,12 +12,15 @@ cosine decay to 10% of the peak learning rate.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from tokenbalance.config import DataConfig, SFTConfig
+from tokenbalance.trainer import sft_checkpoint
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
 from tokenbalance.trainer.progress import StepProgress
 
@@ -83,18 +86,27 @@ def run_sft(
     device,
     progress: bool = True,
     on_step=None,
+    checkpoint_dir: Path | None = None,
 ) -> list[float]:
-    """Train ``model`` in place; returns the loss of every step."""
+    """Train ``model`` in place; returns the loss of every step. With ``checkpoint_dir`` and
+    ``config.save_every``, a checkpoint is written every ``save_every`` steps and the SFT continues
+    from the newest one found there (:mod:`tokenbalance.trainer.sft_checkpoint`), bit for bit."""
     if not pairs:
         raise ValueError("SFT needs at least one example; check data.train_difficulties / sft.train_count")
     prompts, responses = encode_pairs(tokenizer, pairs, tokenizer.eos_token_id, max_prompt_tokens)
     optimizer = torch.optim.AdamW(model.parameters(), lr=config.lr, betas=(0.9, 0.95), weight_decay=0.01)
     generator = torch.Generator().manual_seed(seed)
-    losses = []
+    losses: list[float] = []
+    start = 0
+    checkpoints = checkpoint_dir if checkpoint_dir is not None and config.save_every else None
+    if checkpoints is not None:
+        settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "save_every"}
+        key = sft_checkpoint.fingerprint(settings, seed, pairs, tokenizer.get_vocab())
+        start, losses = sft_checkpoint.restore(checkpoints, model, optimizer, generator, key)
     model.train()
-    bar = StepProgress(config.steps, enabled=progress, description="SFT")
+    bar = StepProgress(config.steps, start=start, enabled=progress, description="SFT")
     with bar:
-        for step in range(config.steps):
+        for step in range(start, config.steps):
             rows = torch.randint(0, len(pairs), (config.batch_size,), generator=generator).tolist()
             batch = collate([prompts[i] for i in rows], [responses[i] for i in rows], tokenizer.pad_token_id, device)
             packed = pack_sequences(*batch)
@@ -108,6 +120,8 @@ def run_sft(
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
             losses.append(float(loss.detach()))
+            if checkpoints is not None and (step + 1) % config.save_every == 0 and step + 1 < config.steps:
+                sft_checkpoint.save(checkpoints, step + 1, model, optimizer, generator, losses, key)
             bar.advance(step + 1, {"sft/loss": losses[-1]})
             if on_step is not None:
                 on_step(step + 1, losses[-1])
