@@ -59,6 +59,7 @@ RESUMABLE_KEYS = (
     "train.save_every",
     "train.device",
     "train.threads",
+    "sft.save_every",
     "output.run_dir",
     "output.progress",
     "output.tensorboard",
