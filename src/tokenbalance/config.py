@@ -218,7 +218,16 @@ class TrainConfig:
 class OutputConfig:
     run_dir: str | None = option(None, "run directory (default runs/<method>-<time>)", nullable=True, path=True)
     tensorboard: bool = option(False, "also log to TensorBoard (needs the tensorboard extra)")
-    wandb: bool = option(False, "also log to Weights & Biases (offline unless WANDB_MODE is set)")
+    wandb: bool = option(False, "also log to Weights & Biases (output.wandb_* below)")
+    wandb_project: str = option("tokenbalance", "W&B project")
+    wandb_entity: str | None = option(None, "W&B entity, a team or user (None: your default)", nullable=True)
+    wandb_name: str | None = option(None, "W&B run name (None: the run directory's name)", nullable=True)
+    wandb_mode: str = option(
+        "offline",
+        "W&B mode: offline (written under RUN_DIR/wandb; `wandb sync` uploads it), online or disabled; "
+        "WANDB_MODE in the environment wins",
+        choices=("offline", "online", "disabled"),
+    )
     progress: bool = option(True, "show a progress bar")
 
 

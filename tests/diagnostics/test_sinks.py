@@ -76,3 +76,34 @@ def test_wandb_runs_offline_by_default(tmp_path, monkeypatch):
 def test_missing_metrics_file_is_named(tmp_path):
     with pytest.raises(ValueError, match="no metrics.jsonl here"):
         read_metrics(tmp_path / "metrics.jsonl")
+
+
+def test_wandb_project_entity_name_and_mode_come_from_the_config(tmp_path, monkeypatch):
+    import wandb
+
+    seen = {}
+
+    class Run:
+        def log(self, *args, **kwargs):
+            pass
+
+        def finish(self):
+            pass
+
+    def init(**kwargs):
+        seen.update(kwargs)
+        return Run()
+
+    monkeypatch.setattr(wandb, "init", init)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    options = {"project": "p", "entity": "team", "name": None, "mode": "online"}
+    MetricsLog(tmp_path, wandb=True, run_name="run-a", config={}, wandb_options=options).close()
+    assert {k: seen[k] for k in ("project", "entity", "name", "mode")} == {
+        "project": "p",
+        "entity": "team",
+        "name": "run-a",  # the run directory's name when none is given
+        "mode": "online",
+    }
+    monkeypatch.setenv("WANDB_MODE", "disabled")  # the environment wins
+    MetricsLog(tmp_path, wandb=True, run_name="run-a", config={}, wandb_options=options | {"name": "n"}).close()
+    assert (seen["mode"], seen["name"]) == ("disabled", "n")

@@ -64,7 +64,10 @@ class MetricsLog:
         wandb: bool = False,
         run_name: str = "",
         config: dict | None = None,
+        wandb_options: dict | None = None,
     ) -> None:
+        """``wandb_options``: ``project``, ``entity``, ``name`` (default ``run_name``) and ``mode``
+        (default offline; ``WANDB_MODE`` in the environment wins) for ``wandb.init``."""
         self.path = Path(run_dir) / "metrics.jsonl"
         self._tb = None
         self._wandb = None
@@ -81,8 +84,21 @@ class MetricsLog:
                 import wandb as wandb_module
             except ImportError as err:
                 raise ValueError("output.wandb needs the wandb extra: pip install -e '.[wandb]'") from err
-            os.environ.setdefault("WANDB_MODE", "offline")
-            self._wandb = wandb_module.init(project="tokenbalance", name=run_name, dir=str(run_dir), config=config)
+            options = {
+                "project": "tokenbalance",
+                "entity": None,
+                "name": None,
+                "mode": "offline",
+                **(wandb_options or {}),
+            }
+            self._wandb = wandb_module.init(
+                project=options["project"],
+                entity=options["entity"],
+                name=options["name"] or run_name,
+                mode=os.environ.get("WANDB_MODE", options["mode"]),
+                dir=str(run_dir),
+                config=config,
+            )
 
     def truncate_after(self, step: int) -> str | None:
         """Drop records logged after ``step`` (a resumed run repeats them), and a torn last line (an

@@ -322,6 +322,12 @@ def train(parts: TrainerParts) -> dict:
             wandb=cfg.output.wandb and ctx.is_main,
             run_name=run_dir.name,
             config=to_dict(cfg),
+            wandb_options={
+                "project": cfg.output.wandb_project,
+                "entity": cfg.output.wandb_entity,
+                "name": cfg.output.wandb_name,
+                "mode": cfg.output.wandb_mode,
+            },
         )
         if ctx.is_main
         else None

@@ -64,6 +64,10 @@ RESUMABLE_KEYS = (
     "output.progress",
     "output.tensorboard",
     "output.wandb",
+    "output.wandb_project",
+    "output.wandb_entity",
+    "output.wandb_name",
+    "output.wandb_mode",
 )
 
 
