@@ -64,6 +64,8 @@ def test_diagnose_buckets(tiny_policy_dir, tmp_path, mixed_rewards, capsys):
     assert updates["lowest"]["updated_tokens"] == counts[0] and updates["highest"]["updated_tokens"] == counts[-1]
     assert 0 < updates["highest"]["grad_norm"] < updates["all"]["grad_norm"]
     assert any(abs(row["dp_mean"]) > 1e-6 for row in updates["all"]["buckets"])
+    first = updates["all"]["buckets"][0]  # the table prints small changes with their digits, not +0.0000
+    assert f"{first['dp_mean']:+.2e}" in printed and "+0.0000" not in printed
     for update in updates.values():
         for row in update["buckets"]:
             assert row["pos_up_frac"] is None or 0.0 <= row["pos_up_frac"] <= 1.0

@@ -402,14 +402,15 @@ def run_buckets(args: argparse.Namespace) -> int:
             f"gradient norm {result['grad_norm']:.4g}"
         )
         print(
-            f"  {'bucket':<14}{'tokens':>7}{'dp mean':>10}{'dp p10':>10}{'dp p50':>10}{'dp p90':>10}"
+            f"  {'bucket':<14}{'tokens':>7}{'dp mean':>11}{'dp p10':>11}{'dp p50':>11}{'dp p90':>11}"
             f"{'up|A>0':>9}{'down|A<0':>10}"
         )
+        dp = "+.2e"  # one SGD step moves probabilities by 1e-6..1e-3: fixed decimals would print zeros
         for row in result["buckets"]:
             print(
-                f"  {row['interval']:<14}{row['tokens']:>7}{_fmt(row['dp_mean']):>10}{_fmt(row['dp_p10']):>10}"
-                f"{_fmt(row['dp_p50']):>10}{_fmt(row['dp_p90']):>10}{_fmt(row['pos_up_frac'], '.3f'):>9}"
-                f"{_fmt(row['neg_down_frac'], '.3f'):>10}"
+                f"  {row['interval']:<14}{row['tokens']:>7}{_fmt(row['dp_mean'], dp):>11}"
+                f"{_fmt(row['dp_p10'], dp):>11}{_fmt(row['dp_p50'], dp):>11}{_fmt(row['dp_p90'], dp):>11}"
+                f"{_fmt(row['pos_up_frac'], '.3f'):>9}{_fmt(row['neg_down_frac'], '.3f'):>10}"
             )
     _write_json(
         args.json_out,
