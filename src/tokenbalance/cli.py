@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
     143 SIGTERM (one line saying where the work stopped; ``train`` prints its ``--resume`` command)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    prepare_process()  # before torch loads: its OpenMP runtime reads the wait policy once
+    if getattr(args, "uses_torch", True):  # before torch loads: its OpenMP runtime reads the policy once
+        prepare_process()  # (a 0.2 s load sample, spared to the commands that compute nothing with torch)
     _quiet_transformers()
     if not getattr(args, "func", None):
         parser.print_help()

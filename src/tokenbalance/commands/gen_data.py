@@ -91,7 +91,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="replace --out files an earlier gen-data wrote (never a file it did not write)",
     )
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, uses_torch=False)  # no threading policy to choose (cli.main)
 
 
 @contextmanager

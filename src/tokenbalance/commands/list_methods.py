@@ -8,7 +8,7 @@ import argparse
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("list-methods", help="list the method presets and their hyper-parameters")
     parser.add_argument("name", nargs="?", help="show only this preset")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, uses_torch=False)  # no threading policy to choose (cli.main)
 
 
 def run(args: argparse.Namespace) -> int:

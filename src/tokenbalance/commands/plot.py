@@ -25,7 +25,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "earlier plot wrote them",
     )
     parser.add_argument("--format", default="png,svg", help="comma-separated image formats: png, svg (default both)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, uses_torch=False)  # no threading policy to choose (cli.main)
 
 
 def run(args: argparse.Namespace) -> int:
