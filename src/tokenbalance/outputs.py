@@ -110,14 +110,15 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
-        os.chmod(tmp, 0o666 & ~_umask())
+        os.chmod(tmp, 0o666 & ~current_umask())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask

@@ -74,18 +74,18 @@ def busy_cpus_of_others(sample_s: float = SAMPLE_S) -> float:
     return max(0.0, busy - own)
 
 
+def user_set(environ: MutableMapping[str, str], name: str) -> bool:
+    """Whether the user set ``name``: a variable this module chose in a parent process does not count."""
+    return name in environ and name not in environ.get(AUTO_ENV, "").split(",")
+
+
 def choose_environment(environ: MutableMapping[str, str], busy_cpus: float) -> dict[str, str]:
-    """The variables :func:`prepare_process` sets: those the user did not set (a variable this module
-    chose in a parent process counts as unset), given how many CPUs others keep busy."""
-    inherited = set(filter(None, environ.get(AUTO_ENV, "").split(",")))
-
-    def user_set(name: str) -> bool:
-        return name in environ and name not in inherited
-
+    """The variables :func:`prepare_process` sets: those the user did not set (:func:`user_set`),
+    given how many CPUs others keep busy."""
     chosen: dict[str, str] = {}
-    if not user_set("MKL_DYNAMIC"):
+    if not user_set(environ, "MKL_DYNAMIC"):
         chosen["MKL_DYNAMIC"] = "FALSE"
-    if not user_set("OMP_WAIT_POLICY"):
+    if not user_set(environ, "OMP_WAIT_POLICY"):
         chosen["OMP_WAIT_POLICY"] = "PASSIVE" if busy_cpus >= BUSY_CPUS_FOR_PASSIVE else ""
     return chosen
 
@@ -96,7 +96,7 @@ def prepare_process(environ: MutableMapping[str, str] | None = None) -> dict[str
     if "torch" in sys.modules:
         return {}
     environ = os.environ if environ is None else environ
-    needs_sample = "OMP_WAIT_POLICY" not in environ or "OMP_WAIT_POLICY" in environ.get(AUTO_ENV, "")
+    needs_sample = not user_set(environ, "OMP_WAIT_POLICY")
     chosen = choose_environment(environ, busy_cpus_of_others() if needs_sample else 0.0)
     for name, value in chosen.items():
         if value:

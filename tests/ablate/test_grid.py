@@ -20,13 +20,13 @@ import tokenbalance
 from tests.trainer.conftest import SMALL_RUN
 from tokenbalance.ablate.grid import GRID_METHODS, Cell
 from tokenbalance.ablate.results import read_cell
-from tokenbalance.ablate.runner import child_environment, read_log, run_cell_subprocess
+from tokenbalance.ablate.runner import CellProcess, child_environment, read_log
 from tokenbalance.cli import main
 from tokenbalance.commands.ablate import GRID_KEYS
 from tokenbalance.config import load_config
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
-from tokenbalance.trainer.rundir import RunLock, is_locked
+from tokenbalance.trainer.rundir import RunLock, is_locked, last_logged_step
 
 T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) (tan(0.475 pi))
 T80_DF1 = 1.3763819204711734  # t(0.80, 1) (tan(0.3 pi))
@@ -199,7 +199,11 @@ def test_subprocess_cell_reports_the_child_status(tmp_path):
     write = "import json, sys, time; time.sleep(0.6); open(sys.argv[1], 'w').write(json.dumps({'status': sys.argv[2]}))"
     for status, code, expected in (("completed", 0, "completed"), ("failed", 3, "failed (exit 3, status failed)")):
         command = [sys.executable, "-c", write + f"; sys.exit({code})", str(run_dir / "run_state.json"), status]
-        assert run_cell_subprocess(command, tmp_path / "cell.log", run_dir, steps.append, poll_s=0.1) == expected
+        cell = CellProcess(command, tmp_path / "cell.log", run_dir)
+        while (reported := cell.poll()) is None:  # as the grid polls its running cells
+            steps.append(last_logged_step(run_dir))
+            time.sleep(0.1)
+        assert reported == expected
     assert steps and set(steps) == {0}  # polled while the child ran (no metrics yet: step 0)
     source = Path(tokenbalance.__file__).resolve().parent.parent
     assert child_environment()["PYTHONPATH"].split(os.pathsep)[0] == str(source)  # the cells run this code

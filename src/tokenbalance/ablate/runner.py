@@ -177,20 +177,6 @@ class CellProcess:
         self._log.close()
 
 
-def run_cell_subprocess(command: list[str], log_path: Path, run_dir: Path, on_step, *, poll_s: float = 2.0) -> str:
-    """Run one cell in a child process to its end, reporting its step to ``on_step`` every ``poll_s``
-    seconds; returns its status (:meth:`CellProcess.poll`)."""
-    cell = CellProcess(command, log_path, run_dir)
-    try:
-        while (status := cell.poll()) is None:
-            time.sleep(poll_s)
-            on_step(last_logged_step(run_dir))
-    except BaseException:
-        cell.stop()
-        raise
-    return status
-
-
 def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: Path) -> str:
     from tokenbalance.trainer.runner import run_training
 
@@ -280,8 +266,10 @@ def run_grid(
     base = base_config(plan, config_path=config_path, model=model, device=device)
     check_before_work(base)
     jobs = default_jobs(base, isolation) if jobs is None else jobs
-    if jobs < 1 or (jobs > 1 and isolation == "inprocess"):
-        raise ValueError(f"--jobs {jobs}: must be >= 1, and 1 with --isolation inprocess (one process runs one cell)")
+    if jobs < 1:
+        raise ValueError(f"--jobs: must be >= 1, got {jobs}")
+    if jobs > 1 and isolation == "inprocess":
+        raise ValueError(f"--jobs {jobs}: must be 1 with --isolation inprocess (one process runs one cell)")
     cell_base = base
     if jobs > 1 and not base.train.threads:  # the cells share the CPUs
         cell_base = apply_overrides(base, [f"train.threads={max(1, available_cpus() // jobs)}"])

@@ -147,13 +147,6 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("--verl-models: applies to --runner verl only")
 
 
-def grid_jobs(args: argparse.Namespace) -> int | None:
-    """``--jobs`` checked (None: the grid's default, :func:`tokenbalance.ablate.runner.default_jobs`)."""
-    if args.jobs is not None and args.jobs < 1:
-        raise ValueError(f"--jobs: must be >= 1, got {args.jobs}")
-    return args.jobs
-
-
 def command_line(args: argparse.Namespace, plan, out: Path) -> str:
     """The canonical command of this grid (every choice explicit), for the report and the script."""
     parts = [
@@ -271,7 +264,7 @@ def run(args: argparse.Namespace) -> int:
                 model=args.model,
                 device=args.device,
                 isolation=args.isolation,
-                jobs=grid_jobs(args),
+                jobs=args.jobs,
                 records=Path(args.records) if args.records else None,
                 progress=not args.no_progress,
             )

