@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 from tests.trainer.conftest import SMALL_RUN, replace_section
 from tokenbalance.cli import build_parser, main
@@ -89,6 +90,37 @@ def test_sft_out_replaces_only_an_sft_policy_it_wrote(tiny_policy_dir, tmp_path,
     status, err = run_cli(capsys, *sft, str(out), "--force")
     assert status == 2 and "did not write (notes.txt)" in err and (out / "notes.txt").read_text() == "mine"
     load_policy(out)  # the policy written before is still whole
+
+
+def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, tmp_path, capsys, monkeypatch):
+    """``sft.save_every`` on ``tokenbalance sft --out`` (it was silently ignored): a stopped SFT leaves
+    checkpoints beside --out, the next command continues from them, and the policy equals one never stopped."""
+    from safetensors.torch import load_file
+
+    from tokenbalance.trainer import sft_checkpoint
+
+    sft = ["sft", "--model", str(tiny_policy_dir), *SFT, "--set", "sft.steps=3", "--set", "sft.save_every=1"]
+    assert run_cli(capsys, *sft, "--out", str(tmp_path / "whole"))[0] == 0
+    assert not (tmp_path / ".whole.sft-checkpoints").exists()  # removed once the policy is saved
+
+    real_save = sft_checkpoint.save
+
+    def save_then_stop(directory, step, *args):
+        real_save(directory, step, *args)
+        if step == 2:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(sft_checkpoint, "save", save_then_stop)
+    status, err = run_cli(capsys, *sft, "--out", str(tmp_path / "stopped"))
+    assert status == 130 and "interrupted" in err
+    assert not (tmp_path / "stopped").exists()
+    assert [p.name for p in (tmp_path / ".stopped.sft-checkpoints").glob("step_*")] == ["step_000002"]
+    monkeypatch.setattr(sft_checkpoint, "save", real_save)
+    assert main([*sft, "--out", str(tmp_path / "stopped")]) == 0
+    assert "continuing the SFT from the checkpoints in" in capsys.readouterr().out
+    whole, resumed = (load_file(str(tmp_path / name / "model.safetensors")) for name in ("whole", "stopped"))
+    assert whole.keys() == resumed.keys() and all(torch.equal(whole[k], resumed[k]) for k in whole)
+    assert not (tmp_path / ".stopped.sft-checkpoints").exists()
 
 
 def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):

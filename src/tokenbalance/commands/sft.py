@@ -48,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.config import absolute_paths
     from tokenbalance.models import check_policy_dir, load_policy
     from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save
+    from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save, sft_checkpoint_dir
     from tokenbalance.trainer.runner import compute_device
 
     config = absolute_paths(config_from_args(args))
@@ -58,10 +58,15 @@ def run(args: argparse.Namespace) -> int:
     device = compute_device(config)
     if config.model.path is not None:
         check_policy_dir(config.model.path)
+    checkpoints = sft_checkpoint_dir(out) if config.sft.save_every else None  # a stopped SFT continues
     if config.model.path is None:
-        summary = build_embedded_policy(config, out, device=device, progress=config.output.progress)
+        summary = build_embedded_policy(
+            config, out, device=device, progress=config.output.progress, checkpoint_dir=checkpoints
+        )
     else:
         model, tokenizer = load_policy(config.model.path, device=device)  # checked above
-        summary = sft_and_save(config, model, tokenizer, out, device=device, progress=config.output.progress)
+        summary = sft_and_save(
+            config, model, tokenizer, out, device=device, progress=config.output.progress, checkpoint_dir=checkpoints
+        )
     print(f"saved the SFT policy to {out} (final loss {summary['sft_final_loss']:.4f})")
     return 0

@@ -150,8 +150,15 @@ def ensure_embedded_policy(config: RunConfig, *, device: torch.device, progress:
         log(f"embedded policy: reusing {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
-    checkpoints = path.parent / f".{path.name}.sft-checkpoints"  # a stopped build continues from here
-    if any(checkpoints.glob("step_*")):
-        log(f"embedded policy: continuing its SFT from the checkpoints in {checkpoints}")
+    checkpoints = sft_checkpoint_dir(path, log=log)
     build_embedded_policy(config, path, device=device, progress=progress, log=log, checkpoint_dir=checkpoints)
     return path
+
+
+def sft_checkpoint_dir(out_dir: Path, *, log=print) -> Path:
+    """Where the SFT that saves to ``out_dir`` keeps its ``sft.save_every`` checkpoints: beside it, as
+    ``.<name>.sft-checkpoints`` (removed once the policy is saved); says so when a stopped SFT left some."""
+    checkpoints = out_dir.parent / f".{out_dir.name}.sft-checkpoints"
+    if any(checkpoints.glob("step_*")):
+        log(f"continuing the SFT from the checkpoints in {checkpoints}")
+    return checkpoints
