@@ -44,7 +44,7 @@ BUDGETS = {"ar": ("step", 1.03), "tr_grpo": ("step", 1.03), "nthr": ("step", 1.1
 
 
 def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
-    cfg, policy, packed = batch.parts.config, batch.parts.policy, batch.packed
+    cfg, policy, packed = batch.parts.config, batch.parts.state.policy, batch.packed
     old = batched_response_logprobs(
         policy,
         packed,
@@ -60,7 +60,7 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
             hidden_BTD=old.hidden_BTD,
             unembed_VD=head.weight.detach(),
             temperature=cfg.rollout.temperature,
-            max_reward=full_reward(batch.parts.task),
+            max_reward=full_reward(batch.parts.runtime.task),
         )
     passes, _ = build_update_passes(
         method, batch.scores_B, batch.group_ids_B, batch.mask_BT, old.logp_BT, ref_logp_BT, nthr_inputs
@@ -71,14 +71,14 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
 def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
     """The method's own arithmetic, without the model: ``build_update_passes`` on the stored old
     log-probs (and hidden states), then every pass's loss and its backward to the log-probs."""
-    packed, policy = batch.packed, batch.parts.policy
+    packed, policy = batch.packed, batch.parts.state.policy
     head = policy.get_output_embeddings()
     nthr_inputs = NTHRInputs(
         tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
         hidden_BTD=old.hidden_BTD,
         unembed_VD=head.weight.detach(),
         temperature=1.0,
-        max_reward=full_reward(batch.parts.task),
+        max_reward=full_reward(batch.parts.runtime.task),
     )
 
     def run():
@@ -99,7 +99,7 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
 
 
 def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
-    cfg, policy = batch.parts.config, batch.parts.policy
+    cfg, policy = batch.parts.config, batch.parts.state.policy
     return run_update_passes(
         method=method,
         passes=passes,
@@ -113,8 +113,8 @@ def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
         micro_batch_rows=cfg.optim.micro_batch_size,
         grad_clip=cfg.optim.grad_clip,
         token_mean_scope=cfg.optim.token_mean_scope,
-        ctx=batch.parts.ctx,
-    )
+        ctx=batch.parts.runtime.ctx,
+    ).metrics
 
 
 def main() -> None:
@@ -127,21 +127,24 @@ def main() -> None:
     batch = embedded_batch()
     cfg = batch.parts.config
     ref_logp_BT = batched_response_logprobs(
-        batch.parts.reference, batch.packed, temperature=cfg.rollout.temperature, micro_batch=cfg.optim.micro_batch_size
+        batch.parts.state.reference,
+        batch.packed,
+        temperature=cfg.rollout.temperature,
+        micro_batch=cfg.optim.micro_batch_size,
     ).logp_BT
     methods = {name: get_method(name) for name in METHODS}
     prepared = {}
 
     def prepare_fn(name):
         def run():
-            batch.parts.policy.load_state_dict(batch.initial_state)
+            batch.parts.state.policy.load_state_dict(batch.initial_state)
             prepared[name] = prepare(batch, methods[name], ref_logp_BT)
 
         return run
 
     def update_fn(name):
         def run():
-            batch.parts.policy.load_state_dict(batch.initial_state)
+            batch.parts.state.policy.load_state_dict(batch.initial_state)
             return update(batch, methods[name], *prepared[name], ref_logp_BT)
 
         return run
@@ -157,9 +160,9 @@ def main() -> None:
     update_s, _ = interleaved_medians(
         {**{name: update_fn(name) for name in METHODS}, UNSHARED: unshared_update}, args.repeats
     )
-    batch.parts.policy.load_state_dict(batch.initial_state)
+    batch.parts.state.policy.load_state_dict(batch.initial_state)
     old = batched_response_logprobs(
-        batch.parts.policy,
+        batch.parts.state.policy,
         batch.packed,
         temperature=cfg.rollout.temperature,
         micro_batch=cfg.optim.micro_batch_size,

@@ -1,14 +1,16 @@
 """Per-bucket gradient norms with two gloo ranks equal those of one process on the union batch."""
 
+from types import SimpleNamespace
+
 import torch
 
 from tests.tolerances import dtype_atol
 from tests.trainer.test_distributed import ROWS, fixed_batch, on_two_gloo_ranks
 from tokenbalance.algorithms.methods import build_update_passes, get_method
+from tokenbalance.diagnostics.access import StepPolicy
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import load_policy
-from tokenbalance.trainer.batch import StepPolicy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
 
@@ -22,7 +24,8 @@ def bucket_norms(policy_dir, rows: slice, ctx: DistContext) -> dict:
     passes, _ = build_update_passes(method, scores, groups, mask, old, old)
     access = StepPolicy(policy, packed, temperature=0.3, micro_batch_rows=2, ctx=ctx)
     diag = StepDiagnostics(DiagnosticsConfig(grad_norm_every=1, grad_norm_rows=0), method, 0, access)
-    return diag.before_update(passes, old, mask)
+    batch = SimpleNamespace(old_logp_BT=old, mask_BT=mask, entropy_BT=None, correct_B=scores == 3, group_ids_B=groups)
+    return diag.before_update(passes, batch)
 
 
 def test_two_gloo_ranks_measure_the_global_bucket_gradients(tiny_policy_dir, tmp_path):

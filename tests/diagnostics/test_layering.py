@@ -1,7 +1,8 @@
 """The diagnostics' measurement modules are pure: standard library, numpy, torch and the algorithm core.
 
-Plotting (matplotlib) and the metric sinks (TensorBoard / W&B) are the exceptions; the commands
-that load models live in ``tokenbalance.commands``.
+Plotting (matplotlib), the metric sinks (TensorBoard / W&B) and the trainer's adapter (``access.py``:
+the policy's log-probs through ``tokenbalance.trainer``) are the exceptions; the commands that load
+models live in ``tokenbalance.commands``.
 """
 
 import ast
@@ -11,7 +12,7 @@ from pathlib import Path
 import tokenbalance
 
 DIAGNOSTICS = Path(tokenbalance.__file__).parent / "diagnostics"
-IMPURE = {"sinks.py", "plots.py"}
+IMPURE = {"sinks.py", "plots.py", "access.py"}
 ALLOWED_INTERNAL = (
     "tokenbalance.algorithms",
     "tokenbalance.types",

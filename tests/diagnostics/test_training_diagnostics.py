@@ -11,6 +11,7 @@ from tests.trainer.test_loop import undocumented
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.trainer import loop
 from tokenbalance.trainer.runner import run_training
+from tokenbalance.trainer.update import UpdateRecord
 
 torch.set_num_threads(1)
 
@@ -41,7 +42,11 @@ def test_every_diagnostic_logs_documented_keys(small_config, mixed_rewards):
 def test_lld_is_zero_when_no_update_happens(small_config, mixed_rewards, monkeypatch):
     replace_section(small_config, "train", steps=1)
     replace_section(small_config, "diagnostics", lld=True, lld_epsilon=-1e-4)
-    monkeypatch.setattr(loop, "run_update_passes", lambda **kwargs: {})
+
+    def no_update(**kwargs):
+        return UpdateRecord(metrics={}, clipped_BT=torch.zeros_like(kwargs["old_logp_BT"], dtype=torch.bool))
+
+    monkeypatch.setattr(loop, "run_update_passes", no_update)
     (train,), _ = train_records(small_config)
     assert train["diag/lld/groups"] == 2
     assert abs(train["diag/lld/delta_mean"]) < 1e-5 and train["diag/lld/frac_below_eps"] == 0.0

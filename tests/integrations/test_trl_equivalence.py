@@ -266,7 +266,7 @@ def test_schedule_with_accumulation_matches_run_update_passes(name, loss_type, s
         grad_clip=1e9,
         token_mean_scope=scope,
         ctx=DistContext(),
-    )
+    ).metrics
     assert metrics["optim/steps"] == len(ours.passes)
 
     trainer.current_gradient_accumulation_steps = 2

@@ -57,7 +57,7 @@ def one_update(policy_dir, rows: slice, ctx: DistContext):
         grad_clip=1.0,
         token_mean_scope="mini_batch",
         ctx=ctx,
-    )
+    ).metrics
     assert metrics["optim/steps"] == 2
     # the pre-clip gradient norm sees the summed gradient: a rank that averaged (or skipped the
     # all-reduce) would report a different norm even where AdamW's scale invariance hides it
@@ -153,7 +153,7 @@ def update_with_low_tokens_on_rank_zero(policy_dir, rows, ctx):
         grad_clip=1.0,
         token_mean_scope="mini_batch",
         ctx=ctx,
-    )
+    ).metrics
     local = {**prep, **metrics}
     return local, mean_over_ranks(local, ctx)
 

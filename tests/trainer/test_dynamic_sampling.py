@@ -45,10 +45,10 @@ def test_trained_groups_are_informative_and_the_position_advances_by_rounds(dyna
     )
     per_step = dynamic_config.rollout.prompts_per_step
     for step in range(3):
-        before = parts.data_position
+        before = parts.state.data_position
         batch, first, metrics = loop.rollout(parts, step)
         rounds = int(metrics["sampling/rounds"])
-        assert 1 <= rounds <= 4 and parts.data_position == before + rounds * per_step
+        assert 1 <= rounds <= 4 and parts.state.data_position == before + rounds * per_step
         assert first.group_ids_P.tolist() == list(range(before, before + per_step))
         kept = int(metrics["sampling/groups_kept"])
         assert metrics["sampling/shortfall"] == per_step - kept
@@ -56,7 +56,7 @@ def test_trained_groups_are_informative_and_the_position_advances_by_rounds(dyna
             rewards_PG = batch.rewards_PG
             assert batch.rewards_PG.shape == (kept, dynamic_config.rollout.group_size)
             assert bool((rewards_PG.amax(1) > rewards_PG.amin(1)).all())
-            assert set(batch.group_ids_P.tolist()) <= set(range(before, parts.data_position))
+            assert set(batch.group_ids_P.tolist()) <= set(range(before, parts.state.data_position))
             assert len(batch.texts_B) == batch.packed.input_ids_BL.shape[0] == kept * batch.group_size
 
 
@@ -65,7 +65,7 @@ def test_disabled_dynamic_sampling_is_one_round_of_every_group(small_config, tmp
     policy, tokenizer = load_policy(small_config.model.path)
     parts = loop.prepare_training(small_config, tmp_path / "run", policy, tokenizer, torch.device("cpu"), DistContext())
     batch, first, metrics = loop.rollout(parts, 0)
-    assert batch is first and metrics == {} and parts.data_position == small_config.rollout.prompts_per_step
+    assert batch is first and metrics == {} and parts.state.data_position == small_config.rollout.prompts_per_step
 
 
 def test_a_dynamic_sampling_run_resumes_exactly(dynamic_config, tmp_path, monkeypatch):
@@ -106,7 +106,9 @@ def dynamic_rounds_on_a_rank(policy_dir, rows, ctx) -> list:
         batch, first, metrics = loop.rollout(parts, step)
         kept = int(metrics["sampling/groups_kept"])
         trained = len(batch.examples_P) if kept else 0
-        out.append((kept, trained, int(metrics["sampling/rounds"]), parts.data_position, first.group_ids_P.tolist()))
+        out.append(
+            (kept, trained, int(metrics["sampling/rounds"]), parts.state.data_position, first.group_ids_P.tolist())
+        )
     return out
 
 

@@ -26,7 +26,7 @@ def test_sampler_logprobs_equal_the_recomputed_ones(small_config, tmp_path, engi
         return with_logprobs(
             batch,
             policy=policy,
-            reference=parts.reference,
+            reference=parts.state.reference,
             method=parts.method,
             temperature=1.0,
             micro_batch=64,

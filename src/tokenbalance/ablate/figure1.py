@@ -40,10 +40,10 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
 
     from tokenbalance.algorithms.methods import get_method
     from tokenbalance.commands.diagnose import bucket_experiment, method_passes, prepare_batch
+    from tokenbalance.diagnostics.access import StepPolicy
     from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
     from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
     from tokenbalance.diagnostics.step import update_advantages
-    from tokenbalance.trainer.batch import StepPolicy
     from tokenbalance.trainer.distributed import DistContext
 
     methods = {row.key: get_method(row.preset) for row in rows}

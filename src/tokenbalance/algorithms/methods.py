@@ -202,6 +202,32 @@ class NTHRInputs:
     correct_B: torch.Tensor | None = None
     max_reward: float | None = None
 
+    @classmethod
+    def from_output_layer(
+        cls,
+        head: torch.nn.Linear,
+        tokens_BT: torch.Tensor,
+        hidden_BTD: torch.Tensor,
+        temperature: float,
+        *,
+        correct_B: torch.Tensor | None = None,
+        max_reward: float | None = None,
+    ) -> NTHRInputs:
+        """From the old policy's output layer ``head`` (``get_output_embeddings()``) and last-layer
+        hidden states; float64 stays float64, anything else is computed in float32. Every runner
+        builds them here (our trainer, ``tokenbalance diagnose``, the TRL subclass)."""
+        dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
+        bias = getattr(head, "bias", None)
+        return cls(
+            tokens_BT=tokens_BT,
+            hidden_BTD=hidden_BTD.detach().to(dtype),
+            unembed_VD=head.weight.detach().to(dtype),
+            temperature=temperature,
+            unembed_bias_V=None if bias is None else bias.detach().to(dtype),
+            correct_B=correct_B,
+            max_reward=max_reward,
+        )
+
 
 def _masked_stats(values_BT: torch.Tensor, mask_BT: torch.Tensor, prefix: str) -> dict[str, float]:
     values = values_BT[mask_BT].double()

@@ -270,7 +270,7 @@ def single_update(batch: DiagnosedBatch, method, passes, optimizer, rows=None) -
         grad_clip=math.inf,
         token_mean_scope="mini_batch",
         ctx=DistContext(device=batch.device),
-    )
+    ).metrics
 
 
 def rescore(batch: DiagnosedBatch, rows=None):
@@ -554,15 +554,14 @@ def run_lld(args: argparse.Namespace) -> int:
 def run_nthr(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
-    from tokenbalance.algorithms.methods import compute_advantages
+    from tokenbalance.algorithms.methods import NTHRInputs, compute_advantages
     from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct
     from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
-    from tokenbalance.trainer.batch import nthr_inputs
 
     batch = prepare_batch(args, with_hidden=True)
     config = batch.method.nthr or NTHRConfig()
     advantages = compute_advantages(batch.method, batch.scores_B, batch.group_ids_B, batch.mask_BT)
-    inputs = nthr_inputs(
+    inputs = NTHRInputs.from_output_layer(
         batch.model.get_output_embeddings(),
         batch.rollout.tokens_BT,
         batch.old.hidden_BTD,

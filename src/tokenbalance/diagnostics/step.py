@@ -1,22 +1,23 @@
 """The per-step diagnostics of a training run (``diagnostics`` config section), logged under ``diag/``.
 
-The trainer calls three hooks of :class:`StepDiagnostics` in each RL step:
+The trainer calls two hooks of :class:`StepDiagnostics` in each RL step:
 
 * :meth:`~StepDiagnostics.before_update` (after the passes are built, before any optimizer step):
   the per-bucket gradient norms every ``grad_norm_every`` steps (opt-in; one forward + backward per
-  bucket and one for all tokens over a probe of ``grad_norm_rows`` responses);
-* :meth:`~StepDiagnostics.on_micro_batch` (inside the update, per micro-batch): the per-token clip
-  flags the loss returned (``LossOutput.clipped_BT``; nothing recomputed);
-* :meth:`~StepDiagnostics.after_update`: the bucket statistics (default on: old log-probs, the
-  update's advantages, the clip flags and the old-policy entropy of the old log-prob pass; no
-  extra forward) and the LLD monitor (opt-in; one no-grad forward over the correct responses of
-  mixed groups).
+  bucket and one for all tokens over a probe of ``grad_norm_rows`` responses). Nothing else runs
+  before the update.
+* :meth:`~StepDiagnostics.after_update`: reads the batch, the passes and the update's record (the
+  per-token clip flags the loss returned; nothing recomputed): the bucket statistics (default on:
+  old log-probs, the update's advantages, the clip flags and the old-policy entropy of the old
+  log-prob pass; no extra forward) and the LLD monitor (opt-in; one no-grad forward over the
+  correct responses of mixed groups).
 
 Model access goes through one :class:`PolicyAccess` object the trainer passes in (log-probs of
-rows of the batch, data-parallel reductions), so this module imports only torch and the algorithm
-core. Time spent here is logged as
-``timing/diag_s`` (the old-policy entropy is computed inside ``timing/logprob_s``). How each
-measurement differs from the papers is said in its module (buckets, grad_norms, lld).
+rows of the batch, data-parallel reductions; :class:`tokenbalance.diagnostics.access.StepPolicy`),
+and the batch is read through :class:`StepBatch`, so this module imports only torch and the
+algorithm core. The trainer logs the time spent here as ``timing/diag_s`` (the old-policy entropy
+is computed inside ``timing/logprob_s``). How each measurement differs from the papers is said in
+its module (buckets, grad_norms, lld).
 
     tokenbalance train --set diagnostics.grad_norm_every=10 --set diagnostics.lld=true
     tokenbalance plot runs/RUN
@@ -24,7 +25,6 @@ measurement differs from the papers is said in its module (buckets, grad_norms, 
 
 from __future__ import annotations
 
-import time
 from typing import Protocol
 
 import torch
@@ -35,10 +35,40 @@ from tokenbalance.diagnostics.lld import lld_rows, lld_stats
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
+class StepBatch(Protocol):
+    """What the diagnostics read of a step's batch (B responses, T response tokens); the trainer's
+    is :class:`tokenbalance.trainer.batch.RolloutBatch` once it has its old log-probs."""
+
+    @property
+    def old_logp_BT(self) -> torch.Tensor:
+        """[B, T] old-policy log-probs (the sampling temperature's)."""
+        ...
+
+    @property
+    def entropy_BT(self) -> torch.Tensor | None:
+        """[B, T] old-policy entropy, when the old log-prob pass computed it."""
+        ...
+
+    @property
+    def mask_BT(self) -> torch.Tensor:
+        """[B, T] bool response mask."""
+        ...
+
+    @property
+    def correct_B(self) -> torch.Tensor:
+        """[B] bool, fully correct responses."""
+        ...
+
+    @property
+    def group_ids_B(self) -> torch.Tensor:
+        """[B] int64 group (prompt) id of each response."""
+        ...
+
+
 class PolicyAccess(Protocol):
     """What the diagnostics need from the runner: the policy, its log-probs on rows of the step's
     batch, and the data-parallel reductions. One object per step (the trainer's is
-    :class:`tokenbalance.trainer.batch.StepPolicy`)."""
+    :class:`tokenbalance.diagnostics.access.StepPolicy`)."""
 
     @property
     def policy(self) -> torch.nn.Module: ...
@@ -71,7 +101,7 @@ def update_advantages(passes: list[UpdatePass], mask_BT: torch.Tensor) -> tuple[
 
 
 class StepDiagnostics:
-    """Diagnostics of one RL step; build a new one per step (it holds the step's clip flags)."""
+    """Diagnostics of one RL step; build a new one per step."""
 
     def __init__(self, config, method, step: int, access: PolicyAccess, *, seed: int = 0) -> None:
         self.config = config
@@ -80,8 +110,6 @@ class StepDiagnostics:
         self.step = step
         self.seed = seed
         self.edges = check_bucket_edges(config.bucket_edges)
-        self.clipped_BT: torch.Tensor | None = None
-        self.seconds = 0.0
 
     @property
     def wants_entropy(self) -> bool:
@@ -93,70 +121,48 @@ class StepDiagnostics:
         every = self.config.grad_norm_every
         return bool(every) and self.step % every == 0
 
-    def before_update(
-        self,
-        passes: list[UpdatePass],
-        old_logp_BT: torch.Tensor,
-        mask_BT: torch.Tensor,
-    ) -> dict[str, float]:
-        """Start collecting clip flags; the per-bucket gradient norms on the steps that measure them."""
-        start = time.perf_counter()
-        if self.config.bucket_stats:
-            self.clipped_BT = torch.zeros(mask_BT.shape, dtype=torch.bool, device=mask_BT.device)
-        metrics: dict[str, float] = {}
-        if self.measures_grad_norms:
-            index = probe_rows(mask_BT.shape[0], self.config.grad_norm_rows, self.seed).to(mask_BT.device)
-            adv_BT, policy_BT = update_advantages(passes, mask_BT.bool())
-            probe_mask = mask_BT.bool()[index]
-            probe_old = old_logp_BT[index]
-            masks = {"all": policy_BT[index]}
-            for b, bucket_BT in enumerate(bucket_masks(probe_old, probe_mask, self.edges)):
-                masks[f"bucket{b}"] = bucket_BT & policy_BT[index]
-            tokens = float(probe_mask.sum())
-            normaliser = self.access.sum_normaliser(LossNormaliser(policy=tokens, regulariser=tokens))
-            policy = self.access.policy
-            was_training = policy.training
-            policy.train()
-            try:
-                norms, _ = bucket_gradient_norms(
-                    method=self.method,
-                    named_params=[(n, p) for n, p in policy.named_parameters() if p.requires_grad],
-                    logp_fn=lambda rows: self.access.logp(index[rows]),
-                    old_logp_BT=probe_old,
-                    advantages_BT=adv_BT[index],
-                    mask_BT=probe_mask,
-                    masks=masks,
-                    micro_batch_rows=self.access.micro_batch_rows,
-                    normaliser=normaliser,
-                    reduce_grads=self.access.sum_gradients,
-                    per_layer=self.config.grad_norm_per_layer,
-                )
-            finally:
-                policy.train(was_training)
-            metrics.update(norms)
-            metrics["diag/grad_norm/probe_tokens"] = normaliser.policy
-        self.seconds += time.perf_counter() - start
-        return metrics
-
-    def on_micro_batch(self, rows: slice | torch.Tensor, clipped_BT: torch.Tensor | None) -> None:
-        """Record where the clip acted in this micro-batch (called by ``run_update_passes``)."""
-        if self.clipped_BT is None or clipped_BT is None:
-            return
-        self.clipped_BT[rows] |= clipped_BT
+    def before_update(self, passes: list[UpdatePass], batch: StepBatch) -> dict[str, float]:
+        """The per-bucket gradient norms, on the steps that measure them (else nothing)."""
+        if not self.measures_grad_norms:
+            return {}
+        mask_BT = batch.mask_BT.bool()
+        index = probe_rows(mask_BT.shape[0], self.config.grad_norm_rows, self.seed).to(mask_BT.device)
+        adv_BT, policy_BT = update_advantages(passes, mask_BT)
+        probe_mask = mask_BT[index]
+        probe_old = batch.old_logp_BT[index]
+        masks = {"all": policy_BT[index]}
+        for b, bucket_BT in enumerate(bucket_masks(probe_old, probe_mask, self.edges)):
+            masks[f"bucket{b}"] = bucket_BT & policy_BT[index]
+        tokens = float(probe_mask.sum())
+        normaliser = self.access.sum_normaliser(LossNormaliser(policy=tokens, regulariser=tokens))
+        policy = self.access.policy
+        was_training = policy.training
+        policy.train()
+        try:
+            norms, _ = bucket_gradient_norms(
+                method=self.method,
+                named_params=[(n, p) for n, p in policy.named_parameters() if p.requires_grad],
+                logp_fn=lambda rows: self.access.logp(index[rows]),
+                old_logp_BT=probe_old,
+                advantages_BT=adv_BT[index],
+                mask_BT=probe_mask,
+                masks=masks,
+                micro_batch_rows=self.access.micro_batch_rows,
+                normaliser=normaliser,
+                reduce_grads=self.access.sum_gradients,
+                per_layer=self.config.grad_norm_per_layer,
+            )
+        finally:
+            policy.train(was_training)
+        return norms | {"diag/grad_norm/probe_tokens": normaliser.policy}
 
     def after_update(
-        self,
-        passes: list[UpdatePass],
-        old_logp_BT: torch.Tensor,
-        mask_BT: torch.Tensor,
-        *,
-        entropy_BT: torch.Tensor | None,
-        correct_B: torch.Tensor,
-        group_ids_B: torch.Tensor,
+        self, passes: list[UpdatePass], batch: StepBatch, clipped_BT: torch.Tensor | None
     ) -> dict[str, float]:
-        """Bucket statistics and the LLD monitor; returns the ``diag/*`` metrics of the step."""
-        start = time.perf_counter()
+        """Bucket statistics and the LLD monitor; returns the ``diag/*`` metrics of the step.
+        ``clipped_BT``: where the update's clip acted (``UpdateRecord.clipped_BT``)."""
         metrics: dict[str, float] = {}
+        old_logp_BT, mask_BT = batch.old_logp_BT, batch.mask_BT
         if self.config.bucket_stats:
             adv_BT, _ = update_advantages(passes, mask_BT.bool())
             metrics.update(
@@ -165,27 +171,22 @@ class StepDiagnostics:
                     adv_BT,
                     mask_BT,
                     self.edges,
-                    clipped_BT=self.clipped_BT,
-                    entropy_BT=entropy_BT,
+                    clipped_BT=clipped_BT,
+                    entropy_BT=batch.entropy_BT,
                     mode=self.config.bucket_mode,
                 )
             )
         if self.config.lld:
-            rows = lld_rows(correct_B.to(mask_BT.device), group_ids_B.to(mask_BT.device))
+            group_ids_B = batch.group_ids_B.to(mask_BT.device)
+            rows = lld_rows(batch.correct_B.to(mask_BT.device), group_ids_B)
             if rows.numel():
                 with torch.no_grad():
                     new_logp = self.access.logp(rows)
                 metrics.update(
                     lld_stats(
-                        new_logp,
-                        old_logp_BT[rows],
-                        mask_BT[rows],
-                        group_ids_B.to(rows.device)[rows],
-                        epsilon=self.config.lld_epsilon,
+                        new_logp, old_logp_BT[rows], mask_BT[rows], group_ids_B[rows], epsilon=self.config.lld_epsilon
                     )
                 )
             else:
                 metrics.update(lld_stats(old_logp_BT[:0], old_logp_BT[:0], mask_BT[:0], group_ids_B[:0]))
-        self.seconds += time.perf_counter() - start
-        metrics["timing/diag_s"] = self.seconds
         return metrics

@@ -3,9 +3,8 @@ group structure, old / reference log-probs and (for NTHR) hidden states.
 
 :func:`sample_batch` asks the engine for ``n = G`` responses to each of P prompts and scores them;
 :func:`with_logprobs` adds the old-policy and reference log-probs; :func:`update_inputs` turns the
-batch into the method's update passes. The trainer, ``tokenbalance diagnose`` and the TRL subclass
-(:func:`nthr_inputs`) all build their update inputs here, so the groups are known from the start
-and never rediscovered from token rows.
+batch into the method's update passes. The trainer and ``tokenbalance diagnose`` build their update
+inputs here, so the groups are known from the start and never rediscovered from token rows.
 """
 
 from __future__ import annotations
@@ -19,17 +18,10 @@ from transformers import PreTrainedModel
 from tokenbalance.algorithms.methods import Method, NTHRInputs, build_update_passes
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
 from tokenbalance.tasks.base import ScoreResult, Task, TaskExample
-from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
 from tokenbalance.trainer.evaluate import full_reward
-from tokenbalance.trainer.logprobs import (
-    PackedSequences,
-    ResponseLogprobs,
-    batched_response_logprobs,
-    pack_sequences,
-    response_logprobs,
-)
+from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, batched_response_logprobs, pack_sequences
 from tokenbalance.trainer.scoring import decode_responses, score_responses
-from tokenbalance.types import LossNormaliser, UpdatePass
+from tokenbalance.types import UpdatePass
 
 
 @dataclass(frozen=True)
@@ -89,6 +81,16 @@ class RolloutBatch:
     @property
     def rewards_PG(self) -> torch.Tensor:
         return self.rewards_B.view(-1, self.group_size)
+
+    @property
+    def old_logp_BT(self) -> torch.Tensor:
+        """[B, T] old-policy log-probs (``ValueError`` before :func:`with_logprobs`)."""
+        return self.old_logprobs.logp_BT
+
+    @property
+    def entropy_BT(self) -> torch.Tensor | None:
+        """[B, T] old-policy entropy, when the old log-prob pass computed it."""
+        return self.old_logprobs.entropy_BT
 
     @property
     def old_logprobs(self) -> ResponseLogprobs:
@@ -233,31 +235,6 @@ def with_logprobs(
     return dataclasses.replace(batch, old=old, ref_logp_BT=ref_logp_BT)
 
 
-def nthr_inputs(
-    head: torch.nn.Linear,
-    tokens_BT: torch.Tensor,
-    hidden_BTD: torch.Tensor,
-    temperature: float,
-    *,
-    correct_B: torch.Tensor | None = None,
-    max_reward: float | None = None,
-) -> NTHRInputs:
-    """NTHR's inputs from the old policy's output layer ``head`` (``get_output_embeddings()``) and
-    last-layer hidden states; float64 stays float64, anything else is computed in float32. NTHR's
-    anchors are the correct responses: ``correct_B``, or the rewards equal to ``max_reward``."""
-    dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
-    bias = getattr(head, "bias", None)
-    return NTHRInputs(
-        tokens_BT=tokens_BT,
-        hidden_BTD=hidden_BTD.detach().to(dtype),
-        unembed_VD=head.weight.detach().to(dtype),
-        temperature=temperature,
-        unembed_bias_V=None if bias is None else bias.detach().to(dtype),
-        correct_B=correct_B,
-        max_reward=max_reward,
-    )
-
-
 def update_inputs(
     method: Method,
     batch: RolloutBatch,
@@ -275,7 +252,9 @@ def update_inputs(
         if old.hidden_BTD is None:
             raise ValueError(f"method {method.name!r} needs the old policy's hidden states")
         head = policy.get_output_embeddings()
-        nthr = nthr_inputs(head, batch.tokens_BT[sel], old.hidden_BTD[sel], temperature, max_reward=batch.max_reward)
+        nthr = NTHRInputs.from_output_layer(
+            head, batch.tokens_BT[sel], old.hidden_BTD[sel], temperature, max_reward=batch.max_reward
+        )
     ref_logp_BT = None if batch.ref_logp_BT is None else batch.ref_logp_BT[sel]
     return build_update_passes(
         method,
@@ -286,30 +265,3 @@ def update_inputs(
         ref_logp_BT,
         nthr,
     )
-
-
-@dataclass(frozen=True)
-class StepPolicy:
-    """The policy seen by the step's diagnostics
-    (:class:`tokenbalance.diagnostics.step.PolicyAccess`): log-probs of rows of the batch and the
-    data-parallel reductions."""
-
-    policy: PreTrainedModel
-    packed: PackedSequences
-    temperature: float
-    micro_batch_rows: int
-    ctx: DistContext
-
-    def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
-        packed = self.packed.rows(rows_R)
-        if torch.is_grad_enabled():
-            return response_logprobs(self.policy, packed, temperature=self.temperature).logp_BT
-        return batched_response_logprobs(
-            self.policy, packed, temperature=self.temperature, micro_batch=self.micro_batch_rows
-        ).logp_BT
-
-    def sum_gradients(self, params: list) -> None:
-        sum_gradients(params, self.ctx)
-
-    def sum_normaliser(self, normaliser: LossNormaliser) -> LossNormaliser:
-        return sum_normaliser(normaliser, self.ctx)

@@ -16,9 +16,13 @@ One RL step:
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
 
-The ``diagnostics`` section adds ``diag/*`` metrics through three calls into
-:class:`tokenbalance.diagnostics.step.StepDiagnostics` (before the update, per micro-batch, after
-the update; docs/metrics.md).
+What a step works with comes in three parts, built once by :func:`prepare_training`:
+:class:`StepSettings` (what the config fixes for the whole run), :class:`TrainState` (what a
+checkpoint holds: policy, optimizer, data position; and the frozen reference) and :class:`Runtime`
+(engine, task, examples, device, ranks). The ``diagnostics`` section adds ``diag/*`` metrics through
+:class:`tokenbalance.diagnostics.step.StepDiagnostics`: the opt-in gradient-norm probe before the
+update, everything else after it, from the batch, the passes and the update's record
+(docs/metrics.md).
 
 Differences from the AR-Lopti reference: everything runs in one process (or one per rank with
 torchrun), the token-mean is global over the mini-batch by default (``optim.token_mean_scope``),
@@ -50,28 +54,22 @@ from tokenbalance.algorithms.filtering import (
 )
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
+from tokenbalance.diagnostics.access import StepPolicy
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import Task, TaskExample
-from tokenbalance.trainer.batch import (
-    RolloutBatch,
-    StepPolicy,
-    merge_groups,
-    sample_batch,
-    update_inputs,
-    with_logprobs,
-)
+from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
 from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
 from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
-from tokenbalance.trainer.evaluate import evaluate, full_reward
+from tokenbalance.trainer.evaluate import evaluate
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRecord, run_update_passes
 from tokenbalance.types import UpdatePass
 
 
@@ -103,30 +101,86 @@ def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) 
     return prompt_indices(num_examples, seed, step * per_step, per_step)
 
 
-@dataclass
-class TrainerParts:
-    """Everything the loop works with, built by :func:`prepare_training`."""
+@dataclass(frozen=True)
+class StepSettings:
+    """What the config fixes for every step of a run, derived once (:meth:`from_config`)."""
 
-    config: RunConfig
-    run_dir: Path
+    seed: int
+    prompts_per_step: int  # all ranks
+    group_size: int
+    max_new_tokens: int
+    temperature: float  # sampling and log-probs
+    top_p: float
+    top_k: int
+    sampler_logprobs: bool  # old log-probs from the sampler instead of a forward
+    micro_batch_rows: int
+    mini_batch_rows: int  # per rank
+    grad_clip: float
+    token_mean_scope: str
+
+    @classmethod
+    def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
+        r, o = config.rollout, config.optim
+        return cls(
+            seed=config.train.seed,
+            prompts_per_step=r.prompts_per_step,
+            group_size=r.group_size,
+            max_new_tokens=r.max_new_tokens,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            top_k=r.top_k,
+            sampler_logprobs=r.old_logprobs == "sampler",
+            micro_batch_rows=o.micro_batch_size,
+            mini_batch_rows=max(1, o.mini_batch_size // world_size),
+            grad_clip=o.grad_clip,
+            token_mean_scope=o.token_mean_scope,
+        )
+
+    def sampling(self, seed: int) -> SamplingParams:
+        return SamplingParams(self.max_new_tokens, self.temperature, self.top_p, self.top_k, seed)
+
+
+@dataclass
+class TrainState:
+    """What changes as a run trains, and what its checkpoints hold (the reference is the frozen
+    start policy, rebuilt from it)."""
+
     policy: PreTrainedModel
-    reference: PreTrainedModel | None
-    tokenizer: PreTrainedTokenizerBase
-    method: Method
     optimizer: torch.optim.Optimizer
+    reference: PreTrainedModel | None
+    data_position: int = 0  # prompts of the stream drawn so far (all ranks)
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a run works with but never saves: the engine, the task and its examples, the device and ranks."""
+
     engine: RolloutEngine
+    tokenizer: PreTrainedTokenizerBase
     task: Task
     train_examples: list[TaskExample]
-    eval_examples: list[TaskExample]
     train_prompt_ids: list[list[int]]
+    eval_examples: list[TaskExample]
     device: torch.device
     ctx: DistContext
-    start_step: int = 0
-    data_position: int = 0  # prompts of the stream drawn so far (all ranks); saved in checkpoints
 
     @property
     def eos_token_ids(self) -> set[int]:
         return set(self.engine.eos_token_ids)
+
+
+@dataclass
+class TrainerParts:
+    """A run, built by :func:`prepare_training`: its config and directory, the method (resolved
+    once), the step settings, the training state and the runtime."""
+
+    config: RunConfig
+    run_dir: Path
+    method: Method
+    settings: StepSettings
+    state: TrainState
+    runtime: Runtime
+    start_step: int = 0
 
 
 def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
@@ -142,28 +196,22 @@ def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
 def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
     """The next ``prompts_per_step`` prompts of the stream (this rank's whole groups), G sampled
     responses to each, their rewards; advances the data position."""
-    cfg, ctx = parts.config, parts.ctx
-    per_step = cfg.rollout.prompts_per_step
-    share = per_step // ctx.world_size
-    first = parts.data_position + ctx.rank * share
-    mine = prompt_indices(len(parts.train_examples), cfg.train.seed, first, share)
-    parts.data_position += per_step
-    seed = (
-        derive_seed(cfg.train.seed, step, ctx.rank)
-        if round_ == 0
-        else derive_seed(cfg.train.seed, step, ctx.rank, round_)
-    )
-    r = cfg.rollout
+    s, state, rt = parts.settings, parts.state, parts.runtime
+    share = s.prompts_per_step // rt.ctx.world_size
+    first = state.data_position + rt.ctx.rank * share
+    mine = prompt_indices(len(rt.train_examples), s.seed, first, share)
+    state.data_position += s.prompts_per_step
+    seed = derive_seed(s.seed, step, rt.ctx.rank) if round_ == 0 else derive_seed(s.seed, step, rt.ctx.rank, round_)
     return sample_batch(
-        parts.engine,
-        parts.tokenizer,
-        parts.task,
-        [parts.train_examples[i] for i in mine],
-        [parts.train_prompt_ids[i] for i in mine],
+        rt.engine,
+        rt.tokenizer,
+        rt.task,
+        [rt.train_examples[i] for i in mine],
+        [rt.train_prompt_ids[i] for i in mine],
         torch.arange(first, first + share),
-        group_size=r.group_size,
-        sampling=SamplingParams(r.max_new_tokens, r.temperature, r.top_p, r.top_k, seed),
-        device=parts.device,
+        group_size=s.group_size,
+        sampling=s.sampling(seed),
+        device=rt.device,
     )
 
 
@@ -173,11 +221,11 @@ def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch,
     informative groups (every rank the same number); without it, one round, every group. Returns
     the batch to train on, the first round (the unfiltered sample the ``reward/*`` metrics
     describe) and the ``sampling/*`` metrics."""
-    dynamic = parts.method.dynamic_sampling
+    dynamic, ctx = parts.method.dynamic_sampling, parts.runtime.ctx
     first = sample_round(parts, step, 0)
     if not dynamic.enabled:
         return first, first, {}
-    target = dynamic.target(parts.config.rollout.prompts_per_step) // parts.ctx.world_size
+    target = dynamic.target(parts.settings.prompts_per_step) // ctx.world_size
     selections, kept, drawn, informative, batch = [], 0, 0, 0, first
     for round_ in range(dynamic.max_rounds):
         batch = first if round_ == 0 else sample_round(parts, step, round_)
@@ -190,9 +238,9 @@ def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch,
             drawn + len(informative_P),
             informative + int(informative_P.sum()),
         )
-        if not dynamic.wants_another_round(min_over_ranks(kept, parts.ctx), target, round_ + 1):
+        if not dynamic.wants_another_round(min_over_ranks(kept, ctx), target, round_ + 1):
             break
-    common = min_over_ranks(kept, parts.ctx)  # equal batches on every rank: the same collectives
+    common = min_over_ranks(kept, ctx)  # equal batches on every rank: the same collectives
     trimmed, left = [], common
     for batch, chosen in selections:
         trimmed.append((batch, chosen[:left]))
@@ -200,14 +248,14 @@ def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch,
     metrics = dynamic_sampling_metrics(round_ + 1, drawn, informative, common, target)
     if common == 0:  # nothing informative: train on the first round as a run without filtering would
         return first, first, metrics
-    return merge_groups([(b, c) for b, c in trimmed if len(c)], parts.engine.pad_token_id), first, metrics
+    return merge_groups([(b, c) for b, c in trimmed if len(c)], parts.runtime.engine.pad_token_id), first, metrics
 
 
-def rollout_metrics(batch: RolloutBatch, target: float) -> dict[str, float]:
+def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
     results, rewards_PG = batch.results_B, batch.rewards_PG
     metrics = {
         "reward/mean": float(rewards_PG.double().mean()),
-        "reward/acc": float((rewards_PG == target).double().mean()),
+        "reward/acc": float(batch.correct_B.double().mean()),
         "reward/mixed_group_frac": float((rewards_PG.amax(1) != rewards_PG.amin(1)).double().mean()),
     }
     for key in sorted({k for r in results for k in r.metrics}):
@@ -220,77 +268,75 @@ def rollout_metrics(batch: RolloutBatch, target: float) -> dict[str, float]:
 
 def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     """One RL step, top to bottom (module docstring); returns its metrics, averaged over ranks."""
-    cfg, method, policy = parts.config, parts.method, parts.policy
-    temperature, micro = cfg.rollout.temperature, cfg.optim.micro_batch_size
+    s, state, method = parts.settings, parts.state, parts.method
     timer = StepTimer()
     with timer("rollout"):
         batch, sampled, sampling_metrics = rollout(parts, step)
-    access = StepPolicy(policy, batch.packed, temperature, micro, parts.ctx)
-    diag = StepDiagnostics(
-        cfg.diagnostics, method, step, access, seed=derive_seed(cfg.train.seed, step, parts.ctx.rank, 31)
-    )
+    diag = step_diagnostics(parts, step, batch)
     with timer("logprob"):
         batch = with_logprobs(
             batch,
-            policy=policy,
-            reference=parts.reference,
+            policy=state.policy,
+            reference=state.reference,
             method=method,
-            temperature=temperature,
-            micro_batch=micro,
+            temperature=s.temperature,
+            micro_batch=s.micro_batch_rows,
             with_entropy=diag.wants_entropy,
-            sampler_logprobs=cfg.rollout.old_logprobs == "sampler",
+            sampler_logprobs=s.sampler_logprobs,
         )
-    with timer("update", exclude=lambda: diag.seconds):
-        passes, prep_metrics = update_inputs(method, batch, policy=policy, temperature=temperature)
-        diag_metrics = diag.before_update(passes, batch.old_logprobs.logp_BT, batch.mask_BT)
-        update_metrics = update(parts, batch, passes, on_micro_batch=diag.on_micro_batch)
-    diag_metrics |= diag.after_update(
-        passes,
-        batch.old_logprobs.logp_BT,
-        batch.mask_BT,
-        entropy_BT=batch.old_logprobs.entropy_BT,
-        correct_B=batch.correct_B,
-        group_ids_B=batch.group_ids_B,
+    with timer("update"):
+        passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
+    with timer("diag"):
+        probe_metrics = diag.before_update(passes, batch)  # the opt-in gradient-norm probe
+    with timer("update"):
+        record = update(parts, batch, passes)
+    with timer("diag"):
+        diag_metrics = diag.after_update(passes, batch, record.clipped_BT)
+    metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
+    return mean_over_ranks(metrics, parts.runtime.ctx) | timer.metrics(tokens=float(batch.mask_BT.sum()))
+
+
+def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
+    """The step's diagnostics, with the policy's log-probs on the batch's rows."""
+    s, rt = parts.settings, parts.runtime
+    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx)
+    return StepDiagnostics(
+        parts.config.diagnostics, parts.method, step, access, seed=derive_seed(s.seed, step, rt.ctx.rank, 31)
     )
-    timings = timer.metrics(tokens=float(batch.mask_BT.sum()), diag_s=diag_metrics.pop("timing/diag_s"))
-    metrics = rollout_metrics(sampled, full_reward(parts.task)) | sampling_metrics | prep_metrics | update_metrics
-    metrics |= diag_metrics
-    return mean_over_ranks(metrics, parts.ctx) | timings
 
 
-def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass], on_micro_batch=None) -> dict:
+def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass]) -> UpdateRecord:
     """Step 6: the passes, each over mini-batches (one optimizer step each) of micro-batches."""
-    cfg = parts.config
+    s = parts.settings
     return run_update_passes(
         method=parts.method,
         passes=passes,
-        policy=parts.policy,
-        optimizer=parts.optimizer,
+        policy=parts.state.policy,
+        optimizer=parts.state.optimizer,
         packed=batch.packed,
-        old_logp_BT=batch.old_logprobs.logp_BT,
+        old_logp_BT=batch.old_logp_BT,
         ref_logp_BT=batch.ref_logp_BT,
-        temperature=cfg.rollout.temperature,
-        mini_batch_rows=max(1, cfg.optim.mini_batch_size // parts.ctx.world_size),
-        micro_batch_rows=cfg.optim.micro_batch_size,
-        grad_clip=cfg.optim.grad_clip,
-        token_mean_scope=cfg.optim.token_mean_scope,
-        ctx=parts.ctx,
-        on_micro_batch=on_micro_batch,
+        temperature=s.temperature,
+        mini_batch_rows=s.mini_batch_rows,
+        micro_batch_rows=s.micro_batch_rows,
+        grad_clip=s.grad_clip,
+        token_mean_scope=s.token_mean_scope,
+        ctx=parts.runtime.ctx,
     )
 
 
 def run_evaluation(parts: TrainerParts) -> dict[str, float]:
-    cfg = parts.config
+    rt = parts.runtime
     # every rank evaluates the same examples; only the main rank's numbers are logged
     return evaluate(
-        parts.engine,
-        parts.tokenizer,
-        parts.task,
-        parts.eval_examples,
-        eos_token_ids=parts.eos_token_ids,
-        max_new_tokens=cfg.rollout.max_new_tokens,
-        max_prompt_tokens=cfg.data.max_prompt_tokens,
-        seed=cfg.train.seed,
+        rt.engine,
+        rt.tokenizer,
+        rt.task,
+        rt.eval_examples,
+        eos_token_ids=rt.eos_token_ids,
+        max_new_tokens=parts.settings.max_new_tokens,
+        max_prompt_tokens=parts.config.data.max_prompt_tokens,
+        seed=parts.settings.seed,
     )
 
 
@@ -313,7 +359,7 @@ def write_status(run_dir: Path, status: str, **extra) -> None:
 
 def train(parts: TrainerParts) -> dict:
     """Run RL steps ``parts.start_step .. config.train.steps``; returns before/after evaluations."""
-    cfg, ctx = parts.config, parts.ctx
+    cfg, ctx = parts.config, parts.runtime.ctx
     run_dir = parts.run_dir
     log = (
         MetricsLog(
@@ -368,10 +414,14 @@ def train(parts: TrainerParts) -> dict:
                         save_checkpoint(
                             run_dir,
                             done,
-                            parts.policy,
-                            parts.tokenizer,
-                            parts.optimizer,
-                            {"seed": cfg.train.seed, "data_position": parts.data_position, "config": to_dict(cfg)},
+                            parts.state.policy,
+                            parts.runtime.tokenizer,
+                            parts.state.optimizer,
+                            {
+                                "seed": cfg.train.seed,
+                                "data_position": parts.state.data_position,
+                                "config": to_dict(cfg),
+                            },
                         )
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)
@@ -381,7 +431,7 @@ def train(parts: TrainerParts) -> dict:
             log.close()
         raise
     if log is not None:
-        write_status(run_dir, "completed", step=cfg.train.steps, **peak_memory_mb(parts.device))
+        write_status(run_dir, "completed", step=cfg.train.steps, **peak_memory_mb(parts.runtime.device))
         log.close()
     return evaluations
 
@@ -393,11 +443,11 @@ def resume_state(parts: TrainerParts) -> int:
         return 0
     from tokenbalance.models import load_policy
 
-    restored, _ = load_policy(checkpoint / "model", device=str(parts.device))
-    parts.policy.load_state_dict(restored.state_dict())
-    state = load_trainer_state(checkpoint, parts.optimizer)
-    step = int(state["step"])
-    parts.data_position = int(state.get("data_position", step * parts.config.rollout.prompts_per_step))
+    restored, _ = load_policy(checkpoint / "model", device=str(parts.runtime.device))
+    parts.state.policy.load_state_dict(restored.state_dict())
+    saved = load_trainer_state(checkpoint, parts.state.optimizer)
+    step = int(saved["step"])
+    parts.state.data_position = int(saved.get("data_position", step * parts.settings.prompts_per_step))
     return step
 
 
@@ -433,18 +483,19 @@ def prepare_training(
     parts = TrainerParts(
         config=config,
         run_dir=run_dir,
-        policy=policy,
-        reference=reference,
-        tokenizer=tokenizer,
         method=method,
-        optimizer=make_optimizer(policy, config),
-        engine=make_engine(config.rollout.engine, policy, tokenizer),  # stops at the tokenizer's and model's EOS
-        task=task,
-        train_examples=train_examples,
-        eval_examples=evals,
-        train_prompt_ids=train_ids,
-        device=device,
-        ctx=ctx,
+        settings=StepSettings.from_config(config, ctx.world_size),
+        state=TrainState(policy=policy, optimizer=make_optimizer(policy, config), reference=reference),
+        runtime=Runtime(
+            engine=make_engine(config.rollout.engine, policy, tokenizer),  # stops at the tokenizer's and model's EOS
+            tokenizer=tokenizer,
+            task=task,
+            train_examples=train_examples,
+            train_prompt_ids=train_ids,
+            eval_examples=evals,
+            device=device,
+            ctx=ctx,
+        ),
     )
     if resume:
         parts.start_step = resume_state(parts)

@@ -8,7 +8,7 @@ Drawn with rich on stderr; disabled (a no-op) when not wanted, e.g. on non-main 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -72,16 +72,15 @@ class StepTimer:
         self.seconds: dict[str, float] = {}
 
     @contextmanager
-    def __call__(self, phase: str, exclude: Callable[[], float] | None = None) -> Iterator[None]:
-        """Time the block as ``timing/<phase>_s``, less ``exclude()`` seconds spent inside it elsewhere."""
+    def __call__(self, phase: str) -> Iterator[None]:
+        """Add the block's wall time to ``timing/<phase>_s`` (a phase may be timed in several blocks)."""
         start = time.perf_counter()
         yield
-        self.seconds[phase] = time.perf_counter() - start - (exclude() if exclude else 0.0)
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - start
 
-    def metrics(self, *, tokens: float, diag_s: float) -> dict[str, float]:
+    def metrics(self, *, tokens: float) -> dict[str, float]:
         step_s = time.perf_counter() - self.start
         out = {f"timing/{phase}_s": seconds for phase, seconds in self.seconds.items()}
-        out["timing/diag_s"] = diag_s
         out["timing/step_s"] = step_s
         out["throughput/rollout_tokens_per_s"] = tokens / max(self.seconds.get("rollout", 0.0), 1e-9)
         out["throughput/tokens_per_s"] = tokens / max(step_s, 1e-9)

@@ -255,7 +255,7 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
             if ctx.is_main:
                 log(
                     f"run directory: {run_dir}  (method {config.train.method}, steps "
-                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.engine).__name__})"
+                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
                 )
             train(parts)
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 
@@ -19,6 +19,20 @@ from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
 from tokenbalance.trainer.logprobs import PackedSequences, response_logprobs
 from tokenbalance.types import UpdatePass
+
+
+@dataclass(frozen=True)
+class UpdateRecord:
+    """What one step's update did.
+
+    Attributes:
+        metrics: averaged ``loss/*``, ``clip/*``, ``optim/*`` (and ``pass/<name>/*``) metrics.
+        clipped_BT: [B, T] bool, the tokens where the PPO clip acted in any pass (what the
+            diagnostics' bucket statistics read after the update; nothing recomputes the surrogate).
+    """
+
+    metrics: dict[str, float]
+    clipped_BT: torch.Tensor
 
 
 def row_chunks(num_rows: int, size: int) -> list[slice]:
@@ -64,13 +78,8 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
-    on_micro_batch: Callable[[slice | torch.Tensor, torch.Tensor | None], None] | None = None,
-) -> dict[str, float]:
-    """Execute ``passes`` in order; returns averaged ``loss/*``, ``clip/*``, ``optim/*`` metrics.
-
-    ``on_micro_batch(rows, clipped_BT)``, if given, sees every micro-batch's rows (a slice, or an
-    index tensor when rows without a token of the pass were skipped) and the loss's per-token clip
-    flags (``LossOutput.clipped_BT``; the diagnostics collect them).
+) -> UpdateRecord:
+    """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -83,6 +92,7 @@ def run_update_passes(
     token_total = sum(pass_tokens) or 1.0
     grad_norms: list[float] = []
     skipped = 0
+    clipped_BT = torch.zeros(old_logp_BT.shape, dtype=torch.bool, device=old_logp_BT.device)
     policy.train()
     for update_pass, tokens in zip(passes, pass_tokens):
         pass_sums: dict[str, float] = defaultdict(float)
@@ -123,8 +133,8 @@ def run_update_passes(
                     normaliser=micro_normaliser,
                 )
                 (out.loss * scale).backward()
-                if on_micro_batch is not None:
-                    on_micro_batch(active, out.clipped_BT)
+                if out.clipped_BT is not None:
+                    clipped_BT[active] |= out.clipped_BT
                 micro_runs.append((out.metrics, scale))
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)
@@ -158,4 +168,4 @@ def run_update_passes(
     totals["optim/grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
     totals["optim/steps"] = float(len(grad_norms) - skipped)
     totals["optim/skipped_steps"] = float(skipped)
-    return dict(totals)
+    return UpdateRecord(metrics=dict(totals), clipped_BT=clipped_BT)

@@ -55,7 +55,6 @@ from tokenbalance.integrations.trl.passes import (
     broadcast_advantages,
     scale_pass_advantages,
 )
-from tokenbalance.trainer.batch import nthr_inputs
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 FORWARD_KEYS = (
@@ -252,7 +251,9 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 raise ValueError("inputs['rewards']: required by NTHR (added by _generate_and_score_completions)")
             correct_B = nthr_correct(inputs["rewards"], self.balance_method.nthr, self.nthr_max_reward)
         head = self._policy_module().get_output_embeddings()
-        return nthr_inputs(head, inputs["completion_ids"], hidden_BTD, self.temperature, correct_B=correct_B)
+        return NTHRInputs.from_output_layer(
+            head, inputs["completion_ids"], hidden_BTD, self.temperature, correct_B=correct_B
+        )
 
     def _pass_index(self) -> int:
         """Which pass this training micro-step runs: TRL round k of 2 x mu -> pass k // mu."""
