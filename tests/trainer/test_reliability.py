@@ -170,7 +170,7 @@ def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir
 
     from tokenbalance.commands import diagnose
 
-    monkeypatch.setattr(diagnose, "prepare_batch", lambda *a, **k: pytest.fail("the experiment ran"))
+    monkeypatch.setattr(diagnose, "probe", lambda *a, **k: pytest.fail("the experiment ran"))
     mine = tmp_path / "result.json"
     mine.write_text("mine")
     status, err = run_cli(capsys, "diagnose", "buckets", str(tiny_policy_dir), "--json", str(mine), "--force")

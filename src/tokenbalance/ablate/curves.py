@@ -8,7 +8,7 @@ from pathlib import Path
 
 from tokenbalance.ablate.grid import GridPlan
 from tokenbalance.ablate.results import CellResult
-from tokenbalance.diagnostics.plots import _colour, _figure, _finish
+from tokenbalance.diagnostics.plots import colour, finish_axes, new_figure
 
 PANELS = (
     ("reward/mean", "training reward (mean over seeds)", "reward"),
@@ -35,21 +35,19 @@ def ema(values: list[float], weight: float = EMA) -> list[float]:
 
 
 def reward_curves(plan: GridPlan, results: list[CellResult], path: Path) -> Path:
-    fig = _figure(1, len(PANELS), 5.2, 3.6)
+    fig = new_figure(1, len(PANELS), 5.2, 3.6)
     axes = fig.subplots(1, len(PANELS))
     for ax, (key, title, ylabel) in zip(axes, PANELS):
         for i, row in enumerate(plan.methods):
             steps, values = seed_mean(results, row.key, key)
             style = "--" if row.baseline == "rpp" or row.key == "rpp" else "-"
             if not steps:
-                ax.plot([], [], color=_colour(i), linestyle=style, label=f"{row.label} (no data)")
+                ax.plot([], [], color=colour(i), linestyle=style, label=f"{row.label} (no data)")
                 continue
             seeds = sum(1 for r in results if r.complete and r.cell.method.key == row.key)
-            ax.plot(steps, values, color=_colour(i), linestyle=style, linewidth=0.6, alpha=0.35)
-            ax.plot(
-                steps, ema(values), color=_colour(i), linestyle=style, linewidth=1.6, label=f"{row.label} ({seeds})"
-            )
-        _finish(ax, f"{title}; bold: EMA {EMA}", ylabel)
+            ax.plot(steps, values, color=colour(i), linestyle=style, linewidth=0.6, alpha=0.35)
+            ax.plot(steps, ema(values), color=colour(i), linestyle=style, linewidth=1.6, label=f"{row.label} ({seeds})")
+        finish_axes(ax, f"{title}; bold: EMA {EMA}", ylabel)
     fig.suptitle(f"grid {plan.preset.name}: training curves (legend: seeds per row)", fontsize=10)
     fig.savefig(path, format="png", dpi=110)
     return path

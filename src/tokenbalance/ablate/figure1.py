@@ -3,14 +3,14 @@ change after one SGD step, gradient norm per probability bucket (AR-Lopti, arXiv
 
 One batch of responses is sampled from the first seed's start policy (the policy every cell of
 that seed starts from) with the grid's rollout settings, exactly as ``tokenbalance diagnose
-buckets`` samples it (:func:`tokenbalance.commands.diagnose.prepare_batch`). On that batch, for each
+buckets`` samples it (:func:`tokenbalance.diagnostics.probe.probe_batch`). On that batch, for each
 row (GRPO and AR + Lopti by default), at the same parameters:
 
 * (a) the share of tokens per bucket of old-policy probability (the same for both rows);
 * (b) the mean advantage of positive / negative tokens per bucket, after the row's token weights;
 * (c) the mean change of token probability per bucket after one SGD step (lr 1e-3, the paper's;
   a Lopti row's step is its two passes) and the share of positive-advantage tokens whose
-  probability rose (Figure 3), from :func:`tokenbalance.commands.diagnose.bucket_experiment`;
+  probability rose (Figure 3), from :func:`tokenbalance.diagnostics.experiments.bucket_experiment`;
 * (d) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
   (:func:`tokenbalance.diagnostics.grad_norms.bucket_gradient_norms`; KL and entropy off).
 
@@ -21,14 +21,12 @@ bucket is updated, which (c) shows); AR scales the low-probability tokens' advan
 
 from __future__ import annotations
 
-import argparse
-import dataclasses
 import json
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
-from tokenbalance.diagnostics.plots import _colour, _figure, _finish
+from tokenbalance.diagnostics.plots import colour, finish_axes, new_figure
 from tokenbalance.diagnostics.sinks import dump_json, restore_non_finite
 
 SGD_LR = 1e-3
@@ -39,38 +37,27 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     import torch
 
     from tokenbalance.algorithms.methods import get_method
-    from tokenbalance.commands.diagnose import bucket_experiment, method_passes, prepare_batch
+    from tokenbalance.config import apply_overrides, load_config
     from tokenbalance.diagnostics.access import StepPolicy
     from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
+    from tokenbalance.diagnostics.experiments import bucket_experiment
     from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
+    from tokenbalance.diagnostics.probe import method_passes, probe_batch
     from tokenbalance.diagnostics.step import update_advantages
     from tokenbalance.trainer.distributed import DistContext
 
     methods = {row.key: get_method(row.preset) for row in rows}
-    args = argparse.Namespace(
-        checkpoint=None,
-        config=str(config_file),
-        overrides=[],
-        model=None,
-        device=None,
-        seed=None,
-        method=rows[0].preset,
-        steps=None,
-        run_dir=None,
-        no_progress=True,
-        help_config=False,
-        prompts=prompts,
-        group_size=None,
-    )
-    batch = prepare_batch(args, with_hidden=any(m.needs_hidden_states for m in methods.values()))
+    config = apply_overrides(load_config(config_file), [f"train.method={rows[0].preset}"])
+    config.output.progress = False
+    batch = probe_batch(config, prompts=prompts, with_hidden=any(m.needs_hidden_states for m in methods.values()))
     mask_BT = batch.mask_BT.bool()
     old_logp_BT = batch.old.logp_BT
     buckets = bucket_masks(old_logp_BT, mask_BT, edges)
     access = StepPolicy(
         batch.model,
-        batch.packed,
-        batch.config.rollout.temperature,
-        batch.config.optim.micro_batch_size,
+        batch.rollout.packed,
+        batch.temperature,
+        batch.micro_batch_rows,
         DistContext(device=batch.device),
     )
     index = torch.arange(mask_BT.shape[0], device=mask_BT.device)
@@ -98,10 +85,10 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
             advantages_BT=adv_BT,
             mask_BT=mask_BT,
             masks=masks,
-            micro_batch_rows=batch.config.optim.micro_batch_size,
+            micro_batch_rows=batch.micro_batch_rows,
             per_layer=False,
         )
-        update = bucket_experiment(dataclasses.replace(batch, method=method), edges=edges, lr=SGD_LR)["all"]
+        update = bucket_experiment(batch, edges=edges, lr=SGD_LR, method=method)["all"]
         count = len(edges) - 1
         out["rows"][row.key] = {
             "label": row.label,
@@ -136,14 +123,14 @@ def plot(data: dict, path: Path) -> Path:
     labels = data["intervals"]
     rows = list(data["rows"].values())
     width = 0.8 / max(len(rows), 1)
-    fig = _figure(1, 5, 3.4, 3.4)
+    fig = new_figure(1, 5, 3.4, 3.4)
     axes = fig.subplots(1, 5)
 
     def bars(ax, key: str, groups: list[str], extra: str | None = None, **style) -> None:
         for i, row in enumerate(rows):
             values = list(row[key]) + ([row[extra]] if extra else [])
             xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(groups))]
-            ax.bar(xs, _finite(values), width, color=_colour(i), label=row["label"], **style)
+            ax.bar(xs, _finite(values), width, color=colour(i), label=row["label"], **style)
         ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
 
     axes[0].bar(range(len(labels)), _finite(rows[0]["token_frac"]), 0.6, color="0.5")
@@ -156,16 +143,16 @@ def plot(data: dict, path: Path) -> Path:
     bars(axes[1], "adv_pos", labels)
     for i, row in enumerate(rows):
         xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(labels))]
-        axes[1].bar(xs, _finite(row["adv_neg"]), width, color=_colour(i), alpha=0.5, hatch="//")
+        axes[1].bar(xs, _finite(row["adv_neg"]), width, color=colour(i), alpha=0.5, hatch="//")
     axes[1].axhline(0.0, color="black", linewidth=0.6)
-    _finish(axes[1], "(b) mean advantage (hatched: A<0)", "advantage", xlabel="old-policy probability")
+    finish_axes(axes[1], "(b) mean advantage (hatched: A<0)", "advantage", xlabel="old-policy probability")
     bars(axes[2], "dp_mean", labels)
     axes[2].axhline(0.0, color="black", linewidth=0.6)
-    _finish(axes[2], f"(c) mean Δp, one SGD step (lr {data['sgd_lr']:g})", "Δp", xlabel="old-policy probability")
+    finish_axes(axes[2], f"(c) mean Δp, one SGD step (lr {data['sgd_lr']:g})", "Δp", xlabel="old-policy probability")
     bars(axes[3], "pos_up_frac", labels)
-    _finish(axes[3], "share of A>0 tokens whose p rose", "share", xlabel="old-policy probability")
+    finish_axes(axes[3], "share of A>0 tokens whose p rose", "share", xlabel="old-policy probability")
     bars(axes[4], "grad_norm", [*labels, "all"], extra="grad_norm_all")
-    _finish(axes[4], "(d) gradient norm, bucket only", "L2 norm", xlabel="old-policy probability")
+    finish_axes(axes[4], "(d) gradient norm, bucket only", "L2 norm", xlabel="old-policy probability")
     fig.suptitle(
         f"same batch for every row: {data['responses']} responses, {data['tokens']} tokens, "
         f"accuracy {data['accuracy']:.2f} (start policy of the first seed)",

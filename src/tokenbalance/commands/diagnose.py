@@ -1,20 +1,14 @@
 """``tokenbalance diagnose``: the papers' measurements on a checkpoint and a fresh batch of rollouts.
 
-* ``buckets``: the AR-Lopti paper's bucket-only update experiment (Figure 1 c/e/f and Figure 3).
-  Sample ``--prompts`` x ``--group-size`` responses to training prompts, compute the method's
-  advantages (GRPO by default), then, each time from the checkpoint, take one SGD step (lr 1e-3,
-  as the paper) on the policy loss of all tokens, of the lowest bucket's tokens only and of the
-  highest bucket's only (advantages outside the bucket set to 0, denominator all valid tokens, KL
-  off, no gradient clipping), re-score the same responses and report per bucket the mean change of
-  token probability and the share of positive-advantage tokens whose probability rose (Figure 3's
-  "correct ratio"), plus the update's gradient norm (Figure 1 d). Differences from the paper: one
-  batch, not an average over training steps; the paper's figure shows distributions, the table
-  shows means and quantiles; a Lopti method's "all" update is its two passes (two SGD steps).
-* ``lld``: the NTHR paper's LLD protocol (§4): for each question whose group is mixed, reset to the
-  checkpoint, one update on that question's group (the method's loss and the training optimizer,
-  AdamW at ``optim.lr``, unless ``--optimizer sgd``/``--lr``), then Δ(x) = mean over its correct
-  responses of the change of the sequence log-likelihood. The reference policy is the checkpoint.
-  ``--pos-only`` zeroes the negative advantages (the paper's "Pos Only").
+Argument parsing, rendering and the ``--json`` file only; the measurements are the library's
+(:mod:`tokenbalance.diagnostics.experiments` says what each does and how it differs from the
+paper), on a :func:`~tokenbalance.diagnostics.probe.probe_batch` of ``--prompts`` x
+``--group-size`` responses to training prompts with the method's advantages (``--method``):
+
+* ``buckets``: the AR-Lopti paper's bucket-only update (Figure 1 c/e/f and Figure 3), one SGD step
+  (lr 1e-3, the paper's) on all tokens, on the lowest bucket's and on the highest bucket's;
+* ``lld``: the NTHR paper's LLD protocol (§4), one update per mixed question (AdamW at
+  ``optim.lr`` unless ``--optimizer sgd`` / ``--lr``; ``--pos-only`` is the paper's Pos Only);
 * ``nthr``: the incorrect responses of mixed groups with the tokens NTHR selects (down-weights)
   highlighted, plus p, eta and tau per group: rich colours on a terminal, ``[brackets]`` otherwise.
 
@@ -26,13 +20,10 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import math
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 from tokenbalance.diagnostics.sinks import dump_json
@@ -101,7 +92,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# shared: checkpoint, batch of rollouts
+# shared: checkpoint, probe batch, output
 # ---------------------------------------------------------------------------------------------
 
 
@@ -121,168 +112,15 @@ def resolve_checkpoint(path: str) -> str:
     return str(directory)
 
 
-@dataclass
-class DiagnosedBatch:
-    """A checkpoint, its config and method, and one fresh :class:`~tokenbalance.trainer.batch.RolloutBatch`
-    with old log-probs (built exactly as a training step builds it)."""
-
-    config: Any
-    model: Any
-    tokenizer: Any
-    device: Any
-    task: Any
-    method: Any
-    rollout: Any
-
-    @property
-    def packed(self):
-        return self.rollout.packed
-
-    @property
-    def mask_BT(self):
-        return self.rollout.mask_BT
-
-    @property
-    def scores_B(self):
-        return self.rollout.rewards_B
-
-    @property
-    def group_ids_B(self):
-        return self.rollout.group_ids_B
-
-    @property
-    def correct_B(self):
-        return self.rollout.correct_B
-
-    @property
-    def old(self):
-        return self.rollout.old_logprobs
-
-    @property
-    def texts(self) -> list[str]:
-        return self.rollout.texts_B
-
-    @property
-    def examples(self) -> list:
-        return [e for e in self.rollout.examples_P for _ in range(self.rollout.group_size)]
-
-
-def prepare_batch(args: argparse.Namespace, *, with_hidden: bool = False) -> DiagnosedBatch:
-    """Load the checkpoint, sample ``--prompts`` x ``--group-size`` responses, score them, old log-probs."""
-    import torch
-
-    from tokenbalance.algorithms.methods import apply_method_overrides, get_method
-    from tokenbalance.models import check_special_tokens, load_policy
-    from tokenbalance.rollout import SamplingParams, make_engine
-    from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.batch import sample_batch, with_logprobs
-    from tokenbalance.trainer.data import rl_examples
-    from tokenbalance.trainer.distributed import DistContext
-    from tokenbalance.trainer.loop import derive_seed, prompt_order
-    from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
-    from tokenbalance.trainer.scoring import encode_prompts
+def probe(args: argparse.Namespace, *, with_hidden: bool = False):
+    """The command's :class:`~tokenbalance.diagnostics.probe.ProbeBatch`: the config of the flags
+    (``--method`` sets ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
+    from tokenbalance.diagnostics.probe import probe_batch
 
     config = config_from_args(args)
     if args.checkpoint:
         config.model.path = resolve_checkpoint(args.checkpoint)
-    if args.prompts < 1:
-        raise ValueError(f"--prompts: must be >= 1, got {args.prompts}")
-    group_size = args.group_size or config.rollout.group_size
-    if group_size < 2:
-        raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
-    method = apply_method_overrides(get_method(args.method), config.train.method_overrides)
-    check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
-    device = compute_device(config)
-    path = policy_path(config, device, DistContext(device=device), print)
-    model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
-    task = get_task(config.data.task)
-    check_special_tokens(tokenizer, task.special_tokens)
-    pool = rl_examples(config.data)
-    chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[: args.prompts]]
-    prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
-    vocab = model.get_input_embeddings().num_embeddings
-    if max(max(row) for row in prompt_ids) >= vocab:
-        raise ValueError(
-            f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
-            "the checkpoint and the tokenizer do not match"
-        )
-    r = config.rollout
-    batch = sample_batch(
-        make_engine(config.rollout.engine, model, tokenizer),
-        tokenizer,
-        task,
-        chosen,
-        prompt_ids,
-        torch.arange(args.prompts),
-        group_size=group_size,
-        sampling=SamplingParams(
-            r.max_new_tokens, r.temperature, r.top_p, r.top_k, derive_seed(config.train.seed, 0, 0, 97)
-        ),
-        device=device,
-    )
-    batch = with_logprobs(
-        batch,
-        policy=model,
-        reference=model,  # the reference policy is the checkpoint
-        method=method,
-        temperature=r.temperature,
-        micro_batch=config.optim.micro_batch_size,
-        with_entropy=False,
-    )
-    if with_hidden and batch.old_logprobs.hidden_BTD is None:
-        from tokenbalance.trainer.logprobs import batched_response_logprobs
-
-        old = batched_response_logprobs(
-            model, batch.packed, temperature=r.temperature, micro_batch=config.optim.micro_batch_size, with_hidden=True
-        )
-        batch = dataclasses.replace(batch, old=old)
-    return DiagnosedBatch(config, model, tokenizer, device, task, method, batch)
-
-
-def method_passes(batch: DiagnosedBatch, method, rows=None):
-    """The method's update passes on the batch (or some rows of it), reference = the checkpoint."""
-    from tokenbalance.trainer.batch import update_inputs
-
-    rollout = batch.rollout
-    if rollout.ref_logp_BT is None and method.needs_ref_logp:  # another method than the one sampled for
-        rollout = dataclasses.replace(rollout, ref_logp_BT=rollout.old.logp_BT)  # the checkpoint is the reference
-    return update_inputs(method, rollout, policy=batch.model, temperature=batch.config.rollout.temperature, rows=rows)
-
-
-def single_update(batch: DiagnosedBatch, method, passes, optimizer, rows=None) -> dict:
-    """One optimizer step per pass on ``rows`` (all: the whole batch), without gradient clipping."""
-    from tokenbalance.trainer.distributed import DistContext
-    from tokenbalance.trainer.update import run_update_passes
-
-    rows = slice(None) if rows is None else rows
-    old = batch.old.logp_BT[rows]
-    return run_update_passes(
-        method=method,
-        passes=passes,
-        policy=batch.model,
-        optimizer=optimizer,
-        packed=batch.packed.rows(rows),
-        old_logp_BT=old,
-        ref_logp_BT=old if method.needs_ref_logp else None,
-        temperature=batch.config.rollout.temperature,
-        mini_batch_rows=old.shape[0],
-        micro_batch_rows=batch.config.optim.micro_batch_size,
-        grad_clip=math.inf,
-        token_mean_scope="mini_batch",
-        ctx=DistContext(device=batch.device),
-    ).metrics
-
-
-def rescore(batch: DiagnosedBatch, rows=None):
-    from tokenbalance.trainer.logprobs import batched_response_logprobs
-
-    packed = batch.packed if rows is None else batch.packed.rows(rows)
-    return batched_response_logprobs(
-        batch.model,
-        packed,
-        temperature=batch.config.rollout.temperature,
-        micro_batch=batch.config.optim.micro_batch_size,
-    ).logp_BT
+    return probe_batch(config, prompts=args.prompts, group_size=args.group_size, with_hidden=with_hidden)
 
 
 def _fmt(value: float, spec: str = "+.4f") -> str:
@@ -336,59 +174,21 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-def bucket_experiment(batch: DiagnosedBatch, *, edges, lr: float) -> dict:
-    """The three single updates (all / lowest / highest bucket) from the same checkpoint."""
-    import torch
-
-    from tokenbalance.diagnostics.buckets import bucket_masks, interval_label, probability_change_stats
-    from tokenbalance.diagnostics.grad_norms import gradient_free_method
-    from tokenbalance.diagnostics.step import update_advantages
-    from tokenbalance.types import UpdatePass
-
-    method = gradient_free_method(batch.method)
-    passes, _ = method_passes(batch, method)
-    adv_BT, policy_BT = update_advantages(passes, batch.mask_BT.bool())
-    masks = bucket_masks(batch.old.logp_BT, batch.mask_BT, edges)
-    valid = batch.mask_BT.bool()
-
-    def only(name, select):
-        select = select & policy_BT
-        return [UpdatePass(name, torch.where(select, adv_BT, torch.zeros_like(adv_BT)), select, select, valid)]
-
-    modes = {"all": passes, "lowest": only("lowest", masks[0]), "highest": only("highest", masks[-1])}
-    initial = {k: v.detach().clone() for k, v in batch.model.state_dict().items()}
-    results = {}
-    for mode, mode_passes in modes.items():
-        batch.model.load_state_dict(initial)
-        optimizer = torch.optim.SGD([p for p in batch.model.parameters() if p.requires_grad], lr=lr)
-        metrics = single_update(batch, method, mode_passes, optimizer)
-        new = rescore(batch)
-        results[mode] = {
-            "updated_tokens": int(sum(int(p.policy_mask_BT.sum()) for p in mode_passes)),
-            "updated_interval": "all"
-            if mode == "all"
-            else interval_label(edges, 0 if mode == "lowest" else len(edges) - 2),
-            "grad_norm": metrics["optim/grad_norm"],
-            "buckets": probability_change_stats(batch.old.logp_BT, new, adv_BT, batch.mask_BT, edges),
-        }
-    batch.model.load_state_dict(initial)
-    return results
-
-
 def run_buckets(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
     from tokenbalance.diagnostics.buckets import parse_edges
+    from tokenbalance.diagnostics.experiments import bucket_experiment
 
     edges = parse_edges(args.edges)
     if not args.lr > 0:
         raise ValueError(f"--lr: must be > 0, got {args.lr}")
     check_json_out(args)
-    batch = prepare_batch(args)
+    batch = probe(args)
     results = bucket_experiment(batch, edges=edges, lr=args.lr)
     tokens = int(batch.mask_BT.sum())
     print(
-        f"{len(batch.texts)} responses ({args.prompts} prompts), {tokens} tokens, accuracy "
+        f"{len(batch.texts_B)} responses ({args.prompts} prompts), {tokens} tokens, accuracy "
         f"{float(batch.correct_B.float().mean()):.3f}; method {batch.method.name} (KL off), one SGD step, "
         f"lr {args.lr:g}"
     )
@@ -419,7 +219,7 @@ def run_buckets(args: argparse.Namespace) -> int:
             "edges": list(edges),
             "lr": args.lr,
             "method": batch.method.name,
-            "responses": len(batch.texts),
+            "responses": len(batch.texts_B),
             "tokens": tokens,
             "updates": results,
         },
@@ -432,72 +232,23 @@ def run_buckets(args: argparse.Namespace) -> int:
 # ---------------------------------------------------------------------------------------------
 
 
-def lld_experiment(batch: DiagnosedBatch, *, optimizer_name: str, lr: float, pos_only: bool) -> list[dict]:
-    """Δ(x) for every mixed question, each measured from the checkpoint after one update on its group."""
-    import torch
-
-    from tokenbalance.diagnostics.lld import sequence_deltas
-    from tokenbalance.types import UpdatePass
-
-    initial = {k: v.detach().clone() for k, v in batch.model.state_dict().items()}
-    out = []
-    for g in torch.unique(batch.group_ids_B).tolist():
-        rows = (batch.group_ids_B == g).nonzero(as_tuple=True)[0]
-        correct = batch.correct_B[rows]
-        if not 0 < int(correct.sum()) < rows.numel():
-            continue
-        batch.model.load_state_dict(initial)
-        passes, _ = method_passes(batch, batch.method, rows)
-        if pos_only:
-            passes = [
-                UpdatePass(
-                    p.name, p.advantages_BT.clamp(min=0), p.policy_mask_BT, p.kl_entropy_mask_BT, p.normaliser_mask_BT
-                )
-                for p in passes
-            ]
-        params = [p for p in batch.model.parameters() if p.requires_grad]
-        optimizer = (
-            torch.optim.SGD(params, lr=lr)
-            if optimizer_name == "sgd"
-            else torch.optim.AdamW(
-                params,
-                lr=lr,
-                betas=(batch.config.optim.beta1, batch.config.optim.beta2),
-                weight_decay=batch.config.optim.weight_decay,
-            )
-        )
-        single_update(batch, batch.method, passes, optimizer, rows)
-        positive = rows[correct]
-        seq, tok = sequence_deltas(rescore(batch, positive), batch.old.logp_BT[positive], batch.mask_BT[positive])
-        out.append(
-            {
-                "question": int(g),
-                "example": f"{batch.examples[int(rows[0])].data_source}:{batch.examples[int(rows[0])].index}",
-                "correct": int(correct.sum()),
-                "group_size": int(rows.numel()),
-                "delta": float(seq.mean()),
-                "delta_tok": float(tok.mean()),
-            }
-        )
-    batch.model.load_state_dict(initial)
-    return out
-
-
 def run_lld(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
     import torch
 
+    from tokenbalance.diagnostics.experiments import LLDSettings, lld_experiment
+
     if args.lr is not None and not args.lr > 0:
         raise ValueError(f"--lr: must be > 0, got {args.lr}")
     check_json_out(args)
-    batch = prepare_batch(args)
+    batch = probe(args)
     lr = args.lr if args.lr is not None else batch.config.optim.lr
     if not lr > 0:
         raise ValueError(f"--lr: must be > 0, got {lr}")
-    rows = lld_experiment(batch, optimizer_name=args.optimizer, lr=lr, pos_only=args.pos_only)
+    rows = lld_experiment(batch, LLDSettings(optimizer=args.optimizer, lr=lr, pos_only=args.pos_only))
     print(
-        f"{args.prompts} questions x {len(batch.texts) // args.prompts} responses, accuracy "
+        f"{args.prompts} questions x {len(batch.texts_B) // args.prompts} responses, accuracy "
         f"{float(batch.correct_B.float().mean()):.3f}; {len(rows)} mixed question(s); one {args.optimizer} step "
         f"(lr {lr:g}) of {batch.method.name}{' (pos only)' if args.pos_only else ''} per question from the "
         "checkpoint"
@@ -554,33 +305,11 @@ def run_lld(args: argparse.Namespace) -> int:
 def run_nthr(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
-    from tokenbalance.algorithms.methods import NTHRInputs, compute_advantages
-    from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct
-    from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
+    from tokenbalance.diagnostics.experiments import nthr_groups
+    from tokenbalance.diagnostics.nthr_view import bracket_selected
 
-    batch = prepare_batch(args, with_hidden=True)
-    config = batch.method.nthr or NTHRConfig()
-    advantages = compute_advantages(batch.method, batch.scores_B, batch.group_ids_B, batch.mask_BT)
-    inputs = NTHRInputs.from_output_layer(
-        batch.model.get_output_embeddings(),
-        batch.rollout.tokens_BT,
-        batch.old.hidden_BTD,
-        batch.config.rollout.temperature,
-        max_reward=batch.rollout.max_reward,
-    )
-    groups = nthr_selections(
-        advantages,
-        batch.mask_BT,
-        batch.group_ids_B,
-        inputs.tokens_BT,
-        batch.old.logp_BT,
-        inputs.hidden_BTD,
-        inputs.unembed_VD,
-        config,
-        temperature=inputs.temperature,
-        unembed_bias_V=inputs.unembed_bias_V,
-        correct_B=nthr_correct(batch.scores_B, config, inputs.max_reward),
-    )
+    batch = probe(args, with_hidden=True)
+    config, groups = nthr_groups(batch)
     colour = args.color or (not args.plain and sys.stdout.isatty())
     console = None
     if colour:
@@ -588,16 +317,16 @@ def run_nthr(args: argparse.Namespace) -> int:
 
         console = Console(force_terminal=True, highlight=False)
     print(
-        f"NTHR (beta {config.beta:g}, eta {config.eta}) on {len(batch.texts)} responses: {len(groups)} mixed "
+        f"NTHR (beta {config.beta:g}, eta {config.eta}) on {len(batch.texts_B)} responses: {len(groups)} mixed "
         f"group(s); selected tokens (their negative advantage is scaled by eta) are "
         f"{'highlighted' if colour else 'in [brackets]'}"
     )
     if not groups:
         print("no mixed group (every group all correct or all wrong); try more --prompts or a larger --group-size")
-    tokens_BT = inputs.tokens_BT
+    tokens_BT = batch.rollout.tokens_BT
     for view in groups[: args.max_groups]:
         first = view.positive_rows[0]
-        example = batch.examples[first]
+        example = batch.examples_B[first]
         print(
             f"\n=== question {example.data_source}:{example.index}: {len(view.positive_rows)} positive, "
             f"{len(view.negative_rows)} negative, p = {view.p:.3f}, eta = {view.eta:.3f}, tau = {view.tau:.4g}"

@@ -116,7 +116,7 @@ def _unique_names(runs: list[Run]) -> None:
             run.name = f"{run.path.resolve().parent.name}/{run.name}"
 
 
-def _colour(i: int) -> str:
+def colour(i: int) -> str:
     return f"C{i % 10}"
 
 
@@ -125,13 +125,13 @@ def _line(ax, run: Run, i: int, key: str, *, kind: str = "train", label: str | N
     steps, values = run.series(key, kind)
     label = run.name if label is None else label
     if not any(math.isfinite(v) for v in values):
-        ax.plot([], [], color=_colour(i), label=label + NO_DATA, **style)
+        ax.plot([], [], color=colour(i), label=label + NO_DATA, **style)
         return False
-    ax.plot(steps, values, color=_colour(i), label=label, **style)
+    ax.plot(steps, values, color=colour(i), label=label, **style)
     return True
 
 
-def _finish(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend: bool = False) -> None:
+def finish_axes(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend: bool = False) -> None:
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel, fontsize=8)
     if ylabel:
@@ -141,14 +141,14 @@ def _finish(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend:
     ax.legend(fontsize=6, loc="upper right" if fast_legend else "best")
 
 
-def _figure(rows: int, cols: int, width: float, height: float) -> Figure:
+def new_figure(rows: int, cols: int, width: float, height: float) -> Figure:
     fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
 def training_figure(runs: list[Run]) -> Figure:
-    fig = _figure(2, 2, 4.6, 3.2)
+    fig = new_figure(2, 2, 4.6, 3.2)
     axes = fig.subplots(2, 2).flatten()
     for i, run in enumerate(runs):
         _line(axes[0], run, i, "reward/mean")
@@ -158,7 +158,7 @@ def training_figure(runs: list[Run]) -> Figure:
             {m.group(1) for r in run.eval for k in r for m in [_EVAL_ACC.match(k)] if m}, key=lambda d: (len(d), d)
         )
         if not difficulties:
-            axes[2].plot([], [], color=_colour(i), label=run.name + NO_DATA)
+            axes[2].plot([], [], color=colour(i), label=run.name + NO_DATA)
         styles = ["-", "--", ":", "-."]
         for j, d in enumerate(difficulties):
             _line(
@@ -172,10 +172,10 @@ def training_figure(runs: list[Run]) -> Figure:
                 marker="o",
                 markersize=3,
             )
-    _finish(axes[0], "training reward (mean)", "reward")
-    _finish(axes[1], "training accuracy (full reward)", "share")
-    _finish(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
-    _finish(axes[3], "response length", "tokens")
+    finish_axes(axes[0], "training reward (mean)", "reward")
+    finish_axes(axes[1], "training accuracy (full reward)", "share")
+    finish_axes(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
+    finish_axes(axes[3], "response length", "tokens")
     return fig
 
 
@@ -216,7 +216,7 @@ def _bucket_key(stat: str, b: int | str, sign: str = "") -> str:
 def buckets_figure(runs: list[Run]) -> Figure:
     """Figure 1 layout: per-bucket bars averaged over each run's steps."""
     count, labels = _buckets(runs)
-    fig = _figure(1, len(BUCKET_STATS), 3.6, 3.4)
+    fig = new_figure(1, len(BUCKET_STATS), 3.6, 3.4)
     axes = fig.subplots(1, len(BUCKET_STATS))
     width = 0.8 / max(len(runs), 1)
     for ax, (stat, title, ylabel) in zip(axes, BUCKET_STATS):
@@ -232,12 +232,10 @@ def buckets_figure(runs: list[Run]) -> Figure:
                     xs,
                     [v if math.isfinite(v) else 0.0 for v in pos],
                     width,
-                    color=_colour(i),
+                    color=colour(i),
                     label=run.name + ("" if found else NO_DATA),
                 )
-                ax.bar(
-                    xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=_colour(i), alpha=0.5, hatch="//"
-                )
+                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=colour(i), alpha=0.5, hatch="//")
             else:
                 values = [run.mean(_bucket_key(stat, b)) for b in buckets]
                 found = any(math.isfinite(v) for v in values)
@@ -245,7 +243,7 @@ def buckets_figure(runs: list[Run]) -> Figure:
                     xs,
                     [v if math.isfinite(v) else 0.0 for v in values],
                     width,
-                    color=_colour(i),
+                    color=colour(i),
                     label=run.name + ("" if found else NO_DATA),
                 )
         ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
@@ -253,14 +251,14 @@ def buckets_figure(runs: list[Run]) -> Figure:
             ax.axhline(0.0, color="black", linewidth=0.6)
         if stat == "grad_norm":
             title = "gradient norm (one bucket's tokens; all)"
-        _finish(ax, title, ylabel, xlabel="probability bucket (old policy)")
+        finish_axes(ax, title, ylabel, xlabel="probability bucket (old policy)")
     fig.suptitle("token statistics by probability bucket (mean over steps; hatched: negative advantages)", fontsize=10)
     return fig
 
 
 def buckets_steps_figure(runs: list[Run]) -> Figure:
     count, labels = _buckets(runs)
-    fig = _figure(len(BUCKET_STATS), count, 3.2, 2.4)
+    fig = new_figure(len(BUCKET_STATS), count, 3.2, 2.4)
     axes = fig.subplots(len(BUCKET_STATS), count, squeeze=False)
     for row, (stat, title, ylabel) in enumerate(BUCKET_STATS):
         for b in range(count):
@@ -273,13 +271,15 @@ def buckets_steps_figure(runs: list[Run]) -> Figure:
                     found = _line(ax, run, i, _bucket_key(stat, b))
                     if stat == "grad_norm" and found:
                         steps, values = run.series("diag/grad_norm/all")
-                        ax.plot(steps, values, color=_colour(i), linestyle=":", linewidth=0.8)
-            _finish(ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "", fast_legend=True)
+                        ax.plot(steps, values, color=colour(i), linestyle=":", linewidth=0.8)
+            finish_axes(
+                ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "", fast_legend=True
+            )
     return fig
 
 
 def lld_figure(runs: list[Run]) -> Figure:
-    fig = _figure(1, 2, 4.6, 3.2)
+    fig = new_figure(1, 2, 4.6, 3.2)
     axes = fig.subplots(1, 2)
     for i, run in enumerate(runs):
         if _line(axes[0], run, i, "diag/lld/delta_mean", label=f"{run.name} mean"):
@@ -287,8 +287,8 @@ def lld_figure(runs: list[Run]) -> Figure:
             _line(axes[0], run, i, "diag/lld/delta_p50", label=f"{run.name} median", linestyle="--")
         _line(axes[1], run, i, "diag/lld/frac_below_eps")
     axes[0].axhline(0.0, color="black", linewidth=0.6)
-    _finish(axes[0], "LLD: change of log-likelihood of correct responses", "nats per response")
-    _finish(axes[1], "share of mixed groups with Δ < epsilon", "share")
+    finish_axes(axes[0], "LLD: change of log-likelihood of correct responses", "nats per response")
+    finish_axes(axes[1], "share of mixed groups with Δ < epsilon", "share")
     return fig
 
 

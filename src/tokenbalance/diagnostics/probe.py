@@ -1,0 +1,188 @@
+"""A probe batch: a policy and one fresh batch of its rollouts with old log-probs, built with the
+trainer's own pieces, for the offline diagnostics (:mod:`tokenbalance.diagnostics.experiments`,
+``tokenbalance diagnose``) and the grid's Figure 1.
+
+:func:`probe_batch` runs the trainer's checks before any model work, takes the device and threads
+and the policy a run with the same config would (the embedded tiny policy is built or reused the
+same way), draws the first ``prompts`` prompts of the run's prompt stream (its first epoch's
+order), and samples and scores them with :func:`~tokenbalance.trainer.batch.sample_batch` and
+:func:`~tokenbalance.trainer.batch.with_logprobs`, as a training step does. The reference policy
+of the probe is the policy itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedModel, PreTrainedTokenizerBase
+
+from tokenbalance.algorithms.methods import Method
+from tokenbalance.config import RunConfig
+from tokenbalance.tasks.base import TaskExample
+from tokenbalance.trainer.batch import RolloutBatch, update_inputs
+from tokenbalance.trainer.distributed import DistContext
+from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
+from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.types import UpdatePass
+
+PROBE_SEED_SALT = 97  # the probe's sampling seed: derive_seed(train.seed, 0, 0, 97)
+
+
+@dataclass(frozen=True)
+class ProbeBatch:
+    """A policy, its config and method, and one batch of its rollouts with old log-probs (B = P x G rows)."""
+
+    config: RunConfig
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase
+    device: torch.device
+    method: Method
+    rollout: RolloutBatch
+
+    @property
+    def temperature(self) -> float:
+        return self.config.rollout.temperature
+
+    @property
+    def micro_batch_rows(self) -> int:
+        return self.config.optim.micro_batch_size
+
+    @property
+    def mask_BT(self) -> torch.Tensor:
+        return self.rollout.mask_BT
+
+    @property
+    def scores_B(self) -> torch.Tensor:
+        return self.rollout.rewards_B
+
+    @property
+    def group_ids_B(self) -> torch.Tensor:
+        return self.rollout.group_ids_B
+
+    @property
+    def correct_B(self) -> torch.Tensor:
+        return self.rollout.correct_B
+
+    @property
+    def old(self) -> ResponseLogprobs:
+        return self.rollout.old_logprobs
+
+    @property
+    def texts_B(self) -> list[str]:
+        return self.rollout.texts_B
+
+    @property
+    def examples_B(self) -> list[TaskExample]:
+        return [e for e in self.rollout.examples_P for _ in range(self.rollout.group_size)]
+
+
+def probe_batch(
+    config: RunConfig, *, prompts: int, group_size: int | None = None, with_hidden: bool = False, log=print
+) -> ProbeBatch:
+    """Sample ``group_size`` (default ``rollout.group_size``) responses to each of the run's first
+    ``prompts`` prompts with the policy ``config`` names, score them, add old log-probs (and the
+    last-layer hidden states with ``with_hidden``). The method is ``config.method()``."""
+    from tokenbalance.models import check_special_tokens
+    from tokenbalance.rollout import make_engine
+    from tokenbalance.tasks import get_task
+    from tokenbalance.trainer.batch import sample_batch, with_logprobs
+    from tokenbalance.trainer.data import rl_examples
+    from tokenbalance.trainer.loop import StepSettings, derive_seed, prompt_order
+    from tokenbalance.trainer.runner import check_before_work, compute_device, load_run_policy, policy_path
+    from tokenbalance.trainer.scoring import encode_prompts
+
+    group_size = group_size or config.rollout.group_size
+    if prompts < 1:
+        raise ValueError(f"--prompts: must be >= 1, got {prompts}")
+    if group_size < 2:
+        raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
+    method = config.method()
+    check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
+    device = compute_device(config)
+    embedded = config.model.path is None
+    path = policy_path(config, device, DistContext(device=device), log)
+    model, tokenizer = load_run_policy(config, path, embedded=embedded, device=device)
+    task = get_task(config.data.task)
+    check_special_tokens(tokenizer, task.special_tokens)
+    pool = rl_examples(config.data)
+    chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[:prompts]]
+    prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
+    vocab = model.get_input_embeddings().num_embeddings
+    if max(max(row) for row in prompt_ids) >= vocab:
+        raise ValueError(
+            f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
+            "the checkpoint and the tokenizer do not match"
+        )
+    settings = StepSettings.from_config(config, world_size=1)
+    batch = sample_batch(
+        make_engine(config.rollout.engine, model, tokenizer),
+        tokenizer,
+        task,
+        chosen,
+        prompt_ids,
+        torch.arange(prompts),
+        group_size=group_size,
+        sampling=settings.sampling(derive_seed(config.train.seed, 0, 0, PROBE_SEED_SALT)),
+        device=device,
+    )
+    batch = with_logprobs(
+        batch,
+        policy=model,
+        reference=model,  # the probe's reference policy is the policy itself
+        method=method,
+        temperature=settings.temperature,
+        micro_batch=settings.micro_batch_rows,
+        with_entropy=False,
+    )
+    if with_hidden and batch.old_logprobs.hidden_BTD is None:
+        old = batched_response_logprobs(
+            model,
+            batch.packed,
+            temperature=settings.temperature,
+            micro_batch=settings.micro_batch_rows,
+            with_hidden=True,
+        )
+        batch = dataclasses.replace(batch, old=old)
+    return ProbeBatch(config, model, tokenizer, device, method, batch)
+
+
+def method_passes(probe: ProbeBatch, method: Method, rows=None) -> tuple[list[UpdatePass], dict[str, float]]:
+    """``method``'s update passes on the probe (or its ``rows``, whole groups); the reference is the policy."""
+    rollout = probe.rollout
+    if rollout.ref_logp_BT is None and method.needs_ref_logp:  # another method than the one sampled for
+        rollout = dataclasses.replace(rollout, ref_logp_BT=rollout.old_logp_BT)
+    return update_inputs(method, rollout, policy=probe.model, temperature=probe.temperature, rows=rows)
+
+
+def single_update(
+    probe: ProbeBatch, method: Method, passes: list[UpdatePass], optimizer: torch.optim.Optimizer, rows=None
+) -> dict[str, float]:
+    """One optimizer step per pass on ``rows`` (all: the whole batch), without gradient clipping."""
+    rows = slice(None) if rows is None else rows
+    old = probe.old.logp_BT[rows]
+    return run_update_passes(
+        method=method,
+        passes=passes,
+        policy=probe.model,
+        optimizer=optimizer,
+        packed=probe.rollout.packed.rows(rows),
+        old_logp_BT=old,
+        ref_logp_BT=old if method.needs_ref_logp else None,
+        temperature=probe.temperature,
+        mini_batch_rows=old.shape[0],
+        micro_batch_rows=probe.micro_batch_rows,
+        grad_clip=math.inf,
+        token_mean_scope="mini_batch",
+        ctx=DistContext(device=probe.device),
+    ).metrics
+
+
+def rescore(probe: ProbeBatch, rows=None) -> torch.Tensor:
+    """[B, T] the policy's current log-probs of the probe's responses (or of ``rows``)."""
+    packed = probe.rollout.packed if rows is None else probe.rollout.packed.rows(rows)
+    return batched_response_logprobs(
+        probe.model, packed, temperature=probe.temperature, micro_batch=probe.micro_batch_rows
+    ).logp_BT
