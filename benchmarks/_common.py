@@ -18,7 +18,8 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 
 import torch
 
-from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer
+from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+from tokenbalance.tasks.kk import tokenizer_corpus
 
 # The issue's reference size: a Qwen2-style model of about 1.1M parameters (hidden 128, 4 layers).
 BENCH_MODEL = TinyModelConfig(
@@ -28,7 +29,7 @@ BENCH_MODEL = TinyModelConfig(
 
 def bench_tokenizer(vocab_size: int = 1024):
     """A byte-level BPE tokenizer trained on K&K text (a few seconds, no network)."""
-    return train_tokenizer(kk_tokenizer_corpus((3,), count=200), vocab_size=vocab_size)
+    return train_tokenizer(tokenizer_corpus((3,), count=200), vocab_size=vocab_size)
 
 
 def bench_model(tokenizer, *, attn_implementation: str = "sdpa", seed: int = 0, config: TinyModelConfig = BENCH_MODEL):

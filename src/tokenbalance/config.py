@@ -33,7 +33,7 @@ from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
 from tokenbalance.outputs import write_text_atomic
-from tokenbalance.tasks.base import TASK_NAMES
+from tokenbalance.tasks.base import DEFAULT_TASK, TASK_NAMES
 
 METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
@@ -63,7 +63,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = option("kk", "task name", choices=TASK_NAMES)  # the registry's names when validated
+    task: str = option(DEFAULT_TASK, "task name", choices=TASK_NAMES)  # the registry's names when validated
     template: str = option(
         "compact",
         "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)",

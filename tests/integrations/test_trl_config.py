@@ -11,15 +11,15 @@ from tests.integrations.test_trl_support import tiny_policy_dir
 from tokenbalance.algorithms.methods import apply_method_overrides, get_method
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.integrations.trl import (
-    KKReward,
+    TaskReward,
     TokenBalanceGRPOTrainer,
     check_config,
     grpo_config_for_method,
-    kk_prompt_dataset,
     method_fields,
+    task_prompt_dataset,
     unsupported_reason,
 )
-from tokenbalance.integrations.trl.rewards import kk_prompt_rows
+from tokenbalance.integrations.trl.rewards import task_prompt_rows
 from tokenbalance.integrations.versions import HostVersionError
 from tokenbalance.models import load_policy
 from tokenbalance.tasks.kk.templates import reference_response
@@ -142,17 +142,22 @@ def test_import_fails_clearly_outside_the_tested_trl_range(monkeypatch):
         importlib.reload(integration)
 
 
-def test_kk_reward_scores_prompt_plus_completion_with_special_tokens_kept():
+def test_task_reward_scores_prompt_plus_completion_with_special_tokens_kept():
     _, tokenizer = load_policy(tiny_policy_dir())
-    row = kk_prompt_rows(1, difficulty=2, template="compact")[0]
-    good = reference_response(row["solution_text_format"])
+    row = task_prompt_rows(1, difficulty=2, template="compact")[0]
+    good = reference_response(row["ground_truth"]["solution_text_format"])
     ids = [tokenizer(text)["input_ids"] + [tokenizer.eos_token_id] for text in (good, " nonsense")]
-    reward = KKReward(tokenizer)
-    scores = reward(
-        [row["prompt"]] * 2, ["ignored", "ignored"], ids, solution_text_format=[row["solution_text_format"]] * 2
-    )
+    reward = TaskReward(tokenizer)
+    assert reward.__name__ == "kk" and reward.max_reward == 3.0
+    scores = reward([row["prompt"]] * 2, ["ignored", "ignored"], ids, ground_truth=[row["ground_truth"]] * 2)
     assert scores == [3.0, -3.0]
-    assert KKReward()([row["prompt"]], [good], None, solution_text_format=[row["solution_text_format"]]) == [3.0]
-    with pytest.raises(ValueError, match="solution_text_format"):
+    assert TaskReward()([row["prompt"]], [good], None, ground_truth=[row["ground_truth"]]) == [3.0]
+    with pytest.raises(ValueError, match="'ground_truth' column"):
         reward([row["prompt"]], [good], None)
-    assert set(kk_prompt_dataset(3, difficulty=2).column_names) == {"prompt", "solution_text_format"}
+    assert set(task_prompt_dataset(3, difficulty=2).column_names) == {"prompt", "ground_truth"}
+    # another registered task through the same reward: arith's answers are boxed numbers
+    arith = task_prompt_rows(2, task="arith")
+    answers = [f"so \\boxed{{{r['ground_truth']}}}" for r in arith]
+    assert TaskReward(task="arith")(
+        [r["prompt"] for r in arith], answers, None, ground_truth=[r["ground_truth"] for r in arith]
+    ) == [1.0, 1.0]

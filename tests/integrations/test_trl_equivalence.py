@@ -33,9 +33,9 @@ from tokenbalance.algorithms.methods import (
 )
 from tokenbalance.algorithms.nthr import nthr_correct
 from tokenbalance.integrations.trl import (
-    KKReward,
+    TaskReward,
     build_grpo_trainer,
-    kk_prompt_dataset,
+    task_prompt_dataset,
 )
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
@@ -77,8 +77,8 @@ def make_trainer(method, tokenizer, tmp_path, reward_funcs=None, **config):
     trainer = build_grpo_trainer(
         model.double(),
         tokenizer=tokenizer,
-        train_dataset=kk_prompt_dataset(2, difficulty=2, template="compact"),
-        reward_funcs=KKReward(tokenizer) if reward_funcs is None else reward_funcs,
+        train_dataset=task_prompt_dataset(2, difficulty=2, template="compact"),
+        reward_funcs=TaskReward(tokenizer) if reward_funcs is None else reward_funcs,
         method=method,
         group_size=GROUP,
         prompts_per_step=2,
@@ -304,7 +304,7 @@ def test_hidden_states_captured_on_the_training_forward_are_the_old_policys(toke
 
 
 def test_nthr_correct_completions_are_those_with_the_maximum_reward(tokenizer, tmp_path):
-    """KKReward's max_reward (3) is the default maximum; the rewards of this process's rows are kept."""
+    """TaskReward's max_reward (K&K: 3) is the default maximum; the rewards of this process's rows are kept."""
     trainer = make_trainer(get_method("nthr"), tokenizer, tmp_path)
     assert trainer.nthr_max_reward == 3.0
     # TRL's gathered [rows of all processes, functions] rewards; NaN = unscored by every function

@@ -45,10 +45,10 @@ def fixed_batch(tokenizer, *, prompts: int = 2, group: int = GROUP, max_len: int
     Returns tensors named as TRL names them (``prompt_ids``, ``completion_mask``, ...) plus
     ``scores_B`` and ``group_ids_B`` for our side.
     """
-    from tokenbalance.integrations.trl.rewards import kk_prompt_rows
+    from tokenbalance.integrations.trl.rewards import task_prompt_rows
 
     gen = torch.Generator().manual_seed(seed)
-    rows = kk_prompt_rows(prompts, difficulty=2, template="compact")
+    rows = task_prompt_rows(prompts, difficulty=2, template="compact")
     prompt_lists = [tokenizer(r["prompt"])["input_ids"] for r in rows for _ in range(group)]
     P = max(len(ids) for ids in prompt_lists)
     B = len(prompt_lists)

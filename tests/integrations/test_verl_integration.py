@@ -582,5 +582,8 @@ def test_kk_reward_scores_a_response_as_the_reference():
     assert good == {"score": 3.0, "format_ok": 1.0, "answer_parsed": 1.0, "correct": 1.0}
     bad = compute_score("kk_logic3", "<think>no</think> nothing", example.ground_truth)
     assert bad["score"] == -3.0
-    with pytest.raises(ValueError, match="not a Knights & Knaves row"):
+    with pytest.raises(ValueError, match="'gsm8k' is not a row of task 'kk'"):
         compute_score("gsm8k", "x", example.ground_truth)
+    # another registered task through the same hook (its reward reads the response alone)
+    assert compute_score("arith", "so \\boxed{12}", "12", task="arith")["score"] == 1.0
+    assert compute_score("arith", "so \\boxed{13}", "12", task="arith")["score"] == 0.0

@@ -7,14 +7,15 @@ import functools
 
 import torch
 
-from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer
+from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+from tokenbalance.tasks.kk import tokenizer_corpus
 
 TINY = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=256)
 
 
 @functools.lru_cache(maxsize=1)
 def _cached_tokenizer():
-    return train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=512)
+    return train_tokenizer(tokenizer_corpus((2, 3), count=40), vocab_size=512)
 
 
 def kk_tokenizer():

@@ -11,8 +11,9 @@ import pytest
 import torch
 
 from tokenbalance.cli import main
-from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, load_policy, train_tokenizer
+from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, train_tokenizer
 from tokenbalance.models.gguf import MODEL_RECORD, PackagedModel, build_model_dir, extract_gguf
+from tokenbalance.tasks.kk import tokenizer_corpus
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (the dev extra installs it)")
 
@@ -94,7 +95,7 @@ def write_gguf(path, model, tokenizer) -> None:
 @pytest.fixture(scope="module")
 def tiny_wheel(tmp_path_factory):
     root = tmp_path_factory.mktemp("gguf")
-    tokenizer = train_tokenizer(list(kk_tokenizer_corpus(people=(2,), count=20, template="compact")))
+    tokenizer = train_tokenizer(list(tokenizer_corpus(people=(2,), count=20, template="compact")))
     model = build_tiny_model(
         TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer, seed=0
     ).eval()

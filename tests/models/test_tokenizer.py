@@ -2,8 +2,8 @@ import pytest
 from transformers import AutoTokenizer
 
 from tests.models.helpers import kk_tokenizer
-from tokenbalance.models import EOS_TOKEN, PAD_TOKEN, REASONING_TAGS, kk_response_text, train_tokenizer
-from tokenbalance.tasks.kk import compute_score, generate_rows
+from tokenbalance.models import EOS_TOKEN, PAD_TOKEN, REASONING_TAGS, train_tokenizer
+from tokenbalance.tasks.kk import compute_score, generate_rows, response_text
 
 
 @pytest.fixture(scope="module")
@@ -15,7 +15,7 @@ def tokenizer():
 def kk_texts():
     """Unseen rows (test split, 2..4 people): prompt + response + EOS, and the ground truths."""
     rows = [row for n in (2, 3, 4) for row in generate_rows(n, "test", count=15, template="plain")]
-    return [(row["prompt"][0]["content"] + kk_response_text(row), row) for row in rows]
+    return [(row["prompt"][0]["content"] + response_text(row), row) for row in rows]
 
 
 def test_decode_encode_is_exact_on_kk_prompts_and_answers(tokenizer, kk_texts):

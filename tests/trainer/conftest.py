@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from tokenbalance.config import RunConfig, apply_overrides
-from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, save_policy, train_tokenizer
+from tokenbalance.models import TinyModelConfig, build_tiny_model, save_policy, train_tokenizer
+from tokenbalance.tasks.kk import tokenizer_corpus
 
 SMALL_RUN = [
     "data.eval_count=4",
@@ -30,7 +31,7 @@ SMALL_RUN = [
 def tiny_policy_dir(tmp_path_factory):
     torch.set_num_threads(1)
     path = tmp_path_factory.mktemp("policy") / "tiny"
-    tokenizer = train_tokenizer(list(kk_tokenizer_corpus(people=(2, 3), count=40, template="compact")))
+    tokenizer = train_tokenizer(list(tokenizer_corpus(people=(2, 3), count=40, template="compact")))
     model = build_tiny_model(
         TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer, seed=0
     )

@@ -7,7 +7,8 @@ import pytest
 import torch
 
 from tokenbalance.config import RunConfig, apply_overrides
-from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, train_tokenizer
+from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+from tokenbalance.tasks.kk import tokenizer_corpus
 from tokenbalance.trainer import sft_checkpoint
 from tokenbalance.trainer.embedded import embedded_key
 from tokenbalance.trainer.sft import run_sft, sft_pairs
@@ -25,7 +26,7 @@ SETTINGS = [
 def setup():
     torch.set_num_threads(1)
     config = apply_overrides(RunConfig(), SETTINGS)
-    tokenizer = train_tokenizer(list(kk_tokenizer_corpus(people=(2,), count=20, template="compact")))
+    tokenizer = train_tokenizer(list(tokenizer_corpus(people=(2,), count=20, template="compact")))
     return config, tokenizer, sft_pairs(config.data, config.sft)
 
 

@@ -1,7 +1,8 @@
 """A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
 
-    from tokenbalance.models import kk_tokenizer_corpus, train_tokenizer
-    tokenizer = train_tokenizer(kk_tokenizer_corpus(), vocab_size=1024)
+    from tokenbalance.models import train_tokenizer
+    from tokenbalance.tasks import get_task
+    tokenizer = train_tokenizer(get_task("kk").tokenizer_corpus([2, 3], "plain"), vocab_size=1024)
     tokenizer.save_pretrained("runs/tiny-tok")                            # Hugging Face format
 
 Byte-level BPE (GPT-2 / Qwen style pre-tokenisation, no normaliser) so that
@@ -21,13 +22,12 @@ encode to one id, and they stay in the decoded text even with ``skip_special_tok
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import PreTrainedTokenizerFast
 
 from tokenbalance.checks import check_range
-from tokenbalance.tasks.kk.task import response_text, tokenizer_corpus
 
 PAD_TOKEN = "<|pad|>"
 EOS_TOKEN = "<|endoftext|>"
@@ -88,23 +88,3 @@ def train_tokenizer(
         clean_up_tokenization_spaces=False,
     )
     return tokenizer
-
-
-def kk_response_text(row: dict) -> str:
-    """The CoT response of a Logic-RL row (:func:`~tokenbalance.tasks.kk.templates.reference_response`)."""
-    return response_text(row)
-
-
-def kk_tokenizer_corpus(
-    people: Iterable[int] = (2, 3),
-    *,
-    count: int = 200,
-    split: str = "train",
-    template: str = "plain",
-) -> Iterator[str]:
-    """K&K text for tokenizer training (:func:`tokenbalance.tasks.kk.task.tokenizer_corpus`): for
-    ``count`` Logic-RL rows of each number of people, the rendered prompt, the response of
-    :func:`kk_response_text` and the plain ``solution_text`` ("A is a knight, B is a knave, and ...").
-    Deterministic. Other tasks give theirs through ``Task.tokenizer_corpus``.
-    """
-    return tokenizer_corpus(people, count=count, split=split, template=template)

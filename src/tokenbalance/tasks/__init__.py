@@ -12,6 +12,7 @@ math-verify are imported inside the functions that need them.
 """
 
 from tokenbalance.tasks.base import (
+    DEFAULT_TASK,
     EXAMPLE_USES,
     TASK_NAMES,
     BaseTask,
@@ -26,6 +27,7 @@ from tokenbalance.tasks.base import (
 )
 
 __all__ = [
+    "DEFAULT_TASK",
     "EXAMPLE_USES",
     "TASK_NAMES",
     "BaseTask",

@@ -104,7 +104,8 @@ class Task(Protocol):
             nothing needs checking.
 
     :class:`BaseTask` gives defaults for ``special_tokens``, :meth:`example_source`,
-    :meth:`read_examples`, :meth:`tokenizer_corpus` and :meth:`write_data`.
+    :meth:`read_examples`, :meth:`tokenizer_corpus`, :meth:`write_data` and
+    :meth:`score_without_prompt`.
     """
 
     name: str
@@ -143,6 +144,11 @@ class Task(Protocol):
 
     def render_prompt(self, example: TaskExample, template: str) -> str:
         """The prompt text of ``example.question`` under ``template``."""
+        ...
+
+    def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
+        """Score a response given without its prompt (verl's reward manager passes the response
+        alone), as if a ``template`` prompt came before it."""
         ...
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
@@ -224,6 +230,18 @@ class BaseTask:
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
         raise ValueError(f"task {self.name!r} writes no data files")
+
+    def score(self, response: str, example: TaskExample) -> ScoreResult:
+        raise NotImplementedError(f"task {self.name!r} must define score()")
+
+    def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
+        """:meth:`score` with an empty prompt: right for a task whose reward reads the response alone."""
+        return self.score(
+            response, TaskExample(prompt="", question="", ground_truth=ground_truth, data_source=self.name)
+        )
+
+
+DEFAULT_TASK = "kk"  # the task of a config that names none, and of the TRL / verl reward adapters
 
 
 def _make_kk() -> Task:

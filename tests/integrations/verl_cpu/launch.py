@@ -65,9 +65,10 @@ def prepare_inputs(root: Path) -> dict[str, Path]:
     Returns paths ``model``, ``train`` (8 prompts, 2 people) and ``val`` (4 prompts).
     """
     from tokenbalance.cli import main as tokenbalance_cli
-    from tokenbalance.models import TinyModelConfig, build_tiny_model, kk_tokenizer_corpus, save_policy, train_tokenizer
+    from tokenbalance.models import TinyModelConfig, build_tiny_model, save_policy, train_tokenizer
+    from tokenbalance.tasks.kk import tokenizer_corpus
 
-    tokenizer = train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=VOCABULARY)
+    tokenizer = train_tokenizer(tokenizer_corpus((2, 3), count=40), vocab_size=VOCABULARY)
     config = TinyModelConfig(
         hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=512
     )

@@ -1,9 +1,9 @@
 """tokenbalance methods inside TRL's ``GRPOTrainer`` (AR, TR-GRPO, Lopti, NTHR), no fork.
 
-    from tokenbalance.integrations.trl import TokenBalanceGRPOTrainer, grpo_config_for_method, KKReward
+    from tokenbalance.integrations.trl import TokenBalanceGRPOTrainer, grpo_config_for_method, TaskReward
     args = grpo_config_for_method("ar_lopti", output_dir="runs/trl", num_generations=8,
                                   per_device_train_batch_size=8, max_completion_length=1024)
-    trainer = TokenBalanceGRPOTrainer("Qwen/Qwen2.5-3B-Instruct", KKReward(tokenizer), args,
+    trainer = TokenBalanceGRPOTrainer("Qwen/Qwen2.5-3B-Instruct", TaskReward(tokenizer), args,
                                       method="ar_lopti", train_dataset=dataset)
     trainer.train()
 
@@ -29,17 +29,17 @@ from tokenbalance.integrations.trl.config import (
     resolve_method,
     unsupported_reason,
 )
-from tokenbalance.integrations.trl.rewards import KKReward, kk_prompt_dataset
+from tokenbalance.integrations.trl.rewards import TaskReward, task_prompt_dataset
 from tokenbalance.integrations.trl.trainer import TokenBalanceGRPOTrainer
 
 __all__ = [
     "TRL_VERSION",
-    "KKReward",
+    "TaskReward",
     "TokenBalanceGRPOTrainer",
     "build_grpo_trainer",
     "check_config",
     "grpo_config_for_method",
-    "kk_prompt_dataset",
+    "task_prompt_dataset",
     "method_fields",
     "resolve_method",
     "unsupported_reason",

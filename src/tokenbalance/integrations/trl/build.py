@@ -6,8 +6,8 @@ one optimizer step per generation batch (``prompts_per_step x group_size`` compl
 ranks, no gradient accumulation), no bf16 autocast unless asked (``bf16=True``; transformers 5
 turns it on by default, even on CPU), no hub access, no reports, no checkpoints.
 
-    trainer = build_grpo_trainer("runs/tiny/init", tokenizer=None, train_dataset=kk_prompt_dataset(64),
-                                 reward_funcs=KKReward(tok), method="lopti", group_size=8,
+    trainer = build_grpo_trainer("runs/tiny/init", tokenizer=None, train_dataset=task_prompt_dataset(64),
+                                 reward_funcs=TaskReward(tok), method="lopti", group_size=8,
                                  prompts_per_step=4, max_completion_length=256, output_dir="runs/trl")
     trainer.train()
 """
@@ -50,7 +50,7 @@ def build_grpo_trainer(
             TRL loads the reference model from ``model.config._name_or_path``: a local directory).
         tokenizer: the processing class (``None``: loaded by TRL from the model directory).
         train_dataset: rows with a ``prompt`` column plus whatever ``reward_funcs`` read.
-        reward_funcs: TRL reward function(s), e.g. :class:`~tokenbalance.integrations.trl.rewards.KKReward`.
+        reward_funcs: TRL reward function(s), e.g. :class:`~tokenbalance.integrations.trl.rewards.TaskReward`.
         group_size: completions per prompt (``num_generations``).
         prompts_per_step: prompts per optimizer step over all ranks.
         max_completion_length: the longest completion, in tokens.

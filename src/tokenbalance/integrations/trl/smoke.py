@@ -38,15 +38,10 @@ OFFLINE_ENV = {
 
 def build_tiny_policy(directory: str | os.PathLike, *, seed: int = 0) -> Path:
     """A 2-layer, hidden-32 Llama and a 512-token K&K tokenizer saved to ``directory``."""
-    from tokenbalance.models import (
-        TinyModelConfig,
-        build_tiny_model,
-        kk_tokenizer_corpus,
-        save_policy,
-        train_tokenizer,
-    )
+    from tokenbalance.models import TinyModelConfig, build_tiny_model, save_policy, train_tokenizer
+    from tokenbalance.tasks import DEFAULT_TASK, get_task
 
-    tokenizer = train_tokenizer(kk_tokenizer_corpus((2, 3), count=40), vocab_size=512)
+    tokenizer = train_tokenizer(get_task(DEFAULT_TASK).tokenizer_corpus((2, 3), "plain"), vocab_size=512)
     config = TinyModelConfig(
         hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, max_position_embeddings=256
     )
@@ -104,7 +99,7 @@ def run_method(
 
     from tokenbalance.integrations.trl.build import build_grpo_trainer
     from tokenbalance.integrations.trl.config import pass_count, resolve_method
-    from tokenbalance.integrations.trl.rewards import KKReward, kk_prompt_dataset
+    from tokenbalance.integrations.trl.rewards import TaskReward, task_prompt_dataset
     from tokenbalance.models import load_policy
 
     torch.set_num_threads(1)
@@ -112,12 +107,12 @@ def run_method(
     method = resolve_method(method)
     passes = pass_count(method)
     _, tokenizer = load_policy(model_dir)
-    dataset = kk_prompt_dataset(prompts_per_step * steps, difficulty=2, template="compact")
+    dataset = task_prompt_dataset(prompts_per_step * steps, difficulty=2, template="compact")
     trainer = build_grpo_trainer(
         str(model_dir),
         tokenizer=tokenizer,
         train_dataset=dataset,
-        reward_funcs=[KKReward(tokenizer), even_token_share],
+        reward_funcs=[TaskReward(tokenizer), even_token_share],
         reward_weights=[1.0, 1.0],
         method=method,
         group_size=group_size,

@@ -13,7 +13,7 @@ accelerate / DeepSpeed / vLLM. Two methods are overridden:
   NTHR's default ``positives="correct"`` also ``rewards`` (each completion's weighted reward sum,
   kept from ``_calculate_rewards``), from which the correct completions are found: reward equal to
   the maximum (``nthr_max_reward``, or the sum of ``weight * reward_func.max_reward`` over the
-  reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.KKReward`'s 3) or at least
+  reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.TaskReward`'s K&K 3) or at least
   ``nthr.correct_threshold``.
 
 Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each

@@ -1,30 +1,28 @@
-"""Knights & Knaves reward for verl's custom reward function hook.
+"""A registered task's reward for verl's custom reward function hook (Knights & Knaves by default).
 
 Point verl at it with::
 
     reward.custom_reward_function.path=pkg://tokenbalance.integrations.verl.reward
     reward.custom_reward_function.name=compute_score
     +reward.custom_reward_function.reward_kwargs.template=qwen-instruct   # optional
+    +reward.custom_reward_function.reward_kwargs.task=arith               # optional, default kk
 
-verl's reward manager passes the decoded **response only** (special tokens skipped), while the
-Logic-RL / AR-Lopti reward reads prompt + response. We therefore score with
-:func:`tokenbalance.tasks.kk.reward.score_response`, which puts the prompt template's assistant
-header in front of the response, exactly what the reference saw after its ``Assistant`` split
-(docs/tasks.md). The template must be the one the data was generated with (``gen-data``'s
-``--template``, default ``qwen-instruct``).
+verl's reward manager passes the decoded **response only** (special tokens skipped); the task
+scores it as if a prompt of ``template`` (default: the task's first) came before it
+(``Task.score_without_prompt``: K&K puts the template's assistant header in front, exactly what the
+Logic-RL / AR-Lopti reward saw after its ``Assistant`` split; docs/tasks.md). The template must be
+the one the data was generated with (``gen-data``'s ``--template``).
 
-Returns verl's dict form: ``score`` (3, -0.5, -1 or -3) plus ``format_ok``, ``answer_parsed``
-and ``correct`` (0/1, logged by verl as reward extras; ``correct`` is the paper's accuracy).
+Returns verl's dict form: ``score`` plus the task's per-response metrics (K&K: ``format_ok``,
+``answer_parsed`` and ``correct``, 0/1, logged by verl as reward extras; ``correct`` is the paper's
+accuracy).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from tokenbalance.tasks.kk.reward import score_response
-from tokenbalance.tasks.kk.templates import DEFAULT_TEMPLATE
-
-KK_DATA_SOURCE_PREFIX = "kk_logic"
+from tokenbalance.tasks import DEFAULT_TASK, get_task
 
 
 def compute_score(
@@ -32,14 +30,17 @@ def compute_score(
     solution_str: str,
     ground_truth: Any,
     extra_info: dict | None = None,
-    template: str = DEFAULT_TEMPLATE,
+    template: str | None = None,
+    task: str = DEFAULT_TASK,
     **_: Any,
 ) -> dict[str, float]:
-    """Score one decoded response against a K&K row's ``reward_model.ground_truth``."""
-    if not str(data_source).startswith(KK_DATA_SOURCE_PREFIX):
+    """Score one decoded response against its row's ``reward_model.ground_truth`` with ``task``."""
+    scorer = get_task(task)
+    own_source = getattr(scorer, "data_source", None)  # a task that writes its rows names their source
+    if own_source is not None and not str(data_source).startswith(own_source):
         raise ValueError(
-            f"data_source: {data_source!r} is not a Knights & Knaves row (expected {KK_DATA_SOURCE_PREFIX}*, "
-            "as written by `tokenbalance gen-data kk`)"
+            f"data_source: {data_source!r} is not a row of task {task!r} (expected {own_source}*, as written by "
+            f"`tokenbalance gen-data {task}`); set reward_kwargs.task"
         )
-    score = score_response(solution_str, ground_truth, template)
-    return {"score": score.total, **score.metrics()}
+    score = scorer.score_without_prompt(solution_str, ground_truth, template or scorer.templates[0])
+    return {"score": score.reward, **score.metrics}

@@ -21,10 +21,12 @@ from tokenbalance.tasks.kk.reward import (
 )
 from tokenbalance.tasks.kk.solver import all_solutions, count_solutions
 from tokenbalance.tasks.kk.statements import parse_statements, render_statement
-from tokenbalance.tasks.kk.task import KKTask
+from tokenbalance.tasks.kk.task import KKTask, response_text, tokenizer_corpus
 from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, render_prompt
 
 __all__ = [
+    "response_text",
+    "tokenizer_corpus",
     "KKProblem",
     "KKScore",
     "KKTask",

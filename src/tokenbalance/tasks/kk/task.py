@@ -34,7 +34,7 @@ from typing import Any
 from tokenbalance.tasks.base import BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.kk.generator import DEFAULT_SEED
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, generate_rows
-from tokenbalance.tasks.kk.reward import score_with_metrics
+from tokenbalance.tasks.kk.reward import score_response, score_with_metrics
 from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template, reference_cot, reference_response
 
 TWO_PEOPLE_LIMIT = 398  # the generator finds no further unique 2-people puzzle at seed 1234
@@ -174,6 +174,12 @@ class KKTask(BaseTask):
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         result = score_with_metrics(example.prompt + response, example.ground_truth)
+        return ScoreResult(reward=result.total, metrics=result.metrics())
+
+    def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
+        """The reference reads prompt + response: the ``template``'s assistant header is put in front
+        (:func:`~tokenbalance.tasks.kk.reward.score_response`)."""
+        result = score_response(response, ground_truth, template)
         return ScoreResult(reward=result.total, metrics=result.metrics())
 
     def sft_response(self, example: TaskExample, target: str) -> str:
