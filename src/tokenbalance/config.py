@@ -176,8 +176,8 @@ class SFTConfig:
     )
     save_every: int = option(
         0,
-        "checkpoint the SFT of the embedded policy every k steps (0 = never), so that a stopped build resumes "
-        "from its last checkpoint (bit for bit); changes no number, so it is not part of the cache key",
+        "checkpoint the SFT every k steps (0 = never), so that a stopped SFT resumes from its last checkpoint "
+        "(bit for bit); changes no number, so it is not part of the embedded policy's cache key",
         low=0,
         high=10**7,
     )
@@ -188,6 +188,10 @@ class SFTConfig:
         low=1,
         high=10**7,
     )
+
+    def result_settings(self) -> dict:
+        """The settings that decide the SFT's numbers: all but ``save_every`` (how, not what)."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "save_every"}
 
 
 @dataclass

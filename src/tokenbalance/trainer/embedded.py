@@ -29,7 +29,7 @@ SFT_SUMMARY = "tokenbalance_sft.json"
 def embedded_key(config: RunConfig) -> str:
     relevant = {
         "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir")},
-        "sft": {k: v for k, v in to_dict(config.sft).items() if k != "save_every"},  # how, not what
+        "sft": config.sft.result_settings(),
         "data": {
             "task": config.data.task,
             "template": config.data.template,

@@ -12,7 +12,6 @@ cosine decay to 10% of the peak learning rate.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -100,8 +99,7 @@ def run_sft(
     start = 0
     checkpoints = checkpoint_dir if checkpoint_dir is not None and config.save_every else None
     if checkpoints is not None:
-        settings = {k: v for k, v in dataclasses.asdict(config).items() if k != "save_every"}
-        key = sft_checkpoint.fingerprint(settings, seed, pairs, tokenizer.get_vocab())
+        key = sft_checkpoint.fingerprint(config.result_settings(), seed, pairs, tokenizer.get_vocab())
         start, losses = sft_checkpoint.restore(checkpoints, model, optimizer, generator, key)
     model.train()
     bar = StepProgress(config.steps, start=start, enabled=progress, description="SFT")
