@@ -24,7 +24,8 @@ _LEVEL_KEY = re.compile(r"^eval/(greedy|sample)/acc_(\d+)$")
 
 @dataclass
 class CellResult:
-    """One cell as found on disk. ``complete``: completed at the planned steps with a final eval."""
+    """One cell as found on disk. ``complete``: completed at the planned steps with a final eval.
+    ``evals``: every evaluation record, in step order (``first_eval`` and ``last_eval`` are its ends)."""
 
     cell: Cell
     status: str
@@ -32,19 +33,29 @@ class CellResult:
     first_eval: dict = field(default_factory=dict)
     last_eval: dict = field(default_factory=dict)
     train: list[dict] = field(default_factory=list)
+    evals: list[dict] = field(default_factory=list)
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
-        steps, values = [], []
-        for record in self.train:
-            value = record.get(key)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-                steps.append(int(record["step"]))
-                values.append(float(value))
-        return steps, values
+        """Steps and finite values of ``key`` in the train records."""
+        return _series(self.train, key)
+
+    def eval_series(self, key: str) -> tuple[list[int], list[float]]:
+        """Steps and finite values of ``key`` in the evaluation records."""
+        return _series(self.evals, key)
 
     def mean_of(self, key: str) -> float:
         _, values = self.series(key)
         return sum(values) / len(values) if values else math.nan
+
+
+def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
+    steps, values = [], []
+    for record in records:
+        value = record.get(key)
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            steps.append(int(record["step"]))
+            values.append(float(value))
+    return steps, values
 
 
 def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
@@ -60,7 +71,7 @@ def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
         status = f"stopped, last checkpoint at step {checkpoint_step(run_dir)}"
     last = run.eval[-1] if run.eval else {}
     complete = status == "completed" and bool(last) and int(last.get("step", -1)) == steps
-    return CellResult(cell, status, complete, run.eval[0] if run.eval else {}, last, run.train)
+    return CellResult(cell, status, complete, run.eval[0] if run.eval else {}, last, run.train, run.eval)
 
 
 def collect(plan: GridPlan, out_dir: Path) -> list[CellResult]:

@@ -116,8 +116,12 @@ def _unique_names(runs: list[Run]) -> None:
             run.name = f"{run.path.resolve().parent.name}/{run.name}"
 
 
+# matplotlib's ten default colours without its grey (C7), which reads as "baseline" or "no data"
+PALETTE = ("C0", "C1", "C2", "C3", "C4", "C5", "C6", "C8", "C9", "#6a3d9a")
+
+
 def colour(i: int) -> str:
-    return f"C{i % 10}"
+    return PALETTE[i % len(PALETTE)]
 
 
 def _line(ax, run: Run, i: int, key: str, *, kind: str = "train", label: str | None = None, **style) -> bool:
