@@ -6,13 +6,16 @@ that seed starts from) with the grid's rollout settings, exactly as ``tokenbalan
 buckets`` samples it (:func:`tokenbalance.diagnostics.probe.probe_batch`). On that batch, for each
 row (GRPO and AR + Lopti by default), at the same parameters:
 
-* (a) the share of tokens per bucket of old-policy probability (the same for both rows);
+* (a) the share of tokens per bucket of old-policy probability (the same for both rows; log scale,
+  counts on the bars);
 * (b) the mean advantage of positive / negative tokens per bucket, after the row's token weights;
 * (c) the mean change of token probability per bucket after one SGD step (lr 1e-3, the paper's;
-  a Lopti row's step is its two passes) and the share of positive-advantage tokens whose
+  a Lopti row's step is its two passes) and (d) the share of positive-advantage tokens whose
   probability rose (Figure 3), from :func:`tokenbalance.diagnostics.experiments.bucket_experiment`;
-* (d) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
+* (e) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
   (:func:`tokenbalance.diagnostics.grad_norms.bucket_gradient_norms`; KL and entropy off).
+
+Buckets without tokens are marked "empty" in every panel.
 
 Differences from the paper: one batch of a tiny policy, not an average over steps of a 7B run;
 bars of means, not violins. At the same parameters Lopti changes no gradient (it changes when each
@@ -26,7 +29,7 @@ from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
-from tokenbalance.diagnostics.plots import colour, finish_axes, new_figure
+from tokenbalance.diagnostics.plots import colour, new_figure
 from tokenbalance.diagnostics.sinks import dump_json, restore_non_finite
 
 SGD_LR = 1e-3
@@ -117,46 +120,88 @@ def _finite(values: list[float]) -> list[float]:
     return [v if v == v else 0.0 for v in values]  # NaN (an empty bucket) drawn as no bar
 
 
+def _mark_empty(ax, counts: list[int], groups: int) -> None:
+    """Write "empty" under the x position of every bucket without tokens (its bars would read as 0)."""
+    for g, count in enumerate(counts[:groups]):
+        if count == 0:
+            ax.text(g, 0.02, "empty", transform=ax.get_xaxis_transform(), ha="center", fontsize=6, color="0.35")
+
+
+def _letter(ax, letter: str, title: str) -> None:
+    ax.set_title(title, fontsize=8, loc="left")
+    ax.text(-0.02, 1.09, letter, transform=ax.transAxes, fontsize=10, fontweight="bold", va="bottom", ha="right")
+
+
 def plot(data: dict, path: Path) -> Path:
-    """Five panels: (a) token share, (b) advantages, (c) Δp after one SGD step, Figure 3's correct
-    ratio, (d) gradient norm per bucket (the last group: all tokens)."""
+    """The paper's Figure 1 layout, at page width: (a) token share per bucket (log scale, counts on
+    the bars), (b) mean advantage of positive / negative tokens after the row's weights, (c) mean Δp
+    after one SGD step, (d) Figure 3's share of A > 0 tokens whose probability rose, (e) the gradient
+    norm of each bucket's tokens alone and of all tokens. Empty buckets are marked."""
     labels = data["intervals"]
     rows = list(data["rows"].values())
+    count = len(labels)
+    tokens = int(data["tokens"])
+    counts = [round(f * tokens) if f == f else 0 for f in rows[0]["token_frac"]]
     width = 0.8 / max(len(rows), 1)
-    fig = new_figure(1, 5, 3.4, 3.4)
-    axes = fig.subplots(1, 5)
+    fig = new_figure(2, 3, 2.45, 2.0)
+    axes = fig.subplots(2, 3).ravel()
 
     def bars(ax, key: str, groups: list[str], extra: str | None = None, **style) -> None:
         for i, row in enumerate(rows):
             values = list(row[key]) + ([row[extra]] if extra else [])
             xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(groups))]
             ax.bar(xs, _finite(values), width, color=colour(i), label=row["label"], **style)
-        ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
+        ax.set_xticks(range(len(groups)), groups, rotation=25, fontsize=6)
+        _mark_empty(ax, counts, count)
+        ax.tick_params(labelsize=6)
+        ax.grid(alpha=0.3, axis="y")
 
-    axes[0].bar(range(len(labels)), _finite(rows[0]["token_frac"]), 0.6, color="0.5")
-    axes[0].set_xticks(range(len(labels)), labels, rotation=30, fontsize=7)
-    axes[0].set_title("(a) token share (same batch)", fontsize=10)
-    axes[0].set_xlabel("old-policy probability", fontsize=8)
-    axes[0].set_ylabel("share of tokens", fontsize=8)
-    axes[0].tick_params(labelsize=7)
-    axes[0].grid(alpha=0.3)
+    shares = [f if f == f and f > 0 else float("nan") for f in rows[0]["token_frac"]]
+    bars_a = axes[0].bar(range(count), [s if s == s else 0.0 for s in shares], 0.6, color="0.45")
+    axes[0].set_yscale("log")
+    axes[0].set_ylim(min((s for s in shares if s == s), default=1e-3) / 3, 2.0)
+    for bar, n in zip(bars_a, counts):
+        if n:
+            axes[0].text(bar.get_x() + bar.get_width() / 2, bar.get_height() * 1.15, f"{n}", ha="center", fontsize=6)
+    axes[0].set_xticks(range(count), labels, rotation=25, fontsize=6)
+    _mark_empty(axes[0], counts, count)
+    axes[0].tick_params(labelsize=6)
+    axes[0].grid(alpha=0.3, axis="y")
+    axes[0].set_ylabel("share of tokens (log)", fontsize=7)
+    _letter(axes[0], "a", "token share (counts on bars)")
     bars(axes[1], "adv_pos", labels)
     for i, row in enumerate(rows):
-        xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(labels))]
+        xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(count)]
         axes[1].bar(xs, _finite(row["adv_neg"]), width, color=colour(i), alpha=0.5, hatch="//")
     axes[1].axhline(0.0, color="black", linewidth=0.6)
-    finish_axes(axes[1], "(b) mean advantage (hatched: A<0)", "advantage", xlabel="old-policy probability")
+    axes[1].set_ylabel("advantage", fontsize=7)
+    _letter(axes[1], "b", "mean advantage (hatched: A < 0)")
     bars(axes[2], "dp_mean", labels)
     axes[2].axhline(0.0, color="black", linewidth=0.6)
-    finish_axes(axes[2], f"(c) mean Δp, one SGD step (lr {data['sgd_lr']:g})", "Δp", xlabel="old-policy probability")
+    axes[2].set_ylabel("Δp", fontsize=7)
+    axes[2].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
+    axes[2].yaxis.get_offset_text().set_fontsize(6)
+    _letter(axes[2], "c", "mean Δp after one SGD step")
     bars(axes[3], "pos_up_frac", labels)
-    finish_axes(axes[3], "share of A>0 tokens whose p rose", "share", xlabel="old-policy probability")
+    axes[3].set_ylim(0.0, 1.05)
+    axes[3].set_ylabel("share", fontsize=7)
+    _letter(axes[3], "d", "share of A > 0 tokens whose p rose")
     bars(axes[4], "grad_norm", [*labels, "all"], extra="grad_norm_all")
-    finish_axes(axes[4], "(d) gradient norm, bucket only", "L2 norm", xlabel="old-policy probability")
-    fig.suptitle(
-        f"same batch for every row: {data['responses']} responses, {data['tokens']} tokens, "
-        f"accuracy {data['accuracy']:.2f} (start policy of the first seed)",
-        fontsize=10,
+    axes[4].set_ylabel("L2 norm", fontsize=7)
+    _letter(axes[4], "e", "gradient norm, bucket's tokens only")
+    for ax in axes[:5]:
+        ax.set_xlabel("old-policy probability", fontsize=6)
+    handles, names = axes[1].get_legend_handles_labels()
+    axes[5].axis("off")
+    axes[5].legend(handles, names, loc="center", fontsize=7, frameon=False, title="row", title_fontsize=7)
+    axes[5].text(
+        0.5,
+        0.05,
+        f"one batch: {data['responses']} responses, {tokens} tokens,\naccuracy {data['accuracy']:.2f} "
+        f"(start policy of the first seed);\n(c)-(e): one SGD step, lr {data['sgd_lr']:g}, from the same parameters",
+        ha="center",
+        fontsize=6,
+        transform=axes[5].transAxes,
     )
-    fig.savefig(path, format="png", dpi=110)
+    fig.savefig(path, format="png", dpi=200)
     return path
