@@ -91,3 +91,25 @@ def test_bad_run_directories(tmp_path, capsys):
     run = write_log(tmp_path / "r", full_records(1))
     assert main(["plot", str(run), "--format", "pdf"]) == 2
     assert "unknown format 'pdf'" in capsys.readouterr().err
+
+
+def test_runs_are_labelled_by_method_and_seed_and_an_empty_lld_figure_says_so(tmp_path):
+    from tokenbalance.config import RunConfig, apply_overrides, save_config
+    from tokenbalance.diagnostics.plots import _unique_names, lld_figure, training_figure
+
+    runs = []
+    for name in ("a", "b"):
+        run_dir = write_log(tmp_path / name, [r for r in full_records(2) if "lld" not in json.dumps(r)])
+        save_config(apply_overrides(RunConfig(), ["train.method=grpo", "train.seed=3"]), run_dir / "config.yaml")
+        runs.append(load_run(run_dir))
+    bare = load_run(write_log(tmp_path / "bare", full_records(2)))  # no config.yaml: the directory's name
+    assert [r.name for r in runs] == ["grpo seed 3", "grpo seed 3"] and bare.name == "bare"
+    _unique_names(runs)  # the same method and seed twice: told apart by their directories
+    assert [r.name for r in runs] == [f"grpo seed 3 ({tmp_path.name}/a)", f"grpo seed 3 ({tmp_path.name}/b)"]
+
+    texts = [t.get_text() for ax in lld_figure(runs).axes for t in ax.texts]
+    assert len(texts) == 2 and all(t.startswith("no data: no run logged the LLD monitor") for t in texts)
+    assert not [t for ax in lld_figure([bare]).axes for t in ax.texts]  # it has LLD records
+    train_acc, held_out = training_figure([bare]).axes[1:3]
+    assert train_acc.get_ylim() == held_out.get_ylim()  # the two accuracies on one scale
+    assert train_acc.get_lines()[0].get_marker() == "."  # markers at the logged steps

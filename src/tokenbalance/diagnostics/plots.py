@@ -11,9 +11,12 @@ Four figures, each written as PNG and SVG:
 * ``buckets_steps``: the same statistics per step, one column per bucket;
 * ``lld``: the LLD monitor's Δ (mean, 10th percentile, median) and the share of groups below epsilon.
 
-Several runs are overlaid (one colour each, labelled with the run directory's name). A run that
-lacks a panel's keys (older runs, diagnostics switched off) appears in that panel's legend as
-"(no data)"; nothing is skipped silently and a missing key never raises. The figures replace only
+Several runs are overlaid (one colour each, labelled "<method> seed <seed>" from the run's
+``config.yaml``, or the directory's name without one; markers at the logged steps). Panels of one
+quantity share a y-range (the two accuracies; each statistic across buckets). A run that lacks a
+panel's keys (older runs, diagnostics switched off) appears in that panel's legend as "(no data)",
+and a figure with no data at all says so; nothing is skipped silently and a missing key never
+raises. The figures replace only
 files an earlier ``plot`` wrote into the output directory (listed in its
 ``.tokenbalance-written.json``); a file of the user's of the same name is never replaced. Matplotlib is used through
 ``Figure`` objects with the Agg canvas, so no display and no global backend state are involved.
@@ -30,6 +33,7 @@ from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, restore_non_finite
@@ -95,7 +99,7 @@ def load_run(run_dir: str | Path) -> Run:
         raise ValueError(f"{run_dir}: not a directory (expected a run directory holding metrics.jsonl)")
     if not path.is_file():
         raise ValueError(f"{run_dir}: no metrics.jsonl here (is this a run directory? `tokenbalance train` writes it)")
-    run = Run(name=run_dir.resolve().name, path=run_dir)
+    run = Run(name=run_label(run_dir), path=run_dir)
     try:
         records, torn = parse_metrics_lines(path)
     except UnicodeDecodeError as err:
@@ -107,13 +111,27 @@ def load_run(run_dir: str | Path) -> Run:
     return run
 
 
+def run_label(run_dir: Path) -> str:
+    """``<method> seed <seed>`` from the run's ``config.yaml``; the directory's name when it has none."""
+    import yaml
+
+    try:
+        train = (yaml.safe_load((run_dir / "config.yaml").read_text()) or {}).get("train") or {}
+    except (OSError, yaml.YAMLError, AttributeError):
+        train = {}
+    if isinstance(train, dict) and "method" in train and "seed" in train:
+        return f"{train['method']} seed {train['seed']}"
+    return run_dir.resolve().name
+
+
 def _unique_names(runs: list[Run]) -> None:
+    """Two runs with one label (the same method and seed) are told apart by their directories."""
     seen: dict[str, int] = {}
     for run in runs:
         seen[run.name] = seen.get(run.name, 0) + 1
     for run in runs:
         if seen[run.name] > 1:
-            run.name = f"{run.path.resolve().parent.name}/{run.name}"
+            run.name = f"{run.name} ({run.path.resolve().parent.name}/{run.path.resolve().name})"
 
 
 # matplotlib's ten default colours without its grey (C7), which reads as "baseline" or "no data"
@@ -131,13 +149,15 @@ def _line(ax, run: Run, i: int, key: str, *, kind: str = "train", label: str | N
     if not any(math.isfinite(v) for v in values):
         ax.plot([], [], color=colour(i), label=label + NO_DATA, **style)
         return False
-    ax.plot(steps, values, color=colour(i), label=label, **style)
+    ax.plot(steps, values, color=colour(i), label=label, **({"marker": ".", "markersize": 3} | style))
     return True
 
 
 def finish_axes(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend: bool = False) -> None:
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel, fontsize=8)
+    if xlabel == "step":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if ylabel:
         ax.set_ylabel(ylabel, fontsize=8)
     ax.tick_params(labelsize=7)
@@ -180,7 +200,16 @@ def training_figure(runs: list[Run]) -> Figure:
     finish_axes(axes[1], "training accuracy (full reward)", "share")
     finish_axes(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
     finish_axes(axes[3], "response length", "tokens")
+    _share_y(axes[1], axes[2])  # both accuracies on one scale
     return fig
+
+
+def _share_y(*axes) -> None:
+    """One y-range for panels that show the same quantity, so that their heights compare."""
+    low = min(ax.get_ylim()[0] for ax in axes)
+    high = max(ax.get_ylim()[1] for ax in axes)
+    for ax in axes:
+        ax.set_ylim(low, high)
 
 
 def _buckets(runs: list[Run]) -> tuple[int, list[str]]:
@@ -279,6 +308,7 @@ def buckets_steps_figure(runs: list[Run]) -> Figure:
             finish_axes(
                 ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "", fast_legend=True
             )
+        _share_y(*axes[row])  # one statistic per line of panels: the buckets compare
     return fig
 
 
@@ -293,6 +323,20 @@ def lld_figure(runs: list[Run]) -> Figure:
     axes[0].axhline(0.0, color="black", linewidth=0.6)
     finish_axes(axes[0], "LLD: change of log-likelihood of correct responses", "nats per response")
     finish_axes(axes[1], "share of mixed groups with Δ < epsilon", "share")
+    if not any(run.has("diag/lld/delta_mean") for run in runs):
+        for ax in axes:
+            ax.text(
+                0.5,
+                0.5,
+                "no data: no run logged the LLD monitor\n(train with --set diagnostics.lld=true)",
+                ha="center",
+                va="center",
+                transform=ax.transAxes,
+                fontsize=8,
+                color="0.3",
+            )
+            ax.set_xticks([])
+            ax.set_yticks([])
     return fig
 
 
