@@ -86,7 +86,11 @@ def compared_rows(plan: GridPlan) -> list[tuple[int, GridMethod, GridMethod | No
     """``(colour index, row, its baseline row)`` for every row that is not a baseline in the grid."""
     by_key = {m.key: m for m in plan.methods}
     baselines = {m.baseline for m in plan.methods if m.baseline in by_key}
-    return [(i, m, by_key.get(m.baseline)) for i, m in enumerate(plan.methods) if m.key not in baselines]
+    return [
+        (i, m, by_key.get(m.baseline) if m.baseline else None)
+        for i, m in enumerate(plan.methods)
+        if m.key not in baselines
+    ]
 
 
 def _seed_count(results: list[CellResult], row: str) -> int:
