@@ -57,3 +57,18 @@ def test_every_option_has_help():
     lines = describe_options()
     assert len(lines) > 40 and all("#  " not in line and line.split("# ", 1)[1].strip() for line in lines)
     assert any(line.startswith("train.method = 'ar_lopti'") for line in lines)
+
+
+def test_replace_sections_sets_typed_values_checks_them_and_shares_nothing():
+    from tokenbalance.config import replace_sections
+
+    base = RunConfig()
+    changed = replace_sections(base, train={"seed": 7, "steps": 3}, model={"path": "/a b=c #d"})
+    assert (changed.train.seed, changed.train.steps, changed.model.path) == (7, 3, "/a b=c #d")
+    assert (base.train.seed, base.model.path) == (0, None)  # the original is untouched
+    changed.data.eval_difficulties = (9,)  # a section not replaced is a copy too
+    assert base.data.eval_difficulties == (3,)
+    with pytest.raises(ValueError, match="train.steps"):
+        replace_sections(base, train={"steps": -1})  # checked as a loaded config is
+    with pytest.raises(ValueError, match=r"train.sed: unknown option \(did you mean 'seed'\?\)"):
+        replace_sections(base, train={"sed": 1})

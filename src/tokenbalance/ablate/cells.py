@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Literal, NamedTuple
 
 from tokenbalance.ablate.grid import Cell, GridPlan
-from tokenbalance.config import RunConfig, apply_overrides, load_config
+from tokenbalance.config import RunConfig, apply_overrides, load_config, replace_sections
 
 
 def base_config(
@@ -57,16 +57,11 @@ def base_config(
 def cell_config(base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir: Path) -> RunConfig:
     """The run config of ``cell``: the shared settings with its method, seed, steps, start policy
     and run directory."""
-    return apply_overrides(
+    return replace_sections(
         base,
-        [
-            f"train.method={cell.method.preset}",
-            f"train.seed={cell.seed}",
-            f"train.steps={steps}",
-            f"model.path={policy}",
-            f"output.run_dir={run_dir.resolve()}",
-            "output.progress=false",
-        ],
+        train={"method": cell.method.preset, "seed": cell.seed, "steps": steps},
+        model={"path": policy},
+        output={"run_dir": str(run_dir.resolve()), "progress": False},
     )
 
 
@@ -78,7 +73,7 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
     from tokenbalance.trainer.embedded import ensure_embedded_policy
     from tokenbalance.trainer.runner import compute_device
 
-    config = apply_overrides(base, [f"train.seed={seed}"])
+    config = replace_sections(base, train={"seed": seed})
     device = compute_device(config)
     path = ensure_embedded_policy(config, device=device, progress=progress, log=log)
     return str(Path(path).resolve())

@@ -40,7 +40,7 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     import torch
 
     from tokenbalance.algorithms.methods import get_method
-    from tokenbalance.config import apply_overrides, load_config
+    from tokenbalance.config import load_config, replace_sections
     from tokenbalance.diagnostics.access import StepPolicy
     from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
     from tokenbalance.diagnostics.experiments import bucket_experiment
@@ -50,8 +50,7 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     from tokenbalance.trainer.distributed import DistContext
 
     methods = {row.key: get_method(row.preset) for row in rows}
-    config = apply_overrides(load_config(config_file), [f"train.method={rows[0].preset}"])
-    config.output.progress = False
+    config = replace_sections(load_config(config_file), train={"method": rows[0].preset}, output={"progress": False})
     batch = probe_batch(config, prompts=prompts, with_hidden=any(m.needs_hidden_states for m in methods.values()))
     mask_BT = batch.mask_BT.bool()
     old_logp_BT = batch.old.logp_BT

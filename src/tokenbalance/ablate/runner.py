@@ -38,7 +38,7 @@ from tokenbalance.ablate import records as cell_records
 from tokenbalance.ablate.cells import CellAction, base_config, cell_action, cell_config, start_policy
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
-from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
+from tokenbalance.config import RunConfig, load_config, replace_sections, save_config
 from tokenbalance.outputs import check_files_replaceable, record_written
 from tokenbalance.threads import available_cpus
 from tokenbalance.trainer.rundir import RunLock, last_logged_step, read_run_state
@@ -188,9 +188,10 @@ def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: 
 
         try:
             if action in ("resume", "extend"):
-                resumed = apply_overrides(
+                resumed = replace_sections(
                     load_config(run_dir / "config.yaml"),
-                    [f"train.steps={config.train.steps}", "output.progress=false"],
+                    train={"steps": config.train.steps},
+                    output={"progress": False},
                 )
                 run_training(resumed, run_dir=run_dir, resume=True, log=write)
             else:
@@ -223,7 +224,7 @@ def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str,
         if base.model.path is not None:
             policy = base.model.path
         else:
-            seeded = apply_overrides(base, [f"train.seed={cell.seed}"])
+            seeded = replace_sections(base, train={"seed": cell.seed})
             policy = str((Path(base.model.cache_dir) / embedded_key(seeded)).resolve())
         configs[cell.name] = cell_config(base, cell, steps=plan.steps, policy=policy, run_dir=cell_dir(out_dir, cell))
     return configs
@@ -272,7 +273,7 @@ def run_grid(
         raise ValueError(f"--jobs {jobs}: must be 1 with --isolation inprocess (one process runs one cell)")
     cell_base = base
     if jobs > 1 and not base.train.threads:  # the cells share the CPUs
-        cell_base = apply_overrides(base, [f"train.threads={max(1, available_cpus() // jobs)}"])
+        cell_base = replace_sections(base, train={"threads": max(1, available_cpus() // jobs)})
     configs = planned_configs(plan, cell_base, out_dir)
     outcome = GridOutcome()
     out_dir.mkdir(parents=True, exist_ok=True)
