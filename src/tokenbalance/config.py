@@ -31,14 +31,17 @@ import yaml
 
 from tokenbalance.algorithms.methods import METHOD_NESTED_TYPES, Method, apply_method_overrides, get_method
 from tokenbalance.algorithms.registry import did_you_mean
+from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks.base import DEFAULT_TASK, TASK_NAMES
+from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec, register_function_task
 
 METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
 EVAL_SET_USES = {"test": "eval", "validation": "validation"}
+DEFAULT_TEMPLATE = "compact"
 
 
 @dataclass
@@ -64,10 +67,13 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    task: str = option(DEFAULT_TASK, "task name", choices=TASK_NAMES)  # the registry's names when validated
+    # the choices are the registry's names when validated
+    task: str = option(DEFAULT_TASK, "task name ('function' when data.reward is set)", choices=TASK_NAMES)
     template: str = option(
-        "compact",
-        "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language quiz without special tokens)",
+        DEFAULT_TEMPLATE,
+        "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language "
+        "quiz without special tokens); with data.reward, how the prompt column becomes the prompt: auto (text as "
+        "is, chat messages through the policy's chat template), text, or chat (text becomes one user message)",
     )
     train_difficulties: tuple[int, ...] = option(
         (3,),
@@ -84,6 +90,21 @@ class DataConfig:
         None, "train parquet/JSONL (Logic-RL / DeepScaleR schema) instead of generated data", nullable=True, path=True
     )
     eval_file: str | None = option(None, "evaluation parquet/JSONL instead of generated data", nullable=True, path=True)
+    reward: str | None = option(
+        None,
+        "your reward function, MODULE:FUNCTION or FILE.py:FUNCTION, called as fn(response, **row) on the rows of "
+        "data.train_file and data.eval_file (both required); makes data.task 'function' (docs/tasks.md)",
+        nullable=True,
+    )
+    prompt_column: str = option(
+        "prompt", "with data.reward: the column holding each row's prompt (text, or chat messages)"
+    )
+    max_reward: float = option(
+        1.0,
+        "with data.reward: the reward of a correct response (reward/acc and eval/*/acc count rewards equal to it)",
+        low=-1e6,
+        high=1e6,
+    )
     eval_count: int = option(
         1000,
         "held-out examples per difficulty (K&K 2 people: at most 100); 1000 resolves a few points of accuracy",
@@ -104,6 +125,34 @@ class DataConfig:
         choices=tuple(EVAL_SET_USES),
     )
     max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
+
+    def __post_init__(self) -> None:
+        """With ``data.reward``: the task is ``function`` (registered here, so that it validates),
+        the template one of its prompt formats (the default becomes ``auto``), both files given."""
+        if not isinstance(self.reward, str) or not self.reward:  # None, or a wrong type validate() names
+            if self.task == FUNCTION_TASK:
+                raise ValueError(
+                    "data.task='function' is your reward function's task: set data.reward=MODULE:FUNCTION "
+                    "(tokenbalance train --reward) instead"
+                )
+            return
+        self.reward = normalized_reward_spec(self.reward)
+        if self.task not in (DEFAULT_TASK, FUNCTION_TASK):
+            raise ValueError(
+                f"data.task={self.task!r}: data.reward replaces the task's reward with yours; leave data.task "
+                f"unset (it becomes {FUNCTION_TASK!r})"
+            )
+        self.task = FUNCTION_TASK
+        if self.template == DEFAULT_TEMPLATE:
+            self.template = PROMPT_FORMATS[0]
+        check_choice("data.template", self.template, PROMPT_FORMATS)
+        for key, flag in (("train_file", "--data"), ("eval_file", "--eval-data")):
+            if getattr(self, key) is None:
+                raise ValueError(
+                    f"data.{key}: data.reward needs your {'prompts' if key == 'train_file' else 'held-out prompts'} "
+                    f"in a parquet/JSONL file ({flag} FILE)"
+                )
+        register_function_task(self.reward, prompt_column=self.prompt_column, max_reward=self.max_reward)
 
 
 @dataclass

@@ -59,6 +59,10 @@ def config_from_args(args: argparse.Namespace):
         ("method", "train.method"),
         ("steps", "train.steps"),
         ("run_dir", "output.run_dir"),
+        ("data", "data.train_file"),
+        ("eval_data", "data.eval_file"),
+        ("reward", "data.reward"),
+        ("prompt_column", "data.prompt_column"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
@@ -75,6 +79,28 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--method", type=nonempty, help="method preset (tokenbalance list-methods)")
     parser.add_argument("--steps", type=int, help="RL steps")
     parser.add_argument("--run-dir", type=nonempty, help="run directory: new or empty (default runs/<method>-<time>)")
+    yours = parser.add_argument_group(
+        "your data and reward (docs/tasks.md)",
+        "train on the rows of your files, scored by your function: fn(response, **row) -> reward",
+    )
+    yours.add_argument(
+        "--data", type=nonempty, metavar="FILE", help="prompts: a parquet or JSONL file (data.train_file)"
+    )
+    yours.add_argument(
+        "--eval-data", type=nonempty, metavar="FILE", help="held-out prompts, the same columns (data.eval_file)"
+    )
+    yours.add_argument(
+        "--reward",
+        type=nonempty,
+        metavar="MODULE:FUNCTION",
+        help="your reward function, e.g. mypkg.rewards:gsm8k or rewards.py:gsm8k (data.reward)",
+    )
+    yours.add_argument(
+        "--prompt-column",
+        type=nonempty,
+        metavar="NAME",
+        help="the column holding the prompt: text, or chat messages (data.prompt_column, default prompt)",
+    )
     parser.add_argument(
         "--resume",
         type=nonempty,
@@ -94,7 +120,8 @@ def resumed_config(args: argparse.Namespace):
     run_dir = Path(args.resume)
     if not (run_dir / "config.yaml").is_file():
         raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
-    refused = [flag for flag in ("config", "model", "seed", "method", "run_dir") if getattr(args, flag, None)]
+    names = ("config", "model", "seed", "method", "run_dir", "data", "eval_data", "reward", "prompt_column")
+    refused = [flag for flag in names if getattr(args, flag, None)]
     if refused:
         flags = ", ".join("--" + flag.replace("_", "-") for flag in refused)
         raise ValueError(

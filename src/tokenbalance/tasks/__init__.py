@@ -6,6 +6,9 @@
   (:mod:`tokenbalance.tasks.arith`).
 
 A new task: implement :class:`Task` (subclass :class:`BaseTask`) and ``register_task(name, factory)``.
+Your prompts and a reward function, without a subclass: :class:`FunctionTask` (``data.reward``,
+``tokenbalance train --data FILE --eval-data FILE --reward MODULE:FUNCTION``;
+:mod:`tokenbalance.tasks.function`).
 
 This package imports only the standard library, numpy and torch at module level; pyarrow and
 math-verify are imported inside the functions that need them.
@@ -25,6 +28,7 @@ from tokenbalance.tasks.base import (
     task_names,
     unregister_task,
 )
+from tokenbalance.tasks.function import FunctionTask, RewardFunction, load_reward_function
 
 __all__ = [
     "DEFAULT_TASK",
@@ -32,10 +36,13 @@ __all__ = [
     "TASK_NAMES",
     "BaseTask",
     "ExampleSource",
+    "FunctionTask",
+    "RewardFunction",
     "ScoreResult",
     "Task",
     "TaskExample",
     "get_task",
+    "load_reward_function",
     "register_task",
     "task_names",
     "unregister_task",

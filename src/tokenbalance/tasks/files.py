@@ -34,11 +34,15 @@ class RowReader:
             raise self.error(None, f"expected an object with named columns, got {type(row).__name__}")
         self.row = row
 
+    @property
+    def where(self) -> str:
+        """``"<file>: row <r>[ (line <l>)]"``: the start of every message about this row."""
+        where = f"{self.path}: row {self.row_number}"
+        return where if self.line is None else f"{where} (line {self.line})"
+
     def error(self, column: str | None, problem: str) -> ValueError:
         """A ``ValueError`` naming this file, row and ``column`` (for the caller to raise)."""
-        where = f"{self.path}: row {self.row_number}"
-        if self.line is not None:
-            where += f" (line {self.line})"
+        where = self.where
         if column is not None:
             where += f": column {column!r}"
         return ValueError(f"{where}: {problem}")

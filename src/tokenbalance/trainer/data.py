@@ -4,7 +4,9 @@ Generated data comes from the task (:meth:`~tokenbalance.tasks.base.Task.example
 difficulty, disjoint held-out, RL and SFT sources, so the held-out set is never trained on (K&K's
 index ranges are in :mod:`tokenbalance.tasks.kk.task`; arith uses one seed per use). With
 ``data.train_file`` / ``data.eval_file`` the examples come from the task's file reader
-(:meth:`~tokenbalance.tasks.base.Task.read_examples`: Logic-RL / DeepScaleR files) instead.
+(:meth:`~tokenbalance.tasks.base.Task.read_examples`: Logic-RL / DeepScaleR files) instead. With
+``data.reward`` the task is your function (:mod:`tokenbalance.tasks.function`) and both files are
+yours; :func:`function_task_for_run` gives it the policy's chat template before the data is read.
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from collections.abc import Callable, Iterator
 
 from tokenbalance.config import EVAL_SET_USES, DataConfig
 from tokenbalance.tasks import get_task
-from tokenbalance.tasks.base import TASK_FACTORIES, TaskExample
+from tokenbalance.tasks.base import TASK_FACTORIES, Task, TaskExample
+from tokenbalance.tasks.function import register_function_task
 
 _memo: dict | None = None  # set inside ``reused_examples()``
 
@@ -42,6 +45,7 @@ def _memoized(key: tuple, build: Callable[[], list[TaskExample]]) -> list[TaskEx
 
 
 def _file_key(path: str) -> tuple:
+    path = os.path.abspath(path)  # the checks read the path as given, the run the absolute one
     try:
         stat = os.stat(path)
     except OSError:
@@ -72,6 +76,31 @@ def _from_file(config: DataConfig, path: str) -> list[TaskExample]:
             f"{path}: the file holds no examples; point data.train_file / data.eval_file at a non-empty file"
         )
     return examples
+
+
+def function_task_for_run(config: DataConfig, tokenizer) -> Task:
+    """With ``data.reward``: the task ``get_task(config.task)`` gives from now on, whose chat
+    prompts are rendered with ``tokenizer``'s chat template (generation prompt added); a tokenizer
+    without one refuses chat prompts, naming it. Called before the data is read (the checks before
+    a run, ``tokenbalance eval``), so the run's reads find the same task."""
+    if getattr(tokenizer, "chat_template", None):
+
+        def render(messages: list[dict]) -> str:
+            return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+
+    else:
+        name = getattr(tokenizer, "name_or_path", "") or type(tokenizer).__name__
+
+        def render(messages: list[dict]) -> str:
+            raise ValueError(
+                f"chat messages need a chat template, and the policy's tokenizer ({name}) has none; give text "
+                "prompts (data.template=text)"
+            )
+
+    register_function_task(
+        str(config.reward), prompt_column=config.prompt_column, max_reward=config.max_reward, render_chat=render
+    )
+    return get_task(config.task)
 
 
 def _key(config: DataConfig, *parts) -> tuple:

@@ -42,15 +42,24 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     columns), the policy directory's files and, with its tokenizer, the task's tags and every
     prompt's length, the reporting extras, and where the run writes: a new run needs a new or
     empty, writable ``run_dir``; the embedded policy's cache directory must be writable when the
-    policy has to be built."""
+    policy has to be built. With ``data.reward`` (your function): a policy is given, the function
+    imports and is callable, every row has the prompt and the columns it takes, chat prompts
+    render with the policy's chat template, and it returns a reward for the empty response on the
+    first rows of each file."""
     from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_checked_tokenizer
     from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.data import eval_examples, rl_examples
+    from tokenbalance.tasks.function import FunctionTask
+    from tokenbalance.trainer.data import eval_examples, function_task_for_run, rl_examples
     from tokenbalance.trainer.embedded import embedded_key
     from tokenbalance.trainer.scoring import encode_prompts
 
     config.method()
-    task = get_task(config.data.task)
+    if config.data.reward is not None and config.model.path is None:
+        raise ValueError(
+            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory); the "
+            "embedded tiny policy is built for the generated tasks (kk, arith)"
+        )
+    task = get_task(config.data.task)  # data.reward: imports your function (not found, not callable: named)
     check_choice("data.template", config.data.template, task.templates)
     resolve_device(config.train.device)
     for key in ("train_file", "eval_file"):
@@ -62,14 +71,21 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
             raise ValueError(f"output.{flag}=true needs the {module} package: pip install {module}")
     if run_dir is not None and not resume:
         check_new_run_dir(run_dir)
-    train_examples, evals = rl_examples(config.data), eval_examples(config.data)
+    tokenizer = None
     if config.model.path is not None:
         tokenizer = load_checked_tokenizer(check_policy_dir(config.model.path))
+        if config.data.reward is not None:
+            task = function_task_for_run(config.data, tokenizer)  # chat prompts: the policy's template
+    train_examples, evals = rl_examples(config.data), eval_examples(config.data)
+    if tokenizer is not None:
         check_special_tokens(tokenizer, task.special_tokens)
         encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
         encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)
     elif not (Path(config.model.cache_dir) / embedded_key(config) / "tokenbalance_sft.json").is_file():
         check_writable_dir(config.model.cache_dir, "model.cache_dir")
+    if isinstance(task, FunctionTask):
+        task.check_reward(train_examples)
+        task.check_reward(evals)
 
 
 def compute_device(config: RunConfig) -> torch.device:

@@ -16,6 +16,16 @@ the one the data was generated with (``gen-data``'s ``--template``).
 Returns verl's dict form: ``score`` plus the task's per-response metrics (K&K: ``format_ok``,
 ``answer_parsed`` and ``correct``, 0/1, logged by verl as reward extras; ``correct`` is the paper's
 accuracy).
+
+Your own reward function ``fn(response, **row)`` (the one ``tokenbalance train --reward`` takes,
+docs/tasks.md) instead of a task, loaded once and checked by the same code as in our trainer::
+
+    +reward.custom_reward_function.reward_kwargs.reward=mypkg.rewards:gsm8k   # or /abs/path/rewards.py:gsm8k
+    +reward.custom_reward_function.reward_kwargs.max_reward=1                 # optional, default 1
+
+The row it is given: the parquet row's ``extra_info`` keys, then ``reward_model.ground_truth``'s keys
+when it is a dict (else the column ``ground_truth``), then ``data_source``; so
+``ground_truth={"answer": "42"}`` reaches ``fn(response, answer)``.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from __future__ import annotations
 from typing import Any
 
 from tokenbalance.tasks import DEFAULT_TASK, get_task
+from tokenbalance.tasks.function import cached_function_task
 
 
 def compute_score(
@@ -32,9 +43,21 @@ def compute_score(
     extra_info: dict | None = None,
     template: str | None = None,
     task: str = DEFAULT_TASK,
+    reward: str | None = None,
+    max_reward: float = 1.0,
     **_: Any,
 ) -> dict[str, float]:
-    """Score one decoded response against its row's ``reward_model.ground_truth`` with ``task``."""
+    """Score one decoded response against its row's ``reward_model.ground_truth`` with ``task``, or
+    with your function ``reward`` (module docstring)."""
+    if reward is not None:
+        if task != DEFAULT_TASK:
+            raise ValueError(f"reward_kwargs: give task ({task!r}) or reward, not both")
+        row = dict(extra_info or {})
+        row.update(ground_truth if isinstance(ground_truth, dict) else {"ground_truth": ground_truth})
+        row["data_source"] = data_source
+        where = f"verl row {row['index']}" if "index" in row else f"a verl row of {data_source!r}"
+        result = cached_function_task(reward, float(max_reward), "reward_kwargs.").score_row(solution_str, row, where)
+        return {"score": result.reward, **result.metrics}
     scorer = get_task(task)
     own_source = getattr(scorer, "data_source", None)  # a task that writes its rows names their source
     if own_source is not None and not str(data_source).startswith(own_source):

@@ -1,0 +1,492 @@
+"""``function``: your prompts and your reward function as a task, without a subclass.
+
+``tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward mypkg.rewards:gsm8k``
+(the options ``data.train_file``, ``data.eval_file`` and ``data.reward``) trains on the rows of a
+parquet or JSON-lines file and scores each response with ``fn(response, **row)``:
+
+* ``response``: the decoded response text (special tokens kept, EOS dropped), passed by position;
+* ``row``: the row's columns by name: those the function names as parameters, or all of them when it
+  takes ``**kwargs``. A parameter without a default is a column every row must have.
+* it returns a finite number (the reward), or ``(reward, correct)``, or a dict with ``"reward"`` (or
+  ``"score"``, verl's name), an optional ``"correct"`` and other numbers, logged as metrics.
+  A response is correct (``reward/acc``, ``eval/*/acc``) when its reward equals ``data.max_reward``
+  (default 1), as for every task; a returned ``correct`` flag must agree with that.
+
+The prompt is the column ``data.prompt_column`` (default ``prompt``): text used as is, or chat
+messages (``[{"role": "user", "content": ...}, ...]``) rendered with the policy tokenizer's chat
+template; ``data.template`` says which: ``auto`` (by the value's type), ``text``, or ``chat`` (text
+becomes one user message). The trainer hands the renderer in when a run starts
+(:func:`tokenbalance.trainer.data.function_task_for_run`), as this package imports no tokenizer.
+
+One loader (:func:`load_reward_function`) and one check of what the function returns
+(:meth:`RewardFunction.result`) serve our trainer, the TRL reward
+(``TaskReward(tokenizer, reward="mypkg.rewards:gsm8k")``) and verl's
+(``+reward.custom_reward_function.reward_kwargs.reward=mypkg.rewards:gsm8k``); docs/tasks.md.
+
+    tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward rewards.py:gsm8k
+    tokenbalance train --model PATH --device cuda --set model.dtype=bfloat16 --data ... --reward ...
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib
+import importlib.util
+import inspect
+import math
+import numbers
+import os
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any
+
+from tokenbalance.checks import check_choice
+from tokenbalance.tasks.base import TASK_FACTORIES, BaseTask, ProgressFactory, ScoreResult, TaskExample, register_task
+from tokenbalance.tasks.files import RowReader, read_rows
+
+FUNCTION_TASK = "function"
+# data.template of the function task: how the prompt column becomes the prompt text
+PROMPT_FORMATS: tuple[str, ...] = ("auto", "text", "chat")
+# rows of each file the function is tried on (with an empty response) before any model work
+CHECKED_ROWS = 4
+CONTRACT = "a reward function returns a finite number, (number, correct) or a dict with 'reward' (docs/tasks.md)"
+
+ChatRenderer = Callable[[list[dict[str, Any]]], str]
+
+
+class RewardOutputError(ValueError):
+    """The reward function returned something that is not a reward; the message names the row,
+    the function and the value."""
+
+
+def _first_line(err: BaseException) -> str:
+    text = str(err).strip().splitlines()
+    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
+
+
+def _clip(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _shown(value: Any) -> str:
+    """``None``, ``nan``, ``0.5``, ``str '1.0'``, ``tuple (1.0, 'yes')``: a value and its type, short."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return repr(value)
+    return f"{type(value).__name__} {_clip(repr(value))}"
+
+
+def parse_reward_spec(spec: str, setting: str = "data.reward") -> tuple[str, str]:
+    """``(module, attribute)`` of ``"pkg.module:function"`` or ``"path/file.py:function"``
+    (the attribute may be dotted: ``Class.method``); ``ValueError`` naming ``setting`` otherwise."""
+    module, sep, attribute = spec.rpartition(":")
+    module_ok = module.endswith(".py") or all(part.isidentifier() for part in module.split("."))
+    if not (sep and module and module_ok and all(part.isidentifier() for part in attribute.split("."))):
+        raise ValueError(f"{setting}={spec!r}: expected MODULE:FUNCTION (e.g. mypkg.rewards:gsm8k) or FILE.py:FUNCTION")
+    return module, attribute
+
+
+def normalized_reward_spec(spec: str, setting: str = "data.reward") -> str:
+    """``spec`` checked (:func:`parse_reward_spec`), a ``FILE.py`` made absolute so that a saved
+    config names the same file from any working directory (``--resume``, the grid)."""
+    module, attribute = parse_reward_spec(spec, setting)
+    if module.endswith(".py"):
+        return f"{os.path.abspath(os.path.expanduser(module))}:{attribute}"
+    return spec
+
+
+_file_modules: dict[str, Any] = {}  # FILE.py -> its module, loaded once per process
+
+
+def _import_module(module: str, spec: str, setting: str, attribute: str) -> Any:
+    if module.endswith(".py"):
+        path = os.path.abspath(os.path.expanduser(module))
+        if path in _file_modules:
+            return _file_modules[path]
+        if not os.path.isfile(path):
+            raise ValueError(f"{setting}={spec!r}: {path}: no such file")
+        name = f"tokenbalance_reward_{len(_file_modules)}_{os.path.splitext(os.path.basename(path))[0]}"
+        loader_spec = importlib.util.spec_from_file_location(name, path)
+        if loader_spec is None or loader_spec.loader is None:
+            raise ValueError(f"{setting}={spec!r}: {path}: cannot be loaded as a Python module")
+        loaded = importlib.util.module_from_spec(loader_spec)
+        sys.modules[name] = loaded
+        try:
+            loader_spec.loader.exec_module(loaded)
+        except Exception as err:  # noqa: BLE001 - the user's module: reported in one line
+            del sys.modules[name]
+            raise ValueError(f"{setting}={spec!r}: importing {path} raised {_first_line(err)}") from None
+        _file_modules[path] = loaded
+        return loaded
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as err:
+        if err.name is not None and (module == err.name or module.startswith(err.name + ".")):
+            raise ValueError(
+                f"{setting}={spec!r}: cannot import module {module!r} ({err}); install it, put its directory on "
+                f"PYTHONPATH, or name its file: FILE.py:{attribute}"
+            ) from None
+        raise ValueError(f"{setting}={spec!r}: importing module {module!r} raised {_first_line(err)}") from None
+    except Exception as err:  # noqa: BLE001 - the user's module: reported in one line
+        raise ValueError(f"{setting}={spec!r}: importing module {module!r} raised {_first_line(err)}") from None
+
+
+def load_reward_function(reward: str | Callable[..., Any], setting: str = "data.reward") -> Callable[..., Any]:
+    """The function named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is
+    returned as is). Every failure is one ``ValueError`` line naming ``setting``, the module and
+    the attribute: a malformed name, a module that cannot be imported (or raises when imported), a
+    missing attribute (with the closest name), a value that is not callable."""
+    if callable(reward):
+        return reward
+    if not isinstance(reward, str):
+        raise ValueError(f"{setting}: expected MODULE:FUNCTION or a function, got {_shown(reward)}")
+    module_name, attribute = parse_reward_spec(reward, setting)
+    value = _import_module(module_name, reward, setting, attribute)
+    parts = attribute.split(".")
+    for depth, part in enumerate(parts):
+        if not hasattr(value, part):
+            owner = f"module {module_name!r}" if depth == 0 else repr(".".join([module_name, *parts[:depth]]))
+            close = difflib.get_close_matches(part, [n for n in dir(value) if not n.startswith("_")], n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ValueError(f"{setting}={reward!r}: {owner} has no attribute {part!r}{hint}")
+        value = getattr(value, part)
+    if not callable(value):
+        raise ValueError(f"{setting}={reward!r}: {module_name}.{attribute} is {_shown(value)}, not a function")
+    return value
+
+
+def _number(value: Any) -> float | None:
+    """``value`` as a float when it is a real number (bools, numpy and 0-d torch scalars included)."""
+    if isinstance(value, (str, bytes)) or value is None:
+        return None
+    if not isinstance(value, numbers.Real) and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        value = value.item()
+    return float(value) if isinstance(value, numbers.Real) else None
+
+
+def _flag(value: Any) -> bool | None:
+    number = _number(value)
+    return None if number not in (0.0, 1.0) else number == 1.0
+
+
+class RewardFunction:
+    """A reward function ``fn(response, **row)`` with the check of what it returns.
+
+    Args:
+        reward: ``"pkg.module:function"``, ``"path/file.py:function"`` or the function itself.
+        max_reward: the reward of a correct response; a returned ``correct`` flag must agree with it.
+        prefix: how the caller names its settings in messages: ``"data."`` (the trainer's
+            ``data.reward`` / ``data.max_reward``), ``"reward_kwargs."`` (verl), ``""`` (TRL's
+            ``TaskReward`` arguments).
+
+    Attributes:
+        name: the spec, or the function's qualified name.
+        required_columns: the parameters without a default after the response: columns every row needs.
+    """
+
+    def __init__(self, reward: str | Callable[..., Any], *, max_reward: float = 1.0, prefix: str = "data.") -> None:
+        self.setting = f"{prefix}reward"
+        self.max_reward_setting = f"{prefix}max_reward"
+        self.function = load_reward_function(reward, self.setting)
+        self.name = reward if isinstance(reward, str) else getattr(reward, "__qualname__", repr(reward))
+        number = _number(max_reward)
+        if number is None or not math.isfinite(number):
+            raise ValueError(f"{self.max_reward_setting}: must be a finite number, got {_shown(max_reward)}")
+        self.max_reward = number
+        self._signature()
+
+    def _signature(self) -> None:
+        """The response parameter, the column parameters and the required ones, from the signature."""
+        P = inspect.Parameter
+        self.response_parameter: str | None = None
+        self.parameters: frozenset[str] = frozenset()
+        self.takes_any_column = True
+        self.required_columns: tuple[str, ...] = ()
+        try:
+            params = list(inspect.signature(self.function).parameters.values())
+        except (TypeError, ValueError):  # no signature to read (some builtins): pass every column
+            return
+        if not params or params[0].kind in (P.KEYWORD_ONLY, P.VAR_KEYWORD):
+            raise ValueError(
+                f"{self.setting}={self.name!r}: the function takes no positional parameter; it is called as "
+                "fn(response, **row)"
+            )
+        first, rest = params[0], params[1:]
+        for param in rest:
+            if param.kind is P.POSITIONAL_ONLY and param.default is P.empty:
+                raise ValueError(
+                    f"{self.setting}={self.name!r}: parameter {param.name!r} is positional-only; the row's "
+                    "columns are passed by name (fn(response, **row))"
+                )
+        named = [p for p in rest if p.kind in (P.POSITIONAL_OR_KEYWORD, P.KEYWORD_ONLY)]
+        self.response_parameter = None if first.kind is P.VAR_POSITIONAL else first.name
+        self.parameters = frozenset(p.name for p in named)
+        self.takes_any_column = any(p.kind is P.VAR_KEYWORD for p in params)
+        self.required_columns = tuple(p.name for p in named if p.default is P.empty)
+
+    def columns_for(self, row: Mapping[str, Any]) -> dict[str, Any]:
+        """The keyword arguments the function gets from ``row``."""
+        return {
+            key: value
+            for key, value in row.items()
+            if key != self.response_parameter and (self.takes_any_column or key in self.parameters)
+        }
+
+    def missing_columns(self, row: Mapping[str, Any]) -> list[str]:
+        return [column for column in self.required_columns if column not in row]
+
+    def score(self, response: str, row: Mapping[str, Any], where: str) -> ScoreResult:
+        """``fn(response, **row)`` checked by :meth:`result` (``where`` names the row in messages).
+        What the function raises is not caught: the caller says where it happened."""
+        return self.result(self.function(response, **self.columns_for(row)), where, response)
+
+    def result(self, value: Any, where: str, response: str = "") -> ScoreResult:
+        """The :class:`ScoreResult` of what the function returned (module docstring): the reward,
+        ``correct`` (0/1) when flagged, and the dict's other numbers as metrics.
+        :class:`RewardOutputError` (one line: ``where``, the function, the value, the rule) otherwise."""
+
+        def bad(problem: str) -> RewardOutputError:
+            return RewardOutputError(
+                f"{where}: {self.name} returned {_shown(value)} for the response {_clip(response)!r}; {problem}"
+            )
+
+        metrics: dict[str, float] = {}
+        reward, flagged, correct = value, False, None
+        if isinstance(value, Mapping):
+            keys = [key for key in ("reward", "score") if key in value]
+            if len(keys) != 1:
+                raise bad("a dict needs one of 'reward' or 'score'")
+            reward, flagged, correct = value[keys[0]], "correct" in value, value.get("correct")
+            for key, item in value.items():
+                if key in (keys[0], "correct"):
+                    continue
+                number = _number(item)
+                if not isinstance(key, str) or number is None:
+                    raise bad(f"its {key!r} is not a number (a dict's other keys are logged as metrics)")
+                metrics[key] = number
+        elif isinstance(value, (tuple, list)):
+            if len(value) != 2:
+                raise bad("a tuple is (reward, correct)")
+            reward, flagged, correct = value[0], True, value[1]
+        number = _number(reward)
+        if number is None:
+            raise bad(CONTRACT)
+        if not math.isfinite(number):
+            raise bad("the reward must be a finite number")
+        if flagged:
+            flag = _flag(correct)
+            if flag is None:
+                raise bad(f"correct must be true or false, got {_shown(correct)}")
+            if flag != (number == self.max_reward):
+                raise bad(
+                    f"correct={flag}, but a response is correct when its reward equals "
+                    f"{self.max_reward_setting}={self.max_reward:g}; set {self.max_reward_setting}, or return the "
+                    "reward alone"
+                )
+            metrics["correct"] = float(flag)
+        return ScoreResult(number, metrics)
+
+
+def _messages(value: Any) -> list[dict[str, Any]]:
+    ok = isinstance(value, list) and bool(value)
+    ok = ok and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
+    ok = ok and all(isinstance(m.get("content"), str) for m in value)
+    if not ok:
+        raise ValueError(f"expected text or chat messages [{{'role': ..., 'content': ...}}, ...], got {_shown(value)}")
+    return [dict(message) for message in value]
+
+
+def _question(prompt: Any) -> str:
+    """The text of a prompt: the text itself, or the content of the last user message."""
+    if isinstance(prompt, str):
+        return prompt
+    users = [m.get("content", "") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+    return str(users[-1]) if users else ""
+
+
+class FunctionTask(BaseTask):
+    """Rows of a file scored by a reward function (module docstring).
+
+    Args:
+        reward: the reward function or its name (:class:`RewardFunction`).
+        prompt_column: the column holding each row's prompt.
+        max_reward: the reward of a correct response.
+        render_chat: chat messages -> prompt text (the policy's chat template); ``None`` refuses
+            chat prompts with a message saying where the renderer comes from.
+        prefix: how the settings are named in messages (:class:`RewardFunction`).
+    """
+
+    name = FUNCTION_TASK
+    templates = PROMPT_FORMATS
+
+    def __init__(
+        self,
+        reward: str | Callable[..., Any],
+        *,
+        prompt_column: str = "prompt",
+        max_reward: float = 1.0,
+        render_chat: ChatRenderer | None = None,
+        prefix: str = "data.",
+    ) -> None:
+        self.reward = RewardFunction(reward, max_reward=max_reward, prefix=prefix)
+        self.max_reward = self.reward.max_reward
+        self.prompt_column = prompt_column
+        self.render_chat = render_chat
+
+    def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
+        """One example per row: the prompt rendered per ``template`` (``data.template``), the row
+        itself as ``ground_truth`` (the function's columns), ``where`` (file and row) in ``extra``.
+        Every row must have the prompt column and the function's required columns."""
+        prompt_format = template or self.templates[0]
+        check_choice("data.template", prompt_format, self.templates)
+        return [self._example(reader, prompt_format) for reader in read_rows(path)]
+
+    def _example(self, reader: RowReader, prompt_format: str) -> TaskExample:
+        row = reader.row
+        columns = ", ".join(map(str, row)) or "none"
+        if not reader.has(self.prompt_column):
+            raise reader.error(
+                self.prompt_column, f"missing (the prompt: data.prompt_column); the row's columns: {columns}"
+            )
+        missing = self.reward.missing_columns(row)
+        if missing:
+            raise reader.error(
+                missing[0], f"missing; {self.reward.name} takes it as a parameter; the row's columns: {columns}"
+            )
+        raw = row[self.prompt_column]
+        try:
+            prompt = self._prompt_text(raw, prompt_format)
+        except ValueError as err:
+            raise reader.error(self.prompt_column, str(err)) from None
+        index, source = row.get("index"), row.get("data_source")
+        return TaskExample(
+            prompt=prompt,
+            question=_question(raw),
+            ground_truth=row,
+            data_source=source if isinstance(source, str) and source else FUNCTION_TASK,
+            index=index if isinstance(index, int) and not isinstance(index, bool) else reader.row_number,
+            extra={"where": reader.where, "prompt": raw},
+        )
+
+    def _prompt_text(self, prompt: Any, prompt_format: str) -> str:
+        if isinstance(prompt, str):
+            if not prompt.strip():
+                raise ValueError("empty prompt")
+            if prompt_format != "chat":
+                return prompt
+            messages = [{"role": "user", "content": prompt}]
+        else:
+            messages = _messages(prompt)
+            if prompt_format == "text":
+                raise ValueError(
+                    "chat messages, but data.template=text takes text; data.template=auto or chat renders them "
+                    "with the policy's chat template"
+                )
+        if self.render_chat is None:
+            raise ValueError(
+                "chat messages are rendered with the policy's chat template, which the trainer reads from "
+                "model.path before it reads the data (tokenbalance train / eval)"
+            )
+        try:
+            text = self.render_chat(messages)
+        except ValueError:
+            raise
+        except Exception as err:  # noqa: BLE001 - a template error: reported in one line
+            raise ValueError(f"cannot render the chat messages: {_first_line(err)}") from None
+        return str(text)
+
+    def render_prompt(self, example: TaskExample, template: str) -> str:
+        return self._prompt_text(example.extra.get("prompt", example.question), template)
+
+    def score_row(self, response: str, row: Mapping[str, Any], where: str) -> ScoreResult:
+        """The reward of ``response`` for a row of columns; ``where`` names the row in messages."""
+        return self.reward.score(response, row, where)
+
+    def score(self, response: str, example: TaskExample) -> ScoreResult:
+        where = example.extra.get("where") or f"{example.data_source}: row {example.index}"
+        row = example.ground_truth if isinstance(example.ground_truth, Mapping) else {}
+        return self.score_row(response, row, where)
+
+    def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
+        row = ground_truth if isinstance(ground_truth, Mapping) else {"ground_truth": ground_truth}
+        return self.score_row(response, row, "a row")
+
+    def check_reward(self, examples: Iterable[TaskExample], rows: int = CHECKED_ROWS) -> None:
+        """Score the empty response on the first ``rows`` examples: the function must return a
+        reward (:meth:`RewardFunction.result`) and not raise. Cheap, before any model work."""
+        for count, example in enumerate(examples):
+            if count == rows:
+                return
+            try:
+                self.score("", example)
+            except RewardOutputError:
+                raise
+            except Exception as err:  # noqa: BLE001 - the user's function: reported in one line
+                where = example.extra.get("where", example.index)
+                raise ValueError(
+                    f"{where}: {self.reward.name} raised {_first_line(err)} for the empty response; a reward "
+                    "function must score any text"
+                ) from None
+
+    def _no_generated(self, what: str) -> ValueError:
+        return ValueError(
+            f"task {FUNCTION_TASK!r} (data.reward) reads its examples from data.train_file / data.eval_file and "
+            f"has no {what}; the SFT warm start and the embedded policy need a generated task (kk, arith): give "
+            "your policy with --model"
+        )
+
+    def examples(
+        self,
+        split: str,
+        *,
+        difficulty: int | None = None,
+        count: int | None = None,
+        start_index: int | None = None,
+        seed: int | None = None,
+        template: str | None = None,
+    ) -> list[TaskExample]:
+        raise self._no_generated("generated examples")
+
+    def sft_response(self, example: TaskExample, target: str) -> str:
+        raise self._no_generated("SFT targets")
+
+    def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
+        raise self._no_generated("tokenizer corpus")
+
+    def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
+        raise self._no_generated("data files to write")
+
+
+class FunctionTaskFactory:
+    """What :func:`register_function_task` registers: builds the :class:`FunctionTask` of ``settings``
+    (reward, prompt column, max reward) with ``render_chat``."""
+
+    def __init__(self, settings: tuple[str, str, float], render_chat: ChatRenderer | None) -> None:
+        self.settings, self.render_chat = settings, render_chat
+
+    def __call__(self) -> FunctionTask:
+        reward, prompt_column, max_reward = self.settings
+        return FunctionTask(reward, prompt_column=prompt_column, max_reward=max_reward, render_chat=self.render_chat)
+
+
+def register_function_task(
+    reward: str, *, prompt_column: str = "prompt", max_reward: float = 1.0, render_chat: ChatRenderer | None = None
+) -> None:
+    """Make ``get_task("function")`` build the :class:`FunctionTask` of these settings. A config
+    with ``data.reward`` calls it when it is built (so ``data.task='function'`` validates), without
+    ``render_chat``: a registration of the same settings is then kept (it may hold the renderer
+    of the run's tokenizer). The trainer calls it with the renderer before it reads the data."""
+    settings = (reward, prompt_column, max_reward)  # checked by the config, and when the task is built
+    current = TASK_FACTORIES.get(FUNCTION_TASK)
+    if current is not None and not isinstance(current, FunctionTaskFactory):
+        raise ValueError(f"a task named {FUNCTION_TASK!r} is registered already; data.reward needs that name")
+    if render_chat is None and current is not None and current.settings == settings:
+        return
+    register_task(FUNCTION_TASK, FunctionTaskFactory(settings, render_chat), replace=True)
+
+
+@functools.lru_cache(maxsize=16)
+def cached_function_task(reward: str, max_reward: float = 1.0, prefix: str = "data.") -> FunctionTask:
+    """One :class:`FunctionTask` per (reward, max reward) for callers that score one response per
+    call (verl's reward manager), so the function is loaded once."""
+    return FunctionTask(reward, max_reward=max_reward, prefix=prefix)
