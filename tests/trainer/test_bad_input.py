@@ -36,7 +36,7 @@ def test_reward_that_raises_is_named(small_config, monkeypatch):
         raise KeyError("solution")
 
     monkeypatch.setattr(KKTask, "score", broken)
-    with pytest.raises(RuntimeError, match="the 'kk' reward raised KeyError: 'solution' on example kk_logic:"):
+    with pytest.raises(ValueError, match="the 'kk' reward raised KeyError: 'solution' on example kk_logic:"):
         run_training(small_config, log=lambda *_: None)
 
 

@@ -213,7 +213,7 @@ def test_a_bad_reward_at_scoring_time_names_the_row_and_the_value(user_files, tm
         ],
     )
     message = r"\.jsonl: row \d+ \(line \d+\): gsm8k_reward:nan_once_answered returned nan for the response .+; the reward must be a finite number"
-    with pytest.raises(RuntimeError, match=message):
+    with pytest.raises(ValueError, match=message):
         run_training(config, log=lambda *_: None)
 
 

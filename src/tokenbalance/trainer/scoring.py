@@ -34,13 +34,14 @@ def decode_responses(
 
 
 def score_responses(task: Task, responses: list[str], examples: list[TaskExample]) -> list[ScoreResult]:
-    """Score every response; a scorer that raises is reported with the example it failed on."""
+    """Score every response; a scorer that raises is reported with the example it failed on, as a
+    ``ValueError`` (the reward is the user's input: one line on the command line, no traceback)."""
     results = []
     for response, example in zip(responses, examples):
         try:
             results.append(task.score(response, example))
         except Exception as err:  # noqa: BLE001 - re-raised with context
-            raise RuntimeError(
+            raise ValueError(
                 f"the {task.name!r} reward raised {type(err).__name__}: {err} on example "
                 f"{example.data_source}:{example.index} with response {response[:200]!r}; fix the reward "
                 "function so it returns a score for any text"
