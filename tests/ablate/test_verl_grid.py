@@ -1,33 +1,59 @@
-"""``tokenbalance ablate --runner verl``: the grid as one verl launch script, each row with its
-preset's hyper-parameters, NTHR listed with the reason verl cannot run it."""
+"""``tokenbalance ablate --runner verl`` writes the grid: one launch script per cell with its row's
+hyper-parameters, NTHR listed with the reason verl cannot run it, the drivers, the cost estimate;
+writing it again never touches what the cells wrote."""
 
 import subprocess
 import sys
 
-from tokenbalance.ablate.grid import GRID_METHODS, GRID_PRESETS, make_plan
-from tokenbalance.ablate.verl_grid import grid_script, verl_launch
+import pytest
+
+from tokenbalance.ablate.grid import GRID_METHODS
+from tokenbalance.ablate.verl_grid import verl_launch
 from tokenbalance.algorithms.methods import get_method
+from tokenbalance.cli import main
+
+VERL = ["ablate", "--runner", "verl"]
 
 
-def test_verl_script_lists_every_row_or_why_not():
-    plan = make_plan(GRID_PRESETS["kk-tiny"], seeds=[0, 1])
-    text = grid_script(
-        "kk-tiny", plan.methods, plan.seeds, ("3b", "7b"), out="OUT", script_path="run_grid.sh", command="cmd"
+def write(tmp_path, *flags: str):
+    out = tmp_path / "out"
+    assert main([*VERL, "--out", str(out), *flags]) == 0
+    return out / "verl"
+
+
+def launches(grid_dir) -> dict[str, str]:
+    """Each cell's ``LAUNCH=(...)`` line, by cell name (in cells.txt order)."""
+    names = (grid_dir / "cells.txt").read_text().split()
+    return {
+        name: next(
+            line for line in (grid_dir / "cells" / name / "run.sh").read_text().splitlines() if "LAUNCH=" in line
+        )
+        for name in names
+    }
+
+
+def test_every_row_launches_with_its_presets_values_or_says_why_not(tmp_path):
+    grid_dir = write(tmp_path, "--seeds", "0,1")
+    by_name = launches(grid_dir)
+    assert len(by_name) == 9 * 2 * 2  # every default row but NTHR x models x seeds
+    assert list(by_name)[:2] == ["grpo-3b-seed0", "ar-3b-seed0"]  # model-major, then seed, then row
+    assert by_name["grpo-3b-seed0"] == "LAUNCH=(env MODEL=3b ESTIMATOR=grpo bash examples/verl/kk_baseline.sh)"
+    assert by_name["ar_lopti-7b-seed1"] == (
+        "LAUNCH=(env MODEL=7b ESTIMATOR=grpo ALPHA=0.3 ETA=0.5 bash examples/verl/kk_ar_lopti.sh)"
     )
-    lines = [line for line in text.splitlines() if line.startswith("run_cell ")]
-    assert len(lines) == 9 * 2 * 2  # every row but NTHR x models x seeds
-    assert "#   NTHR (nthr): NTHR is not supported on verl: it needs the old policy's last-layer hidden" in text
-    by_name = {line.split()[1]: line for line in lines}
-    assert by_name["grpo-3b-seed0"].endswith("ESTIMATOR=grpo bash examples/verl/kk_baseline.sh")
-    assert "MODEL=7b ESTIMATOR=grpo ALPHA=0.3 ETA=0.5 bash examples/verl/kk_ar_lopti.sh" in by_name["ar_lopti-7b-seed1"]
     assert (
         "ESTIMATOR=reinforce_pp ALPHA=0.1 ETA=0.5 bash examples/verl/kk_ar_lopti.sh" in by_name["rpp_ar_lopti-3b-seed0"]
     )
-    # the Figure 4 eta, not the Lopti-only script's 0.4
-    assert "ETA=0.5 bash examples/verl/kk_lopti.sh" in by_name["lopti-3b-seed0"]
+    assert "ETA=0.5 bash examples/verl/kk_lopti.sh" in by_name["lopti-3b-seed0"]  # Figure 4's eta, not the script's 0.4
     assert "policy_loss.loss_mode=tokenbalance_tr_grpo" in by_name["tr_grpo-3b-seed0"]
-    assert by_name["rpp-7b-seed1"].startswith("run_cell rpp-7b-seed1 1 env MODEL=7b ESTIMATOR=reinforce_pp bash")
-    assert all(row in GRID_METHODS for row in plan.preset.methods)
+    run = (grid_dir / "cells" / "rpp-7b-seed1" / "run.sh").read_text()
+    assert "\nCELL=rpp-7b-seed1\nSEED=1\n" in run and run.rstrip().endswith('source "$CELL_DIR/../../run_cell.sh"')
+    assert (grid_dir / "cells" / "rpp-7b-seed1" / "STATUS").read_text() == "not started\n"
+    for driver in ("run_grid.sh", "slurm_array.sh"):
+        text = (grid_dir / driver).read_text()
+        assert "# not on verl: NTHR (nthr): NTHR is not supported on verl: it needs the old policy's last-layer" in text
+    assert "#SBATCH --array=0-35\n" in (grid_dir / "slurm_array.sh").read_text()
+    assert all(row in GRID_METHODS for row in [name.split("-")[0] for name in by_name])
 
 
 def test_rows_verl_cannot_run_say_why():
@@ -37,8 +63,17 @@ def test_rows_verl_cannot_run_say_why():
     assert "rloo" in verl_launch(get_method("grpo").replace(advantage=get_method("grpo").advantage.__class__("rloo")))
 
 
+def test_the_size_and_the_estimated_cost_are_printed(tmp_path, capsys):
+    write(tmp_path, "--methods", "grpo,lopti", "--seeds", "0", "--verl-models", "3b")
+    printed = capsys.readouterr().out
+    assert "verl grid kk-tiny: 2 rows x 1 models x 1 seeds = 2 cells" in printed
+    assert "cost: an ESTIMATE from the settings, not a measurement" in printed
+    assert "  total: 2 cells, 332 GPU-hours" in printed  # 133 (one update pass) + 199 (Lopti's two)
+    assert "20% (assumed, not measured)" in printed
+
+
 def test_the_verl_grid_is_written_without_verl(tmp_path):
-    """Writing the script needs neither verl nor the verl integration (which checks verl on import):
+    """Writing the grid needs neither verl nor the verl integration (which checks verl on import):
     in a process where ``import verl`` fails, as on a laptop without it, the grid is written."""
     out = tmp_path / "grid"
     code = (
@@ -50,4 +85,40 @@ def test_the_verl_grid_is_written_without_verl(tmp_path):
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
-    assert (out / "verl" / "run_grid.sh").read_text().startswith("#!/usr/bin/env bash")
+    for name in ("run_grid.sh", "slurm_array.sh", "run_cell.sh"):
+        assert (out / "verl" / name).read_text().startswith(("#!/usr/bin/env bash", "# tokenbalance"))
+
+
+def test_writing_again_keeps_what_the_cells_wrote(tmp_path):
+    flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
+    cell = write(tmp_path, *flags) / "cells" / "grpo-3b-seed0"
+    (cell / "STATUS").write_text("failed at step 3: exit status 1\n")
+    (cell / "metrics.sitting-1.jsonl").write_text('{"step":1,"data":{}}\n')
+    write(tmp_path, *flags)
+    assert (cell / "STATUS").read_text() == "failed at step 3: exit status 1\n"
+    assert (cell / "metrics.sitting-1.jsonl").read_text() == '{"step":1,"data":{}}\n'
+
+
+def test_a_cell_that_ran_another_launch_is_refused(tmp_path, capsys):
+    flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
+    cell = write(tmp_path, *flags) / "cells" / "ar_lopti-3b-seed0"
+    script = cell / "run.sh"
+    script.write_text(script.read_text().replace("ALPHA=0.3", "ALPHA=0.2"))  # as written by another version
+    (cell / "metrics.sitting-1.jsonl").write_text('{"step":1,"data":{}}\n')
+    before = script.read_text()
+    assert main([*VERL, "--out", str(tmp_path / "out"), *flags]) == 2
+    err = capsys.readouterr().err
+    assert "--out: cell ar_lopti-3b-seed0 has run with another launch" in err and "ALPHA=0.2" in err
+    assert script.read_text() == before
+
+
+@pytest.mark.parametrize("flag", ["--no-figure", "--figure-prompts=4"])
+def test_the_verl_report_refuses_local_only_flags(tmp_path, capsys, flag):
+    write(tmp_path, "--preset", "kk-smoke")
+    assert main([*VERL, "--preset", "kk-smoke", "--out", str(tmp_path / "out"), "--report-only", flag]) == 2
+    assert "apply to the local grid only" in capsys.readouterr().err
+
+
+def test_the_verl_report_needs_a_written_grid(tmp_path, capsys):
+    assert main([*VERL, "--out", str(tmp_path / "none"), "--report-only"]) == 2
+    assert "holds no verl grid (write it first" in capsys.readouterr().err

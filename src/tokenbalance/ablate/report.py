@@ -5,6 +5,8 @@ row x column: mean, sd, CI over seeds, the paired difference from the baseline r
 relative change), ``cells.csv`` (each cell's own numbers, from its ``metrics.jsonl``) and
 ``step_cost.csv``. Statistics: :mod:`tokenbalance.ablate.stats` (t interval over seeds; paired by
 seed). Only complete cells count; a row's difference uses the seeds both it and its baseline have.
+A :class:`ReportSource` says where the numbers come from: the local grid's cells by default, the
+cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl_report`); the tables are the same.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ import os
 import platform
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod, GridPlan
@@ -28,6 +31,38 @@ from tokenbalance.config import load_config
 START_ROW = GridMethod("start", "start policy (step 0)", "-")
 MODE_TITLES = {"greedy": "greedy decoding", "sample": "one sample at temperature 1.0"}
 COST_KEYS = ("timing/step_s", "timing/rollout_s", "timing/logprob_s", "timing/update_s")
+LOCAL_ACCURACY_NOTE = (
+    "Accuracy is a cell's last held-out evaluation (its `metrics.jsonl`, `kind: eval`, after the final RL "
+    "step); the start-policy row is the step-0 evaluation."
+)
+STATISTICS_NOTE = (
+    "Each entry is the mean over seeds ± the "
+    "half-width of its 95% confidence interval (t distribution with n - 1 degrees of freedom, sample "
+    "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
+    "(GRPO, or REINFORCE++ for its family), paired by seed (every cell of a seed starts from the same "
+    "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
+    "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
+    "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
+    "80% probability, given the observed spread of the differences: (t_0.975 + t_0.80, n - 1 degrees of "
+    "freedom) × sd / √n; a smaller effect may exist unseen."
+)
+LOCAL_COST_NOTE = (
+    "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
+    "over seeds); cells ran one at a time on this machine, so a busy machine inflates them all."
+)
+
+
+@dataclass(frozen=True)
+class ReportSource:
+    """What a report says about where its numbers come from: ``summary`` lines (after the cell count),
+    the ``accuracy_note`` (which record is a cell's accuracy), the ``cost_note``, the decoding ``modes``
+    it has tables for and their titles. :func:`local_source` is the local grid's."""
+
+    summary: tuple[str, ...]
+    accuracy_note: str = LOCAL_ACCURACY_NOTE
+    cost_note: str = LOCAL_COST_NOTE
+    modes: tuple[str, ...] = MODES
+    mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
 
 
 def column_label(key: str, unit: str) -> str:
@@ -86,7 +121,7 @@ def _seeds(values: dict[int, float]) -> str:
     return " ".join(str(s) for s in sorted(values))
 
 
-def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult]) -> None:
+def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], modes: tuple[str, ...] = MODES) -> None:
     fields = [
         "mode",
         "row",
@@ -110,7 +145,7 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult]) ->
     with open(path, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=fields)
         writer.writeheader()
-        for mode in MODES:
+        for mode in modes:
             for entry in accuracy_rows(plan, results, mode):
                 e: Estimate = entry["estimate"]
                 line = {
@@ -205,7 +240,9 @@ def write_cost_csv(path: Path, rows: list[CostRow]) -> None:
             )
 
 
-def accuracy_markdown(plan: GridPlan, results: list[CellResult], mode: str, unit: str) -> list[str]:
+def accuracy_markdown(
+    plan: GridPlan, results: list[CellResult], mode: str, unit: str, title: str | None = None
+) -> list[str]:
     entries = accuracy_rows(plan, results, mode)
     columns = accuracy_columns(results, mode)
     table: dict[str, dict[str, dict]] = {}
@@ -228,7 +265,7 @@ def accuracy_markdown(plan: GridPlan, results: list[CellResult], mode: str, unit
             + f" | {fmt_relative(cells[avg].get('relative', math.nan)) if diff is not None else ''}"
             + f" | {cells[avg]['estimate'].n} |"
         )
-    lines += ["", f"Paired differences from the baseline row per column ({MODE_TITLES[mode]}):", ""]
+    lines += ["", f"Paired differences from the baseline row per column ({title or MODE_TITLES[mode]}):", ""]
     lines += [
         f"| Method | vs | {' | '.join(labels)} | detectable Avg Δ (80% power) |",
         "|---|---|" + "---|" * (len(labels) + 1),
@@ -304,6 +341,11 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
     return "- start policies: " + ("; ".join(parts) or "not built yet")
 
 
+def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> ReportSource:
+    """The local grid's: its cells' wall time (grid_log.jsonl) and start policies."""
+    return ReportSource((cell_time_summary(out_dir, results), start_policy_summary(out_dir, plan)))
+
+
 def write_report(
     plan: GridPlan,
     results: list[CellResult],
@@ -312,10 +354,13 @@ def write_report(
     command: str | None = None,
     unit: str = "people",
     figures: tuple[str, ...] = (),
+    source: ReportSource | None = None,
 ) -> Path:
-    """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path."""
+    """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path.
+    ``source``: where the numbers come from (default: the local grid in ``out_dir``)."""
     out_dir = Path(out_dir)
-    write_accuracy_csv(out_dir / "accuracy.csv", plan, results)
+    source = source or local_source(out_dir, plan, results)
+    write_accuracy_csv(out_dir / "accuracy.csv", plan, results, source.modes)
     write_cells_csv(out_dir / "cells.csv", results)
     costs = cost_rows(plan, results)
     write_cost_csv(out_dir / "step_cost.csv", costs)
@@ -332,29 +377,19 @@ def write_report(
         + (", ".join(f"`{o}`" for o in (*plan.preset.overrides, *plan.overrides)) or "none"),
         f"- cells complete: {len(complete)} of {len(results)}"
         + (f"; not complete: {', '.join(missing)}" if missing else ""),
-        cell_time_summary(out_dir, results),
-        start_policy_summary(out_dir, plan),
+        *source.summary,
         "",
-        "Accuracy is a cell's last held-out evaluation (its `metrics.jsonl`, `kind: eval`, after the final RL "
-        "step); the start-policy row is the step-0 evaluation. Each entry is the mean over seeds ± the "
-        "half-width of its 95% confidence interval (t distribution with n - 1 degrees of freedom, sample "
-        "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
-        "(GRPO, or REINFORCE++ for its family), paired by seed (every cell of a seed starts from the same "
-        "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
-        "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
-        "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
-        "80% probability, given the observed spread of the differences: (t_0.975 + t_0.80, n - 1 degrees of "
-        "freedom) × sd / √n; a smaller effect may exist unseen.",
+        f"{source.accuracy_note} {STATISTICS_NOTE}",
     ]
-    for mode in MODES:
-        lines += ["", f"## Held-out accuracy, {MODE_TITLES[mode]}", ""]
-        lines += accuracy_markdown(plan, results, mode, unit)
+    for mode in source.modes:
+        title = source.mode_titles[mode]
+        lines += ["", f"## Held-out accuracy, {title}", ""]
+        lines += accuracy_markdown(plan, results, mode, unit, title)
     lines += [
         "",
         "## Cost per RL step",
         "",
-        "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
-        "over seeds); cells ran one at a time on this machine, so a busy machine inflates them all.",
+        source.cost_note,
         "",
         *cost_markdown(costs),
     ]

@@ -6,11 +6,13 @@ per-step cost and the Figure 1 panels on one batch (docs/ablate.md).
     tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4         # the default rows, 5 seeds
     tokenbalance ablate --preset kk-tiny --methods grpo,ar_lopti --out runs/ablate-two
     tokenbalance ablate --preset kk-tiny --report-only             # tables and figures from the cells on disk
-    tokenbalance ablate --runner verl --verl-models 3b,7b          # the grid at paper scale: a verl launch script
+    tokenbalance ablate --runner verl --verl-models 3b,7b          # the grid at paper scale: verl scripts, cost
+    tokenbalance ablate --runner verl --verl-models 3b --report-only   # the table from the verl cells' logs
     tokenbalance ablate --list                                     # grid presets and rows
 
 Run the same command again after an interruption: completed cells are kept, started ones resume.
-On one GPU add ``--device cuda``; a cluster runs the ``--runner verl`` script.
+On one GPU add ``--device cuda``; a cluster runs the ``--runner verl`` grid, one job per cell
+(``OUT/verl/slurm_array.sh``; one node: ``OUT/verl/run_grid.sh``; docs/scale.md).
 """
 
 from __future__ import annotations
@@ -46,7 +48,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--runner",
         choices=("local", "verl"),
         default="local",
-        help="local: run the grid here; verl: write (and print) the verl launch script of the grid at paper scale",
+        help="local: run the grid here; verl: write the grid at paper scale as verl scripts (one per cell, a "
+        "one-node driver, a Slurm array) after printing its size and estimated cost; with --report-only, build the "
+        "table from the verl cells' logs",
     )
     parser.add_argument(
         "--verl-models", default=DEFAULT_VERL_MODELS, help="--runner verl: models (3b, 7b; default both)"
@@ -69,7 +73,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         help="keep each finished cell's config, metrics and status in this directory (small; no checkpoints) and "
         "restore finished cells from it on a machine that lacks them, so none runs twice (docs/ablate.md)",
     )
-    parser.add_argument("--report-only", action="store_true", help="only rebuild the tables and figures")
+    parser.add_argument(
+        "--report-only",
+        action="store_true",
+        help="only rebuild the tables and figures (--runner verl: from the verl cells' logs in OUT/verl)",
+    )
     parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
     parser.add_argument(
         "--figure-prompts",
@@ -131,7 +139,6 @@ def check_flags(args: argparse.Namespace) -> None:
         given += [
             flag
             for flag, used in (
-                ("report-only", args.report_only),
                 ("isolation", args.isolation != "subprocess"),
                 ("no-figure", args.no_figure),
                 ("figure-prompts", args.figure_prompts != DEFAULT_FIGURE_PROMPTS),
@@ -154,7 +161,7 @@ def command_line(args: argparse.Namespace, plan, out: Path) -> str:
         f"--preset {plan.preset.name}",
         f"--methods {','.join(m.key for m in plan.methods)}",
         f"--seeds {','.join(map(str, plan.seeds))}",
-        f"--steps {plan.steps}",
+        *([f"--steps {plan.steps}"] if args.runner == "local" else []),  # verl: the scripts' 5 epochs
         f"--out {shlex.quote(str(out))}",
     ]
     for flag in ("config", "model", "device", "records"):
@@ -182,26 +189,69 @@ def list_grids() -> None:
 
 
 def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
-    from tokenbalance.ablate.verl_grid import grid_script
+    """Print the verl grid's size and estimated cost, then write its scripts into ``OUT/verl``."""
+    from tokenbalance.ablate.verl_cost import CellCost, assumptions, cost_table
+    from tokenbalance.ablate.verl_grid import verl_cells
+    from tokenbalance.ablate.verl_scripts import write_verl_grid
     from tokenbalance.outputs import record_written
 
-    script = out / "verl" / "run_grid.sh"
-    text = grid_script(  # every check first: a refused grid writes nothing
-        plan.preset.name,
-        plan.methods,
-        plan.seeds,
-        tuple(_split(args.verl_models, "--verl-models") or ()),
-        out=str(out / "verl"),
-        script_path=str(script),
-        command=command_line(args, plan, out),
-    )
+    models = tuple(_split(args.verl_models, "--verl-models") or ())
+    cells, unsupported = verl_cells(plan.methods, plan.seeds, models)
+    if not cells:  # every check first: a refused grid writes nothing
+        raise ValueError(
+            f"--runner verl: no cell to run ({'; '.join(f'{row.label}: {why}' for row, why in unsupported)})"
+        )
+    costs = [CellCost(cell.model, cell.launch.update_passes) for cell in cells]
+    rows = len(plan.methods) - len(unsupported)
+    summary = [
+        f"verl grid {plan.preset.name}: {rows} rows x {len(models)} models x {len(plan.seeds)} seeds = {len(cells)} "
+        "cells, each one job on 1 node x 4 GPUs (the AR-Lopti scripts)",
+        f"rows: {', '.join(f'{r.label} ({r.preset})' for r in plan.methods if r not in dict(unsupported))}; "
+        f"models: {', '.join(models)}; seeds: {', '.join(map(str, plan.seeds))}",
+        *assumptions(),
+        *cost_table(costs),
+    ]
+    print("\n".join(summary))
+    for row, why in unsupported:
+        print(f"not on verl: {row.label} ({row.preset}): {why}")
+    grid_dir = out / "verl"
     out.mkdir(parents=True, exist_ok=True)
     record_written(out, ["verl"])
-    script.parent.mkdir(parents=True, exist_ok=True)
-    script.write_text(text)
-    script.chmod(0o755)
-    print(text)
-    print(f"written: {script}")
+    driver, slurm = write_verl_grid(
+        grid_dir,
+        plan.preset.name,
+        cells,
+        unsupported,
+        summary=summary,
+        longest_cell_hours=max(cost.wall_hours for cost in costs),
+        command=command_line(args, plan, out),
+    )
+    print(f"written: {len(cells)} cell scripts in {grid_dir / 'cells'}, {driver.name} (one node), {slurm.name} (Slurm)")
+    print(f"run on one node: bash {shlex.quote(str(driver))}   (DRY_RUN=1 first: checks every cell's config)")
+    print(f"one job per cell: sbatch {shlex.quote(str(slurm))}   (adapt its #SBATCH header to your cluster)")
+    print(f"the table afterwards: {command_line(args, plan, out)} --report-only")
+    return 0
+
+
+def report_verl(args: argparse.Namespace, plan, out: Path) -> int:
+    """The paper-layout report of each model from the verl cells' logs in ``OUT/verl``."""
+    from tokenbalance.ablate.verl_report import write_verl_reports
+
+    grid_dir = out / "verl"
+    if not (grid_dir / "cells.txt").is_file():
+        raise ValueError(
+            f"--report-only: {grid_dir} holds no verl grid (write it first: the command without --report-only)"
+        )
+    models = tuple(_split(args.verl_models, "--verl-models") or ())
+    reports = write_verl_reports(
+        grid_dir, plan.preset.name, plan.methods, plan.seeds, models, command=command_line(args, plan, out)
+    )
+    for report in reports:
+        print(report.read_text())
+    print(
+        "written: " + ", ".join(str(report.parent) for report in reports) + " (results.md, accuracy.csv, cells.csv, "
+        "step_cost.csv, reward_curves.png)"
+    )
     return 0
 
 
@@ -245,7 +295,7 @@ def run(args: argparse.Namespace) -> int:
     adopt_earlier_grid(out)  # a grid written before OUT had a manifest continues
     check_files_replaceable(out, GRID_FILES, "--out")  # nothing of the user's in OUT is replaced
     if args.runner == "verl":
-        return write_verl(args, plan, out)
+        return report_verl(args, plan, out) if args.report_only else write_verl(args, plan, out)
     if args.figure_prompts < 1:
         raise ValueError(f"--figure-prompts: must be >= 1, got {args.figure_prompts}")
     from tokenbalance.ablate.curves import reward_curves

@@ -1,0 +1,160 @@
+"""Read a verl grid's cells back: each cell's STATUS and its verl metrics over every sitting.
+
+A cell's metrics are the JSON lines verl's file logger wrote (``{"step": n, "data": {key: value}}``),
+one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`.verl_cell_script`). They are merged by
+step in sitting order: a later sitting's value of a key replaces an earlier one's at the same step
+(a resumed sitting runs again the steps after its checkpoint; the model that finishes descends from
+the later run), keys it did not log are kept. A line torn by a kill (the last one, without its line
+break) is left out; any other unreadable line is reported with its file and line.
+
+Validation metrics become the local grid's evaluation records (:mod:`.results`), so that the same
+report is built from them: verl logs ``val-core|val-aux/<data source>/<variable>/mean@<N>`` per data
+source; a data source ending in a number is one difficulty (``kk_logic3``: 3 people, as written by
+``prepare_kk_data.sh``), and the variable read is :data:`ACCURACY_VARIABLE`. ``mean@1`` of a greedy
+validation (verl's default ``val_kwargs.do_sample=False``, as in the K&K scripts) is the ``greedy``
+mode; a sampled one (``do_sample=True`` in the cell's composed config, or N > 1) is ``sample``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+from pathlib import Path
+
+import yaml
+
+from tokenbalance.ablate.results import CellResult
+from tokenbalance.ablate.verl_grid import VerlCell
+from tokenbalance.ablate.verl_scripts import NOT_STARTED
+
+# the K&K reward's accuracy (0/1 per response; tokenbalance.integrations.verl.reward returns it as an extra)
+ACCURACY_VARIABLE = "correct"
+_SITTING = re.compile(r"^metrics\.sitting-(\d+)\.jsonl$")
+_VALIDATION = re.compile(r"^val-(?:core|aux)/[^/]+?(?P<level>\d+)/(?P<variable>[^/]+)/mean@(?P<samples>\d+)$")
+_RUNNING = re.compile(r"^running: sitting \d+ on (?P<host>\S+) pid (?P<pid>\d+)")
+# verl's per-step keys -> the local grid's (the cost table and the reward curves read these)
+TRAIN_KEYS = {
+    "reward/mean": ("critic/score/mean",),
+    "timing/step_s": ("timing_s/step",),
+    "timing/rollout_s": ("timing_s/gen",),
+    "timing/logprob_s": ("timing_s/old_log_prob", "timing_s/ref"),
+    "timing/update_s": ("timing_s/update_actor",),
+}
+TRAIN_MARKER = "timing_s/step"  # present in every training step's line, absent from validation-only lines
+
+
+def sitting_files(cell_dir: Path) -> list[Path]:
+    """The cell's metrics files in sitting order."""
+    numbered = [(int(m.group(1)), p) for p in cell_dir.glob("metrics.sitting-*.jsonl") if (m := _SITTING.match(p.name))]
+    return [path for _, path in sorted(numbered)]
+
+
+def read_sitting(path: Path) -> list[tuple[int, dict]]:
+    """``(step, metrics)`` per line of one sitting's file; ``ValueError`` naming a damaged line."""
+    text = path.read_text()
+    lines = text.split("\n")
+    if lines and lines[-1] and not text.endswith("\n"):
+        lines = lines[:-1]  # the last line torn by a kill: the step it held was not finished on disk
+    records = []
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            records.append((int(record["step"]), dict(record["data"])))
+        except (ValueError, KeyError, TypeError):
+            raise ValueError(f"{path}:{number}: not a verl metrics line: {line[:80]!r}") from None
+    return records
+
+
+def merged_steps(cell_dir: Path) -> dict[int, dict]:
+    """Every step's metrics over the cell's sittings (later sittings win per key)."""
+    steps: dict[int, dict] = {}
+    for path in sitting_files(cell_dir):
+        for step, data in read_sitting(path):
+            steps.setdefault(step, {}).update(data)
+    return dict(sorted(steps.items()))
+
+
+def cell_status(cell_dir: Path) -> str:
+    """The STATUS line; a "running" one whose process on this host is gone reads "stopped: ..."."""
+    path = cell_dir / "STATUS"
+    if not path.is_file():
+        return NOT_STARTED if not cell_dir.exists() else "no STATUS file"
+    status = (path.read_text().splitlines() or [""])[0].strip()
+    running = _RUNNING.match(status)
+    if running and running.group("host") == socket.gethostname() and not _alive(int(running.group("pid"))):
+        return f"stopped: {status.removeprefix('running: ')}; its process is gone (run the cell again to resume)"
+    return status
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def validation_do_sample(cell_dir: Path) -> bool:
+    """``actor_rollout_ref.rollout.val_kwargs.do_sample`` of the cell's last composed config (hydra's
+    copy in ``hydra/.hydra/config.yaml``); verl's default False when there is none."""
+    try:
+        config = yaml.safe_load((cell_dir / "hydra" / ".hydra" / "config.yaml").read_text())
+        return bool(config["actor_rollout_ref"]["rollout"]["val_kwargs"]["do_sample"])
+    except (OSError, ValueError, KeyError, TypeError, yaml.YAMLError):
+        return False
+
+
+def evaluation_record(step: int, data: dict, do_sample: bool) -> dict:
+    """The step's validation as ``eval/<mode>/acc_<level>`` values and ``eval/<mode>/acc`` (their mean);
+    empty when the step has no validation of :data:`ACCURACY_VARIABLE`."""
+    levels: dict[str, dict[int, float]] = {}
+    for key, value in data.items():
+        match = _VALIDATION.match(key)
+        if match and match.group("variable") == ACCURACY_VARIABLE and _finite(value):
+            mode = "sample" if do_sample or int(match.group("samples")) > 1 else "greedy"
+            levels.setdefault(mode, {})[int(match.group("level"))] = float(value)
+    record: dict = {}
+    for mode, values in levels.items():
+        record |= {f"eval/{mode}/acc_{level}": value for level, value in sorted(values.items())}
+        record[f"eval/{mode}/acc"] = math.fsum(values.values()) / len(values)
+    return {"step": step, **record} if record else {}
+
+
+def train_record(step: int, data: dict) -> dict:
+    """The step's training metrics under the local grid's names (:data:`TRAIN_KEYS`), verl's kept beside."""
+    record = {"step": step, **data}
+    for ours, theirs in TRAIN_KEYS.items():
+        if all(_finite(data.get(key)) for key in theirs):
+            record[ours] = math.fsum(float(data[key]) for key in theirs)
+    return record
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_verl_cell(cell_dir: Path, cell: VerlCell) -> CellResult:
+    """One cell as found on disk. ``complete``: STATUS completed, with a validation at its last step."""
+    status = cell_status(cell_dir)
+    try:
+        steps = merged_steps(cell_dir)
+    except ValueError as err:
+        return CellResult(cell, f"damaged: {err}")
+    do_sample = validation_do_sample(cell_dir)
+    evaluations = [record for step, data in steps.items() if (record := evaluation_record(step, data, do_sample))]
+    train = [train_record(step, data) for step, data in steps.items() if TRAIN_MARKER in data]
+    last = evaluations[-1] if evaluations else {}
+    last_step = train[-1]["step"] if train else -1
+    complete = status.startswith("completed") and bool(last) and last["step"] == last_step
+    return CellResult(cell, status, complete, evaluations[0] if evaluations else {}, last, train)
+
+
+def collect_verl(grid_dir: Path, cells: list[VerlCell]) -> list[CellResult]:
+    return [read_verl_cell(grid_dir / "cells" / cell.name, cell) for cell in cells]

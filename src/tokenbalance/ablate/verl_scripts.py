@@ -1,0 +1,244 @@
+"""The verl grid as files a cluster runs: one launch script per cell, a driver for one node, a Slurm array.
+
+Layout of ``OUT/verl/``::
+
+    run_grid.sh                the sequential driver: every cell in turn on this node; a failed cell
+                               does not stop it, the failed ones are listed at the end (exit status 1)
+    slurm_array.sh             one Slurm array task per cell (its header says how to adapt it)
+    cells.txt                  the cells, one a line (array task i runs line i + 1)
+    run_cell.sh                one sitting of a cell (:mod:`.verl_cell_script`), sourced by each run.sh
+    cells/<cell>/run.sh        the cell: its row, model, seed and launch (preset script, hyper-parameters)
+    cells/<cell>/STATUS        not started | running: ... | completed: ... | failed at step N: ...
+    cells/<cell>/metrics.sitting-<k>.jsonl, train.log, checkpoints/, hydra/   written by its sittings
+
+Every value a script embeds (cell names, hyper-parameters, the grid directory) is shell-quoted data;
+comment lines show line breaks as ``\\n``. Writing the grid again rewrites the scripts (atomically,
+so a sitting reading one keeps its copy) and never a cell's STATUS, metrics or checkpoints; a cell that
+has run is refused if its launch would change (its metrics would mix two experiments).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from pathlib import Path
+
+from tokenbalance.ablate.grid import GridMethod
+from tokenbalance.ablate.verl_cell_script import SITTING_SCRIPT
+from tokenbalance.ablate.verl_grid import VerlCell
+from tokenbalance.outputs import write_text_atomic
+
+NOT_STARTED = "not started"
+SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
+
+
+def comment_safe(text: str) -> str:
+    """``text`` for a ``#`` comment line of a script: line breaks shown as ``\\n`` (a newline in a
+    path would otherwise end the comment and run the rest as shell code)."""
+    return text.replace("\\", "\\\\").replace("\n", "\\n").replace("\r", "\\r")
+
+
+def fill(template: str, **values: str) -> str:
+    """``template`` with each ``@NAME@`` replaced by ``values[NAME]``, in one pass (a value is never
+    searched for placeholders itself); bash keeps its own ``${...}``."""
+    return re.sub(r"@([A-Z_]+)@", lambda match: values[match.group(1)], template)
+
+
+def launch_line(cell: VerlCell) -> str:
+    """The cell's ``LAUNCH=(...)`` array: ``env MODEL=.. ESTIMATOR=.. [ALPHA ETA] bash SCRIPT [overrides]``."""
+    env = [f"{key}={value}" for key, value in (("MODEL", cell.model), *cell.launch.env)]
+    words = ["env", *env, "bash", cell.launch.script, *cell.launch.overrides]
+    return "LAUNCH=(" + " ".join(shlex.quote(word) for word in words) + ")"
+
+
+CELL_TEMPLATE = """#!/usr/bin/env bash
+# tokenbalance verl grid, cell @NAME_COMMENT@: row @ROW@, model @MODEL@, seed @SEED@.
+# From the repository root:
+#   bash @SCRIPT@                   # one sitting; run it again to resume from the cell's last checkpoint
+#   DRY_RUN=1 bash @SCRIPT@         # compose and validate the cell's config (printed); change nothing
+#   bash @SCRIPT@ key=value ...     # extra hydra overrides for this sitting
+# The launch: the AR-Lopti K&K preset script (examples/verl/common.sh holds the shared settings, each with
+# its source: data, 64 prompts x 8, lengths, lr, clipping, KL, rollout, 5 epochs) with this row's
+# hyper-parameters from its method preset, then the seed (data.seed, rollout.seed) and this directory
+# (checkpoints/, hydra/, metrics.sitting-<k>.jsonl, train.log; STATUS says where the cell is).
+CELL=@NAME@
+SEED=@SEED@
+@LAUNCH@
+CELL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$CELL_DIR/../../run_cell.sh"
+"""
+
+
+def cell_script(cell: VerlCell, script_path: str) -> str:
+    return fill(
+        CELL_TEMPLATE,
+        NAME_COMMENT=comment_safe(cell.name),
+        ROW=comment_safe(f"{cell.method.label} ({cell.method.preset})"),
+        MODEL=comment_safe(cell.model),
+        SEED=str(int(cell.seed)),
+        SCRIPT=comment_safe(shlex.quote(script_path)),
+        NAME=shlex.quote(cell.name),
+        LAUNCH=launch_line(cell),
+    )
+
+
+DRIVER_TEMPLATE = """#!/usr/bin/env bash
+# tokenbalance ablate --runner verl: grid @PRESET@ at paper scale (AR-Lopti K&K setting, verl), on one node.
+# Written by: @COMMAND@
+@SUMMARY@
+#
+# On a GPU node (1 x 4 x 80 GB per cell, as the AR-Lopti scripts), from the repository root:
+#   pip install -e '.[verl]' && pip install 'verl[vllm]'
+#   bash examples/verl/prepare_kk_data.sh data/kk
+#   DRY_RUN=1 bash @SCRIPT@      # compose and validate every cell's config; changes nothing
+#   bash @SCRIPT@ [key=value...] # run every cell not completed, in turn (extra hydra overrides for every cell)
+# A failed cell does not stop the grid: the others run, the failed ones are listed at the end (exit
+# status 1), and running this script again resumes them from their last checkpoint. One job per cell on
+# a cluster: slurm_array.sh beside this script. Environment: LOGGER (default [console,file]) and those
+# of examples/verl/common.sh (MODEL_PATH, DATA_DIR, N_GPUS). Each cell: cells/<cell>/run.sh, STATUS,
+# metrics.sitting-<k>.jsonl. The table from the cells' verl logs: the command above with --report-only.
+set -uo pipefail
+GRID_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+mapfile -t CELLS < "$GRID_DIR/cells.txt"
+FAILED=()
+for cell in "${CELLS[@]}"; do
+  bash "$GRID_DIR/cells/$cell/run.sh" "$@" < /dev/null || FAILED+=("$cell")
+done
+echo "== grid: each cell's STATUS"
+for cell in "${CELLS[@]}"; do
+  printf '%s: %s\\n' "$cell" "$(head -n 1 "$GRID_DIR/cells/$cell/STATUS" 2> /dev/null || echo 'not started')"
+done
+if ((${#FAILED[@]})); then
+  echo "failed cells (run this script again to resume them): ${FAILED[*]}" >&2
+  exit 1
+fi
+"""
+
+
+SLURM_TEMPLATE = """#!/usr/bin/env bash
+#SBATCH --job-name=tokenbalance-verl
+#SBATCH --array=0-@LAST_TASK@
+#SBATCH --nodes=1
+#SBATCH --ntasks=1
+#SBATCH --gres=gpu:4
+#SBATCH --cpus-per-task=32
+#SBATCH --time=@HOURS@:00:00
+# tokenbalance ablate --runner verl: grid @PRESET@, one Slurm array task per cell (task i runs line i + 1
+# of cells.txt: cells/<cell>/run.sh). Written by: @COMMAND@
+@SUMMARY@
+#
+# Submit from the repository root (a task runs there: examples/verl/ and DATA_DIR are found from it):
+#   sbatch @SCRIPT@                   # every cell; a completed cell exits at once, so submitting again
+#                                     # after failures or time limits resumes exactly the unfinished ones
+#   sbatch --array=2,5 @SCRIPT@       # only these tasks (line number - 1 in cells.txt)
+#   sbatch --array=0-@LAST_TASK@%4 @SCRIPT@   # at most 4 cells at once
+# Adapt to your cluster before submitting:
+#   * add #SBATCH --partition=... / --account=... / --qos=... as your site requires;
+#   * --gres=gpu:4 is one node of 4 GPUs per cell (the AR-Lopti scripts); write your site's GPU request
+#     (e.g. --gpus-per-node=4) and export N_GPUS to the GPUs per node if it is not 4;
+#   * --cpus-per-task and --mem: the node's share your site gives 4 GPUs;
+#   * --time: @TIME_WHY@; a cell stopped by the limit gets SIGTERM, is marked failed
+#     at its step and resumes from its last checkpoint (every 20 steps) when submitted again;
+#   * the environment: jobs inherit the submitting shell's by default; otherwise activate it below
+#     (module load ... / source .venv/bin/activate);
+#   * a grid directory copied elsewhere: sbatch --export=ALL,GRID_DIR=/new/path @SCRIPT@.
+# Extra arguments are hydra overrides for every cell (sbatch @SCRIPT@ trainer.n_gpus_per_node=8).
+set -uo pipefail
+DEFAULT_GRID_DIR=@GRID_DIR@
+GRID_DIR="${GRID_DIR:-$DEFAULT_GRID_DIR}"
+cd "${SLURM_SUBMIT_DIR:-.}" || exit 2
+TASK="${SLURM_ARRAY_TASK_ID:?submit this script with sbatch (each array task runs one cell); on one node use run_grid.sh}"
+CELL="$(sed -n "$((TASK + 1))p" "$GRID_DIR/cells.txt")"
+if [[ -z "$CELL" ]]; then
+  echo "array task $TASK: no line $((TASK + 1)) in $GRID_DIR/cells.txt" >&2
+  exit 2
+fi
+exec bash "$GRID_DIR/cells/$CELL/run.sh" "$@"
+"""
+
+
+def slurm_hours(longest_cell_hours: float) -> tuple[int, str]:
+    """The array's ``--time`` in hours and why: 1.5 x the longest cell's estimate, at most :data:`SLURM_MAX_HOURS`."""
+    wanted = max(1, math.ceil(1.5 * longest_cell_hours))
+    if wanted <= SLURM_MAX_HOURS:
+        return wanted, f"1.5 x the longest cell's estimated {longest_cell_hours:.0f} h on 4 GPUs"
+    return SLURM_MAX_HOURS, (
+        f"{SLURM_MAX_HOURS} h, a common partition limit (the longest cell is estimated at "
+        f"{longest_cell_hours:.0f} h on 4 GPUs: it runs over several submissions)"
+    )
+
+
+def summary_comment(lines: list[str]) -> str:
+    return "\n".join(f"# {comment_safe(line)}" for line in lines)
+
+
+def launch_of(script_text: str) -> str | None:
+    """The ``LAUNCH=(...)`` line of a cell script (None if it has none)."""
+    return next((line for line in script_text.splitlines() if line.startswith("LAUNCH=(")), None)
+
+
+def has_run(cell_dir: Path) -> bool:
+    """The cell has a sitting: a metrics file, or a STATUS other than "not started"."""
+    status = cell_dir / "STATUS"
+    started = status.is_file() and status.read_text().strip() != NOT_STARTED
+    return started or any(cell_dir.glob("metrics.sitting-*.jsonl"))
+
+
+def check_relaunch(grid_dir: Path, cells: list[VerlCell]) -> None:
+    """``ValueError`` naming the first cell that has run with another launch than the one planned now."""
+    for cell in cells:
+        cell_dir = grid_dir / "cells" / cell.name
+        script = cell_dir / "run.sh"
+        if script.is_file() and has_run(cell_dir) and launch_of(script.read_text()) != launch_line(cell):
+            raise ValueError(
+                f"--out: cell {cell.name} has run with another launch ({launch_of(script.read_text())}; planned now: "
+                f"{launch_line(cell)}): its metrics would mix two experiments. Use another --out, or remove "
+                f"{cell_dir} yourself"
+            )
+
+
+def write_verl_grid(
+    grid_dir: Path,
+    preset: str,
+    cells: list[VerlCell],
+    unsupported: list[tuple[GridMethod, str]],
+    *,
+    summary: list[str],
+    longest_cell_hours: float,
+    command: str,
+) -> list[Path]:
+    """Write the grid's scripts into ``grid_dir`` (checked first: a refused grid writes nothing);
+    returns the driver and the Slurm script. ``summary``: comment lines for the drivers' headers."""
+    check_relaunch(grid_dir, cells)
+    driver, slurm = grid_dir / "run_grid.sh", grid_dir / "slurm_array.sh"
+    not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
+    header = summary_comment([*summary, *not_on_verl])
+    hours, why = slurm_hours(longest_cell_hours)
+    common = {"PRESET": comment_safe(repr(preset)), "COMMAND": comment_safe(command), "SUMMARY": header}
+    (grid_dir / "cells").mkdir(parents=True, exist_ok=True)
+    for cell in cells:
+        cell_dir = grid_dir / "cells" / cell.name
+        cell_dir.mkdir(exist_ok=True)
+        _write_script(cell_dir / "run.sh", cell_script(cell, str(cell_dir / "run.sh")))
+        if not (cell_dir / "STATUS").exists():
+            (cell_dir / "STATUS").write_text(NOT_STARTED + "\n")
+    _write_script(grid_dir / "run_cell.sh", SITTING_SCRIPT)
+    write_text_atomic(grid_dir / "cells.txt", "".join(f"{cell.name}\n" for cell in cells))
+    _write_script(driver, fill(DRIVER_TEMPLATE, **common, SCRIPT=comment_safe(shlex.quote(str(driver)))))
+    slurm_text = fill(
+        SLURM_TEMPLATE,
+        **common,
+        LAST_TASK=str(len(cells) - 1),
+        HOURS=str(hours),
+        TIME_WHY=comment_safe(why),
+        SCRIPT=comment_safe(shlex.quote(str(slurm))),
+        GRID_DIR=shlex.quote(str(grid_dir)),
+    )
+    _write_script(slurm, slurm_text)
+    return [driver, slurm]
+
+
+def _write_script(path: Path, text: str) -> None:
+    write_text_atomic(path, text)
+    path.chmod(path.stat().st_mode | 0o111)

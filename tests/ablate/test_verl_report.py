@@ -1,0 +1,155 @@
+"""The table of a verl grid from its cells' verl logs: sittings merged by step, validation per data
+source as the local grid's columns, and the same report (means, CIs over seeds, paired differences)."""
+
+import csv
+import json
+import math
+import os
+import subprocess
+
+import pytest
+import torch
+
+from tests.tolerances import dtype_atol
+from tokenbalance.ablate import verl_results
+from tokenbalance.ablate.verl_results import cell_status, evaluation_record, merged_steps
+from tokenbalance.cli import main
+from tokenbalance.tasks.kk.reward import score_response
+
+GRID = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo,ar", "--seeds", "0,1"]
+GRID += ["--verl-models", "3b"]
+T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) = tan(0.475 pi)
+ATOL = dtype_atol(torch.float64)
+CI_ATOL = dtype_atol(torch.float64, ulps=1024)  # the t quantile is found by bisection to 1e-13 relative
+
+
+def line(step: int, data: dict) -> str:
+    return json.dumps({"step": step, "data": data}, separators=(",", ":")) + "\n"
+
+
+def validation(acc3: float, acc4: float, samples: int = 1) -> dict:
+    return {
+        f"val-aux/kk_logic3/correct/mean@{samples}": acc3,
+        f"val-aux/kk_logic4/correct/mean@{samples}": acc4,
+        f"val-core/kk_logic3/reward/mean@{samples}": -3.0,  # the score: not the accuracy the table reads
+        f"val-aux/kk_logic4/score/mean@{samples}": -3.0,
+    }
+
+
+def training(step_s: float) -> dict:
+    return {
+        "critic/score/mean": -2.5,
+        "timing_s/step": step_s,
+        "timing_s/gen": 1.0,
+        "timing_s/old_log_prob": 0.25,
+        "timing_s/ref": 0.5,
+        "timing_s/update_actor": 2.0,
+    }
+
+
+# (row, seed) -> accuracy at step 2 per people count (3, 4); every cell of a seed starts at START[seed]
+FINAL = {("grpo", 0): (0.5, 0.3), ("grpo", 1): (0.6, 0.2), ("ar", 0): (0.7, 0.4), ("ar", 1): (0.65, 0.35)}
+START = {0: (0.1, 0.0), 1: (0.2, 0.1)}
+
+
+@pytest.fixture
+def grid(tmp_path):
+    out = tmp_path / "out"
+    assert main([*GRID, "--out", str(out)]) == 0
+    for (row, seed), (acc3, acc4) in FINAL.items():
+        cell = out / "verl" / "cells" / f"{row}-3b-seed{seed}"
+        (cell / "STATUS").write_text("completed: sitting 1 on node at 2026-01-01T00:00:00+0000\n")
+        text = (
+            line(0, validation(*START[seed]))
+            + line(1, training(10.0))
+            + line(2, training(12.0) | validation(acc3, acc4))
+        )
+        (cell / "metrics.sitting-1.jsonl").write_text(text)
+    return out
+
+
+def accuracy(out) -> dict:
+    with open(out / "verl" / "report-3b" / "accuracy.csv") as table:
+        return {(r["mode"], r["row"], r["column"]): r for r in csv.DictReader(table)}
+
+
+def test_the_table_holds_the_validation_scores_per_people_count_and_their_average(grid, capsys):
+    assert main([*GRID, "--out", str(grid), "--report-only"]) == 0
+    rows = accuracy(grid)
+    assert {mode for mode, _, _ in rows} == {"greedy"}  # mean@1 of a greedy validation
+    grpo_3 = rows[("greedy", "grpo", "eval/greedy/acc_3")]
+    assert float(grpo_3["mean"]) == pytest.approx((0.5 + 0.6) / 2, abs=ATOL) and grpo_3["seeds"] == "0 1"
+    start_avg = rows[("greedy", "start", "eval/greedy/acc")]
+    assert float(start_avg["mean"]) == pytest.approx(((0.1 + 0.0) / 2 + (0.2 + 0.1) / 2) / 2, abs=ATOL)
+    # + AR vs GRPO on the average, paired by seed: 0.55 - 0.40 and 0.50 - 0.40
+    ar = rows[("greedy", "ar", "eval/greedy/acc")]
+    assert ar["baseline"] == "grpo" and float(ar["diff_mean"]) == pytest.approx(0.125, abs=ATOL)
+    half = T975_DF1 * (0.05 / math.sqrt(2)) / math.sqrt(2)  # sd of (0.15, 0.10) is 0.05 / sqrt(2)
+    assert float(ar["diff_ci_low"]) == pytest.approx(0.125 - half, abs=CI_ATOL)
+    assert float(ar["relative_change"]) == pytest.approx(0.125 / 0.4, abs=ATOL)
+    report = (grid / "verl" / "report-3b" / "results.md").read_text()
+    assert "| Method | 3 people | 4 people | Avg | Δ Avg vs baseline [95% CI] | relative | seeds |" in report
+    assert "cells complete: 4 of 4" in report and "greedy validation (verl's val_kwargs.do_sample=False" in report
+    with open(grid / "verl" / "report-3b" / "step_cost.csv") as table:
+        cost = {r["row"]: r for r in csv.DictReader(table)}
+    assert float(cost["grpo"]["timing/step_s_mean"]) == pytest.approx(11.0, abs=ATOL)
+    assert float(cost["grpo"]["timing/logprob_s_mean"]) == pytest.approx(0.75, abs=ATOL)  # old_log_prob + ref
+    assert "# tokenbalance ablate: grid `kk-smoke on verl, 3b`" in capsys.readouterr().out
+
+
+def test_a_cell_not_completed_is_left_out_and_named(grid):
+    cell = grid / "verl" / "cells" / "ar-3b-seed1"
+    (cell / "STATUS").write_text("failed at step 3: exit status 1 in sitting 1 on node at t; steps up to 2 logged\n")
+    assert main([*GRID, "--out", str(grid), "--report-only"]) == 0
+    ar = accuracy(grid)[("greedy", "ar", "eval/greedy/acc")]
+    assert ar["seeds"] == "0" and float(ar["mean"]) == pytest.approx(0.55, abs=ATOL)
+    report = (grid / "verl" / "report-3b" / "results.md").read_text()
+    assert "not complete: ar-3b-seed1 (failed at step 3: exit status 1" in report
+
+
+def test_sittings_merge_by_step_the_later_one_winning(tmp_path):
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "metrics.sitting-1.jsonl").write_text(line(0, {"a": 1.0}) + line(1, {"a": 2.0, "b": 3.0}) + '{"step":2,"da')
+    (cell / "metrics.sitting-10.jsonl").write_text(line(2, {"a": 7.0}))
+    (cell / "metrics.sitting-2.jsonl").write_text(line(1, {"a": 4.0}) + line(2, {"a": 5.0}))
+    # sitting 1's torn last line (a kill mid-write) is left out; 2 then 10 in numeric order
+    assert merged_steps(cell) == {0: {"a": 1.0}, 1: {"a": 4.0, "b": 3.0}, 2: {"a": 7.0}}
+    (cell / "metrics.sitting-2.jsonl").write_text("not json\n" + line(2, {"a": 5.0}))
+    with pytest.raises(ValueError, match=r"metrics.sitting-2.jsonl:1: not a verl metrics line"):
+        merged_steps(cell)
+
+
+def test_validation_keys_become_columns_per_people_count():
+    data = validation(0.25, 0.75) | {"val-aux/kk_logic5/score/mean@1": 1.0, "val-core/arith/correct/mean@1": 0.5}
+    assert evaluation_record(4, data, do_sample=False) == {
+        "step": 4,
+        "eval/greedy/acc_3": 0.25,
+        "eval/greedy/acc_4": 0.75,
+        "eval/greedy/acc": 0.5,
+    }
+    assert evaluation_record(4, validation(0.25, 0.75), do_sample=True)["eval/sample/acc"] == 0.5
+    assert evaluation_record(4, validation(0.25, 0.75, samples=8), do_sample=False)["eval/sample/acc_3"] == 0.25
+    assert evaluation_record(4, training(1.0), do_sample=False) == {}
+
+
+def test_a_running_cell_whose_process_is_gone_reads_stopped(tmp_path):
+    cell = tmp_path / "cell"
+    assert cell_status(cell) == "not started"
+    cell.mkdir()
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    host = os.uname().nodename
+    (cell / "STATUS").write_text(f"running: sitting 2 on {host} pid {gone.pid} since t\n")
+    assert (
+        cell_status(cell)
+        == f"stopped: sitting 2 on {host} pid {gone.pid} since t; its process is gone (run the cell again to resume)"
+    )
+    (cell / "STATUS").write_text(f"running: sitting 2 on {host} pid {os.getpid()} since t\n")
+    assert cell_status(cell).startswith("running: sitting 2")
+
+
+def test_the_table_reads_the_accuracy_the_kk_reward_gives_verl():
+    """The verl reward (integrations/verl/reward.py) returns the score and ``KKScore.metrics()``."""
+    gold = {"solution_text_format": "(1) Zoey is a knight\n(2) Oliver is a knave"}
+    assert verl_results.ACCURACY_VARIABLE in score_response("no answer", gold).metrics()
