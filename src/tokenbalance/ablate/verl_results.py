@@ -35,9 +35,11 @@ ACCURACY_VARIABLE = "correct"
 _SITTING = re.compile(r"^metrics\.sitting-(\d+)\.jsonl$")
 _VALIDATION = re.compile(r"^val-(?:core|aux)/[^/]+?(?P<level>\d+)/(?P<variable>[^/]+)/mean@(?P<samples>\d+)$")
 _RUNNING = re.compile(r"^running: sitting \d+ on (?P<host>\S+) pid (?P<pid>\d+)")
-# verl's per-step keys -> the local grid's (the cost table and the reward curves read these)
+# verl's per-step keys -> the local grid's (the cost table and the curves read these)
 TRAIN_KEYS = {
     "reward/mean": ("critic/score/mean",),
+    "response/len_mean": ("response_length/mean",),
+    "loss/entropy": ("actor/entropy",),  # the old policy's entropy over the batch (verl's ray_trainer)
     "timing/step_s": ("timing_s/step",),
     "timing/rollout_s": ("timing_s/gen",),
     "timing/logprob_s": ("timing_s/old_log_prob", "timing_s/ref"),
@@ -153,7 +155,7 @@ def read_verl_cell(cell_dir: Path, cell: VerlCell) -> CellResult:
     last = evaluations[-1] if evaluations else {}
     last_step = train[-1]["step"] if train else -1
     complete = status.startswith("completed") and bool(last) and last["step"] == last_step
-    return CellResult(cell, status, complete, evaluations[0] if evaluations else {}, last, train)
+    return CellResult(cell, status, complete, evaluations[0] if evaluations else {}, last, train, evaluations)
 
 
 def collect_verl(grid_dir: Path, cells: list[VerlCell]) -> list[CellResult]:
