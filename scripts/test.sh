@@ -9,10 +9,18 @@ if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
 fi
 "$VENV/bin/python" -m pip install --quiet --upgrade pip
+# constraints.txt pins the tested versions (transformers, tokenizers, numpy, the math-verify stack,
+# the verl / TRL hosts, the lint tools): the README's main command installs with it too, so CI
+# tests the environment the README's numbers come from. pyproject.toml keeps the wider ranges.
 # The CPU build of PyTorch first: a plain `torch` requirement would pull the CUDA wheels.
-"$VENV/bin/python" -m pip install --quiet "torch==2.13.0"
+"$VENV/bin/python" -m pip install --quiet -c constraints.txt "torch==2.13.0"
 # dev tools plus the verl and TRL extras: the integration tests run, they do not skip, in CI
-"$VENV/bin/python" -m pip install --quiet -e ".[dev,verl,trl]"
+"$VENV/bin/python" -m pip install --quiet -c constraints.txt -e ".[dev,verl,trl]"
+# the versions that resulted, in the log (antlr: 4.9.3, the runtime verl's hydra/omegaconf need);
+# with TOKENBALANCE_CHECK_CONSTRAINTS=1 tests/test_environment.py fails on any package that differs
+# from its pin
+export TOKENBALANCE_CHECK_CONSTRAINTS=1
+"$VENV/bin/python" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy|math-verify|antlr4-python3-runtime|verl|trl) '
 
 # lint and format check first: seconds, and a failure names the file and line
 "$VENV/bin/python" -m ruff check src tests benchmarks

@@ -45,9 +45,11 @@ Tests: ``.venv/bin/pytest tests/rollout/test_fast.py -q``.
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -484,6 +486,20 @@ class StaticCacheDecoder:
         return self.logits(hidden_B1D[:, 0])
 
 
+@functools.cache
+def _cache_keyword(forward_owner: type) -> str:
+    parameters = inspect.signature(forward_owner.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def cache_kwargs(module: torch.nn.Module, cache: DynamicCache) -> dict[str, Any]:
+    """``{name: cache}`` for ``module``'s forward: newer transformers (5.24 here) take the K/V cache as
+    ``cache=`` and warn that ``past_key_values=`` goes away in 5.40; 5.10 (verl 0.9.1's ceiling)
+    knows only ``past_key_values=`` and would silently ignore ``cache=``. Read from the forward's
+    signature, so each model class gets the name it declares."""
+    return {_cache_keyword(type(module)): cache}
+
+
 class ModelCacheDecoder:
     """The fallback: the model's own forward with a ``DynamicCache`` (any causal LM)."""
 
@@ -504,7 +520,7 @@ class ModelCacheDecoder:
             input_ids=ids_BQ,
             attention_mask=self.mask_BL[:, :end],
             position_ids=self.positions_BL[:, start:end],
-            past_key_values=self.cache,
+            **cache_kwargs(self.model, self.cache),
             use_cache=True,
             logits_to_keep=1,
         )

@@ -26,6 +26,7 @@ import torch
 from transformers import DynamicCache
 
 from tokenbalance.algorithms.surrogate import entropy_from_logits
+from tokenbalance.rollout.fast import cache_kwargs
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,7 @@ def shared_prompt_hidden(
         input_ids=packed.input_ids_BL[first_U, :P],
         attention_mask=packed.attention_mask_BL[first_U, :P],
         position_ids=packed.position_ids_BL[first_U, :P],
-        past_key_values=cache,
+        **cache_kwargs(decoder, cache),
         use_cache=True,
     ).last_hidden_state
     cache.batch_select_indices(inverse_B)  # every row gets its prompt's keys and values
@@ -119,7 +120,7 @@ def shared_prompt_hidden(
         input_ids=packed.input_ids_BL[:, P:],
         attention_mask=packed.attention_mask_BL,
         position_ids=packed.position_ids_BL[:, P:],
-        past_key_values=cache,
+        **cache_kwargs(decoder, cache),
         use_cache=True,
     ).last_hidden_state
     return torch.cat([prompt_USD[inverse_B, -1:], response_BTD[:, :-1]], dim=1)
