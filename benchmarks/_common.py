@@ -18,7 +18,7 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 
 import torch
 
-from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+from tokenbalance.models import TinyModelConfig, train_tokenizer
 from tokenbalance.tasks.kk import tokenizer_corpus
 
 # The issue's reference size: a Qwen2-style model of about 1.1M parameters (hidden 128, 4 layers).
@@ -32,11 +32,6 @@ def bench_tokenizer(vocab_size: int = 1024):
     return train_tokenizer(tokenizer_corpus((3,), count=200), vocab_size=vocab_size)
 
 
-def bench_model(tokenizer, *, attn_implementation: str = "sdpa", seed: int = 0, config: TinyModelConfig = BENCH_MODEL):
-    model = build_tiny_model(config, tokenizer, seed=seed, attn_implementation=attn_implementation)
-    return model.eval()
-
-
 def random_prompts(count: int, length: int, vocab_low: int, vocab_high: int, seed: int = 0) -> list[list[int]]:
     """``count`` prompts of ``length`` token ids drawn uniformly from [vocab_low, vocab_high)."""
     generator = torch.Generator().manual_seed(seed)
@@ -44,12 +39,16 @@ def random_prompts(count: int, length: int, vocab_low: int, vocab_high: int, see
 
 
 def interleaved_medians(
-    contenders: dict[str, Callable[[], object]], repeats: int, warmup: int = 1
+    contenders: dict[str, Callable[[], object]],
+    repeats: int,
+    warmup: int = 1,
+    sync: Callable[[], None] = lambda: None,
 ) -> tuple[dict[str, float], dict[str, object]]:
     """Median wall time of each contender over ``repeats`` rounds, and each one's last result.
 
     Every round runs all contenders once, in turn, after ``warmup`` untimed rounds: a slow spell of
     the machine then hits every contender alike instead of whichever happened to run during it.
+    ``sync`` runs before the clock starts and before it stops (on a GPU: wait for queued work).
     """
     results: dict[str, object] = {}
     for _ in range(warmup):
@@ -58,25 +57,42 @@ def interleaved_medians(
     times: dict[str, list[float]] = {label: [] for label in contenders}
     for _ in range(repeats):
         for label, fn in contenders.items():
+            sync()
             start = time.perf_counter()
             results[label] = fn()
+            sync()
             times[label].append(time.perf_counter() - start)
     return {label: statistics.median(t) for label, t in times.items()}, results
 
 
-def matmul_flops_per_s(size: int = 512, repeats: int = 20) -> float:
-    """The machine's float32 matrix-multiply rate (FLOP/s) at the current thread count."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
-    seconds, _ = interleaved_medians({"mm": lambda: a @ b}, repeats, warmup=3)
+def matmul_flops_per_s(
+    size: int = 512, repeats: int = 20, dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"
+) -> float:
+    """The matrix-multiply rate (FLOP/s) of ``size`` x ``size`` products in ``dtype`` on ``device``
+    (on the CPU at the current thread count); random operands."""
+    device = torch.device(device)
+    a, b = (torch.randn(size, size, device=device).to(dtype) for _ in range(2))
+    seconds, _ = interleaved_medians({"mm": lambda: a @ b}, repeats, warmup=3, sync=lambda: synchronize(device))
     return 2 * size**3 / seconds["mm"]
 
 
-def machine_line() -> str:
-    return (
+def synchronize(device: str | torch.device) -> None:
+    """Wait for the device's queued work (a no-op on the CPU): timings then cover the work itself."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def machine_line(device: str | torch.device = "cpu") -> str:
+    line = (
         f"{os.cpu_count()} CPUs ({platform.processor() or platform.machine()}), torch {version('torch')} "
         f"with {torch.get_num_threads()} threads, transformers {version('transformers')}, "
         f"Python {platform.python_version()}"
     )
+    device = torch.device(device)
+    if device.type == "cuda":
+        line += f"; GPU {torch.cuda.get_device_name(device)}, CUDA {torch.version.cuda}"
+    return line
 
 
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:

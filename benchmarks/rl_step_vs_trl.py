@@ -11,28 +11,42 @@ the HF-generate and the fast rollout engine (the default), and with the fast eng
 rounds alternate, and the reported time is the median step; a step's tokens differ between
 runners (different samples), so tokens/s is reported too.
 
+``--device`` / ``--dtype`` / ``--shape`` run it elsewhere: both runners then load the same local
+policy directory of that shape with random weights (``benchmarks/_shapes.py``; no SFT, no hub)
+with parameters in ``--dtype`` (TRL through ``model_init_kwargs``, no autocast on either side);
+on CUDA each runner's peak GPU memory is reported too. A random policy earns a constant K&K reward,
+so its advantages are zero; each step still does all of its work (sampling to the token budget,
+the log-prob passes, forward and backward of the update).
+
     .venv/bin/python benchmarks/rl_step_vs_trl.py --steps 6 --rounds 2
+    python benchmarks/rl_step_vs_trl.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --steps 3 --rounds 1
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import os
 import statistics
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import _before_torch  # noqa: F401  (the threading environment, before torch loads)
 
 import torch
 
-from _common import machine_line, markdown_table
+from _common import machine_line, markdown_table, synchronize
+from _shapes import DTYPES, add_data_option, add_placement_options, placement, random_policy_dir, run_config
 from tokenbalance.config import RunConfig
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import prepare_training, rl_step
+
+CPU = torch.device("cpu")
 
 os.environ.update(
     {
@@ -46,43 +60,69 @@ os.environ.update(
 
 
 def our_steps(
-    policy_dir: Path, engine: str, steps: int, first_step: int, old_logprobs: str = "recompute"
+    policy_dir: Path,
+    engine: str,
+    steps: int,
+    first_step: int,
+    old_logprobs: str = "recompute",
+    device: torch.device = CPU,
+    dtype: str = "float32",
+    max_new_tokens: int | None = None,
+    data_count: int | None = None,
 ) -> list[tuple[float, int]]:
-    config = RunConfig()
+    config = run_config(data_count)
     config.rollout.engine = engine
     config.rollout.old_logprobs = old_logprobs
+    config.rollout.max_new_tokens = max_new_tokens or config.rollout.max_new_tokens
+    config.model.dtype = dtype
     config.train.method = "grpo"
     config.output.progress = False
-    policy, tokenizer = load_policy(policy_dir)
+    policy, tokenizer = load_policy(policy_dir, device=device, dtype=DTYPES[dtype])
     parts = prepare_training(
-        config, Path(tempfile.mkdtemp(prefix="bench-ours-")), policy, tokenizer, torch.device("cpu"), DistContext()
+        config,
+        Path(tempfile.mkdtemp(prefix="bench-ours-")),
+        policy,
+        tokenizer,
+        device,
+        DistContext(device=device),
     )
     results = []
     for step in range(first_step, first_step + steps):
+        synchronize(device)
         start = time.perf_counter()
         metrics = rl_step(parts, step)
+        synchronize(device)
         results.append((time.perf_counter() - start, int(metrics["response/len_mean"] * 128)))
     return results
 
 
-def trl_steps(policy_dir: Path, steps: int, seed: int) -> list[tuple[float, int]]:
+def trl_steps(
+    policy_dir: Path,
+    steps: int,
+    seed: int,
+    device: torch.device = CPU,
+    dtype: str = "float32",
+    max_new_tokens: int | None = None,
+) -> list[tuple[float, int]]:
     from transformers import TrainerCallback
 
     from tokenbalance.integrations.trl.build import build_grpo_trainer
-    from tokenbalance.integrations.trl.rewards import KKReward, kk_prompt_dataset
+    from tokenbalance.integrations.trl.rewards import TaskReward, task_prompt_dataset
 
     config = RunConfig()
     _, tokenizer = load_policy(policy_dir)
-    dataset = kk_prompt_dataset(16 * steps, difficulty=3, template=config.data.template, seed=seed)
+    dataset = task_prompt_dataset(16 * steps, difficulty=3, template=config.data.template, seed=seed)
     trainer = build_grpo_trainer(
         str(policy_dir),
         tokenizer=tokenizer,
         train_dataset=dataset,
-        reward_funcs=KKReward(tokenizer),
+        reward_funcs=TaskReward(tokenizer),
         group_size=config.rollout.group_size,
         prompts_per_step=config.rollout.prompts_per_step,
-        max_completion_length=config.rollout.max_new_tokens,
+        max_completion_length=max_new_tokens or config.rollout.max_new_tokens,
         output_dir=tempfile.mkdtemp(prefix="bench-trl-"),
+        use_cpu=device.type == "cpu",
+        model_init_kwargs={"dtype": dtype},
         method="grpo",
         tokenbalance_loss=False,
         learning_rate=config.optim.lr,
@@ -99,9 +139,11 @@ def trl_steps(policy_dir: Path, steps: int, seed: int) -> list[tuple[float, int]
 
     class StepTimer(TrainerCallback):
         def on_step_begin(self, args, state, control, **kwargs):
+            synchronize(device)
             self.start = time.perf_counter()
 
         def on_step_end(self, args, state, control, **kwargs):
+            synchronize(device)
             results.append((time.perf_counter() - self.start, 0))
 
         def on_log(self, args, state, control, logs=None, **kwargs):
@@ -114,29 +156,52 @@ def trl_steps(policy_dir: Path, steps: int, seed: int) -> list[tuple[float, int]
     return results
 
 
-def main() -> None:
+def peak_memory(device: torch.device, run: Callable[[], list]):
+    """``run()``'s result and the GPU memory allocated at its peak (bytes; 0 off CUDA)."""
+    if device.type != "cuda":
+        return run(), 0
+    gc.collect()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats(device)
+    result = run()
+    synchronize(device)
+    return result, torch.cuda.max_memory_allocated(device)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=6)
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--max-new-tokens", type=int, default=RunConfig().rollout.max_new_tokens)
+    add_placement_options(parser, shapes=("embedded", "tiny", "qwen2.5-0.5b"), default_shape="embedded")
+    add_data_option(parser)
+    args = parser.parse_args(argv)
+    device, _ = placement(args)
     torch.set_num_threads(args.threads)
     config = RunConfig()
-    policy_dir = ensure_embedded_policy(config, device=torch.device("cpu"), progress=False, log=lambda *_: None)
+    if args.shape == "embedded":
+        policy_dir = ensure_embedded_policy(config, device=torch.device("cpu"), progress=False, log=lambda *_: None)
+    else:
+        policy_dir = random_policy_dir(args.shape, Path(tempfile.mkdtemp(prefix="bench-policy-")), DTYPES[args.dtype])
+    where = dict(device=device, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
+    ours = dict(where, data_count=args.data_count)
     sampler = "ours, fast engine, sampler log-probs"
-    runs: dict[str, list[tuple[float, int]]] = {
-        "TRL GRPOTrainer": [],
-        "ours, HF generate": [],
-        "ours, fast engine": [],
-        sampler: [],
+    contenders = {
+        "TRL GRPOTrainer": lambda steps, first, seed: trl_steps(policy_dir, steps, seed, **where),
+        "ours, HF generate": lambda steps, first, seed: our_steps(policy_dir, "hf", steps, first, **ours),
+        "ours, fast engine": lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, **ours),
+        sampler: lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, "sampler", **ours),
     }
+    runs: dict[str, list[tuple[float, int]]] = {label: [] for label in contenders}
+    peaks = dict.fromkeys(contenders, 0)
     for round_index in range(args.rounds):
         first = round_index * args.steps
-        # the first step of each runner pays one-time costs (allocations, TRL's dataloader): dropped
-        runs["TRL GRPOTrainer"] += trl_steps(policy_dir, args.steps + 1, seed=round_index)[1:]
-        runs["ours, HF generate"] += our_steps(policy_dir, "hf", args.steps + 1, first)[1:]
-        runs["ours, fast engine"] += our_steps(policy_dir, "fast", args.steps + 1, first)[1:]
-        runs[sampler] += our_steps(policy_dir, "fast", args.steps + 1, first, old_logprobs="sampler")[1:]
+        for label, run in contenders.items():
+            # the first step of each runner pays one-time costs (allocations, TRL's dataloader): dropped
+            results, peak = peak_memory(device, functools.partial(run, args.steps + 1, first, round_index))
+            runs[label] += results[1:]
+            peaks[label] = max(peaks[label], peak)
         print(f"round {round_index + 1}/{args.rounds} done", flush=True)
     trl_median = statistics.median(s for s, _ in runs["TRL GRPOTrainer"])
     rows = []
@@ -144,13 +209,17 @@ def main() -> None:
         seconds = statistics.median(s for s, _ in results)
         tokens = sum(t for _, t in results) / sum(s for s, _ in results)
         rows.append([label, f"{seconds:.2f}", f"{tokens:,.0f}", f"{trl_median / seconds:.2f}x"])
+        if device.type == "cuda":
+            rows[-1].append(f"{peaks[label] / 2**30:.2f}")
     print(
-        f"GRPO, 16 prompts x 8 responses, <= 48 new tokens, T=1; median of {args.steps * args.rounds} steps "
-        f"per runner ({args.rounds} alternating rounds, first step of each round dropped)."
+        f"GRPO, 16 prompts x 8 responses, <= {args.max_new_tokens} new tokens, T=1; policy: {args.shape}, "
+        f"{args.dtype} on {device}; median of {args.steps * args.rounds} steps per runner ({args.rounds} "
+        "alternating rounds, first step of each round dropped)."
     )
-    print(machine_line())
+    print(machine_line(device))
     print()
-    print(markdown_table(["runner", "median step (s)", "response tokens/s", "speed vs TRL"], rows))
+    header = ["runner", "median step (s)", "response tokens/s", "speed vs TRL"]
+    print(markdown_table(header + (["peak GPU memory (GiB)"] if device.type == "cuda" else []), rows))
 
 
 if __name__ == "__main__":

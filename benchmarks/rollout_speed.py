@@ -7,9 +7,14 @@ Qwen2-style model (hidden 128, 4 layers), 128 prompts of 96 tokens, 160 new toke
 ``--group-size G`` asks for G samples of each of batch / G distinct prompts (``n = G``), as an RL
 step does (our engine then prefills each prompt once and decodes the groups together).
 
+``--device`` / ``--dtype`` / ``--shape`` place it elsewhere (``benchmarks/_shapes.py``), e.g. on
+a GPU at Qwen2.5-0.5B's shape with random weights; on CUDA the peak memory of each engine's
+generation is reported too.
+
     .venv/bin/python benchmarks/rollout_speed.py                    # the reference size, 128 distinct prompts
     .venv/bin/python benchmarks/rollout_speed.py --group-size 8     # 16 prompts x 8, the RL layout
     .venv/bin/python benchmarks/rollout_speed.py --profile          # where the fast engine's time goes
+    python benchmarks/rollout_speed.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --group-size 8
 """
 
 from __future__ import annotations
@@ -21,23 +26,24 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 import torch
 
 from _common import (
-    bench_model,
     bench_tokenizer,
     interleaved_medians,
     machine_line,
     markdown_table,
     profile_shares,
     random_prompts,
+    synchronize,
 )
+from _shapes import add_placement_options, build_model, placement
 from tokenbalance.models import count_parameters
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
 
 
-def engines(tokenizer):
-    """(label, engine) pairs over identical weights; EOS is an id outside the vocabulary's use."""
-    never = [len(tokenizer)]  # one past the vocabulary: never sampled, so every row runs the full budget
-    sdpa = bench_model(tokenizer, attn_implementation="sdpa")
-    eager = bench_model(tokenizer, attn_implementation="eager")
+def engines(tokenizer, shape: str = "bench", device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
+    """(label, engine) pairs over identical weights; EOS is an id outside the vocabulary."""
+    sdpa = build_model(shape, tokenizer, attn_implementation="sdpa").to(device=device, dtype=dtype)
+    eager = build_model(shape, tokenizer, attn_implementation="eager").to(device=device, dtype=dtype)
+    never = [sdpa.config.vocab_size]  # one past the vocabulary: never sampled, so every row runs the full budget
     return [
         ("HF generate, SDPA attention (default)", HFGenerateEngine(sdpa, tokenizer, eos_token_ids=never)),
         ("HF generate, eager attention", HFGenerateEngine(eager, tokenizer, eos_token_ids=never)),
@@ -45,7 +51,18 @@ def engines(tokenizer):
     ], count_parameters(sdpa)
 
 
-def main() -> None:
+def peak_generation_memory(device: torch.device, engine, prompts, params, group_size: int) -> int:
+    """Bytes of GPU memory allocated at the peak of one generation (0 off CUDA)."""
+    if device.type != "cuda":
+        return 0
+    synchronize(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    engine.generate_with(prompts, params, n=group_size)
+    synchronize(device)
+    return torch.cuda.max_memory_allocated(device)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--batch", type=int, default=128)
     parser.add_argument("--prompt-len", type=int, default=96)
@@ -54,10 +71,12 @@ def main() -> None:
     parser.add_argument("--group-size", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile one FastEngine generation")
-    args = parser.parse_args()
+    add_placement_options(parser)
+    args = parser.parse_args(argv)
+    device, dtype = placement(args)
     torch.set_num_threads(args.threads)
     tokenizer = bench_tokenizer()
-    contenders, params_count = engines(tokenizer)
+    contenders, params_count = engines(tokenizer, args.shape, device, dtype)
     if args.batch % args.group_size:
         parser.error(f"--batch {args.batch} must be a multiple of --group-size {args.group_size}")
     distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
@@ -68,7 +87,11 @@ def main() -> None:
             for label, engine in contenders
         },
         args.repeats,
+        sync=lambda: synchronize(device),
     )
+    peaks = {
+        label: peak_generation_memory(device, engine, distinct, params, args.group_size) for label, engine in contenders
+    }
     results = []
     for label, _ in contenders:
         tokens = int(generations[label].response_mask_BT.sum())
@@ -77,17 +100,20 @@ def main() -> None:
     base = results[0][3]
     rows = [
         [label, f"{tokens:,}", f"{seconds:.2f}", f"{rate:,.0f}", f"{rate / base:.2f}x"]
+        + ([f"{peaks[label] / 2**30:.2f}"] if device.type == "cuda" else [])
         for label, tokens, seconds, rate in results
     ]
     print()
     print(
-        f"Model: Qwen2-style, {params_count / 1e6:.2f}M parameters; batch {args.batch} "
-        f"({args.batch // args.group_size} distinct prompts x {args.group_size}), prompt {args.prompt_len} "
-        f"tokens, {args.new_tokens} new tokens, T=1; median of {args.repeats} interleaved runs after one warm-up."
+        f"Model: Qwen2-style ({args.shape}), {params_count / 1e6:.2f}M parameters, {args.dtype} on {device}; "
+        f"batch {args.batch} ({args.batch // args.group_size} distinct prompts x {args.group_size}), prompt "
+        f"{args.prompt_len} tokens, {args.new_tokens} new tokens, T=1; median of {args.repeats} interleaved runs "
+        "after one warm-up."
     )
-    print(machine_line())
+    print(machine_line(device))
     print()
-    print(markdown_table(["engine", "tokens", "seconds", "tokens/s", "vs default generate"], rows))
+    header = ["engine", "tokens", "seconds", "tokens/s", "vs default generate"]
+    print(markdown_table(header + (["peak GPU memory (GiB)"] if device.type == "cuda" else []), rows))
     if args.profile:
         print()
         engine = contenders[-1][1]

@@ -11,9 +11,14 @@ responses, sampled once). For each method, from the same weights and a fresh opt
 The reference log-probs (the KL term, the same for every method) are computed once, outside the
 timings. Methods run round-robin so a slow spell of the machine hits all of them. The update's
 floating-point operations are counted with ``torch.utils.flop_counter`` and divided by its time,
-then compared with the float32 matrix-multiply rate measured in the same process.
+then compared with the matrix-multiply rate measured in the same process, in the model's dtype.
+
+``--device`` / ``--dtype`` / ``--shape`` run it elsewhere (a policy of that shape with random weights,
+``benchmarks/_shapes.py``; the default is the embedded SFT policy on the CPU) and ``--methods`` picks
+the rows (GRPO always among them).
 
     .venv/bin/python benchmarks/update_cost.py --repeats 7 [--profile]
+    python benchmarks/update_cost.py --device cuda --dtype bfloat16 --shape qwen2.5-0.5b --methods grpo,lopti,nthr --repeats 3
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s, profile_shares
+from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s, profile_shares, synchronize
 from _rl_batch import RLBatch, embedded_batch
+from _shapes import add_data_option, add_placement_options, placement, run_config
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, get_method
 from tokenbalance.trainer import update as update_module
@@ -55,11 +61,11 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
     nthr_inputs = None
     if method.needs_hidden_states:
         head = policy.get_output_embeddings()
-        nthr_inputs = NTHRInputs(
-            tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
-            hidden_BTD=old.hidden_BTD,
-            unembed_VD=head.weight.detach(),
-            temperature=cfg.rollout.temperature,
+        nthr_inputs = NTHRInputs.from_output_layer(
+            head,
+            packed.input_ids_BL[:, packed.prompt_len :],
+            old.hidden_BTD,
+            cfg.rollout.temperature,
             max_reward=full_reward(batch.parts.runtime.task),
         )
     passes, _ = build_update_passes(
@@ -73,11 +79,11 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
     log-probs (and hidden states), then every pass's loss and its backward to the log-probs."""
     packed, policy = batch.packed, batch.parts.state.policy
     head = policy.get_output_embeddings()
-    nthr_inputs = NTHRInputs(
-        tokens_BT=packed.input_ids_BL[:, packed.prompt_len :],
-        hidden_BTD=old.hidden_BTD,
-        unembed_VD=head.weight.detach(),
-        temperature=1.0,
+    nthr_inputs = NTHRInputs.from_output_layer(
+        head,
+        packed.input_ids_BL[:, packed.prompt_len :],
+        old.hidden_BTD,
+        1.0,
         max_reward=full_reward(batch.parts.runtime.task),
     )
 
@@ -117,14 +123,23 @@ def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
     ).metrics
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--profile", action="store_true", help="also profile one GRPO update")
-    args = parser.parse_args()
+    parser.add_argument("--methods", default=",".join(METHODS), help="comma-separated presets (grpo is always run)")
+    parser.add_argument(
+        "--matmul-size", type=int, help="side of the timed square matmul (default 512 on CPU, 8192 on CUDA)"
+    )
+    add_placement_options(parser, shapes=("embedded", "tiny", "qwen2.5-0.5b"), default_shape="embedded")
+    add_data_option(parser)
+    args = parser.parse_args(argv)
+    device, dtype = placement(args)
     torch.set_num_threads(args.threads)
-    batch = embedded_batch()
+    names = tuple(dict.fromkeys(["grpo", *args.methods.split(",")]))
+    batch = embedded_batch(config=run_config(args.data_count), shape=args.shape, device=device, dtype=dtype)
+    sync = functools.partial(synchronize, device)
     cfg = batch.parts.config
     ref_logp_BT = batched_response_logprobs(
         batch.parts.state.reference,
@@ -132,7 +147,7 @@ def main() -> None:
         temperature=cfg.rollout.temperature,
         micro_batch=cfg.optim.micro_batch_size,
     ).logp_BT
-    methods = {name: get_method(name) for name in METHODS}
+    methods = {name: get_method(name) for name in names}
     prepared = {}
 
     def prepare_fn(name):
@@ -156,9 +171,9 @@ def main() -> None:
         finally:
             update_module.response_logprobs = response_logprobs
 
-    prep_s, _ = interleaved_medians({name: prepare_fn(name) for name in METHODS}, args.repeats)
+    prep_s, _ = interleaved_medians({name: prepare_fn(name) for name in names}, args.repeats, sync=sync)
     update_s, _ = interleaved_medians(
-        {**{name: update_fn(name) for name in METHODS}, UNSHARED: unshared_update}, args.repeats
+        {**{name: update_fn(name) for name in names}, UNSHARED: unshared_update}, args.repeats, sync=sync
     )
     batch.parts.state.policy.load_state_dict(batch.initial_state)
     old = batched_response_logprobs(
@@ -170,16 +185,17 @@ def main() -> None:
         with_entropy=True,
     )
     work_s, _ = interleaved_medians(
-        {name: method_work(batch, methods[name], old, ref_logp_BT) for name in METHODS}, args.repeats * 10
+        {name: method_work(batch, methods[name], old, ref_logp_BT) for name in names}, args.repeats * 10, sync=sync
     )
     with FlopCounterMode(display=False) as counter:
         update_fn("grpo")()
     grpo_flops = counter.get_total_flops()
-    peak = matmul_flops_per_s()
+    matmul_size = args.matmul_size or (8192 if device.type == "cuda" else 512)
+    peak = matmul_flops_per_s(matmul_size, dtype=dtype, device=device)
 
     rows = []
     base_total = prep_s["grpo"] + update_s["grpo"]
-    for name in METHODS:
+    for name in names:
         total = prep_s[name] + update_s[name]
         budget = BUDGETS.get(name)
         verdict = ""
@@ -215,7 +231,8 @@ def main() -> None:
         f"(prompt {batch.packed.prompt_len}), {tokens} real tokens; mini-batch {cfg.optim.mini_batch_size}, "
         f"micro-batch {cfg.optim.micro_batch_size}; median of {args.repeats} interleaved runs."
     )
-    print(machine_line())
+    print(f"Policy: {args.shape}, {args.dtype} on {device}.")
+    print(machine_line(device))
     print()
     print(
         markdown_table(
@@ -241,7 +258,7 @@ def main() -> None:
                     f"{(work_s[name] - work_s['grpo']) * 1e3:+.1f}",
                     f"{(work_s[name] - work_s['grpo']) / base_total:+.1%}",
                 ]
-                for name in METHODS
+                for name in names
             ],
         )
     )
@@ -249,7 +266,13 @@ def main() -> None:
     print()
     print(
         markdown_table(
-            ["GRPO update FLOPs", "update time (s)", "achieved FLOP/s", "matmul rate (512x512 fp32)", "fraction"],
+            [
+                "GRPO update FLOPs",
+                "update time (s)",
+                "achieved FLOP/s",
+                f"matmul rate ({matmul_size}x{matmul_size} {args.dtype})",
+                "fraction",
+            ],
             [
                 [
                     f"{grpo_flops / 1e9:.1f} G",
