@@ -461,6 +461,8 @@ def test_ctrl_c_in_a_real_process_is_one_message_and_a_resumable_run(tiny_policy
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        # a shell's background job ignores SIGINT and its children inherit that: give the child a terminal's default
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     try:
         deadline = time.monotonic() + 240
