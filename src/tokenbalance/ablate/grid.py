@@ -69,7 +69,9 @@ def grid_method(name: str) -> GridMethod:
 @dataclass(frozen=True)
 class GridPreset:
     """A named grid: ``overrides`` of the run config for every cell (``section.field=value``), the
-    default ``methods`` (row keys), ``seeds`` and RL ``steps``."""
+    default ``methods`` (row keys), ``seeds`` and RL ``steps``. ``start_seed``: the SFT seed of
+    every cell's embedded start policy (one build shared by all seeds, as RL seeds share one
+    pretrained model); None builds each seed's own."""
 
     name: str
     description: str
@@ -77,6 +79,11 @@ class GridPreset:
     methods: tuple[str, ...] = DEFAULT_METHODS
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 60
+    start_seed: int | None = None
+
+    def policy_seed(self, seed: int) -> int:
+        """The SFT seed of the start policy of a cell trained from ``seed``."""
+        return seed if self.start_seed is None else self.start_seed
 
 
 GRID_PRESETS: dict[str, GridPreset] = {

@@ -210,6 +210,7 @@ def write_plan(out_dir: Path, plan: GridPlan) -> None:
         "seeds": list(plan.seeds),
         "steps": plan.steps,
         "preset_overrides": list(plan.preset.overrides),
+        "start_seed": plan.preset.start_seed,
         "overrides": list(plan.overrides),
     }
     (out_dir / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -224,7 +225,7 @@ def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str,
         if base.model.path is not None:
             policy = base.model.path
         else:
-            seeded = replace_sections(base, train={"seed": cell.seed})
+            seeded = replace_sections(base, train={"seed": plan.preset.policy_seed(cell.seed)})
             policy = str((Path(base.model.cache_dir) / embedded_key(seeded)).resolve())
         configs[cell.name] = cell_config(base, cell, steps=plan.steps, policy=policy, run_dir=cell_dir(out_dir, cell))
     return configs
@@ -324,11 +325,11 @@ def run_grid(
         work = {c.name: (c.method.key, plan.steps - actions[c.name][1]) for c in pending}
         first_of_seed: dict[int, Cell] = {}
         for cell in pending:
-            first_of_seed.setdefault(cell.seed, cell)
-        for cell in first_of_seed.values():  # the one-time SFT builds, before the progress display
-            built = start_policy(base, cell.seed, log=log, progress=progress)
+            first_of_seed.setdefault(plan.preset.policy_seed(cell.seed), cell)
+        for seed, cell in first_of_seed.items():  # the one-time SFT builds, before the progress display
+            built = start_policy(base, seed, log=log, progress=progress)
             if built != configs[cell.name].model.path:
-                raise RuntimeError(f"seed {cell.seed}: start policy {built}, planned {configs[cell.name].model.path}")
+                raise RuntimeError(f"seed {seed}: start policy {built}, planned {configs[cell.name].model.path}")
         with GridProgress(len(plan.cells), done=len(outcome.skipped), enabled=progress, log=log) as display:
             queue: list[Cell] = list(pending)
             running: dict[str, tuple[Cell, CellProcess]] = {}
