@@ -15,10 +15,12 @@ applied per row, so that a seed's cells differ only in the method.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 from tokenbalance.algorithms.methods import get_method
 from tokenbalance.algorithms.registry import did_you_mean
+from tokenbalance.config import TrainConfig
 
 
 @dataclass(frozen=True)
@@ -178,6 +180,7 @@ def make_plan(
     if not chosen_seeds or len(set(chosen_seeds)) != len(chosen_seeds) or min(chosen_seeds) < 0:
         raise ValueError(f"--seeds: expected distinct non-negative integers, got {list(chosen_seeds)}")
     chosen_steps = preset.steps if steps is None else steps
-    if chosen_steps < 1:
-        raise ValueError(f"--steps: must be >= 1, got {chosen_steps}")
+    most = next(f.metadata["high"] for f in dataclasses.fields(TrainConfig) if f.name == "steps")  # train.steps' bound
+    if not 1 <= chosen_steps <= most:
+        raise ValueError(f"--steps: must be in [1, {most}], got {chosen_steps}")
     return GridPlan(preset, rows, chosen_seeds, chosen_steps, tuple(overrides or ()))
