@@ -41,4 +41,4 @@ def test_every_non_baseline_row_is_drawn_against_its_baseline(tmp_path):
     assert pairs == [("ar_lopti", "grpo"), ("rpp_ar", "rpp")]
     results = [cell_result("grpo", 0, [0.1, 0.2], [0.3, 0.4]), cell_result("ar_lopti", 0, [0.1, 0.3], [0.3, 0.5])]
     path = reward_curves(plan, results, tmp_path / "curves.png")  # rpp rows have no data: drawn as such
-    assert path.read_bytes().startswith(b"\x89PNG") and len(METRICS) == 5
+    assert path.read_bytes().startswith(b"\x89PNG") and len(METRICS) == 6

@@ -36,6 +36,8 @@ def full_records(steps=4):
                     key + "lo": b / 4,
                     key + "hi": (b + 1) / 4,
                     key + "token_frac": share,
+                    key + "grad_share": [0.7, 0.1, 0.1, 0.1][b],
+                    key + "grad_share_before": [0.8, 0.1, 0.05, 0.05][b],
                     key + "pos/adv_mean": 1.0,
                     key + "neg/adv_mean": "nan",
                     key + "clip_frac": 0.1,
@@ -78,7 +80,7 @@ def test_legend_labels_of_a_panel_a_run_lacks():
     empty = Run("empty", path=None, train=[{"step": 1, "kind": "train"}])
     fig = buckets_figure([full, empty])
     labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
-    assert labels.count("empty (no data)") == 5 and labels.count("full") == 5
+    assert labels.count("empty (no data)") == 6 and labels.count("full") == 6  # one panel per BUCKET_STATS
 
 
 def test_bad_run_directories(tmp_path, capsys):

@@ -35,6 +35,7 @@ from tokenbalance.algorithms.methods import (
     build_update_passes,
     compute_advantages,
     get_method,
+    passes_from_advantages,
 )
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.integrations.verl.config import (
@@ -478,6 +479,83 @@ def test_lopti_pass_loss_reports_the_low_token_share():
     assert 0 < low < float(batch["mask"].sum())
     assert metrics["tokenbalance/lopti/low_token_frac"] == pytest.approx(low / float(batch["mask"].sum()))
     assert metrics["tokenbalance/lopti/threshold"] == 0.3
+
+
+def bound_shares_by_hand(method, batch, advantages_BT, normaliser):
+    """The verl metric recomputed: 2 g^2 (1 - p)^2 with g from autograd of our pass loss, bucket shares."""
+    from tokenbalance.algorithms.aggregate import token_coefficients
+    from tokenbalance.diagnostics.buckets import bucket_shares
+
+    passes, _ = passes_from_advantages(method, advantages_BT, batch["mask"], batch["old"])
+    logp = batch["logp"].clone().requires_grad_(True)
+    g_BT = grad_of(pass_loss(method, passes[0], logp, batch["old"], normaliser=normaliser).loss, logp)
+    c_BT = token_coefficients(batch["mask"], "token-mean", normaliser=normaliser.policy)
+    one_minus_p_sq = (1 - batch["logp"].exp()).square()
+    values = {
+        "grad_share_bound": 2 * g_BT.square() * one_minus_p_sq,
+        "grad_share_before_bound": 2 * (advantages_BT * c_BT).square() * one_minus_p_sq,
+    }
+    return bucket_shares(batch["old"], batch["mask"], values, prefix="tokenbalance/diag/")
+
+
+@pytest.mark.parametrize("loss_mode, preset", [("tokenbalance_grpo", "grpo"), ("tokenbalance_ar", "ar")])
+def test_registered_loss_reports_the_bound_gradient_share(loss_mode, preset):
+    from tokenbalance.types import LossNormaliser
+
+    batch = make_batch(seed=3)
+    advantages_BT = compute_advantages(core_method(preset), batch["scores"], batch["groups"], batch["mask"])
+    config = actor_config(TokenBalancePolicyLossConfig(loss_mode=loss_mode), batch=batch)
+    logp = batch["logp"].clone().requires_grad_(True)
+    _, metrics = core_algos.get_policy_loss_fn(loss_mode)(
+        batch["old"], logp, advantages_BT, batch["mask"], "token-mean", config
+    )
+    tokens = float(batch["mask"].sum())
+    expected = bound_shares_by_hand(core_method(preset), batch, advantages_BT, LossNormaliser(tokens, tokens))
+    for key, value in expected.items():
+        assert metrics[key] == pytest.approx(value, rel=1e-12, abs=1e-15), key
+    for stat in ("grad_share_bound", "grad_share_before_bound", "token_frac"):
+        shares = [metrics[f"tokenbalance/diag/bucket{b}/{stat}"] for b in range(4)]
+        assert sum(shares) == pytest.approx(1.0) and max(shares) < 1.0  # spread over several buckets
+    # GRPO (ratio != 1 here, clipping acts): the update's share differs from the estimator's alone
+    assert metrics["tokenbalance/diag/bucket0/grad_share_bound"] != pytest.approx(
+        metrics["tokenbalance/diag/bucket0/grad_share_before_bound"]
+    )
+    # without gradient through the log-probs (a no-grad evaluation) nothing is reported
+    _, no_grad = core_algos.get_policy_loss_fn(loss_mode)(
+        batch["old"], batch["logp"], advantages_BT, batch["mask"], "token-mean", config
+    )
+    assert not [key for key in no_grad if "/diag/" in key]
+
+
+def test_a_micro_batch_without_gradient_reports_zero_shares_for_verls_mean():
+    batch = make_batch(seed=3)
+    config = actor_config(TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo"), batch=batch)
+    logp = batch["logp"].clone().requires_grad_(True)
+    zeros_BT = torch.zeros_like(batch["logp"])  # every group uniform: no advantage anywhere
+    _, metrics = core_algos.get_policy_loss_fn("tokenbalance_grpo")(
+        batch["old"], logp, zeros_BT, batch["mask"], "token-mean", config
+    )
+    assert [metrics[f"tokenbalance/diag/bucket{b}/grad_share_bound"] for b in range(4)] == [0.0] * 4
+    assert sum(metrics[f"tokenbalance/diag/bucket{b}/token_frac"] for b in range(4)) == pytest.approx(1.0)
+
+
+def test_lopti_pass_loss_reports_each_pass_gradient_share():
+    batch = make_batch(seed=7)
+    advantages_BT = grpo_advantages(batch["scores"], batch["groups"], batch["mask"])
+    config = actor_config(
+        TokenBalancePolicyLossConfig(loss_mode="tokenbalance_grpo", lopti_eta=0.25), use_kl_loss=True, batch=batch
+    )
+    shares = {}
+    for name in ("lopti_low", "lopti_high"):
+        logp = batch["logp"].clone().requires_grad_(True)
+        _, metrics = lopti_pass_loss(
+            config, name, logp, batch["old"], advantages_BT, batch["mask"], ref_log_prob=batch["ref"]
+        )
+        shares[name] = [metrics[f"tokenbalance/diag/bucket{b}/grad_share_bound"] for b in range(4)]
+        before = [metrics[f"tokenbalance/diag/bucket{b}/grad_share_before_bound"] for b in range(4)]
+        assert sum(shares[name]) == pytest.approx(1.0) and sum(before) == pytest.approx(1.0)
+    # the low pass (p < 0.25) is bucket 0: its gradient is all there, the high pass's none of it
+    assert shares["lopti_low"][0] == pytest.approx(1.0) and shares["lopti_high"][0] == 0.0
 
 
 # --------------------------------------------------------------------------- (e) validation and NTHR

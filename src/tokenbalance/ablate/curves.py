@@ -1,6 +1,7 @@
 """A grid's curves over training as small multiples: one column per row of the grid drawn against
 its baseline row (grey), one line of panels per metric (training reward, held-out greedy accuracy,
-response length, policy entropy, the share of tokens in the lowest probability bucket). Each line
+response length, policy entropy, the share of tokens in the lowest probability bucket and its share
+of the squared logit-gradient norm, ``diag/bucket0/grad_share``). Each line
 is the mean over the row's complete seeds; the band is the range over those seeds. Training
 metrics are smoothed per seed with an EMA (the paper's Figure 4 uses 0.95 over hundreds of steps; a
 grid of tens of steps uses 0.8); held-out accuracy is drawn as evaluated (every
@@ -35,6 +36,7 @@ METRICS = (
     Metric("response/len_mean", "train", f"response length (EMA {EMA})", "tokens"),
     Metric("loss/entropy", "train", f"policy entropy (EMA {EMA})", "nats / token"),
     Metric("diag/bucket0/token_frac", "train", f"lowest-bucket token share (EMA {EMA})", "share of tokens"),
+    Metric("diag/bucket0/grad_share", "train", f"lowest-bucket gradient share (EMA {EMA})", "share of |dL/dz|^2"),
 )
 
 

@@ -101,3 +101,37 @@ def aggregate(
     if normaliser <= 0:
         return total * 0.0
     return total / normaliser
+
+
+def token_coefficients(
+    mask_BT: torch.Tensor,
+    mode: str = "token-mean",
+    *,
+    normaliser: float | None = None,
+    denominator_mask_BT: torch.Tensor | None = None,
+    max_response_len: int | None = None,
+) -> torch.Tensor:
+    """The weight of each token's loss in :func:`aggregate`: ``aggregate(L) = sum(c * L)`` for every L.
+
+    ``c`` = 1 / N on ``mask_BT`` for ``token-mean`` and the two ``seq-mean-token-sum`` modes, and
+    1 / (N * row length) for ``seq-mean-token-mean`` (N the normaliser, row lengths from
+    ``denominator_mask_BT``); 0 off the mask and everywhere when N <= 0. It is the derivative of
+    the aggregated loss with respect to each token's loss. Arguments as :func:`aggregate`.
+
+    Returns:
+        [B, T] float64, no gradient.
+    """
+    check_choice("loss_agg_mode", mode, AGG_MODES)
+    check_ndim("mask_BT", mask_BT, 2, "BT")
+    if denominator_mask_BT is None:
+        denominator_mask_BT = mask_BT
+    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
+    if normaliser is None:
+        normaliser = loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
+    coef_BT = mask_BT.bool().to(torch.float64)
+    if normaliser <= 0:
+        return torch.zeros_like(coef_BT)
+    if mode == "seq-mean-token-mean":
+        lengths_B = denominator_mask_BT.bool().sum(dim=1).clamp(min=1).to(torch.float64)
+        coef_BT = coef_BT / lengths_B[:, None]
+    return coef_BT / float(normaliser)

@@ -230,17 +230,36 @@ def entropy_from_logits(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> 
     Returns:
         [...] float32 entropies; gradient flows if the logits carry it.
     """
+    return _softmax_stats(logits_BTV, chunk_rows, with_sum_sq=False)[0]
+
+
+def entropy_and_sum_sq_probs(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`entropy_from_logits` and, from the same float32 softmax, ``sum_v p_v^2`` per position
+    (detached; the logit-gradient norm's extra quantity, :mod:`tokenbalance.algorithms.logit_grad`).
+    The entropy is the same tensor :func:`entropy_from_logits` returns."""
+    entropy, sum_sq = _softmax_stats(logits_BTV, chunk_rows, with_sum_sq=True)
+    assert sum_sq is not None
+    return entropy, sum_sq
+
+
+def _softmax_stats(
+    logits_BTV: torch.Tensor, chunk_rows: int, *, with_sum_sq: bool
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     if logits_BTV.dim() < 1 or logits_BTV.shape[-1] < 1:
         raise ValueError(f"logits_BTV: expected a [..., V] tensor with V >= 1, got {tuple(logits_BTV.shape)}")
     check_range("chunk_rows", chunk_rows, 1, math.inf)
     flat_NV = logits_BTV.reshape(-1, logits_BTV.shape[-1])
-    pieces = []
+    pieces, sum_sq = [], []
     for start in range(0, flat_NV.shape[0], chunk_rows):
         logp_NV = torch.log_softmax(flat_NV[start : start + chunk_rows].float(), dim=-1)
         p_NV = logp_NV.exp()
         # p log p -> 0 where p == 0 (a -inf logit), instead of 0 * -inf = NaN
         plogp_NV = torch.where(p_NV > 0, p_NV * logp_NV, torch.zeros_like(p_NV))
         pieces.append(-plogp_NV.sum(dim=-1))
+        if with_sum_sq:
+            sum_sq.append(torch.linalg.vector_norm(p_NV.detach(), dim=-1).square())
+    shape = logits_BTV.shape[:-1]
     if not pieces:
-        return flat_NV.new_zeros(logits_BTV.shape[:-1], dtype=torch.float32)
-    return torch.cat(pieces).reshape(logits_BTV.shape[:-1])
+        empty = flat_NV.new_zeros(shape, dtype=torch.float32)
+        return empty, empty.clone() if with_sum_sq else None
+    return torch.cat(pieces).reshape(shape), torch.cat(sum_sq).reshape(shape) if with_sum_sq else None

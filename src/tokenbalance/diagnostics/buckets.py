@@ -11,7 +11,10 @@ Everything here is a pure function of tensors (standard library, numpy and torch
 algorithm core); the trainer calls :func:`bucket_token_stats` every step (no extra forward: it
 reuses the old log-probs, the update's advantages and clip flags, and the old-policy entropy of
 the same pass), and ``tokenbalance diagnose buckets`` calls :func:`probability_change_stats` after
-its single update.
+its single update. :func:`bucket_shares` splits any per-token non-negative quantity over the buckets:
+the trainer logs each bucket's share of the squared logit-gradient norm with it (from the update's
+record, :mod:`tokenbalance.algorithms.logit_grad`), the TRL subclass and the verl plugin per
+micro-batch.
 
     tokenbalance train --set diagnostics.bucket_edges=[0,0.1,0.5,0.9,1]
     tokenbalance diagnose buckets --model runs/RUN/checkpoints/step_000010
@@ -59,6 +62,58 @@ def bucket_masks(old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, edges) -> lis
     return [valid_BT & (index_BT == b) for b in range(len(edges) - 1)]
 
 
+def step_edges(old_logp_BT: torch.Tensor, mask_BT: torch.Tensor, edges, mode: str = "fixed") -> tuple[float, ...]:
+    """The edges a step uses: ``edges`` (``mode="fixed"``) or the step's equal-count quantile edges."""
+    edges = check_bucket_edges(edges)
+    if mode not in BUCKET_MODES:
+        raise ValueError(f"diagnostics.bucket_mode: unknown value {mode!r}; valid: {', '.join(BUCKET_MODES)}")
+    if mode == "quantile":
+        return quantile_edges(torch.exp(old_logp_BT.detach()[mask_BT.bool()]), len(edges) - 1)
+    return edges
+
+
+def bucket_shares(
+    old_logp_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    values: dict[str, torch.Tensor],
+    edges=DEFAULT_EDGES,
+    *,
+    mode: str = "fixed",
+    prefix: str = "diag/",
+) -> dict[str, float]:
+    """Each bucket's share of the sum over valid tokens of each per-token quantity.
+
+    Args:
+        old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (defines the buckets).
+        mask_BT: [B, T] valid response tokens.
+        values: name -> [B, T] non-negative per-token quantity (read at valid tokens only), e.g.
+            ``{"grad_share": logit_grad_sq_BT}``; ``mask_BT`` itself gives the token share.
+        edges, mode: as :func:`bucket_token_stats`.
+        prefix: key prefix.
+
+    Returns:
+        ``{prefix}bucket{b}/{name}`` = sum over the bucket's valid tokens / sum over all valid tokens
+        (float64 sums); the buckets of a name add up to 1, or are all NaN when the total is 0
+        (nothing to share).
+    """
+    valid_BT = mask_BT.bool()
+    edges = step_edges(old_logp_BT, valid_BT, edges, mode)
+    index_BT = bucket_index(
+        torch.exp(torch.where(valid_BT, old_logp_BT.detach(), torch.zeros_like(old_logp_BT))), edges
+    )
+    index_N = index_BT[valid_BT]
+    buckets = len(edges) - 1
+    metrics: dict[str, float] = {}
+    for name, values_BT in values.items():
+        values_N = values_BT.detach()[valid_BT].double()
+        sums = torch.zeros(buckets, dtype=torch.float64, device=values_N.device).index_add_(0, index_N, values_N)
+        total = float(sums.sum())
+        shares = (sums / total).tolist() if total > 0 else [float("nan")] * buckets
+        for b, share in enumerate(shares):
+            metrics[f"{prefix}bucket{b}/{name}"] = share
+    return metrics
+
+
 def _mean(values_BT: torch.Tensor | None, select_BT: torch.Tensor) -> float:
     """Mean of ``values`` over ``select``; NaN when nothing is selected (an empty bucket has no mean)."""
     count = int(select_BT.sum())
@@ -97,13 +152,8 @@ def bucket_token_stats(
         still a share of *all* valid tokens, so pos + neg + zero-advantage shares add up to
         ``token_frac``). Means over an empty set are NaN; missing inputs give no key.
     """
-    edges = check_bucket_edges(edges)
-    if mode not in BUCKET_MODES:
-        raise ValueError(f"diagnostics.bucket_mode: unknown value {mode!r}; valid: {', '.join(BUCKET_MODES)}")
     valid_BT = mask_BT.bool()
-    if mode == "quantile":
-        prob_N = torch.exp(old_logp_BT.detach()[valid_BT])
-        edges = quantile_edges(prob_N, len(edges) - 1)
+    edges = step_edges(old_logp_BT, valid_BT, edges, mode)
     total = int(valid_BT.sum())
     adv_BT = advantages_BT.detach()
     signs = {"": valid_BT, "pos/": valid_BT & (adv_BT > 0), "neg/": valid_BT & (adv_BT < 0)}

@@ -21,6 +21,12 @@ class DiagnosticsConfig:
         choices=("fixed", "quantile"),
     )
     bucket_stats: bool = option(True, "log token statistics per probability bucket every step (free)")
+    grad_share: bool = option(
+        True,
+        "with bucket_stats: log each probability bucket's share of the squared logit-gradient norm every "
+        "step, before and after the method's token stage (one more reduction over the vocabulary in the "
+        "update's forward)",
+    )
     grad_norm_every: int = option(
         0, "per-bucket policy-gradient norms every k steps (0 = off; one extra backward per bucket)", low=0, high=10**7
     )
@@ -39,6 +45,11 @@ class DiagnosticsConfig:
     lld_epsilon: float = option(
         0.0, "a group counts as LLD when its likelihood change is below this", low=-1e6, high=1e6
     )
+
+    @property
+    def logs_grad_share(self) -> bool:
+        """Whether the update records the per-token logit-gradient norms for ``diag/bucket<b>/grad_share*``."""
+        return self.bucket_stats and self.grad_share
 
     def __post_init__(self) -> None:
         from tokenbalance.diagnostics.edges import check_bucket_edges

@@ -233,6 +233,7 @@ def _buckets(runs: list[Run]) -> tuple[int, list[str]]:
 
 BUCKET_STATS = (
     ("token_frac", "token share", "share of valid tokens"),
+    ("grad_share", "gradient share (hatched / dashed: before the token stage)", "share of squared logit-gradient norm"),
     ("adv_mean", "mean advantage (pos / neg)", "advantage"),
     ("clip_frac", "clip fraction", "share"),
     ("entropy", "entropy (old policy)", "nats"),
@@ -257,18 +258,23 @@ def buckets_figure(runs: list[Run]) -> Figure:
         for i, run in enumerate(runs):
             xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
             buckets = list(range(count)) + (["all"] if stat == "grad_norm" else [])
-            if stat == "adv_mean":
-                pos = [run.mean(_bucket_key(stat, b, "pos/")) for b in buckets]
-                neg = [run.mean(_bucket_key(stat, b, "neg/")) for b in buckets]
-                found = any(math.isfinite(v) for v in pos + neg)
+            if stat in ("adv_mean", "grad_share"):  # solid A > 0 / after the token stage; hatched A < 0 / before
+                if stat == "adv_mean":
+                    solid = [run.mean(_bucket_key(stat, b, "pos/")) for b in buckets]
+                    hatched = [run.mean(_bucket_key(stat, b, "neg/")) for b in buckets]
+                else:
+                    solid = [run.mean(_bucket_key(stat, b)) for b in buckets]
+                    hatched = [run.mean(_bucket_key("grad_share_before", b)) for b in buckets]
+                found = any(math.isfinite(v) for v in solid + hatched)
                 ax.bar(
                     xs,
-                    [v if math.isfinite(v) else 0.0 for v in pos],
+                    [v if math.isfinite(v) else 0.0 for v in solid],
                     width,
                     color=colour(i),
                     label=run.name + ("" if found else NO_DATA),
                 )
-                ax.bar(xs, [v if math.isfinite(v) else 0.0 for v in neg], width, color=colour(i), alpha=0.5, hatch="//")
+                hatched = [v if math.isfinite(v) else 0.0 for v in hatched]
+                ax.bar(xs, hatched, width, color=colour(i), alpha=0.5, hatch="//")
             else:
                 values = [run.mean(_bucket_key(stat, b)) for b in buckets]
                 found = any(math.isfinite(v) for v in values)
@@ -285,7 +291,11 @@ def buckets_figure(runs: list[Run]) -> Figure:
         if stat == "grad_norm":
             title = "gradient norm (one bucket's tokens; all)"
         finish_axes(ax, title, ylabel, xlabel="probability bucket (old policy)")
-    fig.suptitle("token statistics by probability bucket (mean over steps; hatched: negative advantages)", fontsize=10)
+    fig.suptitle(
+        "token statistics by probability bucket (mean over steps; hatched: negative advantages, "
+        "gradient share before the token stage)",
+        fontsize=10,
+    )
     return fig
 
 
@@ -300,6 +310,9 @@ def buckets_steps_figure(runs: list[Run]) -> Figure:
                 if stat == "adv_mean":
                     found = _line(ax, run, i, _bucket_key(stat, b, "pos/"), label=f"{run.name} A>0")
                     _line(ax, run, i, _bucket_key(stat, b, "neg/"), label=f"{run.name} A<0", linestyle="--")
+                elif stat == "grad_share":
+                    found = _line(ax, run, i, _bucket_key(stat, b), label=f"{run.name} after")
+                    _line(ax, run, i, _bucket_key("grad_share_before", b), label=f"{run.name} before", linestyle="--")
                 else:
                     found = _line(ax, run, i, _bucket_key(stat, b))
                     if stat == "grad_norm" and found:

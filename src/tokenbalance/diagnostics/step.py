@@ -7,10 +7,13 @@ The trainer calls two hooks of :class:`StepDiagnostics` in each RL step:
   bucket and one for all tokens over a probe of ``grad_norm_rows`` responses). Nothing else runs
   before the update.
 * :meth:`~StepDiagnostics.after_update`: reads the batch, the passes and the update's record (the
-  per-token clip flags the loss returned; nothing recomputed): the bucket statistics (default on:
-  old log-probs, the update's advantages, the clip flags and the old-policy entropy of the old
-  log-prob pass; no extra forward) and the LLD monitor (opt-in; one no-grad forward over the
-  correct responses of mixed groups).
+  per-token clip flags the loss returned and, with ``grad_share``, the per-token squared
+  logit-gradient norms; nothing recomputed): the bucket statistics (default on: old log-probs, the
+  update's advantages, the clip flags and the old-policy entropy of the old log-prob pass; no extra
+  forward), each bucket's share of the squared logit-gradient norm before and after the method's
+  token stage (default on; the estimator's advantages are recomputed from the rewards, a [B, T]
+  function) and the LLD monitor (opt-in; one no-grad forward over the correct responses of mixed
+  groups).
 
 Model access goes through one :class:`PolicyAccess` object the trainer passes in (log-probs of
 rows of the batch, data-parallel reductions; :class:`tokenbalance.diagnostics.access.StepPolicy`),
@@ -29,7 +32,8 @@ from typing import Protocol
 
 import torch
 
-from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats, check_bucket_edges
+from tokenbalance.algorithms.methods import compute_advantages
+from tokenbalance.diagnostics.buckets import bucket_masks, bucket_shares, bucket_token_stats, check_bucket_edges
 from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms, probe_rows
 from tokenbalance.diagnostics.lld import lld_rows, lld_stats
 from tokenbalance.types import LossNormaliser, UpdatePass
@@ -62,6 +66,35 @@ class StepBatch(Protocol):
     @property
     def group_ids_B(self) -> torch.Tensor:
         """[B] int64 group (prompt) id of each response."""
+        ...
+
+    @property
+    def rewards_B(self) -> torch.Tensor:
+        """[B] outcome rewards (what the method's estimator turns into advantages)."""
+        ...
+
+    @property
+    def ref_logp_BT(self) -> torch.Tensor | None:
+        """[B, T] reference log-probs when the method has a KL term."""
+        ...
+
+
+class UpdateTrace(Protocol):
+    """What the diagnostics read of the update (the trainer's :class:`tokenbalance.trainer.update.UpdateRecord`)."""
+
+    @property
+    def clipped_BT(self) -> torch.Tensor | None:
+        """[B, T] bool, where the PPO clip acted in any pass."""
+        ...
+
+    @property
+    def logit_grad_sq_BT(self) -> torch.Tensor | None:
+        """[B, T] each token's squared logit-gradient norm in the update (``None`` when not traced)."""
+        ...
+
+    @property
+    def unit_logit_grad_sq_BT(self) -> torch.Tensor | None:
+        """[B, T] the squared norm per unit advantage at ratio 1, no clip, no token weight."""
         ...
 
 
@@ -156,11 +189,9 @@ class StepDiagnostics:
             policy.train(was_training)
         return norms | {"diag/grad_norm/probe_tokens": normaliser.policy}
 
-    def after_update(
-        self, passes: list[UpdatePass], batch: StepBatch, clipped_BT: torch.Tensor | None
-    ) -> dict[str, float]:
-        """Bucket statistics and the LLD monitor; returns the ``diag/*`` metrics of the step.
-        ``clipped_BT``: where the update's clip acted (``UpdateRecord.clipped_BT``)."""
+    def after_update(self, passes: list[UpdatePass], batch: StepBatch, record: UpdateTrace) -> dict[str, float]:
+        """Bucket statistics, gradient shares and the LLD monitor; returns the ``diag/*`` metrics of
+        the step. ``record``: the update's (``UpdateRecord``: clip flags, squared logit-gradient norms)."""
         metrics: dict[str, float] = {}
         old_logp_BT, mask_BT = batch.old_logp_BT, batch.mask_BT
         if self.config.bucket_stats:
@@ -171,11 +202,17 @@ class StepDiagnostics:
                     adv_BT,
                     mask_BT,
                     self.edges,
-                    clipped_BT=clipped_BT,
+                    clipped_BT=record.clipped_BT,
                     entropy_BT=batch.entropy_BT,
                     mode=self.config.bucket_mode,
                 )
             )
+        if (
+            self.config.logs_grad_share
+            and record.logit_grad_sq_BT is not None
+            and record.unit_logit_grad_sq_BT is not None
+        ):
+            metrics.update(self.grad_shares(batch, record.logit_grad_sq_BT, record.unit_logit_grad_sq_BT))
         if self.config.lld:
             group_ids_B = batch.group_ids_B.to(mask_BT.device)
             rows = lld_rows(batch.correct_B.to(mask_BT.device), group_ids_B)
@@ -190,3 +227,17 @@ class StepDiagnostics:
             else:
                 metrics.update(lld_stats(old_logp_BT[:0], old_logp_BT[:0], mask_BT[:0], group_ids_B[:0]))
         return metrics
+
+    def grad_shares(
+        self, batch: StepBatch, logit_grad_sq_BT: torch.Tensor, unit_logit_grad_sq_BT: torch.Tensor
+    ) -> dict[str, float]:
+        """``diag/bucket<b>/grad_share`` (the update's squared logit-gradient norms) and
+        ``grad_share_before`` (the estimator's advantage alone: its square times the norm per unit
+        advantage), per bucket of the old probability (docs/metrics.md)."""
+        mask_BT = batch.mask_BT
+        base_adv_BT = compute_advantages(
+            self.method, batch.rewards_B, batch.group_ids_B, mask_BT, batch.old_logp_BT, batch.ref_logp_BT
+        )
+        before_BT = base_adv_BT.double().square() * unit_logit_grad_sq_BT
+        values = {"grad_share": logit_grad_sq_BT, "grad_share_before": before_BT}
+        return bucket_shares(batch.old_logp_BT, mask_BT, values, self.edges, mode=self.config.bucket_mode)

@@ -25,7 +25,8 @@ from dataclasses import dataclass
 import torch
 from transformers import DynamicCache
 
-from tokenbalance.algorithms.surrogate import entropy_from_logits
+from tokenbalance.algorithms.logit_grad import sum_sq_probs
+from tokenbalance.algorithms.surrogate import entropy_and_sum_sq_probs, entropy_from_logits
 from tokenbalance.rollout.fast import cache_kwargs
 
 
@@ -68,11 +69,14 @@ def pack_sequences(
 
 @dataclass(frozen=True)
 class ResponseLogprobs:
-    """``logp_BT`` (float32, or float64 for a float64 model; with gradient if the pass had it), optional ``entropy_BT``, ``hidden_BTD``."""
+    """``logp_BT`` (float32, or float64 for a float64 model; with gradient if the pass had it), optional ``entropy_BT``, ``hidden_BTD``,
+    ``sum_sq_probs_BT`` (sum_j pi_j^2 of each position's distribution, detached: the logit-gradient norm's
+    one extra quantity, :mod:`tokenbalance.algorithms.logit_grad`)."""
 
     logp_BT: torch.Tensor
     entropy_BT: torch.Tensor | None = None
     hidden_BTD: torch.Tensor | None = None
+    sum_sq_probs_BT: torch.Tensor | None = None
 
 
 def checkpointing(model) -> bool:
@@ -147,6 +151,7 @@ def response_logprobs(
     with_entropy: bool = False,
     with_hidden: bool = False,
     entropy_grad: bool = False,
+    with_sum_sq_probs: bool = False,
     share_prompts: bool = True,
 ) -> ResponseLogprobs:
     """Log-probs of the response tokens under ``model`` at ``temperature``.
@@ -155,6 +160,8 @@ def response_logprobs(
     then the output layer on the T positions that predict response tokens (columns P-1 .. P+T-2).
     Gradient flows when autograd is enabled; the entropy carries gradient only with
     ``entropy_grad`` (an entropy bonus in the loss), otherwise it is computed detached (logged only).
+    ``with_sum_sq_probs`` adds sum_j pi_j^2 per position (detached), from the entropy's float32
+    softmax when both are asked for on float32 logits, otherwise from the log-softmax above.
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
@@ -163,15 +170,22 @@ def response_logprobs(
     logits_BTV = model.get_output_embeddings()(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / temperature
     targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
-    logp_BT = torch.log_softmax(logits_BTV, dim=-1).gather(-1, targets_BT[..., None]).squeeze(-1)
-    entropy_BT = None
+    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    logp_BT = logp_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
+    entropy_BT = sum_sq_BT = None
     if with_entropy:
         with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            entropy_BT = entropy_from_logits(logits_BTV)
+            if with_sum_sq_probs and logits_BTV.dtype == torch.float32:  # from the entropy's own softmax
+                entropy_BT, sum_sq_BT = entropy_and_sum_sq_probs(logits_BTV)
+            else:
+                entropy_BT = entropy_from_logits(logits_BTV)
+    if with_sum_sq_probs and sum_sq_BT is None:
+        sum_sq_BT = sum_sq_probs(logp_BTV)
     return ResponseLogprobs(
         logp_BT=logp_BT,
         entropy_BT=entropy_BT,
         hidden_BTD=hidden_BTD.detach() if with_hidden else None,
+        sum_sq_probs_BT=sum_sq_BT,
     )
 
 

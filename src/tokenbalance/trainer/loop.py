@@ -291,7 +291,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     with timer("update"):
         record = update(parts, batch, passes)
     with timer("diag"):
-        diag_metrics = diag.after_update(passes, batch, record.clipped_BT)
+        diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
     return mean_over_ranks(metrics, parts.runtime.ctx) | timer.metrics(tokens=float(batch.mask_BT.sum()))
 
@@ -322,6 +322,7 @@ def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass]) -
         grad_clip=s.grad_clip,
         token_mean_scope=s.token_mean_scope,
         ctx=parts.runtime.ctx,
+        grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
     )
 
 

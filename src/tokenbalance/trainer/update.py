@@ -5,6 +5,10 @@ with the gradient accumulated over micro-batches. The loss denominators are the 
 (summed over ranks: the paper's global token-mean) or, with ``token_mean_scope="micro_batch"``,
 each micro-batch's with the loss divided by the number of micro-batches (the reference code).
 The pre-clip gradient norm is logged; a non-finite norm skips the step (the reference does not).
+
+With ``grad_share`` the record also holds each token's squared logit-gradient norm, from autograd's
+dL/d log p of every micro-batch's own backward (``retain_grad``; no extra backward) and the forward's
+sum_j pi_j^2 (:mod:`tokenbalance.algorithms.logit_grad`), for the diagnostics' gradient shares.
 """
 
 from __future__ import annotations
@@ -15,10 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from tokenbalance.algorithms.aggregate import token_coefficients
+from tokenbalance.algorithms.logit_grad import softmax_grad_sq
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
-from tokenbalance.trainer.logprobs import PackedSequences, response_logprobs
-from tokenbalance.types import UpdatePass
+from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, response_logprobs
+from tokenbalance.types import LossNormaliser, UpdatePass
 
 
 @dataclass(frozen=True)
@@ -29,10 +35,54 @@ class UpdateRecord:
         metrics: averaged ``loss/*``, ``clip/*``, ``optim/*`` (and ``pass/<name>/*``) metrics.
         clipped_BT: [B, T] bool, the tokens where the PPO clip acted in any pass (what the
             diagnostics' bucket statistics read after the update; nothing recomputes the surrogate).
+        logit_grad_sq_BT: [B, T] float64, with ``grad_share``: each token's ||dL/dz||^2 (z its
+            position's logits at the log-prob temperature) summed over the backward passes its
+            loss terms entered (one: Lopti's passes hold disjoint tokens), g = dL/d log p from
+            autograd as the loss was scaled for accumulation; 0 where no term. ``None`` without.
+        unit_logit_grad_sq_BT: [B, T] float64, with ``grad_share``: c^2 ||e_o - pi||^2 at the
+            forward of the token's policy term, c its weight in the pass's policy aggregation
+            (:func:`~tokenbalance.algorithms.aggregate.token_coefficients`, times the accumulation
+            scale): the squared logit-gradient norm per unit advantage at ratio 1, no clip and no
+            token weight. Times an advantage squared it is that advantage's norm. ``None`` without.
     """
 
     metrics: dict[str, float]
     clipped_BT: torch.Tensor
+    logit_grad_sq_BT: torch.Tensor | None = None
+    unit_logit_grad_sq_BT: torch.Tensor | None = None
+
+
+class LogitGradTrace:
+    """Accumulates :class:`UpdateRecord`'s two per-token squared norms over an update's micro-batches."""
+
+    def __init__(self, like_BT: torch.Tensor) -> None:
+        self.logit_grad_sq_BT = torch.zeros(like_BT.shape, dtype=torch.float64, device=like_BT.device)
+        self.unit_logit_grad_sq_BT = torch.zeros_like(self.logit_grad_sq_BT)
+
+    def add(
+        self,
+        rows: slice | torch.Tensor,
+        current: ResponseLogprobs,
+        micro_pass: UpdatePass,
+        method,
+        normaliser: LossNormaliser,
+        scale: float,
+    ) -> None:
+        """One micro-batch after its backward: ``current.logp_BT.grad`` is dL/d log p (scaled)."""
+        if current.sum_sq_probs_BT is None:
+            raise ValueError("grad_share: the update's forward must return sum_sq_probs_BT")
+        geometry_BT = softmax_grad_sq(current.logp_BT, current.sum_sq_probs_BT).double()
+        dlogp_BT = current.logp_BT.grad
+        if dlogp_BT is not None:
+            self.logit_grad_sq_BT[rows] += dlogp_BT.double().square() * geometry_BT
+        coef_BT = token_coefficients(
+            micro_pass.policy_mask_BT,
+            method.policy_agg_mode,
+            normaliser=normaliser.policy,
+            denominator_mask_BT=micro_pass.normaliser_mask_BT,
+            max_response_len=method.max_response_len,
+        ).to(geometry_BT.device)
+        self.unit_logit_grad_sq_BT[rows] += (coef_BT * scale).square() * geometry_BT
 
 
 def row_chunks(num_rows: int, size: int) -> list[slice]:
@@ -78,8 +128,10 @@ def run_update_passes(
     grad_clip: float,
     token_mean_scope: str,
     ctx: DistContext,
+    grad_share: bool = False,
 ) -> UpdateRecord:
-    """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`).
+    """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
+    with ``grad_share`` also the per-token squared logit-gradient norms.
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -93,6 +145,7 @@ def run_update_passes(
     grad_norms: list[float] = []
     skipped = 0
     clipped_BT = torch.zeros(old_logp_BT.shape, dtype=torch.bool, device=old_logp_BT.device)
+    trace = LogitGradTrace(old_logp_BT) if grad_share else None
     policy.train()
     for update_pass, tokens in zip(passes, pass_tokens):
         pass_sums: dict[str, float] = defaultdict(float)
@@ -122,7 +175,10 @@ def run_update_passes(
                     temperature=temperature,
                     with_entropy=True,
                     entropy_grad=method.entropy_coeff != 0,
+                    with_sum_sq_probs=trace is not None,
                 )
+                if trace is not None and current.logp_BT.requires_grad:
+                    current.logp_BT.retain_grad()
                 out = pass_loss(
                     method,
                     micro_pass,
@@ -133,6 +189,8 @@ def run_update_passes(
                     normaliser=micro_normaliser,
                 )
                 (out.loss * scale).backward()
+                if trace is not None:
+                    trace.add(active, current, micro_pass, method, micro_normaliser, scale)
                 if out.clipped_BT is not None:
                     clipped_BT[active] |= out.clipped_BT
                 micro_runs.append((out.metrics, scale))
@@ -168,4 +226,9 @@ def run_update_passes(
     totals["optim/grad_norm"] = sum(finite) / len(finite) if finite else float("nan")
     totals["optim/steps"] = float(len(grad_norms) - skipped)
     totals["optim/skipped_steps"] = float(skipped)
-    return UpdateRecord(metrics=dict(totals), clipped_BT=clipped_BT)
+    return UpdateRecord(
+        metrics=dict(totals),
+        clipped_BT=clipped_BT,
+        logit_grad_sq_BT=None if trace is None else trace.logit_grad_sq_BT,
+        unit_logit_grad_sq_BT=None if trace is None else trace.unit_logit_grad_sq_BT,
+    )

@@ -16,6 +16,14 @@ accelerate / DeepSpeed / vLLM. Two methods are overridden:
   reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.TaskReward`'s K&K 3) or at least
   ``nthr.correct_threshold``.
 
+The low-probability gradient share (``diag/bucket<b>/token_frac``, ``grad_share``,
+``grad_share_before``; docs/metrics.md) is logged from the same forward: the fused head is asked for
+``log_sum_sq_probs`` as well (the one extra reduction over the vocabulary of the exact logit-gradient
+norm) and dL/d log p comes from ``torch.autograd.grad`` on the loss's own graph down to the
+log-probs (elementwise in the tokens: no backward through the model). Per training micro-batch,
+averaged over TRL's logging window. A TRL whose fused head does not give ``log_sum_sq_probs`` gets
+the (1 - p) bound under ``grad_share_bound`` / ``grad_share_before_bound``.
+
 Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each
 generation batch for 2 x mu optimizer rounds, and ``_compute_loss`` picks the pass from the round
 (low-probability tokens first). TRL's own loop then does both optimizer steps, with its clipping,
@@ -34,13 +42,18 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Iterator, Sequence
 
 import torch
 from trl import GRPOTrainer
 
+from tokenbalance.algorithms.aggregate import token_coefficients
+from tokenbalance.algorithms.logit_grad import logit_grad_sq, logit_grad_sq_bound, softmax_grad_sq
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
 from tokenbalance.algorithms.nthr import nthr_correct
+from tokenbalance.diagnostics.buckets import bucket_shares
+from tokenbalance.diagnostics.edges import DEFAULT_EDGES, check_bucket_edges
 from tokenbalance.integrations.trl.config import (
     check_config,
     pass_count,
@@ -79,6 +92,7 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
     ``nthr_max_reward``: the largest reward a completion can get, whose completions NTHR counts as
     correct (default: derived from the reward functions' ``max_reward`` attributes; not needed when
     the method states ``nthr.correct_threshold`` or uses ``nthr.positives="advantage_sign"``).
+    ``grad_share_edges``: the probability buckets of the gradient-share metrics (``None``: off).
     All other arguments are ``GRPOTrainer``'s.
     """
 
@@ -90,9 +104,11 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         *,
         method: Method | str = "grpo",
         nthr_max_reward: float | None = None,
+        grad_share_edges: Sequence[float] | None = DEFAULT_EDGES,
         **kwargs,
     ):
         method = resolve_method(method)
+        self.grad_share_edges = None if grad_share_edges is None else check_bucket_edges(grad_share_edges)
         if args is None:
             raise ValueError(
                 "args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
@@ -110,6 +126,8 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
             )
         if method.nthr is not None:
             decoder_of(self._policy_module())  # fails now, not at the first step
+        if self.grad_share_edges is not None:
+            self._request_sum_sq_probs()
         self._rewards_per_func = None
         self.nthr_max_reward = None
         if self._needs_rewards():
@@ -135,7 +153,9 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         mask_BT = inputs["completion_mask"].bool()
         if "tool_mask" in inputs:
             mask_BT = mask_BT & inputs["tool_mask"].bool()
-        logp_BT, entropy_BT, hidden_BTD = self._policy_forward(model, inputs)
+        grad_share = self.grad_share_edges is not None and self.model.training
+        with capture_sum_sq_probs(self._fused_module()) if grad_share else contextlib.nullcontext([]) as sum_sq:
+            logp_BT, entropy_BT, hidden_BTD = self._policy_forward(model, inputs)
         old_logp_BT = inputs.get("old_per_token_logps")
         if old_logp_BT is None or method.nthr is not None:
             old_logp_BT = logp_BT.detach()  # the training forward is the old policy (config.check_config)
@@ -147,10 +167,12 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         training = self.model.training
         chosen = [self._pass_index()] if training else range(len(passes))  # eval: the whole objective
         loss = logp_BT.new_zeros(())
+        normaliser = None
         for index in chosen:
             update_pass = passes[index]
             if "importance_sampling_ratio" in inputs:
                 update_pass = scale_pass_advantages(update_pass, inputs["importance_sampling_ratio"])
+            normaliser = self._normaliser(update_pass, inputs, training)
             out = pass_loss(
                 method,
                 update_pass,
@@ -158,7 +180,7 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 old_logp_BT,
                 inputs.get("ref_per_token_logps"),
                 entropy_BT,
-                normaliser=self._normaliser(update_pass, inputs, training),
+                normaliser=normaliser,
             )
             loss = loss + out.loss
             metrics.update(out.metrics)
@@ -166,10 +188,81 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 metrics.update({f"pass/{update_pass.name}/{k}": v for k, v in out.metrics.items()})
         if training and len(passes) > 1:
             metrics["lopti/pass_index"] = float(chosen[0])
+        if grad_share and normaliser is not None and logp_BT.requires_grad:
+            sum_sq_BT = torch.exp(torch.cat(sum_sq)[:, -logp_BT.shape[1] :]) if sum_sq else None
+            metrics.update(
+                self._grad_shares(
+                    loss, logp_BT, sum_sq_BT, old_logp_BT, mask_BT, advantages_BT, update_pass, normaliser
+                )
+            )
         self._record(metrics, "train" if training else "eval")
         return loss
 
     # ------------------------------------------------------------------ helpers
+
+    def _fused_module(self) -> torch.nn.Module:
+        """The module TRL patched with its fused LM head (the base model under PEFT)."""
+        module = self._policy_module()
+        return module.get_base_model() if hasattr(module, "get_base_model") else module
+
+    def _request_sum_sq_probs(self) -> None:
+        """Patch the fused head again, asking also for ``log_sum_sq_probs`` (sum_j pi_j^2, no gradient).
+
+        The new forward runs the same kernel on the same inputs; its non-fused path calls TRL's
+        patched forward, so generation is unchanged. A TRL without that output keeps its head and
+        the metric falls back to the bound.
+        """
+        try:
+            from trl.trainer.utils import add_fused_lm_head
+
+            add_fused_lm_head(
+                self._fused_module(),
+                temperature=self.temperature,
+                cast_lm_head_to_fp32=bool(getattr(self.args, "cast_lm_head_to_fp32", False)),
+                outputs=("log_probs", "entropy", "log_sum_sq_probs"),
+            )
+        except (ImportError, TypeError, ValueError):
+            pass
+
+    def _grad_shares(
+        self,
+        loss: torch.Tensor,
+        logp_BT: torch.Tensor,
+        sum_sq_probs_BT: torch.Tensor | None,
+        old_logp_BT: torch.Tensor,
+        mask_BT: torch.Tensor,
+        advantages_BT: torch.Tensor,
+        update_pass: UpdatePass,
+        normaliser: LossNormaliser,
+    ) -> dict[str, float]:
+        """This micro-batch's token and gradient shares per bucket of the old probability.
+
+        After: g = dL/d log p of the loss (``autograd.grad`` down to ``logp_BT`` only). Before: g =
+        the host's advantage (before NTHR / AR / TR-GRPO weights and the Lopti split) times its
+        token's weight in the policy aggregation, at ratio 1 with no clip, over all valid tokens.
+        """
+        method = self.balance_method
+        (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
+        if dlogp_BT is None:
+            dlogp_BT = torch.zeros_like(logp_BT)
+        coef_BT = token_coefficients(
+            mask_BT,
+            method.policy_agg_mode,
+            normaliser=normaliser.policy,
+            denominator_mask_BT=update_pass.normaliser_mask_BT,
+            max_response_len=method.max_response_len,
+        ).to(logp_BT.device)
+        base_BT = advantages_BT.detach().double() * coef_BT
+        if sum_sq_probs_BT is not None:
+            after_BT = logit_grad_sq(dlogp_BT, logp_BT, sum_sq_probs_BT)
+            before_BT = base_BT.square() * softmax_grad_sq(logp_BT, sum_sq_probs_BT).double()
+            suffix = ""
+        else:
+            after_BT = logit_grad_sq_bound(dlogp_BT, logp_BT)
+            before_BT = logit_grad_sq_bound(base_BT, logp_BT.double())
+            suffix = "_bound"
+        values = {"token_frac": mask_BT, f"grad_share{suffix}": after_BT, f"grad_share_before{suffix}": before_BT}
+        return bucket_shares(old_logp_BT, mask_BT, values, self.grad_share_edges)
 
     def _policy_module(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
@@ -295,3 +388,22 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 metrics[key] = sum(values) / len(values) if values else float("nan")
         for key, value in metrics.items():
             self._metrics[mode][key].append(float(value))
+
+
+@contextlib.contextmanager
+def capture_sum_sq_probs(fused_module: torch.nn.Module) -> Iterator[list[torch.Tensor]]:
+    """Within the block, each forward of the fused head appends its [B, L-1] sum_j pi_j^2 as a log
+    (``FusedCausalLMOutput.log_sum_sq_probs``, no gradient) to the yielded list; nothing when the
+    output has none."""
+    store: list[torch.Tensor] = []
+
+    def keep(_module, _args, output) -> None:
+        value = getattr(output, "log_sum_sq_probs", None)
+        if value is not None:
+            store.append(value.detach())
+
+    handle = fused_module.register_forward_hook(keep)
+    try:
+        yield store
+    finally:
+        handle.remove()

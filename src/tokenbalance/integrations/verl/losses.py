@@ -10,6 +10,12 @@
   full pass loss (surrogate + KL + entropy on the pass's tokens, normalised by all valid tokens of
   the mini-batch).
 
+Both also report the low-probability gradient share per bucket of the old probability
+(:func:`grad_share_bound_metrics`, docs/metrics.md): verl's loss sees log-probs, not logits, so the
+squared logit-gradient norm is the AR-Lopti bound 2 g^2 (1 - p)^2 (``grad_share_bound``,
+``grad_share_before_bound``), g = dL/d log p of our loss from ``torch.autograd.grad`` down to the
+log-probs only (no backward through the model), per micro-batch.
+
 Both compute the loss with :func:`tokenbalance.algorithms.loss.pass_loss`; the normaliser is
 verl's global one (``config.global_batch_info``: the mini-batch's valid tokens or sequences
 summed over data-parallel ranks, divided by the rank count as verl's ``agg_loss`` does), so the
@@ -20,13 +26,17 @@ Differences from the AR-Lopti fork: the ratio and k3 clamps are verl's 20 instea
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 
-from tokenbalance.algorithms.aggregate import loss_normaliser
+from tokenbalance.algorithms.aggregate import loss_normaliser, token_coefficients
+from tokenbalance.algorithms.logit_grad import logit_grad_sq_bound
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import passes_from_advantages
+from tokenbalance.diagnostics.buckets import bucket_shares
+from tokenbalance.diagnostics.edges import DEFAULT_EDGES
 from tokenbalance.integrations.verl.config import method_from_actor_config
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 from tokenbalance.types import LossNormaliser, UpdatePass
@@ -61,6 +71,49 @@ def global_normaliser(method, update_pass: UpdatePass, global_batch_info: dict[s
         if mode == "seq-mean-token-sum-norm":
             value *= float(method.max_response_len or mask_BT.shape[1])
     return LossNormaliser(policy=value, regulariser=value)
+
+
+def grad_share_bound_metrics(
+    method,
+    loss: torch.Tensor,
+    log_prob: torch.Tensor,
+    old_log_prob: torch.Tensor,
+    advantages: torch.Tensor,
+    response_mask: torch.Tensor,
+    update_pass: UpdatePass,
+    normaliser: LossNormaliser,
+    edges=DEFAULT_EDGES,
+) -> dict[str, float]:
+    """``diag/bucket<b>/token_frac``, ``grad_share_bound`` and ``grad_share_before_bound`` of one micro-batch.
+
+    After: 2 g^2 (1 - p)^2 with g = dL/d log p of ``loss`` (``autograd.grad`` down to ``log_prob``,
+    p the current probability). Before: the same with g = verl's advantage times the token's weight
+    in the policy aggregation (ratio 1, no clip, no token weight, no Lopti split), all valid tokens.
+    Buckets by the old probability. verl averages these over micro-batches, so a micro-batch whose
+    loss has no gradient through the log-probs (every advantage 0) counts 0 in every bucket instead of
+    NaN. Nothing when ``log_prob`` carries no gradient.
+    """
+    if not log_prob.requires_grad:
+        return {}
+    (dlogp_BT,) = torch.autograd.grad(loss, log_prob, retain_graph=True, allow_unused=True)
+    if dlogp_BT is None:
+        dlogp_BT = torch.zeros_like(log_prob)
+    mask_BT = response_mask.bool()
+    coef_BT = token_coefficients(
+        mask_BT,
+        method.policy_agg_mode,
+        normaliser=normaliser.policy,
+        denominator_mask_BT=update_pass.normaliser_mask_BT,
+        max_response_len=method.max_response_len,
+    ).to(log_prob.device)
+    logp_BT = log_prob.detach().double()
+    values = {
+        "token_frac": mask_BT,
+        "grad_share_bound": logit_grad_sq_bound(dlogp_BT, logp_BT),
+        "grad_share_before_bound": logit_grad_sq_bound(advantages.detach().double() * coef_BT, logp_BT),
+    }
+    shares = bucket_shares(old_log_prob, mask_BT, values, edges)
+    return {key: 0.0 if math.isnan(value) else value for key, value in shares.items()}
 
 
 def _verl_metrics(metrics: dict[str, float], prefix: str = "") -> dict[str, float]:
@@ -107,7 +160,10 @@ def policy_loss(
     (update_pass,) = passes
     normaliser = global_normaliser(method, update_pass, config.global_batch_info)
     output = pass_loss(method, update_pass, log_prob, old_log_prob, normaliser=normaliser)
-    return output.loss, _verl_metrics(output.metrics)
+    shares = grad_share_bound_metrics(
+        method, output.loss, log_prob, old_log_prob, advantages, response_mask, update_pass, normaliser
+    )
+    return output.loss, _verl_metrics({**output.metrics, **shares})
 
 
 def lopti_pass_loss(
@@ -139,7 +195,10 @@ def lopti_pass_loss(
         entropy_BT=entropy,
         normaliser=normaliser,
     )
-    metrics = _verl_metrics({**output.metrics, **lopti_metrics})
+    shares = grad_share_bound_metrics(
+        method, output.loss, log_prob, old_log_prob, advantages, response_mask, update_pass, normaliser
+    )
+    metrics = _verl_metrics({**output.metrics, **lopti_metrics, **shares})
     metrics["tokenbalance/loss/policy"] = output.metrics["loss/policy"]
     if "loss/kl" in output.metrics:
         metrics["tokenbalance/loss/kl"] = output.metrics["loss/kl"]

@@ -1,0 +1,90 @@
+"""The norm of a token's loss gradient with respect to the logits, in closed form.
+
+For one response position with logits z (already divided by the log-prob temperature),
+pi = softmax(z) and the sampled token o with p = pi_o, the log-softmax gives
+d log p / dz = e_o - pi. A loss that reaches the logits only through log p_o (the policy
+surrogate and the KL term do; an entropy bonus does not) therefore has dL/dz = g (e_o - pi) with
+g = dL/d log p_o, and
+
+    ||dL/dz||^2 = g^2 ||e_o - pi||^2 = g^2 (1 - 2p + sum_j pi_j^2) = g^2 ((1 - p)^2 + sum_{j != o} pi_j^2).
+
+The only quantity beyond log p is sum_j pi_j^2, one reduction over the vocabulary in the forward
+that already computes the log-softmax (:func:`sum_sq_probs`). Where a runner sees log-probs only
+(verl's policy loss), the AR-Lopti paper's bound is used (Yang et al. 2025, arXiv 2505.12929,
+Proposition 4.2, core step; docs/methods.md §8.5): Cauchy-Schwarz with sum_{j != o} pi_j = 1 - p
+gives sum_{j != o} pi_j^2 <= (1 - p)^2, so
+
+    ||dL/dz||^2 <= 2 g^2 (1 - p)^2            (||dL/dz|| <= sqrt(2) |g| (1 - p)).
+
+Shares of these squared norms across tokens (``diag/bucket<b>/grad_share*``, docs/metrics.md) are
+what the diagnostics log; the bound's constant 2 cancels in a share.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from tokenbalance.algorithms._checks import check_range, check_shape
+
+
+def sum_sq_probs(logp_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> torch.Tensor:
+    """sum_j pi_j^2 per position, from full log-softmax values, without gradient.
+
+    Args:
+        logp_BTV: [..., V] log-probabilities (a log-softmax over the last dimension).
+        chunk_rows: positions processed at once, bounding the [rows, V] temporaries.
+
+    Returns:
+        [...] tensor in ``logp_BTV``'s dtype, in [1/V, 1]; no gradient.
+    """
+    check_range("chunk_rows", chunk_rows, 1, float("inf"))
+    with torch.no_grad():
+        flat_NV = logp_BTV.detach().reshape(-1, logp_BTV.shape[-1])
+        pieces = [
+            torch.linalg.vector_norm(flat_NV[start : start + chunk_rows].exp(), dim=-1).square()
+            for start in range(0, flat_NV.shape[0], chunk_rows)
+        ]
+        if not pieces:
+            return flat_NV.new_zeros(logp_BTV.shape[:-1])
+        return torch.cat(pieces).reshape(logp_BTV.shape[:-1])
+
+
+def softmax_grad_sq(logp_BT: torch.Tensor, sum_sq_probs_BT: torch.Tensor) -> torch.Tensor:
+    """||e_o - pi||^2 = (1 - p)^2 + (sum_j pi_j^2 - p^2), the second term clamped at 0 (rounding).
+
+    Args:
+        logp_BT: [B, T] log p of the sampled tokens (any gradient is ignored).
+        sum_sq_probs_BT: [B, T] sum_j pi_j^2 at the same positions (:func:`sum_sq_probs`).
+
+    Returns:
+        [B, T] float tensor in [0, 2), no gradient.
+    """
+    check_shape("sum_sq_probs_BT", sum_sq_probs_BT, tuple(logp_BT.shape))
+    p_BT = torch.exp(logp_BT.detach())
+    return (1 - p_BT).square() + (sum_sq_probs_BT.detach().to(p_BT.dtype) - p_BT.square()).clamp(min=0)
+
+
+def logit_grad_sq(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor, sum_sq_probs_BT: torch.Tensor) -> torch.Tensor:
+    """The exact ||dL/dz||^2 of each token: g^2 ||e_o - pi||^2 with g = ``dlogp_BT``.
+
+    Args:
+        dlogp_BT: [B, T] dL/d log p_o (from autograd, or a closed form), 0 where the loss has no term.
+        logp_BT: [B, T] log p of the sampled tokens under the policy the loss was evaluated at.
+        sum_sq_probs_BT: [B, T] sum_j pi_j^2 of that policy at those positions.
+
+    Returns:
+        [B, T] float tensor (no gradient); padding holds whatever the inputs give there (mask it).
+    """
+    check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
+    g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
+    return g_BT.square() * softmax_grad_sq(logp_BT, sum_sq_probs_BT).to(g_BT.dtype)
+
+
+def logit_grad_sq_bound(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor) -> torch.Tensor:
+    """The upper bound 2 g^2 (1 - p)^2 >= ||dL/dz||^2 (Proposition 4.2's core step), from log-probs only.
+
+    Args and result as :func:`logit_grad_sq`, without ``sum_sq_probs_BT``.
+    """
+    check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
+    g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
+    return 2 * g_BT.square() * (1 - torch.exp(logp_BT.detach().to(g_BT.dtype))).square()
