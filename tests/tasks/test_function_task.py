@@ -28,14 +28,6 @@ from tokenbalance.tasks.base import TASK_FACTORIES, unregister_task
 from tokenbalance.tasks.function import FUNCTION_TASK, RewardOutputError, register_function_task
 
 
-@pytest.fixture(autouse=True)
-def forget_function_task():
-    """A config with data.reward registers the task 'function'; the other tests expect kk and arith only."""
-    yield
-    if FUNCTION_TASK in TASK_FACTORIES:
-        unregister_task(FUNCTION_TASK)
-
-
 @pytest.fixture
 def gsm8k(tmp_path, monkeypatch):
     """The user's module on sys.path; returns the module."""

@@ -14,7 +14,7 @@ from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
-from tokenbalance.tasks.base import TASK_FACTORIES, unregister_task
+from tokenbalance.tasks.base import unregister_task
 from tokenbalance.tasks.function import CHECKED_ROWS, FUNCTION_TASK
 from tokenbalance.trainer import runner
 from tokenbalance.trainer.data import function_task_for_run, rl_examples
@@ -22,14 +22,6 @@ from tokenbalance.trainer.runner import run_training
 
 RUN = [o for o in SMALL_RUN if not o.startswith("data.")] + ["train.method=grpo"]
 PROMPTS_PER_STEP, GROUP_SIZE = 2, 4  # SMALL_RUN's rollout
-
-
-@pytest.fixture(autouse=True)
-def forget_function_task():
-    """A config with data.reward registers the task 'function'; the other tests expect kk and arith only."""
-    yield
-    if FUNCTION_TASK in TASK_FACTORIES:
-        unregister_task(FUNCTION_TASK)
 
 
 @pytest.fixture

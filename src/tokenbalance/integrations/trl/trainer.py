@@ -47,8 +47,12 @@ from collections.abc import Iterator, Sequence
 import torch
 from trl import GRPOTrainer
 
-from tokenbalance.algorithms.aggregate import token_coefficients
-from tokenbalance.algorithms.logit_grad import logit_grad_sq, logit_grad_sq_bound, softmax_grad_sq
+from tokenbalance.algorithms.logit_grad import (
+    logit_grad_sq,
+    logit_grad_sq_bound,
+    loss_and_baseline_gradients,
+    softmax_grad_sq,
+)
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
 from tokenbalance.algorithms.nthr import nthr_correct
@@ -241,18 +245,15 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         the host's advantage (before NTHR / AR / TR-GRPO weights and the Lopti split) times its
         token's weight in the policy aggregation, at ratio 1 with no clip, over all valid tokens.
         """
-        method = self.balance_method
-        (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
-        if dlogp_BT is None:
-            dlogp_BT = torch.zeros_like(logp_BT)
-        coef_BT = token_coefficients(
+        dlogp_BT, base_BT = loss_and_baseline_gradients(
+            loss,
+            logp_BT,
+            advantages_BT,
             mask_BT,
-            method.policy_agg_mode,
-            normaliser=normaliser.policy,
-            denominator_mask_BT=update_pass.normaliser_mask_BT,
-            max_response_len=method.max_response_len,
-        ).to(logp_BT.device)
-        base_BT = advantages_BT.detach().double() * coef_BT
+            method=self.balance_method,
+            normaliser_mask_BT=update_pass.normaliser_mask_BT,
+            policy_normaliser=normaliser.policy,
+        )
         if sum_sq_probs_BT is not None:
             after_BT = logit_grad_sq(dlogp_BT, logp_BT, sum_sq_probs_BT)
             before_BT = base_BT.square() * softmax_grad_sq(logp_BT, sum_sq_probs_BT).double()

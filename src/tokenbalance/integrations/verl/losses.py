@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from tokenbalance.algorithms.aggregate import loss_normaliser, token_coefficients
-from tokenbalance.algorithms.logit_grad import logit_grad_sq_bound
+from tokenbalance.algorithms.aggregate import loss_normaliser
+from tokenbalance.algorithms.logit_grad import logit_grad_sq_bound, loss_and_baseline_gradients
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import passes_from_advantages
 from tokenbalance.diagnostics.buckets import bucket_shares
@@ -95,22 +95,21 @@ def grad_share_bound_metrics(
     """
     if not log_prob.requires_grad:
         return {}
-    (dlogp_BT,) = torch.autograd.grad(loss, log_prob, retain_graph=True, allow_unused=True)
-    if dlogp_BT is None:
-        dlogp_BT = torch.zeros_like(log_prob)
     mask_BT = response_mask.bool()
-    coef_BT = token_coefficients(
+    dlogp_BT, base_BT = loss_and_baseline_gradients(
+        loss,
+        log_prob,
+        advantages,
         mask_BT,
-        method.policy_agg_mode,
-        normaliser=normaliser.policy,
-        denominator_mask_BT=update_pass.normaliser_mask_BT,
-        max_response_len=method.max_response_len,
-    ).to(log_prob.device)
+        method=method,
+        normaliser_mask_BT=update_pass.normaliser_mask_BT,
+        policy_normaliser=normaliser.policy,
+    )
     logp_BT = log_prob.detach().double()
     values = {
         "token_frac": mask_BT,
         "grad_share_bound": logit_grad_sq_bound(dlogp_BT, logp_BT),
-        "grad_share_before_bound": logit_grad_sq_bound(advantages.detach().double() * coef_BT, logp_BT),
+        "grad_share_before_bound": logit_grad_sq_bound(base_BT, logp_BT),
     }
     shares = bucket_shares(old_log_prob, mask_BT, values, edges)
     return {key: 0.0 if math.isnan(value) else value for key, value in shares.items()}
