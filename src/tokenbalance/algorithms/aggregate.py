@@ -56,6 +56,25 @@ def loss_normaliser(denominator_mask_BT: torch.Tensor, mode: str, *, max_respons
     return rows
 
 
+def _denominators(
+    mask_BT: torch.Tensor,
+    mode: str,
+    normaliser: float | None,
+    denominator_mask_BT: torch.Tensor | None,
+    max_response_len: int | None,
+) -> tuple[torch.Tensor, float]:
+    """The denominator mask (default ``mask_BT``, same shape) and the normaliser (default
+    :func:`loss_normaliser` of it; a given one must be >= 0) of :func:`aggregate` and
+    :func:`token_coefficients`."""
+    if denominator_mask_BT is None:
+        denominator_mask_BT = mask_BT
+    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
+    if normaliser is None:
+        return denominator_mask_BT, loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
+    check_range("normaliser", float(normaliser), 0.0, float("inf"))
+    return denominator_mask_BT, normaliser
+
+
 def aggregate(
     loss_BT: torch.Tensor,
     mask_BT: torch.Tensor,
@@ -84,13 +103,7 @@ def aggregate(
     check_choice("loss_agg_mode", mode, AGG_MODES)
     check_ndim("loss_BT", loss_BT, 2, "BT")
     check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
-    if denominator_mask_BT is None:
-        denominator_mask_BT = mask_BT
-    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(loss_BT.shape))
-    if normaliser is None:
-        normaliser = loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
-    else:
-        check_range("normaliser", float(normaliser), 0.0, float("inf"))
+    denominator_mask_BT, normaliser = _denominators(mask_BT, mode, normaliser, denominator_mask_BT, max_response_len)
 
     masked_BT = masked_fill_invalid(loss_BT, mask_BT)
     if mode == "seq-mean-token-mean":
@@ -123,11 +136,7 @@ def token_coefficients(
     """
     check_choice("loss_agg_mode", mode, AGG_MODES)
     check_ndim("mask_BT", mask_BT, 2, "BT")
-    if denominator_mask_BT is None:
-        denominator_mask_BT = mask_BT
-    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
-    if normaliser is None:
-        normaliser = loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
+    denominator_mask_BT, normaliser = _denominators(mask_BT, mode, normaliser, denominator_mask_BT, max_response_len)
     coef_BT = mask_BT.bool().to(torch.float64)
     if normaliser <= 0:
         return torch.zeros_like(coef_BT)
