@@ -1,11 +1,13 @@
 """Layering: what the pure packages may import.
 
 * ``checks.py`` (the scalar range / choice checks shared by the config, the algorithms, the tasks
-  and the models): the standard library only, so that every layer may import it.
+  and the models) and ``user_code.py`` (the loader of a user's ``MODULE:FUNCTION``: reward
+  functions, token rules): the standard library only, so that every layer may import them.
 * ``algorithms/`` (and ``types.py``, which holds the containers the algorithms return): the
-  standard library, numpy and torch, ``tokenbalance.checks`` and itself; anywhere in the file.
-* ``tasks/``: the standard library, numpy and torch, ``tokenbalance.checks`` and
-  ``tokenbalance.tasks`` itself at module level. Inside a function body (a lazy import, run only when that function is called) it may also
+  standard library, numpy and torch, ``tokenbalance.checks``, ``tokenbalance.user_code`` and
+  itself; anywhere in the file.
+* ``tasks/``: the standard library, numpy and torch, ``tokenbalance.checks``,
+  ``tokenbalance.user_code`` and ``tokenbalance.tasks`` itself at module level. Inside a function body (a lazy import, run only when that function is called) it may also
   import pyarrow (parquet files) and math-verify (math scoring), so that importing a task stays
   light; no other package, not even lazily. ``tests/tasks/test_base.py`` checks that importing the
   tasks indeed loads neither.
@@ -19,8 +21,9 @@ import tokenbalance
 
 PACKAGE = Path(tokenbalance.__file__).parent
 ALLOWED_THIRD_PARTY = {"numpy", "torch"}
-ALGORITHMS_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", "tokenbalance.checks")
-TASKS_INTERNAL = ("tokenbalance.tasks", "tokenbalance.checks")
+SHARED = ("tokenbalance.checks", "tokenbalance.user_code")  # standard library only; every layer may import them
+ALGORITHMS_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", *SHARED)
+TASKS_INTERNAL = ("tokenbalance.tasks", *SHARED)
 TASKS_LAZY_THIRD_PARTY = {"pyarrow", "math_verify"}
 
 
@@ -64,9 +67,10 @@ def forbidden_imports(
     return bad
 
 
-def test_checks_import_only_the_standard_library():
-    names = [name for name, _ in imported_modules(PACKAGE / "checks.py")]
-    assert names and all(name.split(".")[0] in sys.stdlib_module_names | {"__future__"} for name in names)
+def test_shared_modules_import_only_the_standard_library():
+    for module in ("checks.py", "user_code.py"):
+        names = [name for name, _ in imported_modules(PACKAGE / module)]
+        assert names and all(name.split(".")[0] in sys.stdlib_module_names | {"__future__"} for name in names)
 
 
 def test_algorithms_import_only_stdlib_numpy_torch():

@@ -29,7 +29,13 @@ from typing import Any
 
 import yaml
 
-from tokenbalance.algorithms.methods import METHOD_NESTED_TYPES, Method, apply_method_overrides, get_method
+from tokenbalance.algorithms.methods import (
+    METHOD_NESTED_TYPES,
+    RULE_EXAMPLE,
+    Method,
+    apply_method_overrides,
+    get_method,
+)
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
@@ -37,6 +43,7 @@ from tokenbalance.options import field_types, is_string_field, option, path_fiel
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks.base import DEFAULT_TASK, TASK_NAMES
 from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec, register_function_task
+from tokenbalance.user_code import is_spec, normalized_spec
 
 METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
@@ -246,7 +253,11 @@ class SFTConfig:
 
 @dataclass
 class TrainConfig:
-    method: str = option("ar_lopti", "method preset (tokenbalance list-methods)")
+    method: str = option(
+        "ar_lopti",
+        "method preset (tokenbalance list-methods), or your token rule: MODULE:RULE or FILE.py:RULE "
+        "(docs/methods.md §10)",
+    )
     method_overrides: dict = option(
         None,
         "the preset's hyper-parameters changed, e.g. {'lopti.eta': 0.4} (on the command line: "
@@ -266,6 +277,15 @@ class TrainConfig:
         low=0,
         high=1024,
     )
+
+    def __post_init__(self) -> None:
+        """A token rule's ``FILE.py`` (``train.method``, ``method.token_rule``) made absolute, so that
+        a saved config names the same file from any working directory (``--resume``)."""
+        if is_spec(self.method):
+            self.method = normalized_spec(self.method, "train.method", RULE_EXAMPLE)
+        rule = (self.method_overrides or {}).get("token_rule")
+        if isinstance(rule, str) and is_spec(rule):
+            self.method_overrides["token_rule"] = normalized_spec(rule, "method.token_rule", RULE_EXAMPLE)
 
 
 @dataclass
@@ -304,9 +324,10 @@ class RunConfig:
         """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied.
         ``ValueError`` naming the field (and the closest valid name) when either is wrong."""
         try:
-            base = get_method(self.train.method)
+            base = get_method(self.train.method, setting="train.method")
         except ValueError as err:
-            raise ValueError(f"train.method: {err}") from None
+            message = str(err)
+            raise ValueError(message if message.startswith("train.method") else f"train.method: {message}") from None
         try:
             return apply_method_overrides(base, self.train.method_overrides)
         except (ValueError, TypeError) as err:  # stage checks name the field as "lopti.eta: ..."

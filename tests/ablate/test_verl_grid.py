@@ -1,5 +1,6 @@
 """``tokenbalance ablate --runner verl`` writes the grid: one launch script per cell with its row's
-hyper-parameters, NTHR listed with the reason verl cannot run it, the drivers, the cost estimate;
+hyper-parameters (NTHR through its own trainer's script), the rows verl cannot run with the reason, the
+drivers, the cost estimate;
 writing it again never touches what the cells wrote."""
 
 import subprocess
@@ -10,6 +11,7 @@ import pytest
 from tokenbalance.ablate.grid import GRID_METHODS
 from tokenbalance.ablate.verl_grid import verl_launch
 from tokenbalance.algorithms.methods import get_method
+from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.cli import main
 
 VERL = ["ablate", "--runner", "verl"]
@@ -35,7 +37,7 @@ def launches(grid_dir) -> dict[str, str]:
 def test_every_row_launches_with_its_presets_values_or_says_why_not(tmp_path):
     grid_dir = write(tmp_path, "--seeds", "0,1")
     by_name = launches(grid_dir)
-    assert len(by_name) == 9 * 2 * 2  # every default row but NTHR x models x seeds
+    assert len(by_name) == 10 * 2 * 2  # every default row x models x seeds
     assert list(by_name)[:2] == ["grpo-3b-seed0", "ar-3b-seed0"]  # model-major, then seed, then row
     assert by_name["grpo-3b-seed0"] == "LAUNCH=(env MODEL=3b ESTIMATOR=grpo bash examples/verl/kk_baseline.sh)"
     assert by_name["ar_lopti-7b-seed1"] == (
@@ -46,21 +48,34 @@ def test_every_row_launches_with_its_presets_values_or_says_why_not(tmp_path):
     )
     assert "ETA=0.5 bash examples/verl/kk_lopti.sh" in by_name["lopti-3b-seed0"]  # Figure 4's eta, not the script's 0.4
     assert "policy_loss.loss_mode=tokenbalance_tr_grpo" in by_name["tr_grpo-3b-seed0"]
+    assert by_name["nthr-3b-seed0"] == "LAUNCH=(env MODEL=3b ESTIMATOR=grpo bash examples/verl/kk_nthr.sh)"
     run = (grid_dir / "cells" / "rpp-7b-seed1" / "run.sh").read_text()
     assert "\nCELL=rpp-7b-seed1\nSEED=1\n" in run and run.rstrip().endswith('source "$CELL_DIR/../../run_cell.sh"')
     assert (grid_dir / "cells" / "rpp-7b-seed1" / "STATUS").read_text() == "not started\n"
     for driver in ("run_grid.sh", "slurm_array.sh"):
-        text = (grid_dir / driver).read_text()
-        assert "# not on verl: NTHR (nthr): NTHR is not supported on verl: it needs the old policy's last-layer" in text
-    assert "#SBATCH --array=0-35\n" in (grid_dir / "slurm_array.sh").read_text()
+        assert "# not on verl" not in (grid_dir / driver).read_text()
+    assert "#SBATCH --array=0-39\n" in (grid_dir / "slurm_array.sh").read_text()
     assert all(row in GRID_METHODS for row in [name.split("-")[0] for name in by_name])
 
 
 def test_rows_verl_cannot_run_say_why():
-    assert "hidden states" in verl_launch(get_method("nthr"))
+    nthr_lopti = get_method("nthr").replace(lopti=get_method("lopti").lopti)
+    assert "NTHR and Lopti are two verl trainers" in verl_launch(nthr_lopti)
+    assert "NTHR with AR has no verl preset script" in verl_launch(get_method("nthr").replace(ar=get_method("ar").ar))
     assert "dynamic sampling" in verl_launch(get_method("nthr_math_tab2_grpo"))
     assert "weighted KL" in verl_launch(get_method("tr_grpo_literal"))
     assert "rloo" in verl_launch(get_method("grpo").replace(advantage=get_method("grpo").advantage.__class__("rloo")))
+
+
+def test_nthr_rows_carry_their_settings_to_the_nthr_trainer():
+    beta_zero = get_method("nthr").replace(nthr=NTHRConfig(beta=0.0, positives="advantage_sign"))
+    launch = verl_launch(beta_zero)
+    assert launch.script == "examples/verl/kk_nthr.sh" and launch.update_passes == 1
+    assert launch.overrides == (
+        "+trainer.v1.tokenbalance_nthr.beta=0.0",
+        "+trainer.v1.tokenbalance_nthr.positives=advantage_sign",
+    )
+    assert verl_launch(get_method("reinforce_pp_nthr")).env == (("ESTIMATOR", "reinforce_pp"),)
 
 
 def test_the_size_and_the_estimated_cost_are_printed(tmp_path, capsys):

@@ -54,6 +54,18 @@ LOPTI = [
     f"+{POLICY_LOSS}.lopti_eta={1 / VOCABULARY}",
     "trainer.test_freq=2",
 ]
+NTHR_SETTINGS = "trainer.v1.tokenbalance_nthr"
+NTHR = [
+    "trainer.v1.trainer_mode=tokenbalance_nthr",
+    "algorithm.adv_estimator=tokenbalance_grpo",
+    f"{POLICY_LOSS}.loss_mode=tokenbalance_grpo",
+    TOKENBALANCE_LOSS_CONFIG,
+    # the test reward (a letter share) never reaches its maximum, so no response is "correct":
+    # anchor on the responses with a positive advantage instead
+    f"+{NTHR_SETTINGS}.positives=advantage_sign",
+    f"+{NTHR_SETTINGS}.beta=0.0",  # the paper's R1-distill value: select tokens with a positive score
+    f"+{NTHR_SETTINGS}.eta=0.5",
+]
 VERL_GRPO = ["algorithm.adv_estimator=grpo", f"{POLICY_LOSS}.loss_mode=vanilla"]
 TOKENBALANCE_GRPO = [
     "algorithm.adv_estimator=tokenbalance_grpo",
@@ -111,6 +123,12 @@ def grpo_runs(workspace) -> tuple[VerlRun, VerlRun]:
     """verl's GRPO on one rank, ours on two, 2 steps each."""
     verl_run = launch(workspace, "verl_grpo", VERL_GRPO)
     return verl_run, launch(workspace, "tokenbalance_grpo", TOKENBALANCE_GRPO, ranks=2)
+
+
+@pytest.fixture(scope="module")
+def nthr_run(workspace) -> VerlRun:
+    """The NTHR trainer on two data-parallel ranks, 2 steps."""
+    return launch(workspace, "nthr", NTHR, ranks=2)
 
 
 def finite(value) -> bool:
@@ -188,3 +206,29 @@ def test_verl_grpo_and_vanilla_equal_tokenbalance_grpo_end_to_end(grpo_runs):
             assert_close_in(
                 torch.tensor(actual[key]), torch.tensor(expected[key]), torch.float32, msg=f"step {step} {key}"
             )
+
+
+def test_nthr_trainer_down_weights_negative_tokens_and_the_update_uses_them(nthr_run):
+    """NTHR's weights from verl's old-log-prob hidden states: some negative tokens at eta, every
+    positive token at 1, and the stored advantages (verl's metric of them, the update's input) weighted."""
+    assert sorted(nthr_run.steps) == [1, 2]
+    for step, metrics in nthr_run.steps.items():
+        nthr = {key.removeprefix("tokenbalance/nthr/"): value for key, value in metrics.items() if "/nthr/" in key}
+        print(f"step {step}: " + ", ".join(f"{key} {value:.4g}" for key, value in sorted(nthr.items())))
+        assert metrics["critic/advantages/max"] > 0 > metrics["critic/advantages/min"], step
+        assert nthr["mixed_groups"] >= 1 and nthr["eta_mean"] == 0.5, step
+        assert 0 < nthr["selected_frac"] <= 1, step
+        assert nthr["neg_weight_min"] == 0.5 and 0.5 <= nthr["neg_weight_mean"] < 1, step
+        assert nthr["pos_weight_min"] == nthr["pos_weight_max"] == 1.0, step
+        assert nthr["adv_weighted_mean"] > nthr["adv_mean"], step  # negative advantages shrank
+        assert_close_in(
+            torch.tensor(metrics["critic/advantages/mean"]),
+            torch.tensor(nthr["adv_weighted_mean"]),
+            torch.float32,
+            msg=f"step {step}: verl's stored advantages are the weighted ones",
+        )
+        assert finite(metrics["actor/grad_norm"]) and metrics["actor/grad_norm"] > 0, step
+        assert_rollout_matches_actor(metrics)
+        timings = {key: metrics[key] for key in ("timing_s/step", "timing_s/old_log_prob", "timing_s/adv")}
+        timings["timing_s/tokenbalance_nthr"] = metrics["timing_s/tokenbalance_nthr"]
+        print(f"step {step}: " + ", ".join(f"{key} {value:.3f}" for key, value in timings.items()))

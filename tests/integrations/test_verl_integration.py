@@ -576,17 +576,15 @@ def launch_config(**overrides):
     return config
 
 
-def test_nthr_rejected_at_launch_with_the_reason():
+def test_nthr_as_a_loss_or_an_estimator_is_rejected_naming_its_trainer():
+    """NTHR runs as the tokenbalance_nthr trainer (its launch checks: test_verl_nthr.py)."""
     for key, value in [
         ("actor_rollout_ref.actor.policy_loss.loss_mode", "tokenbalance_nthr"),
         ("algorithm.adv_estimator", "tokenbalance_nthr"),
-        ("trainer.v1.trainer_mode", "tokenbalance_nthr"),
     ]:
-        with pytest.raises(
-            ValueError, match="NTHR is not supported on verl: it needs the old policy's last-layer hidden states"
-        ):
+        with pytest.raises(ValueError, match="NTHR is not a policy loss or an advantage estimator on verl"):
             validate_launch(launch_config(**{key: value}))
-    with pytest.raises(ValueError, match=r"loss_mode='tokenbalance_nthr'.*hidden states"):
+    with pytest.raises(ValueError, match=r"loss_mode='tokenbalance_nthr'.*trainer_mode=tokenbalance_nthr"):
         TokenBalancePolicyLossConfig(loss_mode="tokenbalance_nthr")
 
 

@@ -44,6 +44,7 @@ from verl.workers.engine.utils import prepare_micro_batches
 from verl.workers.utils.losses import ppo_loss
 from verl.workers.utils.padding import response_to_nested
 
+from tests.integrations.verl_batch import stored_samples
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import KLConfig, Method, passes_from_advantages
 from tokenbalance.algorithms.passes import LoptiConfig
@@ -115,32 +116,21 @@ def make_rollout(seed: int = 0) -> Rollout:
 
 def stored_batch(rollout: Rollout, extra_info: dict):
     """The batch as verl's TrainingWorker receives it: jagged tensors, extra_info as non-tensor data."""
-    responses = []
-    for row, (prompt_len, response_len) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS, strict=True)):
-        prompts = torch.full((prompt_len,), ROW_TOKEN + row)
-        response_ids = torch.arange(response_len) + 1
-        input_ids = torch.cat([prompts, response_ids])
-        response_mask = rollout.mask_BT[row, :response_len].long()
-        responses.append(
-            {
-                "prompts": prompts,
-                "responses": response_ids,
-                "input_ids": input_ids,
-                "attention_mask": torch.ones_like(input_ids),
-                "position_ids": torch.arange(len(input_ids)),
-                "response_mask": response_mask,
-                "loss_mask": response_mask,
-            }
+    rows = [
+        (
+            torch.full((prompt_len,), ROW_TOKEN + row),
+            torch.arange(response_len) + 1,
+            rollout.mask_BT[row, :response_len].long(),
         )
-    data = tu.list_of_dict_to_tensordict(responses)
+        for row, (prompt_len, response_len) in enumerate(zip(PROMPT_LENS, RESPONSE_LENS, strict=True))
+    ]
+    data = stored_samples(rows, **extra_info)
     for key, padded_BT in (
         ("old_log_probs", rollout.old_BT),
         ("advantages", rollout.advantages_BT),
         ("ref_log_prob", rollout.ref_BT),
     ):
         data[key] = response_to_nested(padded_BT, data["response_mask"])
-    for key, value in extra_info.items():
-        tu.assign_non_tensor_data(data, key, value)
     return data
 
 

@@ -53,8 +53,9 @@ DEFAULT_METHODS = tuple(GRID_METHODS)
 
 
 def grid_method(name: str) -> GridMethod:
-    """A row by key (``grpo``, ``ar_lopti``, ...) or, for any other method preset, an ad-hoc row
-    compared with ``grpo`` / ``rpp`` according to its advantage estimator."""
+    """A row by key (``grpo``, ``ar_lopti``, ...) or, for any other method preset or token rule
+    (``MODULE:RULE``, keyed by the rule's name), an ad-hoc row compared with ``grpo`` / ``rpp``
+    according to its advantage estimator."""
     if name in GRID_METHODS:
         return GRID_METHODS[name]
     try:
@@ -65,7 +66,7 @@ def grid_method(name: str) -> GridMethod:
             f"(tokenbalance list-methods){did_you_mean(name, GRID_METHODS)}"
         ) from None
     baseline = "rpp" if method.advantage.estimator == "reinforce_pp" else "grpo"
-    return GridMethod(name, name, name, baseline)
+    return GridMethod(method.name, method.name, name, baseline)  # a token rule's MODULE:RULE: keyed by its name
 
 
 @dataclass(frozen=True)

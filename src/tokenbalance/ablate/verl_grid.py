@@ -3,9 +3,11 @@
 Each cell runs one of the AR-Lopti K&K launch presets of ``examples/verl/`` (Qwen2.5-3B/7B-Instruct,
 3-7 people, 64 prompts x 8, lr 1e-6, 5 epochs, T 0.7: ``examples/verl/common.sh``, docs/verl.md)
 with its row's own hyper-parameters from its method preset (AR alpha, Lopti eta, TR-GRPO's
-weight). A row verl cannot run is returned with the reason (NTHR: verl gives the loss no hidden
-states, :data:`tokenbalance.integrations.verl_names.NTHR_UNSUPPORTED`). The RL steps of the local
-grid do not apply: the paper's schedule is the scripts' 5 epochs.
+weight, a token rule by its ``MODULE:RULE``); an NTHR row runs ``examples/verl/kk_nthr.sh`` (the
+``tokenbalance_nthr`` trainer, the same shared settings) with its NTHR settings. A row verl cannot run
+is returned with the reason (NTHR with Lopti: two trainers; a token rule that reads what verl's loss
+does not get, :mod:`tokenbalance.integrations.verl_rules`). The RL steps of the local grid do not
+apply: the paper's schedule is the scripts' 5 epochs.
 
 The scripts a cluster runs are written by :mod:`.verl_scripts`, the cost estimate is
 :mod:`.verl_cost`, the table from the cells' verl logs :mod:`.verl_report`. Nothing here imports
@@ -18,9 +20,11 @@ from dataclasses import dataclass, fields
 
 from tokenbalance.ablate.grid import Cell, GridMethod
 from tokenbalance.algorithms.methods import Method, get_method
+from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.weights import ARConfig
-from tokenbalance.integrations.verl_names import NTHR_UNSUPPORTED
+from tokenbalance.integrations.verl_names import LOPTI_TRAINER, NTHR_TRAINER
+from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_rule_problem
 
 VERL_MODELS = ("3b", "7b")
 POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
@@ -30,6 +34,8 @@ SCRIPTS = {  # (AR on, Lopti on) -> the AR-Lopti K&K preset
     (False, True): "examples/verl/kk_lopti.sh",
     (True, True): "examples/verl/kk_ar_lopti.sh",
 }
+NTHR_SCRIPT = "examples/verl/kk_nthr.sh"  # GRPO / REINFORCE++ + NTHR, the tokenbalance_nthr trainer
+NTHR_SETTINGS = f"trainer.v1.{NTHR_TRAINER}"
 _TR_GRPO_FIELDS = ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
 
 
@@ -65,8 +71,13 @@ def _non_default(config, default, skip: tuple[str, ...]) -> dict[str, object]:
 
 def verl_launch(method: Method) -> VerlLaunch | str:
     """The launch of ``method`` on verl, or the reason it cannot run there."""
-    if method.nthr is not None:
-        return NTHR_UNSUPPORTED
+    if method.nthr is not None and method.lopti is not None:
+        return f"NTHR and Lopti are two verl trainers ({NTHR_TRAINER}, {LOPTI_TRAINER}); a launch runs one"
+    if method.nthr is not None and method.ar is not None:
+        return (
+            f"NTHR with AR has no verl preset script; run {NTHR_SCRIPT} with "
+            f"{POLICY_LOSS}.loss_mode=tokenbalance_ar +{POLICY_LOSS}.ar_alpha=... by hand"
+        )
     if method.dynamic_sampling.enabled:
         return "DAPO dynamic sampling has no tokenbalance verl preset (verl's DAPO recipe is its own trainer)"
     if method.advantage.estimator not in ("grpo", "reinforce_pp"):
@@ -93,7 +104,19 @@ def verl_launch(method: Method) -> VerlLaunch | str:
         mode = "tokenbalance_ar_tr_grpo" if method.ar is not None else "tokenbalance_tr_grpo"
         overrides.append(f"{POLICY_LOSS}.loss_mode={mode}")
         overrides += [f"+{POLICY_LOSS}.tr_grpo_{name}={getattr(method.tr_grpo, name)}" for name in _TR_GRPO_FIELDS]
-    script = SCRIPTS[(method.ar is not None, method.lopti is not None)]
+    rule = method.token_rule
+    if rule is not None:
+        problem = verl_rule_problem(rule, lopti_trainer=method.lopti is not None, needs_spec=True)
+        if problem:
+            return problem
+        overrides.append(f"+{POLICY_LOSS}.token_rule={rule.spec}")
+        if "entropy" in rule.needs:
+            overrides.append(f"{CALCULATE_ENTROPY}=True")
+    if method.nthr is not None:
+        overrides += [
+            f"+{NTHR_SETTINGS}.{name}={value}" for name, value in _non_default(method.nthr, NTHRConfig(), ()).items()
+        ]
+    script = NTHR_SCRIPT if method.nthr is not None else SCRIPTS[(method.ar is not None, method.lopti is not None)]
     return VerlLaunch(script, tuple(env.items()), tuple(overrides), 2 if method.lopti is not None else 1)
 
 

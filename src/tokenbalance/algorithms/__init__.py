@@ -10,6 +10,7 @@ Imports only the standard library, numpy and torch (a test enforces it). The sta
 * :mod:`~tokenbalance.algorithms.surrogate` - clipped surrogate, KL estimators, entropy;
 * :mod:`~tokenbalance.algorithms.aggregate` - loss aggregation with explicit normalisers;
 * :mod:`~tokenbalance.algorithms.loss` - the loss of one pass on one micro-batch;
+* :mod:`~tokenbalance.algorithms.token_rules` - your own token weights or pass split, registered by name;
 * :mod:`~tokenbalance.algorithms.methods` - the composition and the presets.
 """
 
@@ -32,11 +33,13 @@ from tokenbalance.algorithms.methods import (
     build_update_passes,
     compute_advantages,
     get_method,
+    load_token_rule,
     passes_from_advantages,
 )
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
 from tokenbalance.algorithms.surrogate import ClipConfig, clipped_surrogate, entropy_from_logits, kl_penalty
+from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenInputs, TokenRule, register_token_rule
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, tr_grpo_token_weights
 
 __all__ = [
@@ -51,7 +54,10 @@ __all__ = [
     "Method",
     "NTHRConfig",
     "NTHRInputs",
+    "TOKEN_RULES",
     "TRGRPOConfig",
+    "TokenInputs",
+    "TokenRule",
     "advantage_reweight",
     "aggregate",
     "build_update_passes",
@@ -65,6 +71,7 @@ __all__ = [
     "informative_groups",
     "informative_rows",
     "kl_penalty",
+    "load_token_rule",
     "loss_normaliser",
     "lopti_passes",
     "nthr_correct",
@@ -72,6 +79,7 @@ __all__ = [
     "outcome_token_rewards",
     "pass_loss",
     "pass_normaliser",
+    "register_token_rule",
     "reinforce_pp_advantages",
     "rloo_advantages",
     "single_pass",

@@ -10,7 +10,8 @@ by the pass's normaliser (all valid tokens for Lopti, docs/methods.md §4).
 
 Weights that depend on the *current* policy are applied here, detached: TR-GRPO (default
 ``prob_source="current"``) and AR with ``prob_source="current_detached"``. Weights that depend on
-the old policy only (AR by default, NTHR) are already inside ``update_pass.advantages_BT``.
+the old policy only (AR by default, NTHR) are already inside ``update_pass.advantages_BT``. A
+token rule with ``stage="loss"`` (docs/methods.md §10) multiplies the advantages last, after TR-GRPO.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import torch
 from tokenbalance.algorithms._checks import check_shape
 from tokenbalance.algorithms.aggregate import aggregate, loss_normaliser
 from tokenbalance.algorithms.surrogate import clipped_surrogate, kl_penalty
+from tokenbalance.algorithms.token_rules import weight_metrics
 from tokenbalance.algorithms.weights import ar_token_weights, tr_grpo_token_weights
 from tokenbalance.types import LossNormaliser, LossOutput, UpdatePass
 
@@ -64,13 +66,13 @@ def pass_loss(
         old_logp_BT: [B, T] rollout-policy log-probs (no gradient).
         ref_logp_BT: [B, T] reference-policy log-probs; required when the method has a KL loss.
         entropy_BT: [B, T] per-token entropy (with gradient if ``entropy_coeff != 0``); required
-            when ``entropy_coeff != 0``, otherwise only logged.
+            when ``entropy_coeff != 0`` or by a token rule that needs it, otherwise only logged.
         normaliser: global denominators (:func:`pass_normaliser` over the mini-batch, summed over
             ranks); default: computed from these rows.
 
     Returns:
-        :class:`LossOutput` with the scalar loss, ``loss/*``, ``clip/*`` (and ``tr_grpo/*``)
-        metrics and the per-token clip flags of the pass's policy tokens.
+        :class:`LossOutput` with the scalar loss, ``loss/*``, ``clip/*`` (and ``tr_grpo/*``,
+        ``token_rule/*``) metrics and the per-token clip flags of the pass's policy tokens.
     """
     shape = tuple(update_pass.policy_mask_BT.shape)
     check_shape("logp_BT", logp_BT, shape)
@@ -103,6 +105,12 @@ def pass_loss(
             metrics["tr_grpo/w_min"] = float(w_valid.min().item())
             metrics["tr_grpo/w_max"] = float(w_valid.max().item())
             metrics["tr_grpo/w_at_upper_frac"] = float((w_valid >= tr.upper).double().mean().item())
+    rule = method.token_rule
+    if rule is not None and rule.stage == "loss":
+        inputs = rule.inputs(old_logp_BT, advantages_BT, valid_BT, logp_BT=logp_BT, entropy_BT=entropy_BT)
+        rule_weights_BT = rule(inputs)
+        advantages_BT = advantages_BT * rule_weights_BT
+        metrics.update(weight_metrics(rule_weights_BT, policy_BT))
 
     surrogate = clipped_surrogate(
         logp_BT, old_logp_BT, advantages_BT, valid_BT, method.clip, ratio_weight_BT=ratio_weight_BT

@@ -2,8 +2,14 @@
 
 A :class:`Method` is a frozen bundle of small hyper-parameter objects:
 
-    advantage estimator -> [NTHR weights] -> [AR weights] -> update passes (single or Lopti)
-    -> per pass: clipped surrogate [x TR-GRPO weights] + KL + entropy -> aggregation
+    advantage estimator -> [NTHR weights] -> [AR weights] -> [token rule, stage "passes"]
+    -> update passes (single, Lopti or the rule's split)
+    -> per pass: clipped surrogate [x TR-GRPO weights] [x token rule, stage "loss"] + KL + entropy
+    -> aggregation
+
+A token rule is your own stage (:mod:`~tokenbalance.algorithms.token_rules`): registered under a
+name, it is a method (:func:`get_method`), also by ``MODULE:RULE`` / ``FILE.py:RULE``, which imports
+your module first.
 
 :func:`build_update_passes` runs the first four stages once per RL step (they depend only on the
 rollout); :func:`tokenbalance.algorithms.loss.pass_loss` runs the last ones per micro-batch.
@@ -16,6 +22,7 @@ hyper-parameters. ``tokenbalance list-methods`` prints them.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import typing
 from dataclasses import dataclass, field
 
@@ -33,12 +40,21 @@ from tokenbalance.algorithms.advantages import (
 from tokenbalance.algorithms.aggregate import AGG_MODES
 from tokenbalance.algorithms.filtering import DynamicSamplingConfig
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
-from tokenbalance.algorithms.passes import SINGLE_PASS_NAME, LoptiConfig, lopti_pass_names, lopti_passes, single_pass
+from tokenbalance.algorithms.passes import (
+    SINGLE_PASS_NAME,
+    LoptiConfig,
+    lopti_pass_names,
+    lopti_passes,
+    single_pass,
+    split_passes,
+)
 from tokenbalance.algorithms.registry import Registry, did_you_mean
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
+from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenRule, rule_of, weight_metrics
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, scale_negative_advantages
 from tokenbalance.checks import check_type
 from tokenbalance.types import UpdatePass
+from tokenbalance.user_code import is_spec, load_function, normalized_spec
 
 KL_PLACEMENTS = ("loss", "reward", "none")
 
@@ -110,6 +126,8 @@ class Method:
             The AR-Lopti reference always uses ``"token-mean"`` here, whatever its config says.
         max_response_len: the constant C of ``seq-mean-token-sum-norm`` (None = padded length).
         ar, tr_grpo, nthr, lopti: the token-level stages; ``None`` switches a stage off.
+        token_rule: your own token-level stage (:class:`~tokenbalance.algorithms.token_rules.TokenRule`,
+            docs/methods.md §10); ``None`` (the presets) runs none of it.
         dynamic_sampling: DAPO dynamic sampling (:mod:`~tokenbalance.algorithms.filtering`), a
             rollout-loop option the runner reads; off by default.
         recommended_temperature: the sampling temperature the preset's paper used. A rollout
@@ -131,6 +149,7 @@ class Method:
     tr_grpo: TRGRPOConfig | None = None
     nthr: NTHRConfig | None = None
     lopti: LoptiConfig | None = None
+    token_rule: TokenRule | None = None
     dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
     recommended_temperature: float | None = None
     description: str = ""
@@ -149,6 +168,13 @@ class Method:
             check_choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
         if self.max_response_len is not None:
             check_range("max_response_len", self.max_response_len, 1, float("inf"))
+        rule = self.token_rule
+        if rule is not None and not isinstance(rule, TokenRule):
+            raise ValueError(f"token_rule: expected a registered TokenRule, got {type(rule).__name__}")
+        if rule is not None and rule.output == "split" and self.lopti is not None:
+            raise ValueError(
+                f"token_rule: {rule.label} splits the tokens into two passes and so does Lopti; switch one off"
+            )
 
     @property
     def policy_agg_mode(self) -> str:
@@ -161,9 +187,13 @@ class Method:
 
     @property
     def pass_names(self) -> tuple[str, ...]:
-        """The update passes of every step, in execution order (``("all",)``, or Lopti's two): a
-        static property of the method, so runners size their schedules without running it."""
-        return lopti_pass_names(self.lopti) if self.lopti is not None else (SINGLE_PASS_NAME,)
+        """The update passes of every step, in execution order (``("all",)``, Lopti's two or a token
+        rule's split): a static property of the method, so runners size their schedules without running it."""
+        if self.lopti is not None:
+            return lopti_pass_names(self.lopti)
+        if self.token_rule is not None and self.token_rule.output == "split":
+            return self.token_rule.pass_names
+        return (SINGLE_PASS_NAME,)
 
     @property
     def needs_hidden_states(self) -> bool:
@@ -276,6 +306,7 @@ def build_update_passes(
     old_logp_BT: torch.Tensor,
     ref_logp_BT: torch.Tensor | None = None,
     nthr_inputs: NTHRInputs | None = None,
+    correct_B: torch.Tensor | None = None,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
     """Advantages, old-policy token weights and the pass schedule for one RL batch.
 
@@ -289,19 +320,21 @@ def build_update_passes(
         nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set). Without
             ``correct_B``, NTHR's correct responses are derived from ``scores_B`` and
             ``nthr_inputs.max_reward`` (or ``nthr.correct_threshold``).
+        correct_B: [B] bool, which responses are correct (what a token rule that needs
+            ``correct`` reads).
 
     Returns:
         The passes to run in order, and ``adv/*`` (before token weights), ``adv_weighted/*``,
-        ``nthr/*`` and ``lopti/*`` metrics.
+        ``nthr/*``, ``token_rule/*`` and ``lopti/*`` metrics.
     """
     mask_BT = response_mask_BT.bool()
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
     nthr = method.nthr
     if nthr is not None and nthr_inputs is not None and nthr_inputs.correct_B is None and nthr.positives == "correct":
-        correct_B = nthr_correct(scores_B, nthr, nthr_inputs.max_reward)
-        nthr_inputs = dataclasses.replace(nthr_inputs, correct_B=correct_B)
-    return passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT, group_ids_B, nthr_inputs)
+        nthr_correct_B = nthr_correct(scores_B, nthr, nthr_inputs.max_reward)
+        nthr_inputs = dataclasses.replace(nthr_inputs, correct_B=nthr_correct_B)
+    return passes_from_advantages(method, advantages_BT, mask_BT, old_logp_BT, group_ids_B, nthr_inputs, correct_B)
 
 
 def passes_from_advantages(
@@ -311,8 +344,10 @@ def passes_from_advantages(
     old_logp_BT: torch.Tensor,
     group_ids_B: torch.Tensor | None = None,
     nthr_inputs: NTHRInputs | None = None,
+    correct_B: torch.Tensor | None = None,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
-    """The token-level stages on given advantages: NTHR weights, AR weights, then the pass schedule.
+    """The token-level stages on given advantages: NTHR weights, AR weights, a token rule's
+    ``passes`` stage, then the pass schedule.
 
     :func:`build_update_passes` calls it after our estimator; the verl and TRL integrations call
     it on the advantages their host computed.
@@ -325,9 +360,11 @@ def passes_from_advantages(
         group_ids_B: [B] int64 group ids (needed by NTHR).
         nthr_inputs: hidden states etc. (needed by NTHR; with ``correct_B`` for its default
             ``positives="correct"``).
+        correct_B: [B] bool, which responses are correct (read by a token rule that needs it).
 
     Returns:
-        The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``lopti/*`` metrics.
+        The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``token_rule/*``,
+        ``lopti/*`` metrics.
     """
     mask_BT = response_mask_BT.bool()
     check_shape("advantages_BT", advantages_BT, tuple(mask_BT.shape))
@@ -358,11 +395,24 @@ def passes_from_advantages(
             advantages_BT = advantage_reweight(advantages_BT, old_logp_BT, mask_BT, method.ar)
         else:  # current_detached: pass_loss applies alpha * pi + tau; the sign factor goes here
             advantages_BT = scale_negative_advantages(advantages_BT, mask_BT, method.ar.neg_adv_weight)
+    rule = method.token_rule
+    split_BT = None
+    if rule is not None and rule.stage == "passes":
+        inputs = rule.inputs(old_logp_BT, advantages_BT, mask_BT, group_ids_B=group_ids_B, correct_B=correct_B)
+        if rule.output == "split":
+            split_BT = rule(inputs)
+            metrics["token_rule/first_frac"] = float(split_BT.sum().item()) / max(float(mask_BT.sum().item()), 1.0)
+        else:
+            weights_BT = rule(inputs)
+            advantages_BT = advantages_BT * weights_BT
+            metrics.update(weight_metrics(weights_BT, mask_BT))
     metrics.update(_masked_stats(advantages_BT, mask_BT, "adv_weighted"))
 
     if method.lopti is not None:
         passes, lopti_metrics = lopti_passes(advantages_BT, old_logp_BT, mask_BT, method.lopti)
         metrics.update(lopti_metrics)
+    elif split_BT is not None and rule is not None:
+        passes = split_passes(advantages_BT, mask_BT, split_BT, rule.pass_names)
     else:
         passes = single_pass(advantages_BT, mask_BT)
     return passes, metrics
@@ -633,8 +683,41 @@ _ar_lopti_paper_presets()
 _nthr_paper_presets()
 
 
-def get_method(name: str) -> Method:
-    """The preset called ``name`` (ValueError listing the valid names otherwise)."""
+RULE_EXAMPLE = "mypkg.rules:high_entropy"
+
+
+def load_token_rule(name: str, setting: str = "method") -> TokenRule:
+    """The token rule registered as ``name``, or named by ``MODULE:RULE`` / ``FILE.py:RULE`` (the
+    module is imported first, which registers it; the rule then carries that spec, a ``FILE.py``
+    made absolute, so that other processes import it too). One ``ValueError`` line naming
+    ``setting`` otherwise."""
+    if is_spec(name):
+        rule = rule_of(load_function(name, setting, RULE_EXAMPLE), f"{setting}={name!r}")
+        return dataclasses.replace(rule, spec=normalized_spec(name, setting, RULE_EXAMPLE))
+    return TOKEN_RULES.get(name)
+
+
+def rule_method(rule: TokenRule) -> Method:
+    """The method of a token rule: the ``grpo`` preset with the rule, named after it (change the
+    rest with :func:`apply_method_overrides`, e.g. ``{"ar.alpha": 0.3}``)."""
+    if rule.name in METHOD_PRESETS:
+        raise ValueError(f"token rule {rule.label}: {rule.name!r} is a method preset's name; choose another name")
+    doc = (inspect.getdoc(rule.function) or "").strip().splitlines()
+    base = get_method("grpo")
+    return base.replace(
+        name=rule.name,
+        token_rule=rule,
+        description=f"GRPO + token rule {rule.name}: {doc[0] if doc else rule.label}",
+        citations=(("token_rule", rule.spec or rule.label), *base.citations),
+    )
+
+
+def get_method(name: str, setting: str = "method") -> Method:
+    """The preset called ``name``; or the method of a token rule (:func:`rule_method`) registered
+    as ``name`` or named ``MODULE:RULE`` / ``FILE.py:RULE``. ValueError listing the valid names
+    (or naming ``setting`` and what failed to load) otherwise."""
+    if isinstance(name, str) and name not in METHOD_PRESETS and (is_spec(name) or name in TOKEN_RULES):
+        return rule_method(load_token_rule(name, setting))
     return METHOD_PRESETS.get(name)
 
 
@@ -651,6 +734,10 @@ def _stage_summary(method: Method) -> list[str]:
         if config is not None:
             values = ", ".join(f"{f.name}={getattr(config, f.name)!r}" for f in dataclasses.fields(config))
             lines.append(f"{stage}: {values}")
+    rule = method.token_rule
+    if rule is not None:
+        needs = f", needs {', '.join(rule.needs)}" if rule.needs else ""
+        lines.append(f"token_rule: {rule.label}, stage {rule.stage}, output {rule.output}{needs}")
     sampling = method.dynamic_sampling
     if sampling.enabled:
         values = ", ".join(f"{f.name}={getattr(sampling, f.name)!r}" for f in dataclasses.fields(sampling))
@@ -663,11 +750,13 @@ def _stage_summary(method: Method) -> list[str]:
 
 
 def describe_presets(name: str | None = None) -> str:
-    """Human-readable listing of one preset or all of them (used by ``tokenbalance list-methods``)."""
-    names = [get_method(name).name] if name else METHOD_PRESETS.names()
+    """Human-readable listing of one method or all of them (used by ``tokenbalance list-methods``):
+    the presets, then the token rules registered in this process; ``name`` may be ``MODULE:RULE``."""
+    methods = [get_method(name)] if name else [get_method(n) for n in METHOD_PRESETS.names()]
+    if not name:
+        methods += [rule_method(TOKEN_RULES.get(n)) for n in TOKEN_RULES.names() if n not in METHOD_PRESETS]
     blocks = []
-    for preset_name in names:
-        method = get_method(preset_name)
+    for method in methods:
         lines = [f"{method.name}: {method.description}"]
         lines += [f"    {line}" for line in _stage_summary(method)]
         lines += [f"    source: {what}: {where}" for what, where in method.citations]
@@ -691,7 +780,8 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
 
     ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off
     switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR);
-    ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on.
+    ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on; ``{"token_rule":
+    "rules.py:high_entropy"}`` adds a token rule (:func:`load_token_rule`) to any method.
     Unknown names raise ``ValueError`` listing the valid ones.
     """
     top_level = {f.name for f in dataclasses.fields(Method)}
@@ -703,6 +793,8 @@ def apply_method_overrides(method: Method, overrides: dict) -> Method:
                 raise ValueError(f"method.{key}: unknown field; valid: {', '.join(sorted(top_level))}{hint}")
             if section in _NESTED_TYPES and isinstance(value, dict):
                 value = _NESTED_TYPES[section](**value)
+            if section == "token_rule" and isinstance(value, str):  # a rule's name or MODULE:RULE
+                value = load_token_rule(value, f"method.{key}")
             method = dataclasses.replace(method, **{section: value})
             check_type(f"method.{key}", value, typing.get_type_hints(Method)[section])
             continue

@@ -1,6 +1,7 @@
 """Update schedules: which tokens each optimizer pass trains on.
 
 * :func:`single_pass` - every valid token in one pass (GRPO, AR, TR-GRPO, NTHR).
+* :func:`split_passes` - two passes over disjoint token sets (Lopti's, a token rule's split).
 * :func:`lopti_passes` - Low-Probability Token Isolation (Yang et al. 2025, arXiv 2505.12929,
   Algorithm 1; docs/methods.md §4): split the valid tokens by the old policy's probability, run a
   complete update on the low-probability tokens, then one on the high-probability tokens.
@@ -97,6 +98,35 @@ def single_pass(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> 
     ]
 
 
+def split_passes(
+    advantages_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    first_BT: torch.Tensor,
+    names: tuple[str, str],
+    *,
+    renormalize_per_pass: bool = False,
+) -> list[UpdatePass]:
+    """Two passes over disjoint tokens: the valid tokens of ``first_BT`` first, the other valid
+    tokens second (Lopti, a token rule's split). Each pass masks its advantages and its KL /
+    entropy terms; the denominators count all valid tokens unless ``renormalize_per_pass``."""
+    mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
+    check_shape("first_BT", first_BT, tuple(mask_BT.shape))
+    first_BT = first_BT.bool() & mask_BT
+    adv_BT = masked_fill_invalid(advantages_BT.detach(), mask_BT)
+    passes = []
+    for name, stage_BT in zip(names, (first_BT, mask_BT & ~first_BT)):
+        passes.append(
+            UpdatePass(
+                name=name,
+                advantages_BT=masked_fill_invalid(adv_BT, stage_BT),
+                policy_mask_BT=stage_BT,
+                kl_entropy_mask_BT=stage_BT,
+                normaliser_mask_BT=stage_BT if renormalize_per_pass else mask_BT,
+            )
+        )
+    return passes
+
+
 def lopti_low_mask(
     old_logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: LoptiConfig
 ) -> tuple[torch.Tensor, float]:
@@ -132,24 +162,16 @@ def lopti_passes(
         ``lopti/low_token_frac`` (share of valid tokens in the low group; the reference's
         ``sep_portion``).
     """
-    mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
+    mask_BT = response_mask_BT.bool()  # split_passes checks the inputs
     low_BT, threshold = lopti_low_mask(old_logp_BT, mask_BT, config)
-    high_BT = mask_BT & ~low_BT
-    groups = {"lopti_low": low_BT, "lopti_high": high_BT}
-    order = lopti_pass_names(config)
-    adv_BT = masked_fill_invalid(advantages_BT.detach(), mask_BT)
-    passes = []
-    for name in order:
-        stage_BT = groups[name]
-        passes.append(
-            UpdatePass(
-                name=name,
-                advantages_BT=masked_fill_invalid(adv_BT, stage_BT),
-                policy_mask_BT=stage_BT,
-                kl_entropy_mask_BT=stage_BT,
-                normaliser_mask_BT=stage_BT if config.renormalize_per_stage else mask_BT,
-            )
-        )
+    low_first = config.order == "low_first"
+    passes = split_passes(
+        advantages_BT,
+        mask_BT,
+        low_BT if low_first else mask_BT & ~low_BT,
+        lopti_pass_names(config),
+        renormalize_per_pass=config.renormalize_per_stage,
+    )
     valid = float(mask_BT.sum().item())
     metrics = {
         "lopti/threshold": float(threshold),

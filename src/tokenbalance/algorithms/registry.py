@@ -27,8 +27,9 @@ class Registry(Generic[T]):
         self.what = what
         self._items: dict[str, T] = {}
 
-    def add(self, name: str, item: T) -> T:
-        if name in self._items:
+    def add(self, name: str, item: T, *, replace: bool = False) -> T:
+        """Register ``item`` as ``name``; a name already taken fails unless ``replace``."""
+        if name in self._items and not replace:
             raise ValueError(f"{self.what} {name!r} is already registered")
         self._items[name] = item
         return item

@@ -76,7 +76,12 @@ def config_from_args(args: argparse.Namespace):
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("train", help="RL training (default: the embedded tiny K&K run)")
     add_config_arguments(parser)
-    parser.add_argument("--method", type=nonempty, help="method preset (tokenbalance list-methods)")
+    parser.add_argument(
+        "--method",
+        type=nonempty,
+        help="method preset (tokenbalance list-methods), or your token rule: MODULE:RULE or FILE.py:RULE "
+        "(docs/methods.md §10)",
+    )
     parser.add_argument("--steps", type=int, help="RL steps")
     parser.add_argument("--run-dir", type=nonempty, help="run directory: new or empty (default runs/<method>-<time>)")
     yours = parser.add_argument_group(

@@ -34,9 +34,20 @@ UPDATE_PASS_KEY = "tokenbalance_update_pass"
 # Fully qualified name of our policy-loss config class (policy_loss._target_).
 POLICY_LOSS_CONFIG_TARGET = "tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig"
 
+# trainer.v1.trainer_mode of the NTHR trainer; its settings go in the section trainer.v1.<this name>
+# (verl's place for a trainer mode's own settings, as trainer.v1.separate_async).
+NTHR_TRAINER = "tokenbalance_nthr"
+
+# Non-tensor key the NTHR trainer puts in the old-log-prob batch's extra_info: the actor worker
+# then also returns the last-layer hidden states of the response tokens, under NTHR_HIDDEN_FIELD.
+NTHR_HIDDEN_KEY = "tokenbalance_return_hidden"
+NTHR_HIDDEN_FIELD = "tokenbalance_hidden"
+
+# Why NTHR is refused as a policy loss or an advantage estimator (it is a trainer mode).
 NTHR_UNSUPPORTED = (
-    "NTHR is not supported on verl: it needs the old policy's last-layer hidden states (and the "
-    "unembedding) for every response token, and verl's workers return only log-probs and entropy "
-    "to the trainer and the loss. Run NTHR with `tokenbalance train` or the TRL integration "
-    "(docs/verl.md, 'NTHR')."
+    "NTHR is not a policy loss or an advantage estimator on verl: it weights the advantages once per "
+    "step from the old policy's last-layer hidden states of every response token, which only the "
+    f"{NTHR_TRAINER} trainer collects (in verl's old-log-prob forward). Select "
+    f"trainer.v1.trainer_mode={NTHR_TRAINER} with any loss and estimator, NTHR's settings under "
+    f"+trainer.v1.{NTHR_TRAINER}.* (docs/verl.md, 'NTHR on verl')."
 )

@@ -29,21 +29,17 @@ One loader (:func:`load_reward_function`) and one check of what the function ret
 
 from __future__ import annotations
 
-import difflib
 import functools
-import importlib
-import importlib.util
 import inspect
 import math
 import numbers
-import os
-import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tokenbalance.checks import check_choice
 from tokenbalance.tasks.base import TASK_FACTORIES, BaseTask, ProgressFactory, ScoreResult, TaskExample, register_task
 from tokenbalance.tasks.files import RowReader, read_rows
+from tokenbalance.user_code import clip_text, first_line, load_function, normalized_spec, shown
 
 FUNCTION_TASK = "function"
 # data.template of the function task: how the prompt column becomes the prompt text
@@ -60,99 +56,16 @@ class RewardOutputError(ValueError):
     the function and the value."""
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
-def _clip(text: str, limit: int = 60) -> str:
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _shown(value: Any) -> str:
-    """``None``, ``nan``, ``0.5``, ``str '1.0'``, ``tuple (1.0, 'yes')``: a value and its type, short."""
-    if value is None or isinstance(value, (bool, int, float)):
-        return repr(value)
-    return f"{type(value).__name__} {_clip(repr(value))}"
-
-
-def parse_reward_spec(spec: str, setting: str = "data.reward") -> tuple[str, str]:
-    """``(module, attribute)`` of ``"pkg.module:function"`` or ``"path/file.py:function"``
-    (the attribute may be dotted: ``Class.method``); ``ValueError`` naming ``setting`` otherwise."""
-    module, sep, attribute = spec.rpartition(":")
-    module_ok = module.endswith(".py") or all(part.isidentifier() for part in module.split("."))
-    if not (sep and module and module_ok and all(part.isidentifier() for part in attribute.split("."))):
-        raise ValueError(f"{setting}={spec!r}: expected MODULE:FUNCTION (e.g. mypkg.rewards:gsm8k) or FILE.py:FUNCTION")
-    return module, attribute
-
-
 def normalized_reward_spec(spec: str, setting: str = "data.reward") -> str:
-    """``spec`` checked (:func:`parse_reward_spec`), a ``FILE.py`` made absolute so that a saved
-    config names the same file from any working directory (``--resume``, the grid)."""
-    module, attribute = parse_reward_spec(spec, setting)
-    if module.endswith(".py"):
-        return f"{os.path.abspath(os.path.expanduser(module))}:{attribute}"
-    return spec
-
-
-_file_modules: dict[str, Any] = {}  # FILE.py -> its module, loaded once per process
-
-
-def _import_module(module: str, spec: str, setting: str, attribute: str) -> Any:
-    if module.endswith(".py"):
-        path = os.path.abspath(os.path.expanduser(module))
-        if path in _file_modules:
-            return _file_modules[path]
-        if not os.path.isfile(path):
-            raise ValueError(f"{setting}={spec!r}: {path}: no such file")
-        name = f"tokenbalance_reward_{len(_file_modules)}_{os.path.splitext(os.path.basename(path))[0]}"
-        loader_spec = importlib.util.spec_from_file_location(name, path)
-        if loader_spec is None or loader_spec.loader is None:
-            raise ValueError(f"{setting}={spec!r}: {path}: cannot be loaded as a Python module")
-        loaded = importlib.util.module_from_spec(loader_spec)
-        sys.modules[name] = loaded
-        try:
-            loader_spec.loader.exec_module(loaded)
-        except Exception as err:  # noqa: BLE001 - the user's module: reported in one line
-            del sys.modules[name]
-            raise ValueError(f"{setting}={spec!r}: importing {path} raised {_first_line(err)}") from None
-        _file_modules[path] = loaded
-        return loaded
-    try:
-        return importlib.import_module(module)
-    except ModuleNotFoundError as err:
-        if err.name is not None and (module == err.name or module.startswith(err.name + ".")):
-            raise ValueError(
-                f"{setting}={spec!r}: cannot import module {module!r} ({err}); install it, put its directory on "
-                f"PYTHONPATH, or name its file: FILE.py:{attribute}"
-            ) from None
-        raise ValueError(f"{setting}={spec!r}: importing module {module!r} raised {_first_line(err)}") from None
-    except Exception as err:  # noqa: BLE001 - the user's module: reported in one line
-        raise ValueError(f"{setting}={spec!r}: importing module {module!r} raised {_first_line(err)}") from None
+    """``spec`` checked, a ``FILE.py`` made absolute (:func:`tokenbalance.user_code.normalized_spec`)."""
+    return normalized_spec(spec, setting)
 
 
 def load_reward_function(reward: str | Callable[..., Any], setting: str = "data.reward") -> Callable[..., Any]:
     """The function named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is
-    returned as is). Every failure is one ``ValueError`` line naming ``setting``, the module and
-    the attribute: a malformed name, a module that cannot be imported (or raises when imported), a
-    missing attribute (with the closest name), a value that is not callable."""
-    if callable(reward):
-        return reward
-    if not isinstance(reward, str):
-        raise ValueError(f"{setting}: expected MODULE:FUNCTION or a function, got {_shown(reward)}")
-    module_name, attribute = parse_reward_spec(reward, setting)
-    value = _import_module(module_name, reward, setting, attribute)
-    parts = attribute.split(".")
-    for depth, part in enumerate(parts):
-        if not hasattr(value, part):
-            owner = f"module {module_name!r}" if depth == 0 else repr(".".join([module_name, *parts[:depth]]))
-            close = difflib.get_close_matches(part, [n for n in dir(value) if not n.startswith("_")], n=1)
-            hint = f"; did you mean {close[0]!r}?" if close else ""
-            raise ValueError(f"{setting}={reward!r}: {owner} has no attribute {part!r}{hint}")
-        value = getattr(value, part)
-    if not callable(value):
-        raise ValueError(f"{setting}={reward!r}: {module_name}.{attribute} is {_shown(value)}, not a function")
-    return value
+    returned as is): :func:`tokenbalance.user_code.load_function`, whose every failure is one
+    ``ValueError`` line naming ``setting``, the module and the attribute."""
+    return load_function(reward, setting)
 
 
 def _number(value: Any) -> float | None:
@@ -191,7 +104,7 @@ class RewardFunction:
         self.name = reward if isinstance(reward, str) else getattr(reward, "__qualname__", repr(reward))
         number = _number(max_reward)
         if number is None or not math.isfinite(number):
-            raise ValueError(f"{self.max_reward_setting}: must be a finite number, got {_shown(max_reward)}")
+            raise ValueError(f"{self.max_reward_setting}: must be a finite number, got {shown(max_reward)}")
         self.max_reward = number
         self._signature()
 
@@ -247,7 +160,7 @@ class RewardFunction:
 
         def bad(problem: str) -> RewardOutputError:
             return RewardOutputError(
-                f"{where}: {self.name} returned {_shown(value)} for the response {_clip(response)!r}; {problem}"
+                f"{where}: {self.name} returned {shown(value)} for the response {clip_text(response)!r}; {problem}"
             )
 
         metrics: dict[str, float] = {}
@@ -276,7 +189,7 @@ class RewardFunction:
         if flagged:
             flag = _flag(correct)
             if flag is None:
-                raise bad(f"correct must be true or false, got {_shown(correct)}")
+                raise bad(f"correct must be true or false, got {shown(correct)}")
             if flag != (number == self.max_reward):
                 raise bad(
                     f"correct={flag}, but a response is correct when its reward equals "
@@ -292,7 +205,7 @@ def _messages(value: Any) -> list[dict[str, Any]]:
     ok = ok and all(isinstance(m, dict) and isinstance(m.get("role"), str) for m in value)
     ok = ok and all(isinstance(m.get("content"), str) for m in value)
     if not ok:
-        raise ValueError(f"expected text or chat messages [{{'role': ..., 'content': ...}}, ...], got {_shown(value)}")
+        raise ValueError(f"expected text or chat messages [{{'role': ..., 'content': ...}}, ...], got {shown(value)}")
     return [dict(message) for message in value]
 
 
@@ -392,7 +305,7 @@ class FunctionTask(BaseTask):
         except ValueError:
             raise
         except Exception as err:  # noqa: BLE001 - a template error: reported in one line
-            raise ValueError(f"cannot render the chat messages: {_first_line(err)}") from None
+            raise ValueError(f"cannot render the chat messages: {first_line(err)}") from None
         return str(text)
 
     def render_prompt(self, example: TaskExample, template: str) -> str:
@@ -424,7 +337,7 @@ class FunctionTask(BaseTask):
             except Exception as err:  # noqa: BLE001 - the user's function: reported in one line
                 where = example.extra.get("where", example.index)
                 raise ValueError(
-                    f"{where}: {self.reward.name} raised {_first_line(err)} for the empty response; a reward "
+                    f"{where}: {self.reward.name} raised {first_line(err)} for the empty response; a reward "
                     "function must score any text"
                 ) from None
 

@@ -264,4 +264,5 @@ def update_inputs(
         old.logp_BT[sel],
         ref_logp_BT,
         nthr,
+        batch.correct_B[sel] if method.token_rule is not None else None,  # what a token rule may read
     )

@@ -122,7 +122,7 @@ def resolve_device(name: str) -> torch.device:
 
 
 def default_run_dir(config: RunConfig) -> Path:
-    return Path("runs") / f"{config.train.method}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path("runs") / f"{config.method().name}-{time.strftime('%Y%m%d-%H%M%S')}"  # a token rule's own name
 
 
 def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) -> str:

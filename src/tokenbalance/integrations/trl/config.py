@@ -41,7 +41,8 @@ GLOBAL_TOKEN_MEAN_LOSS_TYPE = "dapo"
 
 
 def resolve_method(method: Method | str) -> Method:
-    """A :class:`Method`, given itself or a preset name (``tokenbalance list-methods``)."""
+    """A :class:`Method`, given itself, a preset name (``tokenbalance list-methods``) or a token rule
+    (its name, ``MODULE:RULE`` or ``FILE.py:RULE``; docs/methods.md §10)."""
     if isinstance(method, Method):
         return method
     if isinstance(method, str):
@@ -95,6 +96,12 @@ def unsupported_reason(method: Method) -> str | None:
             f"method {name!r} enables DAPO dynamic sampling (dynamic_sampling.enabled): TRL's GRPOTrainer trains "
             "on every generated group and cannot sample more prompts to replace the all-equal ones; set "
             "dynamic_sampling.enabled=False, or run it on our trainer or on verl (algorithm.filter_groups)"
+        )
+    rule = method.token_rule
+    if rule is not None and "correct" in rule.needs:
+        return (
+            f"method {name!r}: token rule {rule.label} needs correct_B, which the TRL subclass does not know "
+            "(TRL gives the loss rewards, not a correctness flag); run it on our trainer"
         )
     if method.nthr is not None and method.lopti is not None:
         return (

@@ -1,4 +1,4 @@
-"""``TokenBalanceGRPOTrainer``: TRL's ``GRPOTrainer`` with AR, TR-GRPO, Lopti and NTHR.
+"""``TokenBalanceGRPOTrainer``: TRL's ``GRPOTrainer`` with AR, TR-GRPO, Lopti, NTHR and your token rules.
 
 TRL keeps generation, rewards, advantages, reference log-probs, logging, checkpoints and
 accelerate / DeepSpeed / vLLM. Two methods are overridden:
@@ -58,16 +58,13 @@ from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_adva
 from tokenbalance.algorithms.nthr import nthr_correct
 from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, check_bucket_edges
+from tokenbalance.integrations.hidden import capture_last_hidden, decoder_of
 from tokenbalance.integrations.trl.config import (
     check_config,
     pass_count,
     resolve_method,
 )
-from tokenbalance.integrations.trl.hidden import (
-    capture_last_hidden,
-    completion_hidden,
-    decoder_of,
-)
+from tokenbalance.integrations.trl.hidden import completion_hidden
 from tokenbalance.integrations.trl.passes import (
     broadcast_advantages,
     scale_pass_advantages,

@@ -10,10 +10,14 @@ point at ``import verl``; docs/verl.md has the full table and the launch command
   and ``tokenbalance_reinforce_pp`` (``algorithm.adv_estimator``);
 * the trainer ``tokenbalance_lopti`` (``trainer.v1.trainer_mode``): verl's synchronous trainer
   with the actor update run once per Lopti pass;
+* the trainer ``tokenbalance_nthr``: verl's synchronous trainer whose old-log-prob forward also
+  returns the response tokens' last-layer hidden states (:mod:`.nthr_worker`), from which NTHR
+  weights the advantages before the update (:mod:`.nthr_trainer`, :mod:`.nthr`);
 * the K&K reward ``pkg://tokenbalance.integrations.verl.reward`` (``compute_score``).
 
-NTHR is not available on verl (it needs the old policy's hidden states, which verl's workers
-do not return); asking for it fails at launch with that reason (:mod:`.validation`).
+NTHR as a loss mode or an advantage estimator, or its trainer where it cannot get the hidden
+states (not FSDP2, Ulysses, rollout-correction bypass), fails at launch with the reason
+(:mod:`.validation`).
 
 The maths is :mod:`tokenbalance.algorithms`; this package only translates verl's tensors and
 config into those calls. The installed verl is checked here, on import, against the range our

@@ -25,7 +25,7 @@ from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
-from tokenbalance.algorithms.methods import KLConfig, Method
+from tokenbalance.algorithms.methods import KLConfig, Method, load_token_rule
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig
@@ -34,6 +34,7 @@ from tokenbalance.integrations.verl.names import (
     POLICY_LOSS_NAMES,
     POLICY_LOSS_STAGES,
 )
+from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_rule_problem
 
 VERL_LOG_RATIO_CLAMP = 20.0  # verl 0.9's clamp on log(pi/pi_old) and inside low_var_kl
 
@@ -95,6 +96,8 @@ class TokenBalancePolicyLossConfig(PolicyLossConfig):
         lopti_eta: Lopti threshold in (0, 1) (None: 0.5, paper; the Lopti-only script uses 0.4).
         lopti_order: ``low_first`` (None) or ``high_first`` (ablation).
         lopti_strict_less: ``p < eta`` (None: True, the reference) or ``p <= eta``.
+        token_rule: your token rule, ``MODULE:RULE`` or ``FILE.py:RULE`` (imported in every worker;
+            docs/methods.md §10), on top of the loss mode's stages; None: none.
     """
 
     loss_mode: str = "tokenbalance_grpo"
@@ -113,6 +116,7 @@ class TokenBalancePolicyLossConfig(PolicyLossConfig):
     lopti_eta: float | None = None
     lopti_order: str | None = None
     lopti_strict_less: bool | None = None
+    token_rule: str | None = None
 
     def __post_init__(self) -> None:
         check_loss_mode(self.loss_mode)
@@ -135,8 +139,23 @@ def _field(policy_loss, name: str):
     return getattr(policy_loss, name, None)
 
 
+def token_rule(policy_loss):
+    """The :class:`~tokenbalance.algorithms.token_rules.TokenRule` named by ``policy_loss.token_rule``
+    (None when unset), refused with the reason when verl cannot give it what it reads."""
+    name = _field(policy_loss, "token_rule")
+    if name is None:
+        return None
+    setting = "actor_rollout_ref.actor.policy_loss.token_rule"
+    rule = load_token_rule(name, setting)
+    problem = verl_rule_problem(rule, lopti_trainer=True)  # the entropy is checked with the trainer known
+    if problem:
+        raise ValueError(f"{setting}={name!r}: {problem}")
+    return rule
+
+
 def token_stages(policy_loss) -> dict[str, Any]:
-    """``{"ar": ARConfig | None, "tr_grpo": TRGRPOConfig | None}`` for ``policy_loss.loss_mode``.
+    """``{"ar": ARConfig | None, "tr_grpo": TRGRPOConfig | None, "token_rule": TokenRule | None}``
+    for ``policy_loss.loss_mode`` and ``policy_loss.token_rule``.
 
     ``policy_loss`` is a :class:`TokenBalancePolicyLossConfig` (or verl's plain one: defaults).
     """
@@ -155,7 +174,20 @@ def token_stages(policy_loss) -> dict[str, Any]:
     )
     tr_names = ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
     tr = _build(TRGRPOConfig, "tr_grpo", {name: _field(policy_loss, f"tr_grpo_{name}") for name in tr_names})
-    return {"ar": ar if with_ar else None, "tr_grpo": tr if with_tr else None}
+    return {"ar": ar if with_ar else None, "tr_grpo": tr if with_tr else None, "token_rule": token_rule(policy_loss)}
+
+
+def rule_entropy_problem(rule, actor, *, lopti_trainer: bool) -> str | None:
+    """Why the loss cannot give ``rule`` the entropy it needs (None when it can, or needs none):
+    only the ``tokenbalance_lopti`` trainer's loss gets it, when verl computes it. ``actor``: verl's
+    ``ActorConfig`` or the ``actor_rollout_ref.actor`` section of the launch config."""
+    if rule is None or "entropy" not in rule.needs:
+        return None
+    problem = verl_rule_problem(rule, lopti_trainer=lopti_trainer)
+    computed = bool(actor.get("calculate_entropy", False)) or float(actor.get("entropy_coeff", 0.0) or 0.0) != 0
+    if problem is None and not computed:
+        problem = f"token rule {rule.label} needs the entropy, which verl computes only with {CALCULATE_ENTROPY}=True"
+    return problem
 
 
 def lopti_config(policy_loss) -> LoptiConfig:
@@ -214,6 +246,10 @@ def method_from_actor_config(actor_config, *, with_regularisers: bool, with_lopt
         _KL_NAMES,
     )
     agg_mode = actor_config.get("loss_agg_mode", "token-mean")
+    stages = token_stages(policy_loss)
+    problem = rule_entropy_problem(stages["token_rule"], actor_config, lopti_trainer=with_lopti)
+    if problem:
+        raise ValueError(f"{_ACTOR}policy_loss.token_rule: {problem}")
     try:
         return Method(
             name=f"verl:{policy_loss.loss_mode}",
@@ -223,7 +259,7 @@ def method_from_actor_config(actor_config, *, with_regularisers: bool, with_lopt
             loss_agg_mode=agg_mode,
             max_response_len=actor_config.get("loss_scale_factor", None),
             lopti=lopti_config(policy_loss) if with_lopti else None,
-            **token_stages(policy_loss),
+            **stages,
         )
     except ValueError as error:
         raise ValueError(

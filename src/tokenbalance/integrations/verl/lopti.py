@@ -28,15 +28,16 @@ rejected with that reason (:mod:`.validation`). Command::
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable
 from typing import Any
 
 from tokenbalance.algorithms.passes import lopti_pass_names
+from tokenbalance.integrations.verl.batch_meta import with_extra_info
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 
 LOPTI_TRAINER_IMPORT_ERROR: str | None = None
-"""Why verl's v1 trainer could not be imported (set by the plugin); ``None`` once registered."""
+"""Why verl's v1 trainer could not be imported (set by the plugin; then neither this trainer nor
+the NTHR trainer is registered); ``None`` once both are."""
 
 
 __all__ = ["lopti_pass_names", "with_update_pass", "merge_pass_metrics"]
@@ -44,9 +45,7 @@ __all__ = ["lopti_pass_names", "with_update_pass", "merge_pass_metrics"]
 
 def with_update_pass(batch, pass_name: str):
     """A shallow copy of verl's batch handle whose ``extra_info`` names the pass (``batch`` untouched)."""
-    pass_batch = copy.copy(batch)
-    pass_batch.extra_info = {**(batch.extra_info or {}), UPDATE_PASS_KEY: pass_name}
-    return pass_batch
+    return with_extra_info(batch, **{UPDATE_PASS_KEY: pass_name})
 
 
 def merge_pass_metrics(per_pass: dict[str, dict[str, Any]]) -> dict[str, Any]:

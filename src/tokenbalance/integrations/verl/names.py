@@ -4,6 +4,9 @@ without verl installed: the grid writer and the docs use them on machines withou
 from tokenbalance.integrations.verl_names import (  # noqa: F401
     ADVANTAGE_ESTIMATORS,
     LOPTI_TRAINER,
+    NTHR_HIDDEN_FIELD,
+    NTHR_HIDDEN_KEY,
+    NTHR_TRAINER,
     NTHR_UNSUPPORTED,
     POLICY_LOSS_CONFIG_TARGET,
     POLICY_LOSS_NAMES,

@@ -9,7 +9,8 @@ Registers (names in :mod:`.names`, table in docs/verl.md):
 
 * policy losses ``tokenbalance_{grpo,ar,tr_grpo,ar_tr_grpo}`` -> :func:`.losses.policy_loss`;
 * advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}`` -> :mod:`.advantages`;
-* the trainer ``tokenbalance_lopti`` (:mod:`.lopti`), when verl's v1 trainer can be imported.
+* the trainers ``tokenbalance_lopti`` (:mod:`.lopti`) and ``tokenbalance_nthr``
+  (:mod:`.nthr_trainer`), when verl's v1 trainer can be imported.
 
 It also installs :func:`.compat.guard_trl_value_head`, without which verl 0.9.1 cannot build a
 model in an environment that has TRL 1.16 (our ``trl`` extra) installed.
@@ -24,14 +25,14 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from tokenbalance.integrations.verl import compat, lopti
+from tokenbalance.integrations.verl import compat, lopti, nthr_trainer
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
 from tokenbalance.integrations.verl.losses import policy_loss
 from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
 
 
 def register_all() -> None:
-    """Register every loss, estimator and the Lopti trainer; guard verl's TRL check (idempotent)."""
+    """Register every loss, estimator and our two trainers; guard verl's TRL check (idempotent)."""
     compat.guard_trl_value_head()
     for name in POLICY_LOSS_NAMES:
         if name not in POLICY_LOSS_REGISTRY:
@@ -41,6 +42,7 @@ def register_all() -> None:
             register_adv_est(name)(function)
     try:
         lopti.build_lopti_trainer()
+        nthr_trainer.build_nthr_trainer()
         lopti.LOPTI_TRAINER_IMPORT_ERROR = None
     except ImportError as error:  # v1 trainer deps (TransferQueue, cachetools, fastapi, uvicorn) missing
         lopti.LOPTI_TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"

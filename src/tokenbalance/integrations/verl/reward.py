@@ -35,6 +35,9 @@ from typing import Any
 from tokenbalance.tasks import DEFAULT_TASK, get_task
 from tokenbalance.tasks.function import cached_function_task
 
+REWARD_PATH = "pkg://tokenbalance.integrations.verl.reward"  # reward.custom_reward_function.path
+FUNCTION_MAX_REWARD = 1.0  # reward_kwargs.max_reward of your own reward function, when not given
+
 
 def compute_score(
     data_source: str,
@@ -44,7 +47,7 @@ def compute_score(
     template: str | None = None,
     task: str = DEFAULT_TASK,
     reward: str | None = None,
-    max_reward: float = 1.0,
+    max_reward: float = FUNCTION_MAX_REWARD,
     **_: Any,
 ) -> dict[str, float]:
     """Score one decoded response against its row's ``reward_model.ground_truth`` with ``task``, or

@@ -1,0 +1,46 @@
+"""Which token rules verl can run, and why not the others (docs/methods.md §10, docs/verl.md).
+
+Free of verl imports, like :mod:`.verl_names`: the plugin's config (at launch and in every worker)
+and the grid writer (on any machine) ask the same question here.
+
+verl 0.9.1 calls a registered policy loss with the old and current log-probs, the advantages and
+the response mask of one micro-batch, so a rule runs there when it reads only those (its
+``passes`` stage then sees one micro-batch at a time, like TRL's). verl keeps the entropy for its
+own entropy term; it reaches only the loss of our ``tokenbalance_lopti`` trainer, when verl
+computes it (``actor_rollout_ref.actor.calculate_entropy=True``).
+"""
+
+from __future__ import annotations
+
+from tokenbalance.algorithms.token_rules import TokenRule
+from tokenbalance.integrations.verl_names import LOPTI_TRAINER
+
+CALCULATE_ENTROPY = "actor_rollout_ref.actor.calculate_entropy"
+
+
+def verl_rule_problem(rule: TokenRule, *, lopti_trainer: bool, needs_spec: bool = False) -> str | None:
+    """Why verl cannot run ``rule`` (``None`` when it can). ``lopti_trainer``: the update runs under
+    the ``tokenbalance_lopti`` trainer, whose loss gets the entropy; ``needs_spec``: the rule must
+    be named ``MODULE:RULE`` so that verl's workers import it (a launch script)."""
+    if needs_spec and rule.spec is None:
+        return (
+            f"token rule {rule.label} is registered in this process only; name it MODULE:RULE or FILE.py:RULE so "
+            "that verl's workers import it"
+        )
+    if rule.output == "split":
+        return (
+            f"token rule {rule.label} splits the tokens into two passes; verl runs only Lopti's passes (the "
+            f"{LOPTI_TRAINER} trainer): return weights, or run it on our trainer or TRL"
+        )
+    for need in ("group_ids", "correct"):
+        if need in rule.needs:
+            return (
+                f"token rule {rule.label} needs {need}, which verl's policy loss does not receive (log-probs, "
+                "advantages and the response mask only); run it on our trainer"
+            )
+    if "entropy" in rule.needs and not lopti_trainer:
+        return (
+            f"token rule {rule.label} needs the entropy, which verl 0.9.1 does not pass to a registered policy "
+            f"loss; it reaches the loss of the {LOPTI_TRAINER} trainer with {CALCULATE_ENTROPY}=True"
+        )
+    return None
