@@ -334,3 +334,42 @@ def test_auto_engine_is_fast_only_for_small_static_models_on_cpu(model, monkeypa
     monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS", 10**9)
     monkeypatch.setattr(rollout, "static_path_problem", lambda m: "architecture X")
     assert rollout.auto_engine(model) == ("hf", "the fast engine's static path does not support architecture X")
+
+
+@pytest.mark.parametrize("group_size", [1, 6])
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0, 0, 1.0), (1.3, 20, 0.9)])
+def test_finished_rows_leave_the_batch_and_no_bit_changes(
+    tokenizer, group_size, temperature, top_k, top_p, monkeypatch
+):
+    """Compaction (one thread, its default there): the rows still decoded, the random stream and so
+    every token and log-prob are those of the full batch, bit for bit, grouped or not."""
+    torch.set_num_threads(1)
+    model = random_model("qwen2", num_kv_heads=2)
+    names = ("A", "B", "Zoey", "Oliver", "Ethan", "Mia", "Liam", "Ava")
+    prompts = [tokenizer.encode(f"{name} is a knight") for name in names] * (6 // group_size)
+    eos_ids = list(range(100, 130))  # ~6% of the vocabulary: rows stop at varied steps
+    kept = []
+    for decoder in (fast.GroupedCacheDecoder, fast.StaticCacheDecoder):
+        original = decoder.select
+        monkeypatch.setattr(
+            decoder, "select", lambda self, keep, t, o=original: kept.append(len(keep)) or o(self, keep, t)
+        )
+    kwargs = dict(n=group_size, max_new_tokens=40, temperature=temperature, top_k=top_k, top_p=top_p, seed=5)
+    compacted = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(prompts, **kwargs)
+    assert kept and min(kept) >= fast.MIN_COMPACT_ROWS  # it ran, never below the bound
+    full = FastEngine(model, tokenizer, eos_token_ids=eos_ids, compact=False).generate(prompts, **kwargs)
+    lengths = full.response_lengths_B
+    assert len(set(lengths.tolist())) >= 5 and 0 < int(full.finished_B.sum()) <= 48
+    for field in ("response_ids_BT", "response_mask_BT", "sampler_logp_BT", "finished_B"):
+        assert torch.equal(getattr(compacted, field), getattr(full, field)), field
+
+
+def test_compaction_keeps_the_unfinished_rows_in_order():
+    finished = torch.tensor([True, False, True, True, False, True, True, True, True, True, False, True])
+    assert fast.compaction(finished).tolist() == [0, 1, 2, 3, 4, 5, 6, 10]  # topped up to 8 with finished ones
+    assert fast.compaction(torch.zeros(40, dtype=torch.bool)) is None
+    few = torch.zeros(40, dtype=torch.bool)
+    few[:9] = True
+    assert fast.compaction(few) is None  # under a quarter finished
+    few[:10] = True
+    assert fast.compaction(few).tolist() == list(range(10, 40))

@@ -23,7 +23,13 @@ time outside arithmetic (cache objects, mask building, logits processors, stoppi
 * sampling is :func:`sample_next` (temperature, top-k, top-p, then an inverse-CDF draw with B
   float64 uniforms per step from one ``torch.Generator`` seeded with ``seed`` on the model's
   device; argmax when temperature == 0), drawn for all B rows every step, finished rows then
-  overwritten with pad; the loop stops as soon as every row has emitted an EOS.
+  overwritten with pad; the loop stops as soon as every row has emitted an EOS;
+* finished rows leave the batch (at one CPU thread, the default there: ``compact``): once a
+  quarter of the rows still decoded have emitted their EOS, their K/V columns are dropped and the
+  next steps run only the others (never fewer than ``MIN_COMPACT_ROWS``); the uniforms are still
+  drawn for all B rows, so every token and log-prob is bit for bit the full batch's
+  (``tests/rollout/test_fast.py``). A reasoning trace of 100-440 tokens then stops paying for
+  the rows that finished at 100.
 
 With the same seed it samples exactly the tokens of a step-by-step sampler that runs the model's
 full forward (no cache) and calls :func:`sample_next` (``tests/rollout/test_fast.py``). It does
@@ -47,6 +53,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import inspect
+import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -85,7 +92,12 @@ def truncate_logits(scores_BV: torch.Tensor, top_k: int, top_p: float) -> torch.
     return scores_BV
 
 
-def draw(probs_BV: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+def uniforms(rows: int, generator: torch.Generator | None, device: torch.device) -> torch.Tensor:
+    """[rows, 1] float64 in (0, 1]: the draws :func:`draw` makes for ``rows`` rows."""
+    return 1.0 - torch.rand((rows, 1), generator=generator, dtype=torch.float64, device=device)
+
+
+def draw(probs_BV: torch.Tensor, generator: torch.Generator | None, u_B1: torch.Tensor | None = None) -> torch.Tensor:
     """[B] int64: one index per row with probability ``probs / probs.sum()``, by inverse CDF.
 
     Uses exactly B float64 uniforms from ``generator`` per call, whatever the values (so every
@@ -93,14 +105,22 @@ def draw(probs_BV: torch.Tensor, generator: torch.Generator | None) -> torch.Ten
     is float64, so rounding biases no token by more than ~1e-16; ``u`` lies in (0, 1], which
     makes the chosen token always one with positive probability. Cheaper than
     ``torch.multinomial`` (one exponential per vocabulary entry) by a wide margin on a CPU.
+    ``u_B1``: the rows' uniforms drawn already (:func:`uniforms`; the compacted loop draws them for
+    every row of the batch and passes the live rows' ones), instead of drawing here.
     """
     cdf_BV = probs_BV.double().cumsum(dim=-1)
-    u_B1 = 1.0 - torch.rand((probs_BV.shape[0], 1), generator=generator, dtype=torch.float64, device=probs_BV.device)
+    if u_B1 is None:
+        u_B1 = uniforms(probs_BV.shape[0], generator, probs_BV.device)
     return torch.searchsorted(cdf_BV, u_B1 * cdf_BV[:, -1:]).squeeze(1)
 
 
 def sample_next(
-    logits_BV: torch.Tensor, temperature: float, top_k: int, top_p: float, generator: torch.Generator | None
+    logits_BV: torch.Tensor,
+    temperature: float,
+    top_k: int,
+    top_p: float,
+    generator: torch.Generator | None,
+    u_B1: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row and its log-prob: ``(token_B int64, logp_B float32)``.
 
@@ -116,7 +136,7 @@ def sample_next(
     else:
         scores_BV = truncate_logits(logits_BV / temperature, top_k, top_p)
         logp_BV = torch.log_softmax(scores_BV, dim=-1)
-        token_B = draw(logp_BV.exp(), generator)
+        token_B = draw(logp_BV.exp(), generator, u_B1)
     return token_B, logp_BV.gather(1, token_B[:, None]).squeeze(1)
 
 
@@ -308,16 +328,23 @@ def grouped_attention(
     t: int,
     prompt_bias_U11S: torch.Tensor,
     group_size: int,
+    slot_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """One decode step's self-attention for groups of G rows sharing a prompt. -> [B, 1, D].
 
     The prompt's keys and values ([U, H_kv, S, Dh], U = B / G) are read once per group: the G
     rows' queries form one [G x heads-per-kv, Dh] matrix against them. The response's keys and
     values ([B, H_kv, T, Dh], column ``t`` written here) are per row. One softmax spans both.
+
+    ``slot_B``: the rows are some of the U x G rows of the prompt cache's groups, row b at slot
+    ``slot_B[b]`` (a compacted batch, :meth:`GroupedCacheDecoder.select`). The prompt part then
+    runs on all U x G slots (zeros where no row is), so each group's product has the same shape
+    as in the full batch and each row the same bits.
     """
     batch = x_B1D.shape[0]
     heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
-    rep, groups, G = heads // kv_heads, batch // group_size, group_size
+    G = group_size
+    rep, groups = heads // kv_heads, (batch if slot_B is None else prompt_bias_U11S.shape[0] * G) // G
     qkv_B1E = F.linear(x_B1D, layer.qkv_weight, layer.qkv_bias)
     qk_B1E, v_B1E = qkv_B1E.split([(heads + kv_heads) * head_dim, kv_heads * head_dim], dim=-1)
     qk_BHD = rotate(qk_B1E.view(batch, 1, heads + kv_heads, head_dim), cos_B1D, sin_B1D)[:, 0]
@@ -327,26 +354,45 @@ def grouped_attention(
     k_prompt_UKSD, v_prompt_UKSD = prompt_cache
     prompt_len = k_prompt_UKSD.shape[2]
     q_BKRD = qk_BHD[:, :heads].reshape(batch, kv_heads, rep, head_dim)  # query head h uses kv head h // rep
+    slots = groups * G  # == batch unless compacted
+    q_slots = q_BKRD
+    if slot_B is not None:
+        q_slots = q_BKRD.new_zeros(slots, kv_heads, rep, head_dim).index_copy_(0, slot_B, q_BKRD)
     q_UKMD = (
-        q_BKRD.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(groups, kv_heads, G * rep, head_dim)
+        q_slots.view(groups, G, kv_heads, rep, head_dim).transpose(1, 2).reshape(groups, kv_heads, G * rep, head_dim)
     )
     scores_UKMS = torch.matmul(q_UKMD, k_prompt_UKSD.transpose(-1, -2)) * layer.scaling + prompt_bias_U11S
     scores_BKRS = (
-        scores_UKMS.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(batch, kv_heads, rep, prompt_len)
+        scores_UKMS.view(groups, kv_heads, G, rep, prompt_len).transpose(1, 2).reshape(slots, kv_heads, rep, prompt_len)
     )
+    if slot_B is not None:
+        scores_BKRS = scores_BKRS[slot_B]
     scores_BKRT = torch.matmul(q_BKRD, k_resp_BKTD[:, :, : t + 1].transpose(-1, -2)) * layer.scaling
     probs_BKRL = torch.softmax(torch.cat([scores_BKRS, scores_BKRT], dim=-1), dim=-1)
     probs_BKRP, probs_BKRT = probs_BKRL.split([prompt_len, t + 1], dim=-1)
+    if slot_B is not None:
+        probs_BKRP = probs_BKRP.new_zeros(slots, kv_heads, rep, prompt_len).index_copy_(0, slot_B, probs_BKRP)
     probs_UKMS = (
         probs_BKRP.reshape(groups, G, kv_heads, rep, prompt_len)
         .transpose(1, 2)
         .reshape(groups, kv_heads, G * rep, prompt_len)
     )
     out_UKMD = torch.matmul(probs_UKMS, v_prompt_UKSD)
-    out_BKRD = out_UKMD.view(groups, kv_heads, G, rep, head_dim).transpose(1, 2).reshape(
-        batch, kv_heads, rep, head_dim
-    ) + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
+    prompt_out_BKRD = (
+        out_UKMD.view(groups, kv_heads, G, rep, head_dim).transpose(1, 2).reshape(slots, kv_heads, rep, head_dim)
+    )
+    if slot_B is not None:
+        prompt_out_BKRD = prompt_out_BKRD[slot_B]
+    out_BKRD = prompt_out_BKRD + torch.matmul(probs_BKRT, v_resp_BKTD[:, :, : t + 1])
     return F.linear(out_BKRD.reshape(batch, 1, heads * head_dim), layer.o_weight, layer.o_bias)
+
+
+def kept_columns(cache_BHLD: torch.Tensor, keep_A: torch.Tensor, columns: int) -> torch.Tensor:
+    """A new cache buffer of the rows ``keep_A`` with their first ``columns`` columns copied (the
+    rest is written by later steps)."""
+    kept_AHLD = cache_BHLD.new_empty((keep_A.shape[0], *cache_BHLD.shape[1:]))
+    kept_AHLD[:, :, :columns] = cache_BHLD[keep_A, :, :columns]
+    return kept_AHLD
 
 
 class GroupedCacheDecoder:
@@ -386,6 +432,9 @@ class GroupedCacheDecoder:
         self.prompt_bias_U11S = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
             ~self.prompt_mask_US[:, None, None, :], float("-inf")
         )
+        rows_B = torch.arange(batch, device=prompt_ids_BS.device)
+        self.group_B, self.member_B = rows_B // group_size, rows_B % group_size  # of the rows still decoded
+        self.slot_B: torch.Tensor | None = None  # None: all rows, in order (no select yet)
 
     def prefill(self) -> torch.Tensor:
         width = self.width
@@ -400,6 +449,22 @@ class GroupedCacheDecoder:
             prefill_mask(self.prompt_mask_US),
         )
         return final_logits(self.model, hidden_USD[:, -1]).repeat_interleave(self.group_size, dim=0)
+
+    def select(self, keep_A: torch.Tensor, t: int) -> None:
+        """Decode only the rows ``keep_A`` (positions among the rows decoded so far, increasing)
+        from now on; response cache columns [0, t) are kept. Groups without a kept row are dropped;
+        the others keep their G slots in the prompt part (:func:`grouped_attention`'s ``slot_B``)."""
+        group_A, member_A = self.group_B[keep_A], self.member_B[keep_A]
+        kept_U = torch.unique(group_A)  # sorted
+        renumbered_A = torch.searchsorted(kept_U, group_A)
+        self.prompt_caches = [(k[kept_U], v[kept_U]) for k, v in self.prompt_caches]
+        self.prompt_bias_U11S = self.prompt_bias_U11S[kept_U]
+        self.response_caches = [
+            (kept_columns(k, keep_A, t), kept_columns(v, keep_A, t)) for k, v in self.response_caches
+        ]
+        self.cos_BLD, self.sin_BLD = self.cos_BLD[keep_A], self.sin_BLD[keep_A]
+        self.group_B, self.member_B = renumbered_A, member_A
+        self.slot_B = renumbered_A * self.group_size + member_A
 
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
         column = self.width + t
@@ -417,6 +482,7 @@ class GroupedCacheDecoder:
                 t,
                 self.prompt_bias_U11S,
                 self.group_size,
+                self.slot_B,
             )
             hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
         return final_logits(self.model, hidden_B1D[:, 0])
@@ -453,6 +519,15 @@ class StaticCacheDecoder:
 
     def logits(self, hidden_BD: torch.Tensor) -> torch.Tensor:
         return final_logits(self.model, hidden_BD)
+
+    def select(self, keep_A: torch.Tensor, t: int) -> None:
+        """Decode only the rows ``keep_A`` (positions among the rows decoded so far) from now on;
+        cache columns [0, S + t) are kept."""
+        self.caches = [
+            (kept_columns(k, keep_A, self.width + t), kept_columns(v, keep_A, self.width + t)) for k, v in self.caches
+        ]
+        self.cos_BLD, self.sin_BLD = self.cos_BLD[keep_A], self.sin_BLD[keep_A]
+        self.key_mask_BL = self.key_mask_BL[keep_A]
 
     def prefill(self) -> torch.Tensor:
         """Run the prompts (one per row; groups go to :class:`GroupedCacheDecoder`); -> [B, V]
@@ -539,30 +614,81 @@ class Decoder(Protocol):
     def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor: ...
 
 
+class CompactingDecoder(Decoder, Protocol):
+    def select(self, keep_A: torch.Tensor, t: int) -> None: ...
+
+
 # --------------------------------------------------------------------------------------------
 # The sampling loop and the engine
 
+# Compaction: once a quarter of the rows still decoded have finished, the finished ones leave the
+# batch (their K/V columns are copied out), never below MIN_COMPACT_ROWS rows: a matrix product of
+# at most 3 rows takes another path in MKL and rounds differently (measured on this project's
+# CPU, torch 2.13), so every row keeps the bits of the full batch only above that.
+COMPACT_WHEN_FINISHED = 0.25
+MIN_COMPACT_ROWS = 8
+
+
+def compaction(finished_A: torch.Tensor) -> torch.Tensor | None:
+    """The positions to keep decoding (increasing), or ``None`` to keep them all: the unfinished
+    rows, topped up with the first finished ones to ``MIN_COMPACT_ROWS``, once that drops at least
+    a quarter of the rows."""
+    rows = finished_A.shape[0]
+    live = rows - int(finished_A.sum())
+    keep = max(live, MIN_COMPACT_ROWS)
+    if rows - keep < COMPACT_WHEN_FINISHED * rows:
+        return None
+    order_A = torch.argsort(finished_A.to(torch.int8), stable=True)  # unfinished first, in order
+    return order_A[:keep].sort().values
+
 
 def sampling_loop(
-    decoder: Decoder, params: SamplingParams, generator: torch.Generator, eos_ids: torch.Tensor, pad_id: int
+    decoder: Decoder,
+    params: SamplingParams,
+    generator: torch.Generator,
+    eos_ids: torch.Tensor,
+    pad_id: int,
+    *,
+    compact: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(tokens_BT, logp_BT, finished_B)``: T <= ``max_new_tokens`` steps, stopping once every row
-    has emitted an EOS; after its EOS a row gets pad tokens with log-prob 0."""
-    logits_BV = decoder.prefill()
-    batch, device = logits_BV.shape[0], logits_BV.device
+    has emitted an EOS; after its EOS a row gets pad tokens with log-prob 0.
+
+    ``compact`` (a decoder with ``select``): finished rows leave the batch (:func:`compaction`);
+    every step still draws one uniform per row of the whole batch and the live rows use theirs,
+    so the random stream and every row's tokens are those of the full batch (each row's arithmetic
+    is its own: ``tests/rollout/test_fast.py`` checks the bits, at one thread, where it is used)."""
+    logits_AV = decoder.prefill()
+    batch, device = logits_AV.shape[0], logits_AV.device
     tokens_BT = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.int64, device=device)
     logp_BT = torch.zeros((batch, params.max_new_tokens), dtype=torch.float32, device=device)
     finished_B = torch.zeros(batch, dtype=torch.bool, device=device)
+    rows_A: torch.Tensor | None = None  # the rows the decoder still runs; None: all, in order
     steps = 0
     while True:
-        token_B, logp_B = sample_next(logits_BV, params.temperature, params.top_k, params.top_p, generator)
-        tokens_BT[:, steps] = token_B.masked_fill(finished_B, pad_id)
-        logp_BT[:, steps] = logp_B.masked_fill(finished_B, 0.0)
-        finished_B |= torch.isin(tokens_BT[:, steps], eos_ids)
+        if rows_A is None:
+            token_B, logp_B = sample_next(logits_AV, params.temperature, params.top_k, params.top_p, generator)
+            tokens_BT[:, steps] = token_B.masked_fill(finished_B, pad_id)
+            logp_BT[:, steps] = logp_B.masked_fill(finished_B, 0.0)
+            finished_B |= torch.isin(tokens_BT[:, steps], eos_ids)
+        else:
+            u_A1 = None if params.temperature == 0 else uniforms(batch, generator, device)[rows_A]
+            token_A, logp_A = sample_next(logits_AV, params.temperature, params.top_k, params.top_p, generator, u_A1)
+            done_A = finished_B[rows_A]
+            token_A = token_A.masked_fill(done_A, pad_id)
+            tokens_BT[rows_A, steps] = token_A
+            logp_BT[rows_A, steps] = logp_A.masked_fill(done_A, 0.0)
+            finished_B[rows_A] = done_A | torch.isin(token_A, eos_ids)
         steps += 1
         if steps == params.max_new_tokens or bool(finished_B.all()):
             break
-        logits_BV = decoder.step(tokens_BT[:, steps - 1], steps - 1)
+        if compact:
+            keep_A = compaction(finished_B if rows_A is None else finished_B[rows_A])
+            if keep_A is not None:
+                typing.cast(CompactingDecoder, decoder).select(keep_A, steps - 1)
+                rows_A = keep_A if rows_A is None else rows_A[keep_A]
+        token_A = tokens_BT[:, steps - 1] if rows_A is None else tokens_BT[rows_A, steps - 1]
+        logits_AV = decoder.step(token_A, steps - 1)
     return tokens_BT[:, :steps], logp_BT[:, :steps], finished_B
 
 
@@ -595,6 +721,11 @@ class FastEngine(PromptEngine):
             the whole batch at once.
         path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or
             ``"model"`` (always the fallback).
+        compact: let finished rows leave the batch on the static path (:func:`sampling_loop`).
+            ``None`` (default): when the CPU runs one torch thread, where it leaves every token
+            bit-identical (with two threads MKL rounds a row differently in a smaller batch: off);
+            ``False`` never; ``True`` always (another device or thread count: the same
+            distribution, not the same bits).
     """
 
     def __init__(
@@ -605,8 +736,10 @@ class FastEngine(PromptEngine):
         eos_token_ids: Iterable[int] | None = None,
         max_batch_size: int | None = None,
         path: str = "auto",
+        compact: bool | None = None,
     ) -> None:
         super().__init__(model, tokenizer, eos_token_ids=eos_token_ids)
+        self.compact = compact
         if max_batch_size is not None and (
             isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
@@ -618,6 +751,14 @@ class FastEngine(PromptEngine):
             raise ValueError(f"the static-cache decoder does not support {problem}; use path='auto' or 'model'")
         self.max_batch_size = max_batch_size
         self.path = "static" if path != "model" and problem is None else "model"
+
+    def compacts(self, device: torch.device) -> bool:
+        """Whether finished rows leave the batch (the ``compact`` argument; static path only)."""
+        if self.path != "static":
+            return False
+        if self.compact is None:
+            return device.type == "cpu" and torch.get_num_threads() == 1
+        return self.compact
 
     def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
         """:meth:`generate` with the options in a :class:`SamplingParams`; ``n`` samples per prompt
@@ -639,7 +780,9 @@ class FastEngine(PromptEngine):
                     decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens)
                 else:
                     decoder = ModelCacheDecoder(model, ids_BS, mask_BS, params.max_new_tokens)
-                pieces.append(sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id))
+                pieces.append(
+                    sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id, compact=self.compacts(device))
+                )
         width = max(tokens_BT.shape[1] for tokens_BT, _, _ in pieces)
         response_ids_BT = torch.cat([pad_columns(tokens, width, self.pad_token_id) for tokens, _, _ in pieces])
         sampler_logp_BT = torch.cat([pad_columns(logp, width, 0.0) for _, logp, _ in pieces])

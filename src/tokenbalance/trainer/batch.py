@@ -207,11 +207,24 @@ def with_logprobs(
     micro_batch: int,
     with_entropy: bool,
     sampler_logprobs: bool = False,
+    old_forward: ResponseLogprobs | None = None,
 ) -> RolloutBatch:
     """The batch with old-policy log-probs (a no-grad forward of ``policy``; with
     ``sampler_logprobs`` the sampler's own, which saves that forward unless NTHR needs the hidden
-    states) and reference log-probs when the method has a KL term."""
-    if sampler_logprobs and not method.needs_hidden_states:
+    states) and reference log-probs when the method has a KL term. ``old_forward``: the policy's
+    forward of the batch already run (with gradient, for the update: ``trainer/update.py``); the old
+    log-probs are then its values, detached (the same bits as the no-grad forward's)."""
+    if old_forward is not None:
+        old = ResponseLogprobs(
+            logp_BT=old_forward.logp_BT.detach(),
+            entropy_BT=old_forward.entropy_BT.detach() if with_entropy and old_forward.entropy_BT is not None else None,
+            hidden_BTD=old_forward.hidden_BTD if method.needs_hidden_states else None,
+        )
+        if with_entropy and old.entropy_BT is None:
+            raise ValueError("old_forward: the forward computed no entropy")
+        if method.needs_hidden_states and old.hidden_BTD is None:
+            raise ValueError("old_forward: the forward returned no hidden states")
+    elif sampler_logprobs and not method.needs_hidden_states:
         sampled_BT = batch.generation.sampler_logp_BT
         if sampled_BT is None:
             raise ValueError("rollout.old_logprobs='sampler': the rollout engine returned no log-probs")

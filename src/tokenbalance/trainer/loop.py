@@ -11,7 +11,9 @@ One RL step:
    informative groups;
 4. old log-probs (and last-layer hidden states when the method needs them, NTHR) with the
    current policy, reference log-probs with the frozen initial policy, both at the rollout
-   temperature (docs/methods.md §1);
+   temperature (docs/methods.md §1); when the update's first micro-batch is the whole batch
+   (one pass, one micro-batch: the defaults without Lopti), the old-policy forward runs with
+   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits);
 5. advantages, token weights and the update passes (``update_inputs``);
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
@@ -66,10 +68,11 @@ from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_stat
 from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate
+from tokenbalance.trainer.logprobs import ResponseLogprobs
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
-from tokenbalance.trainer.update import UpdateRecord, run_update_passes
+from tokenbalance.trainer.update import UpdateRecord, reusable_first_forward, run_update_passes, update_forward
 from tokenbalance.types import UpdatePass
 
 
@@ -274,6 +277,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         batch, sampled, sampling_metrics = rollout(parts, step)
     diag = step_diagnostics(parts, step, batch)
     with timer("logprob"):
+        first = first_update_forward(parts, batch)  # the old policy's forward, kept for the update
         batch = with_logprobs(
             batch,
             policy=state.policy,
@@ -283,13 +287,15 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             micro_batch=s.micro_batch_rows,
             with_entropy=diag.wants_entropy,
             sampler_logprobs=s.sampler_logprobs,
+            old_forward=first,
         )
     with timer("update"):
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
     with timer("diag"):
         probe_metrics = diag.before_update(passes, batch)  # the opt-in gradient-norm probe
     with timer("update"):
-        record = update(parts, batch, passes)
+        record = update(parts, batch, passes, first_forward=first)
+    del first
     with timer("diag"):
         diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
@@ -305,8 +311,34 @@ def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> Ste
     )
 
 
-def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass]) -> UpdateRecord:
-    """Step 6: the passes, each over mini-batches (one optimizer step each) of micro-batches."""
+def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLogprobs | None:
+    """Step 4's old-policy forward run as the update's first forward (with gradient), when the
+    update's first micro-batch is the whole batch before any optimizer step
+    (:func:`~tokenbalance.trainer.update.reusable_first_forward`): one forward instead of two, the
+    same bits. ``None`` otherwise (``with_logprobs`` then runs its own no-gradient forward)."""
+    s, method, policy = parts.settings, parts.method, parts.state.policy
+    if s.sampler_logprobs and not method.needs_hidden_states:
+        return None  # no old-policy forward to share
+    rows = batch.packed.input_ids_BL.shape[0]
+    if not reusable_first_forward(
+        method, policy, rows=rows, micro_batch_rows=s.micro_batch_rows, mini_batch_rows=s.mini_batch_rows
+    ):
+        return None
+    return update_forward(
+        policy,
+        batch.packed,
+        method=method,
+        temperature=s.temperature,
+        grad_share=parts.config.diagnostics.logs_grad_share,
+        with_hidden=method.needs_hidden_states,
+    )
+
+
+def update(
+    parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass], first_forward: ResponseLogprobs | None = None
+) -> UpdateRecord:
+    """Step 6: the passes, each over mini-batches (one optimizer step each) of micro-batches
+    (the first micro-batch's forward may be ``first_forward``, :func:`first_update_forward`)."""
     s = parts.settings
     return run_update_passes(
         method=parts.method,
@@ -323,6 +355,7 @@ def update(parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass]) -
         token_mean_scope=s.token_mean_scope,
         ctx=parts.runtime.ctx,
         grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
+        first_forward=first_forward,
     )
 
 

@@ -9,6 +9,14 @@ The pre-clip gradient norm is logged; a non-finite norm skips the step (the refe
 With ``grad_share`` the record also holds each token's squared logit-gradient norm, from autograd's
 dL/d log p of every micro-batch's own backward (``retain_grad``; no extra backward) and the forward's
 sum_j pi_j^2 (:mod:`tokenbalance.algorithms.logit_grad`), for the diagnostics' gradient shares.
+
+The old policy's forward as the update's first: before the first optimizer step the policy *is*
+the old policy, so when the whole batch is one micro-batch of one mini-batch of a single pass
+(the defaults; not Lopti, whose first pass runs only some rows), the loop runs
+:func:`update_forward` once, with gradient, takes the old log-probs from it (detached) and hands
+it to :func:`run_update_passes` as ``first_forward`` (:func:`reusable_first_forward` says when).
+That saves one forward per step and changes no bit: the forward with gradient computes the same
+values as the no-gradient one (``tests/trainer/test_first_forward.py``).
 """
 
 from __future__ import annotations
@@ -23,7 +31,7 @@ from tokenbalance.algorithms.aggregate import token_coefficients
 from tokenbalance.algorithms.logit_grad import softmax_grad_sq
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
-from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, response_logprobs
+from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, checkpointing, response_logprobs
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -113,6 +121,46 @@ def zero_missing_gradients(params: list[torch.Tensor]) -> None:
             param.grad = torch.zeros_like(param)
 
 
+def update_forward(
+    policy, packed: PackedSequences, *, method, temperature: float, grad_share: bool, with_hidden: bool = False
+) -> ResponseLogprobs:
+    """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
+    (with gradient only under an entropy bonus), sum_j pi_j^2 with ``grad_share``; ``with_hidden``
+    adds the (detached) hidden states, which changes nothing else."""
+    policy.train()
+    return response_logprobs(
+        policy,
+        packed,
+        temperature=temperature,
+        with_entropy=True,
+        with_hidden=with_hidden,
+        entropy_grad=method.entropy_coeff != 0,
+        with_sum_sq_probs=grad_share,
+    )
+
+
+def trains_like_it_evaluates(policy) -> bool:
+    """No dropout anywhere (modules or attention), so a train-mode forward equals an eval-mode one."""
+    config = getattr(policy, "config", None)
+    if any(float(getattr(config, key, 0.0) or 0.0) > 0 for key in ("attention_dropout", "dropout", "hidden_dropout")):
+        return False
+    return not any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in policy.modules())
+
+
+def reusable_first_forward(method, policy, *, rows: int, micro_batch_rows: int, mini_batch_rows: int) -> bool:
+    """Whether the old-policy forward of a batch of ``rows`` rows can be the update's first forward
+    (module docstring): one pass, the whole batch one micro-batch of one mini-batch, no activation
+    checkpointing and no dropout. Whether that pass then runs every row is checked when it runs."""
+    return (
+        len(method.pass_names) == 1
+        and rows <= micro_batch_rows
+        and rows <= mini_batch_rows
+        and torch.is_grad_enabled()
+        and not checkpointing(policy)
+        and trains_like_it_evaluates(policy)
+    )
+
+
 def run_update_passes(
     *,
     method,
@@ -129,9 +177,14 @@ def run_update_passes(
     token_mean_scope: str,
     ctx: DistContext,
     grad_share: bool = False,
+    first_forward: ResponseLogprobs | None = None,
 ) -> UpdateRecord:
     """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
     with ``grad_share`` also the per-token squared logit-gradient norms.
+
+    ``first_forward``: :func:`update_forward` of all rows, run before any step (the old policy's
+    forward, module docstring); used as the first micro-batch's forward when that micro-batch holds
+    every row, otherwise dropped.
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -169,14 +222,17 @@ def run_update_passes(
                 active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
                 if active is None:
                     continue  # no token of this pass here: its loss and gradient are zero
-                current = response_logprobs(
-                    policy,
-                    packed.rows(active),
-                    temperature=temperature,
-                    with_entropy=True,
-                    entropy_grad=method.entropy_coeff != 0,
-                    with_sum_sq_probs=trace is not None,
-                )
+                if first_forward is not None and active is rows and rows == slice(0, num_rows):
+                    current = first_forward  # the old policy's forward of these rows, with gradient
+                else:
+                    current = update_forward(
+                        policy,
+                        packed.rows(active),
+                        method=method,
+                        temperature=temperature,
+                        grad_share=trace is not None,
+                    )
+                first_forward = None  # only ever the first micro-batch's
                 if trace is not None and current.logp_BT.requires_grad:
                     current.logp_BT.retain_grad()
                 out = pass_loss(
@@ -194,6 +250,7 @@ def run_update_passes(
                 if out.clipped_BT is not None:
                     clipped_BT[active] |= out.clipped_BT
                 micro_runs.append((out.metrics, scale))
+            first_forward = None  # the policy moves now
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)
             for metrics, scale in micro_runs:
