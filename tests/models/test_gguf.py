@@ -125,6 +125,9 @@ def test_the_built_directory_is_the_model_bit_for_bit(tiny_wheel, tmp_path):
         tokenizer.pad_token_id,
     )
     assert loaded.generation_config.eos_token_id == tokenizer.eos_token_id
+    spaced = "A says B is a knave ."  # decoded as encoded: no clean-up of the space before the stop
+    assert loaded_tokenizer.decode(loaded_tokenizer(spaced)["input_ids"], skip_special_tokens=True) == spaced
+    assert json.loads((out / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"] is False
     ids = torch.tensor([tokenizer(text)["input_ids"]])
     with torch.no_grad():
         assert torch.equal(loaded(ids).logits, model(ids).logits)

@@ -152,6 +152,9 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
         setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
     if "eos" in special:
         model.generation_config.eos_token_id = special["eos"]
+    # a byte-level BPE decodes its spaces exactly; transformers ignores the GGUF tokenizer's
+    # clean-up flag for BPE but warns on every decode while the saved config asks for it
+    tokenizer.clean_up_tokenization_spaces = False
     if tokenizer.pad_token is None:  # the trainer pads batches; the end-of-sequence token is the usual pad
         tokenizer.pad_token = tokenizer.eos_token
         record = {**record, "pad_token": f"none in the GGUF file; set to the eos token {tokenizer.eos_token!r}"}
