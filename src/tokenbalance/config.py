@@ -283,7 +283,8 @@ class TrainConfig:
         a saved config names the same file from any working directory (``--resume``)."""
         if is_spec(self.method):
             self.method = normalized_spec(self.method, "train.method", RULE_EXAMPLE)
-        rule = (self.method_overrides or {}).get("token_rule")
+        overrides = self.method_overrides  # checked against its type after this, so it may be anything here
+        rule = overrides.get("token_rule") if isinstance(overrides, dict) else None
         if isinstance(rule, str) and is_spec(rule):
             self.method_overrides["token_rule"] = normalized_spec(rule, "method.token_rule", RULE_EXAMPLE)
 
