@@ -212,3 +212,21 @@ def test_list_methods_prints_paper_presets_and_the_tr_grpo_caveat(capsys):
         assert main(["list-methods", name]) == 0
         first = capsys.readouterr().out.splitlines()[0]
         assert "UNVERIFIED" in first and "TR-GRPO-like" in first
+
+
+@pytest.mark.parametrize("name", REQUIRED)
+def test_every_preset_keeps_its_tensors_on_the_inputs_device(name):
+    # A factory call without device= lands on the default device: with the default set to "meta",
+    # such a call meets the CPU inputs and fails here, as it failed on a GPU (cuda inputs, CPU
+    # default) in scripts/gpu_check.sh's first run.
+    method = get_method(name)
+    batch = make_batch(3)
+    expected, _ = passes_for(method, batch)
+    expected_loss = pass_loss(method, expected[0], batch.logp(), batch.old_logp_BT, batch.ref_logp_BT).loss
+    with torch.device("meta"):
+        passes, _ = passes_for(method, batch)
+        loss = pass_loss(method, passes[0], batch.logp(), batch.old_logp_BT, batch.ref_logp_BT).loss
+    for got, want in zip(passes, expected, strict=True):
+        assert got.advantages_BT.device.type == "cpu"
+        assert torch.equal(got.advantages_BT, want.advantages_BT)
+    assert loss.device.type == "cpu" and torch.equal(loss, expected_loss)

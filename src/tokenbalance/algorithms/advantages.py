@@ -57,10 +57,11 @@ def group_statistics(
     _, inverse_B = torch.unique(group_ids_B, return_inverse=True)
     num_groups = int(inverse_B.max().item()) + 1 if inverse_B.numel() else 0
     scores = scores_B.detach().to(torch.float64)
-    size_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, torch.ones_like(scores))
-    mean_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, scores) / size_P
+    zeros_P = scores.new_zeros(num_groups)  # on the scores' device, whatever the default device is
+    size_P = zeros_P.index_add(0, inverse_B, torch.ones_like(scores))
+    mean_P = zeros_P.index_add(0, inverse_B, scores) / size_P
     centred_B = scores - mean_P[inverse_B]
-    sq_P = torch.zeros(num_groups, dtype=torch.float64).index_add_(0, inverse_B, centred_B**2)
+    sq_P = zeros_P.index_add(0, inverse_B, centred_B**2)
     var_P = sq_P / (size_P - 1).clamp(min=1)
     return size_P[inverse_B], mean_P[inverse_B], var_P.sqrt()[inverse_B]
 
