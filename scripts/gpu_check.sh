@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one command, with the results in one Markdown file.
 #
-# STATUS: this script has never run on a GPU. It was written without one and is checked on the CPU
-# only (--dry-run, which tests/cuda/test_gpu_check_script.py runs in the default suite). The first
-# GPU run is its real test: read the results file before trusting a number in it.
+# STATUS: first run on a GPU (one H200) on 2026-11-26: it found a device bug (fixed in 92770ed) and a
+# test guess that was wrong; docs/results.md ("On a GPU") has the figures. Read the results file
+# before trusting a number in it. It is also checked on the CPU (--dry-run, which
+# tests/cuda/test_gpu_check_script.py runs in the default suite).
 #
 # What it runs, on one CUDA device, writing each part to the results file as it finishes:
 #   1. the tests marked `cuda` (tests/cuda; each skips where no GPU exists, reported as skipped):

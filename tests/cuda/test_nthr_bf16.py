@@ -116,6 +116,9 @@ def test_nthr_hidden_state_path_in_bfloat16(policy_dir, device):
         tokens_BT = mask_BT & ((rewards_B == 1.0) == correct)[:, None]
         atol = bf16_atol(scores32_BT[tokens_BT])
         assert float((scores_BT - scores32_BT)[tokens_BT].abs().max()) <= atol, f"correct={correct}"
+    # With beta = 0 on a random policy many incorrect tokens score within rounding of the threshold
+    # (on an H200, 2026-11-26: 135 of 304 were clear of it), so the test asks for enough clear tokens
+    # to make the comparison below meaningful, not for a share of them.
     clear_BT = tokens_BT & (scores32_BT.abs() > atol)  # the incorrect responses' tokens
-    assert clear_BT.sum() >= tokens_BT.sum() // 2
+    assert clear_BT.sum() >= 16
     assert torch.equal(passes[0].advantages_BT[clear_BT], passes32[0].advantages_BT[clear_BT])
