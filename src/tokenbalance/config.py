@@ -228,8 +228,10 @@ class SFTConfig:
     warmup_steps: int = option(50, "linear warmup steps", low=0, high=10**7)
     target: str = option(
         "answer",
-        "what the response teaches: the answer only, or the synthetic CoT then the answer",
-        choices=("answer", "cot"),
+        "what the response teaches: the answer only; the synthetic CoT then the answer; or cot_random, the "
+        "same search with its choices (who first, knight or knave first) drawn per puzzle, so that the trace "
+        "is one of several valid ones",
+        choices=("answer", "cot", "cot_random"),
     )
     save_every: int = option(
         0,

@@ -4,11 +4,13 @@ example of §7.3, the whole-file digests of §8.3 and the uniqueness rule (§5, 
 Expected values are copied from the spec as literals (the spec is not read at test time)."""
 
 import hashlib
+import random
 
 import numpy as np
 import pytest
 
-from tokenbalance.tasks.kk.cot import COT_FOOT_SUCCESS, COT_HEAD, chain_of_thought
+from tokenbalance.tasks import get_task
+from tokenbalance.tasks.kk.cot import COT_FOOT_SUCCESS, COT_HEAD, Reconsider, chain_of_thought, search
 from tokenbalance.tasks.kk.formatter import COMMON_NAMES, SAYING_TEMPLATES, join_with_oxford_comma
 from tokenbalance.tasks.kk.generator import generate_problems, iter_problems
 from tokenbalance.tasks.kk.records import default_slice, generate_rows, kk_record
@@ -295,3 +297,48 @@ def test_numpy_choice_without_replacement_is_the_one_assumed():
     # formatter seed 1234 + 100 draws the names of the §8.2 fixture.
     rng = np.random.default_rng(1334)
     assert [str(x) for x in rng.choice(COMMON_NAMES, size=3, replace=False)] == ["Michael", "Zoey", "Ethan"]
+
+
+def final_assignment(events, n_people):
+    """Replay a search's events: who stands as what when it ends."""
+    assignment = [None] * n_people
+    for event in events:
+        if isinstance(event, Reconsider):
+            for person in (*event.exhausted, event.person):
+                assignment[person] = None
+        elif event.conflict is None:
+            assignment[event.person] = event.is_knight
+    return assignment
+
+
+def test_a_random_order_search_ends_in_the_unique_solution_by_other_routes():
+    firsts, routes = set(), 0
+    for problem in generate_problems(4, 0, 60):
+        reference = search(problem.statements)
+        for seed in range(5):
+            result = search(problem.statements, random.Random(f"{problem.index}/{seed}"))
+            assert result.success
+            assert final_assignment(result.events, 4) == list(problem.solution)
+            firsts.add((result.events[0].person, result.events[0].is_knight))
+            routes += result.events != reference.events
+    assert len(firsts) == 8  # every person first, as knight and as knave
+    assert routes > 200  # of 300 searches, most differ from the reference's
+    # the reference's search is the one without a generator: the paradox of the test above fails
+    # whatever the order
+    paradox = (("telling-truth", 0), ("telling-truth", 1), ("telling-truth", 2), ("not", ("telling-truth", 3)))
+    assert not search(paradox, random.Random(0)).success
+
+
+def test_the_cot_random_target_is_a_correct_response_drawn_once_per_puzzle():
+    kk = get_task("kk")
+    puzzles = kk.examples("train", difficulty=3, count=20, start_index=2000, template="plain")
+    differ = 0
+    for puzzle in puzzles:
+        response = kk.sft_response(puzzle, "cot_random")
+        assert kk.score(response, puzzle).reward == kk.max_reward
+        assert response.startswith(" " + COT_HEAD) and COT_FOOT_SUCCESS in response
+        assert response == kk.sft_response(puzzle, "cot_random")  # the same puzzle, the same trace
+        differ += response != kk.sft_response(puzzle, "cot")
+    assert differ >= 10
+    with pytest.raises(ValueError, match="'answer', 'cot', 'cot_random'"):
+        kk.sft_response(puzzles[0], "cot_shuffled")

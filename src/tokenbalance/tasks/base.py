@@ -161,8 +161,8 @@ class Task(Protocol):
 
     def sft_response(self, example: TaskExample, target: str) -> str:
         """A response that scores ``max_reward`` on ``example``: the SFT warm start's target
-        (without EOS). ``target`` is ``sft.target``: ``"answer"`` or ``"cot"`` (reasoning first,
-        where the task has any)."""
+        (without EOS). ``target`` is ``sft.target``: ``"answer"``, ``"cot"`` (reasoning first,
+        where the task has any) or ``"cot_random"`` (K&K: the reasoning's search order drawn)."""
         ...
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:

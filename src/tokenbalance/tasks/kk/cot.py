@@ -2,6 +2,10 @@
 depth-first search over people whose events become the ``cot_head`` / ``cot_repeat_steps`` /
 ``cot_foot`` columns.
 
+With a random generator the same search takes its choices at random instead (who is considered
+first, knight or knave first, the order of the people a claim mentions): a different but equally
+valid trace ending in the same unique solution (``sft.target=cot_random``; not the reference's).
+
 These columns are not used by the Logic-RL prompt or reward; they are produced so generated files
 match the published ones column for column (and for SFT data).
 
@@ -12,6 +16,7 @@ instead of enumerating the completions; the answer, and so the text, is the same
 
 from __future__ import annotations
 
+import random
 from dataclasses import dataclass
 
 from tokenbalance.tasks.kk.formatter import join_with_oxford_comma
@@ -70,12 +75,24 @@ def _first_conflict(puzzle: Puzzle, assignment: list[bool | None]) -> int | None
     return None
 
 
-def search(puzzle: Puzzle) -> SearchResult:
-    """Run the reference's backtracking search (knight tried first, mentioned people next)."""
+def search(puzzle: Puzzle, rng: random.Random | None = None) -> SearchResult:
+    """Run the reference's backtracking search (knight tried first, mentioned people next).
+
+    With ``rng`` every choice the reference fixes is drawn instead: the people's starting order, for
+    each assignment whether knight or knave is tried first, and the order of the mentioned people
+    moved to the front. The search stays complete, so it ends in the same unique solution.
+    """
     n_people = len(puzzle)
     assignment: list[bool | None] = [None] * n_people
-    options = [[False, True] for _ in range(n_people)]  # popped from the end: knight first
-    order = list(range(n_people))
+
+    def fresh_options() -> list[bool]:  # popped from the end: knight first in the reference
+        return [False, True] if rng is None or rng.random() < 0.5 else [True, False]
+
+    def arranged(people: list[int]) -> list[int]:
+        return people if rng is None else rng.sample(people, len(people))
+
+    options = [fresh_options() for _ in range(n_people)]
+    order = arranged(list(range(n_people)))
     cursor = 0
     events: list[Proposal | Reconsider] = []
     while True:
@@ -85,7 +102,7 @@ def search(puzzle: Puzzle) -> SearchResult:
             exhausted = []
             while cursor >= 0 and not options[order[cursor]]:
                 person = order[cursor]
-                options[person] = [False, True]
+                options[person] = fresh_options()
                 assignment[person] = None
                 exhausted.append(person)
                 cursor -= 1
@@ -102,7 +119,7 @@ def search(puzzle: Puzzle) -> SearchResult:
         events.append(Proposal(person, value, None))
         cursor += 1
         remaining = order[cursor:]
-        front = [p for p in mentioned_people(puzzle[person]) if p in remaining]
+        front = arranged([p for p in mentioned_people(puzzle[person]) if p in remaining])
         order[cursor:] = front + [p for p in remaining if p not in front]
 
 
@@ -132,8 +149,10 @@ def render_step(event: Proposal | Reconsider, puzzle: Puzzle, names: tuple[str, 
     return f"{name} cannot be {role}, because this would contradict the {claim} of {owner} that {content}."
 
 
-def chain_of_thought(puzzle: Puzzle, names: tuple[str, ...]) -> tuple[str, list[str], str]:
-    """``(cot_head, cot_repeat_steps, cot_foot)`` for a puzzle and its names."""
-    result = search(puzzle)
+def chain_of_thought(
+    puzzle: Puzzle, names: tuple[str, ...], rng: random.Random | None = None
+) -> tuple[str, list[str], str]:
+    """``(cot_head, cot_repeat_steps, cot_foot)`` for a puzzle and its names (a random search with ``rng``)."""
+    result = search(puzzle, rng)
     steps = [render_step(event, puzzle, names) for event in result.events]
     return COT_HEAD, steps, COT_FOOT_SUCCESS if result.success else COT_FOOT_FAIL

@@ -27,14 +27,17 @@ so the held-out set is never trained on, and a setting tuned on the validation r
 
 from __future__ import annotations
 
+import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tokenbalance.tasks.base import BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
+from tokenbalance.tasks.kk.cot import chain_of_thought
 from tokenbalance.tasks.kk.generator import DEFAULT_SEED
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, generate_rows
 from tokenbalance.tasks.kk.reward import score_response, score_with_metrics
+from tokenbalance.tasks.kk.statements import parse_statements
 from tokenbalance.tasks.kk.templates import TEMPLATE_NAMES, get_template, reference_cot, reference_response
 
 TWO_PEOPLE_LIMIT = 398  # the generator finds no further unique 2-people puzzle at seed 1234
@@ -42,6 +45,18 @@ REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")  # what the re
 RL_LIMIT = 1900  # RL prompts: train indices 100 .. 1999 (the first 900 are Logic-RL's train set)
 VALIDATION_START = 10_000  # past the held-out range (1000 .. 1000 + eval_count - 1, eval_count <= 9000)
 COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
+SFT_TARGETS = ("answer", "cot", "cot_random")
+
+
+def random_order_cot(example: TaskExample) -> str:
+    """The synthetic chain of thought of a generated example with the search's choices drawn at
+    random (:func:`~tokenbalance.tasks.kk.cot.search`), from a generator seeded by the puzzle's
+    difficulty and index: the same puzzle always gets the same trace, different puzzles different
+    orders, so the trace's order cannot be told from the puzzle."""
+    puzzle = parse_statements(example.ground_truth["statements"])
+    rng = random.Random(f"cot_random/{example.difficulty}/{example.index}")
+    head, steps, foot = chain_of_thought(puzzle, tuple(example.extra["names"]), rng)
+    return " ".join([head, *steps, foot])
 
 
 def example_from_generated_row(row: dict[str, Any]) -> TaskExample:
@@ -184,16 +199,17 @@ class KKTask(BaseTask):
 
     def sft_response(self, example: TaskExample, target: str) -> str:
         """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain
-        of thought first (generated examples carry it; file examples do not)."""
-        if target not in ("answer", "cot"):
-            raise ValueError(f"target: unknown value {target!r}; valid: 'answer', 'cot'")
+        of thought first (generated examples carry it; file examples do not); with ``"cot_random"``
+        the same search with its choices drawn per puzzle (:func:`random_order_cot`)."""
+        if target not in SFT_TARGETS:
+            raise ValueError(f"target: unknown value {target!r}; valid: {', '.join(map(repr, SFT_TARGETS))}")
         thinking = ""
-        if target == "cot":
+        if target != "answer":
             if not all(field in example.extra for field in COT_FIELDS):
                 raise ValueError(
                     f"example {example.index}: no chain of thought to train on (generated examples have one)"
                 )
-            thinking = reference_cot(example.extra)
+            thinking = reference_cot(example.extra) if target == "cot" else random_order_cot(example)
         return reference_response(example.ground_truth["solution_text_format"], thinking)
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
