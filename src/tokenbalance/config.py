@@ -218,6 +218,12 @@ class OptimConfig:
         "denominator scope: the whole mini-batch (the paper's objective) or each micro-batch (the reference code)",
         choices=("mini_batch", "micro_batch"),
     )
+    group_by_length: bool = option(
+        False,
+        "cut each mini-batch into micro-batches of rows of similar response length, each forward stopping at its "
+        "own longest response: less padding for ragged reasoning traces (with micro_batch_size below the batch); "
+        "the same loss up to float rounding",
+    )
 
 
 @dataclass

@@ -16,6 +16,13 @@ indexed out to every row (autograd sums the rows' gradients back), and only the 
 row. On the embedded default that
 removes half of the tokens from every forward and backward; the log-probs and gradients equal the
 one-pass forward's up to float rounding (tested).
+
+Trailing padding: with ``trim_padding`` a forward runs only up to the longest response among its
+rows (the columns after it are padding in every row) and returns zeros there. The whole batch has no
+such columns (its T is its longest response), so this matters for a subset of rows: a micro-batch
+of rows of similar length (``group_by_length``, :func:`micro_batches`), where it saves most of the
+padded positions of a batch of ragged reasoning traces. It is off unless micro-batches are grouped
+by length, so that every other forward keeps its bits.
 """
 
 from __future__ import annotations
@@ -52,6 +59,40 @@ class PackedSequences:
             self.prompt_len,
             None if self.prompt_B is None else self.prompt_B[rows],
         )
+
+    def response_lengths_B(self) -> torch.Tensor:
+        """[B] int64: each row's response length (its real response columns, EOS included)."""
+        return self.attention_mask_BL[:, self.prompt_len :].long().sum(dim=1)
+
+    def without_trailing_padding(self) -> PackedSequences:
+        """The same rows cut after the longest response among them (itself when none is shorter)."""
+        width = self.input_ids_BL.shape[1] - self.prompt_len
+        longest = int(self.response_lengths_B().max()) if width and self.input_ids_BL.shape[0] else width
+        if longest >= width:
+            return self
+        end = self.prompt_len + longest
+        return PackedSequences(
+            self.input_ids_BL[:, :end],
+            self.attention_mask_BL[:, :end],
+            self.position_ids_BL[:, :end],
+            self.prompt_len,
+            self.prompt_B,
+        )
+
+
+def micro_batches(packed: PackedSequences, rows: slice, size: int, *, group_by_length: bool) -> list:
+    """``rows`` (a contiguous range of ``packed``'s rows) cut into micro-batches of at most ``size``:
+    contiguous slices, or with ``group_by_length`` (and more than one micro-batch) index tensors of
+    rows in order of response length (stable), so each micro-batch holds rows of similar length
+    and its forward stops at its own longest response. Which rows share a micro-batch changes only
+    float rounding (gradients are summed over micro-batches; the loss denominators are the
+    mini-batch's)."""
+    count = rows.stop - rows.start
+    if not group_by_length or count <= size:
+        return [slice(rows.start + start, min(rows.start + start + size, rows.stop)) for start in range(0, count, size)]
+    lengths = packed.response_lengths_B()[rows]
+    order = torch.argsort(lengths, stable=True) + rows.start
+    return [order[start : start + size] for start in range(0, count, size)]
 
 
 def pack_sequences(
@@ -153,6 +194,7 @@ def response_logprobs(
     entropy_grad: bool = False,
     with_sum_sq_probs: bool = False,
     share_prompts: bool = True,
+    trim_padding: bool = False,
 ) -> ResponseLogprobs:
     """Log-probs of the response tokens under ``model`` at ``temperature``.
 
@@ -162,9 +204,13 @@ def response_logprobs(
     ``entropy_grad`` (an entropy bonus in the loss), otherwise it is computed detached (logged only).
     ``with_sum_sq_probs`` adds sum_j pi_j^2 per position (detached), from the entropy's float32
     softmax when both are asked for on float32 logits, otherwise from the log-softmax above.
+    ``trim_padding``: the decoder stops at the rows' longest response; zeros after it (module doc).
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
+    width = packed.input_ids_BL.shape[1] - packed.prompt_len
+    if trim_padding:
+        packed = packed.without_trailing_padding()
     shared = shared_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
     hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
     logits_BTV = model.get_output_embeddings()(hidden_BTD)
@@ -181,11 +227,18 @@ def response_logprobs(
                 entropy_BT = entropy_from_logits(logits_BTV)
     if with_sum_sq_probs and sum_sq_BT is None:
         sum_sq_BT = sum_sq_probs(logp_BTV)
+    missing = width - logp_BT.shape[1]  # trailing padding columns not run: zeros there
+
+    def full_width(values: torch.Tensor, *, hidden: bool = False) -> torch.Tensor:
+        if not missing:
+            return values
+        return torch.nn.functional.pad(values, (0, 0, 0, missing) if hidden else (0, missing))
+
     return ResponseLogprobs(
-        logp_BT=logp_BT,
-        entropy_BT=entropy_BT,
-        hidden_BTD=hidden_BTD.detach() if with_hidden else None,
-        sum_sq_probs_BT=sum_sq_BT,
+        logp_BT=full_width(logp_BT),
+        entropy_BT=None if entropy_BT is None else full_width(entropy_BT),
+        hidden_BTD=full_width(hidden_BTD.detach(), hidden=True) if with_hidden else None,
+        sum_sq_probs_BT=None if sum_sq_BT is None else full_width(sum_sq_BT),
     )
 
 
@@ -199,31 +252,39 @@ def batched_response_logprobs(
     with_hidden: bool = False,
     with_entropy: bool = False,
     share_prompts: bool = True,
+    group_by_length: bool = False,
 ) -> ResponseLogprobs:
-    """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time.
+    """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time
+    (rows of similar length together with ``group_by_length``: :func:`micro_batches`).
 
     ``with_entropy`` returns the per-token entropy of the same distribution (the bucket statistics
     of :mod:`tokenbalance.diagnostics` use the old policy's).
     """
+    rows = packed.input_ids_BL.shape[0]
+    chunks = micro_batches(packed, slice(0, rows), micro_batch, group_by_length=group_by_length)
     was_training = model.training
     model.eval()
     try:
         parts = [
             response_logprobs(
                 model,
-                packed.rows(slice(start, start + micro_batch)),
+                packed.rows(chunk),
                 temperature=temperature,
                 with_hidden=with_hidden,
                 with_entropy=with_entropy,
                 share_prompts=share_prompts,
+                trim_padding=group_by_length,
             )
-            for start in range(0, packed.input_ids_BL.shape[0], micro_batch)
+            for chunk in chunks
         ]
     finally:
         model.train(was_training)
+    order = torch.cat([torch.arange(rows)[c] if isinstance(c, slice) else c.cpu() for c in chunks])
+    restore = torch.argsort(order)  # back to the batch's row order
 
     def joined(name: str) -> torch.Tensor:
-        return torch.cat([getattr(p, name) for p in parts])
+        values = torch.cat([getattr(p, name) for p in parts])
+        return values if isinstance(chunks[0], slice) else values[restore.to(values.device)]
 
     return ResponseLogprobs(
         logp_BT=joined("logp_BT"),

@@ -117,6 +117,7 @@ class StepSettings:
     top_k: int
     sampler_logprobs: bool  # old log-probs from the sampler instead of a forward
     micro_batch_rows: int
+    group_by_length: bool  # micro-batches of rows of similar length
     mini_batch_rows: int  # per rank
     grad_clip: float
     token_mean_scope: str
@@ -134,6 +135,7 @@ class StepSettings:
             top_k=r.top_k,
             sampler_logprobs=r.old_logprobs == "sampler",
             micro_batch_rows=o.micro_batch_size,
+            group_by_length=o.group_by_length,
             mini_batch_rows=max(1, o.mini_batch_size // world_size),
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
@@ -285,6 +287,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             method=method,
             temperature=s.temperature,
             micro_batch=s.micro_batch_rows,
+            group_by_length=s.group_by_length,
             with_entropy=diag.wants_entropy,
             sampler_logprobs=s.sampler_logprobs,
             old_forward=first,
@@ -356,6 +359,7 @@ def update(
         ctx=parts.runtime.ctx,
         grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         first_forward=first_forward,
+        group_by_length=s.group_by_length,
     )
 
 

@@ -31,7 +31,13 @@ from tokenbalance.algorithms.aggregate import token_coefficients
 from tokenbalance.algorithms.logit_grad import softmax_grad_sq
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
-from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, checkpointing, response_logprobs
+from tokenbalance.trainer.logprobs import (
+    PackedSequences,
+    ResponseLogprobs,
+    checkpointing,
+    micro_batches,
+    response_logprobs,
+)
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -98,7 +104,7 @@ def row_chunks(num_rows: int, size: int) -> list[slice]:
 
 
 def rows_with_terms(
-    rows: slice, micro_pass: UpdatePass, update_pass: UpdatePass
+    rows: slice | torch.Tensor, micro_pass: UpdatePass, update_pass: UpdatePass
 ) -> tuple[slice | torch.Tensor | None, UpdatePass]:
     """The rows of ``rows`` holding at least one token of the pass (policy, KL or entropy term), and
     the pass restricted to them: ``rows`` itself when all do, an index tensor when some do, ``None``
@@ -110,7 +116,10 @@ def rows_with_terms(
         return rows, micro_pass
     if count == 0:
         return None, micro_pass
-    index = torch.nonzero(active_B).squeeze(1) + rows.start
+    if isinstance(rows, slice):
+        index = torch.nonzero(active_B).squeeze(1) + rows.start
+    else:
+        index = rows[active_B.to(rows.device)]
     return index, update_pass.select_rows(index)
 
 
@@ -122,11 +131,19 @@ def zero_missing_gradients(params: list[torch.Tensor]) -> None:
 
 
 def update_forward(
-    policy, packed: PackedSequences, *, method, temperature: float, grad_share: bool, with_hidden: bool = False
+    policy,
+    packed: PackedSequences,
+    *,
+    method,
+    temperature: float,
+    grad_share: bool,
+    with_hidden: bool = False,
+    trim_padding: bool = False,
 ) -> ResponseLogprobs:
     """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
     (with gradient only under an entropy bonus), sum_j pi_j^2 with ``grad_share``; ``with_hidden``
-    adds the (detached) hidden states, which changes nothing else."""
+    adds the (detached) hidden states, which changes nothing else; ``trim_padding`` stops at the
+    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`)."""
     policy.train()
     return response_logprobs(
         policy,
@@ -136,6 +153,7 @@ def update_forward(
         with_hidden=with_hidden,
         entropy_grad=method.entropy_coeff != 0,
         with_sum_sq_probs=grad_share,
+        trim_padding=trim_padding,
     )
 
 
@@ -178,6 +196,7 @@ def run_update_passes(
     ctx: DistContext,
     grad_share: bool = False,
     first_forward: ResponseLogprobs | None = None,
+    group_by_length: bool = False,
 ) -> UpdateRecord:
     """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
     with ``grad_share`` also the per-token squared logit-gradient norms.
@@ -185,6 +204,10 @@ def run_update_passes(
     ``first_forward``: :func:`update_forward` of all rows, run before any step (the old policy's
     forward, module docstring); used as the first micro-batch's forward when that micro-batch holds
     every row, otherwise dropped.
+
+    ``group_by_length``: a mini-batch of several micro-batches is cut into micro-batches of rows of
+    similar response length (:func:`~tokenbalance.trainer.logprobs.micro_batches`), each forward
+    stopping at its own longest response; the same loss and gradient up to float rounding.
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -205,14 +228,13 @@ def run_update_passes(
         pass_counts: dict[str, int] = defaultdict(int)
         for mini in row_chunks(num_rows, mini_batch_rows):
             mini_pass = update_pass.select_rows(mini)
-            micro_slices = row_chunks(mini.stop - mini.start, micro_batch_rows)
+            micro_slices = micro_batches(packed, mini, micro_batch_rows, group_by_length=group_by_length)
             normaliser = None
             if token_mean_scope == "mini_batch":
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
             micro_runs = []
-            for micro in micro_slices:
-                rows = slice(mini.start + micro.start, mini.start + micro.stop)
+            for rows in micro_slices:
                 micro_pass = update_pass.select_rows(rows)
                 scale = 1.0
                 micro_normaliser = normaliser
@@ -222,7 +244,7 @@ def run_update_passes(
                 active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
                 if active is None:
                     continue  # no token of this pass here: its loss and gradient are zero
-                if first_forward is not None and active is rows and rows == slice(0, num_rows):
+                if first_forward is not None and isinstance(active, slice) and active == slice(0, num_rows):
                     current = first_forward  # the old policy's forward of these rows, with gradient
                 else:
                     current = update_forward(
@@ -231,6 +253,7 @@ def run_update_passes(
                         method=method,
                         temperature=temperature,
                         grad_share=trace is not None,
+                        trim_padding=group_by_length,
                     )
                 first_forward = None  # only ever the first micro-batch's
                 if trace is not None and current.logp_BT.requires_grad:
