@@ -4,7 +4,13 @@ The limit is the time the generation's necessary arithmetic would take at the ma
 matrix-multiply rate (a 512 x 512 float32 product at one thread, the reference the update's FLOP
 rate uses in benchmarks/update_cost.py): every linear layer (the output layer included) once per
 distinct prompt token and once per generated token, and attention's two products (q.k and p.v) over
-each generated token's context. Only the tokens a row really generates count (up to and including its
+each generated token's context. A second limit uses the rate of the model's own linear layers on a full decode batch (rows x hidden
+products, far below the square product's rate at this model's size): what is left above it is
+overhead (attention, sampling, Python), not small matrices. A third, the memory limit, is the time
+to read what a decode must read at the least (every weight once per step, each prompt's keys and
+values once per step for its group, each row's own keys and values at each of its tokens) at the
+bandwidth of a large copy: decoding at these shapes reads far more bytes per FLOP than a matrix
+product, so this is the bound that can bind. Only the tokens a row really generates count (up to and including its
 EOS): the work spent on rows that have finished, on padding, sampling and bookkeeping is what the
 engine loses to the limit.
 
@@ -53,6 +59,45 @@ def necessary_flops(model, prompts: list[list[int]], n: int, lengths_B: torch.Te
     return total
 
 
+def necessary_bytes(model, prompts: list[list[int]], n: int, lengths_B: torch.Tensor) -> int:
+    """The memory a decode must read at the least: every weight once per decode step, each group's
+    prompt keys and values once per step while any of its rows decodes, and each row's own response
+    keys and values at each of its tokens (float32)."""
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    total = int(lengths_B.max()) * weights
+    for group, prompt in enumerate(prompts):
+        group_lengths = lengths_B[group * n : (group + 1) * n]
+        total += int(group_lengths.max()) * len(prompt) * kv_per_position
+        total += sum(length * (length - 1) // 2 for length in group_lengths.tolist()) * kv_per_position
+    return total
+
+
+def copy_bytes_per_s(megabytes: int = 256, repeats: int = 10) -> float:
+    """Memory bandwidth of a large float32 copy at one thread (bytes read plus written, per second)."""
+    source = torch.randn(megabytes * 2**20 // 4)
+    target = torch.empty_like(source)
+    seconds, _ = interleaved_medians({"copy": lambda: target.copy_(source)}, repeats, warmup=2)
+    return 2 * source.numel() * 4 / seconds["copy"]
+
+
+def decode_shape_rate(model: torch.nn.Module, rows: int, repeats: int = 50) -> float:
+    """FLOP/s of the model's own linear layers applied to ``rows`` vectors, one layer after another
+    (what a decode step of ``rows`` rows multiplies, without attention or anything between)."""
+    layers = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    inputs = [torch.randn(rows, m.in_features) for m in layers]
+
+    def products():
+        with torch.no_grad():
+            for layer, x in zip(layers, inputs):
+                torch.nn.functional.linear(x, layer.weight)
+
+    seconds, _ = interleaved_medians({"linear": products}, repeats, warmup=3)
+    return rows * linear_flops_per_token(model) / seconds["linear"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a policy directory (the testbed's SFT policy)")
@@ -70,7 +115,9 @@ def main() -> None:
         "evaluation, 32 prompts, greedy": dict(prompts=prompts, n=1, temperature=0.0),
     }
     rate = matmul_flops_per_s(512)
+    bandwidth = copy_bytes_per_s()
     rows = []
+    shape_rates = {}
     for label, case in cases.items():
         kwargs = dict(case)
         chosen = kwargs.pop("prompts")
@@ -84,6 +131,10 @@ def main() -> None:
         lengths_B = out.response_mask_BT.sum(1)
         flops = necessary_flops(policy, chosen, kwargs["n"], lengths_B)
         limit = flops / rate
+        batch_rows = len(chosen) * kwargs["n"]
+        shape_rates[batch_rows] = shape_rate = decode_shape_rate(policy, batch_rows)
+        shape_limit = flops / shape_rate
+        memory_limit = necessary_bytes(policy, chosen, kwargs["n"], lengths_B) / bandwidth
         rows.append(
             [
                 label,
@@ -92,11 +143,31 @@ def main() -> None:
                 f"{seconds[label]:.2f}",
                 f"{limit:.2f}",
                 f"{limit / seconds[label]:.0%}",
+                f"{shape_limit:.2f}",
+                f"{shape_limit / seconds[label]:.0%}",
+                f"{memory_limit:.2f}",
+                f"{memory_limit / seconds[label]:.0%}",
             ]
         )
-    header = ["case", "generated tokens", "necessary GFLOP", "engine (s)", "limit (s)", "engine at % of limit"]
+    header = [
+        "case",
+        "generated tokens",
+        "necessary GFLOP",
+        "engine (s)",
+        "limit (s)",
+        "engine at % of limit",
+        "limit at the decode shapes' rate (s)",
+        "engine at % of it",
+        "memory limit (s)",
+        "engine at % of it",
+    ]
     print(markdown_table(header, rows))
     print(f"\nmatmul rate (512 x 512 float32, one thread, same run): {rate / 1e9:.1f} GFLOP/s")
+    print(f"memory bandwidth (a 256 MiB float32 copy, one thread, same run): {bandwidth / 1e9:.1f} GB/s")
+    for batch_rows, shape_rate in shape_rates.items():
+        print(
+            f"the model's linear layers on {batch_rows} rows at a time (a full decode batch): {shape_rate / 1e9:.1f} GFLOP/s"
+        )
     print(machine_line())
 
 
