@@ -118,6 +118,7 @@ def main() -> None:
     bandwidth = copy_bytes_per_s()
     rows = []
     shape_rates = {}
+    per_step = {}
     for label, case in cases.items():
         kwargs = dict(case)
         chosen = kwargs.pop("prompts")
@@ -135,6 +136,7 @@ def main() -> None:
         shape_rates[batch_rows] = shape_rate = decode_shape_rate(policy, batch_rows)
         shape_limit = flops / shape_rate
         memory_limit = necessary_bytes(policy, chosen, kwargs["n"], lengths_B) / bandwidth
+        per_step[label] = seconds[label] / int(lengths_B.max())
         rows.append(
             [
                 label,
@@ -163,6 +165,8 @@ def main() -> None:
     ]
     print(markdown_table(header, rows))
     print(f"\nmatmul rate (512 x 512 float32, one thread, same run): {rate / 1e9:.1f} GFLOP/s")
+    for label, seconds_per_step in per_step.items():
+        print(f"{label}: {seconds_per_step * 1e3:.1f} ms per decode step (engine time / longest response)")
     print(f"memory bandwidth (a 256 MiB float32 copy, one thread, same run): {bandwidth / 1e9:.1f} GB/s")
     for batch_rows, shape_rate in shape_rates.items():
         print(
