@@ -114,3 +114,28 @@ def profile_shares(fn: Callable[[], object], title: str, top: int = 6) -> str:
         for e in events[:top]
     ]
     return markdown_table([f"operator ({title})", "calls", "self CPU ms", "share"], rows)
+
+
+def testbed_policy_and_prompts(argv_description: str):
+    """The command line of a benchmark on the reasoning testbed's policy (``--model``,
+    ``--max-new-tokens``, ``--repeats``), at one thread: ``(args, policy, tokenizer, prompts)``, the
+    prompts 32 validation K&K puzzles of 3 and 4 people (16 each)."""
+    import argparse
+
+    from tokenbalance.config import RunConfig, apply_overrides
+    from tokenbalance.models import load_policy
+    from tokenbalance.trainer.data import eval_examples
+    from tokenbalance.trainer.scoring import encode_prompts
+
+    parser = argparse.ArgumentParser(description=argv_description)
+    parser.add_argument("--model", required=True, help="a policy directory (the testbed's SFT policy)")
+    parser.add_argument("--max-new-tokens", type=int, default=440)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    policy, tokenizer = load_policy(args.model, device="cpu")
+    config = apply_overrides(
+        RunConfig(), ["data.eval_set=validation", "data.eval_difficulties=[3,4]", "data.eval_count=32"]
+    )
+    prompts = encode_prompts(tokenizer, eval_examples(config.data), config.data.max_prompt_tokens)
+    return args, policy, tokenizer, prompts

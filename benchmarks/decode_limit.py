@@ -22,18 +22,12 @@ prompts, greedy), 440 new tokens allowed.
 
 from __future__ import annotations
 
-import argparse
-
 import _before_torch  # noqa: F401  (the threading environment, before torch loads)
 
 import torch
 
-from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s
-from tokenbalance.config import RunConfig, apply_overrides
-from tokenbalance.models import load_policy
+from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s, testbed_policy_and_prompts
 from tokenbalance.rollout.fast import FastEngine
-from tokenbalance.trainer.data import eval_examples
-from tokenbalance.trainer.scoring import encode_prompts
 
 
 def linear_flops_per_token(model: torch.nn.Module) -> int:
@@ -99,17 +93,7 @@ def decode_shape_rate(model: torch.nn.Module, rows: int, repeats: int = 50) -> f
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a policy directory (the testbed's SFT policy)")
-    parser.add_argument("--max-new-tokens", type=int, default=440)
-    parser.add_argument("--repeats", type=int, default=3)
-    args = parser.parse_args()
-    torch.set_num_threads(1)
-    policy, tokenizer = load_policy(args.model, device="cpu")
-    config = apply_overrides(
-        RunConfig(), ["data.eval_set=validation", "data.eval_difficulties=[3,4]", "data.eval_count=32"]
-    )
-    prompts = encode_prompts(tokenizer, eval_examples(config.data), config.data.max_prompt_tokens)
+    args, policy, tokenizer, prompts = testbed_policy_and_prompts(__doc__.split("\n\n")[0])
     cases = {
         "RL step, 8 prompts x 8, T = 1": dict(prompts=prompts[:8], n=8, temperature=1.0),
         "evaluation, 32 prompts, greedy": dict(prompts=prompts, n=1, temperature=0.0),

@@ -1,0 +1,74 @@
+"""The testbed benchmarks run end to end on a tiny policy (so they do not rot between the sittings
+that use them), and the decode limit counts the arithmetic and memory a decode needs."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.models.helpers import tiny_model
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def decode_limit():
+    sys.path.insert(0, str(BENCHMARKS))
+    try:
+        import decode_limit
+
+        yield decode_limit
+    finally:
+        sys.path.remove(str(BENCHMARKS))
+
+
+def test_the_decode_limit_counts_every_product_and_every_read(decode_limit):
+    model = tiny_model("llama")
+    c = model.config
+    head_dim = c.hidden_size // c.num_attention_heads
+    q_o = 2 * c.hidden_size * c.num_attention_heads * head_dim
+    k_v = 2 * c.hidden_size * c.num_key_value_heads * head_dim
+    per_layer = q_o + k_v + 3 * c.hidden_size * c.intermediate_size
+    per_token = 2 * (c.num_hidden_layers * per_layer + c.hidden_size * c.vocab_size)
+    assert decode_limit.linear_flops_per_token(model) == per_token
+    # two prompts of 3 and 2 tokens, two rows each, responses of 1, 4 / 2, 2 tokens
+    prompts, lengths_B = [[5, 6, 7], [8, 9]], torch.tensor([1, 4, 2, 2])
+    attention = lambda context: 4 * c.num_hidden_layers * c.num_attention_heads * head_dim * context  # noqa: E731
+    prefill = 5 * per_token + sum(attention(k) for k in (1, 2, 3, 1, 2))
+    decode = (
+        9 * per_token + sum(attention(3 + k) for k in (1, 1, 2, 3, 4)) + sum(attention(2 + k) for k in (1, 2, 1, 2))
+    )
+    assert decode_limit.necessary_flops(model, prompts, 2, lengths_B) == prefill + decode
+    kv = 2 * c.num_hidden_layers * c.num_key_value_heads * head_dim * 4
+    weights = sum(p.numel() * 4 for p in model.parameters())
+    reads = 4 * weights + (4 * 3 + 2 * 2) * kv + (0 + 6 + 1 + 1) * kv
+    assert decode_limit.necessary_bytes(model, prompts, 2, lengths_B) == reads
+
+
+@pytest.mark.parametrize("script", ["compaction.py", "decode_limit.py"])
+def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(BENCHMARKS / script),
+            "--model",
+            str(tiny_policy_dir),
+            "--max-new-tokens",
+            "6",
+            "--repeats",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(table) == (5 if script == "compaction.py" else 3)  # the header and one row per case
+    if script == "compaction.py":
+        assert all(line.rstrip(" |").endswith("True") for line in table[1:])  # compaction changes no token
+    else:
+        shares = [float(cell.strip(" %")) for line in table[1:] for cell in line.split("|")[6::2] if cell.strip()]
+        assert len(shares) == 6 and all(0 < share for share in shares)
