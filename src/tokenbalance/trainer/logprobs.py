@@ -279,12 +279,12 @@ def batched_response_logprobs(
         ]
     finally:
         model.train(was_training)
-    order = torch.cat([torch.arange(rows)[c] if isinstance(c, slice) else c.cpu() for c in chunks])
-    restore = torch.argsort(order)  # back to the batch's row order
+    grouped = not isinstance(chunks[0], slice)  # index tensors: rows in order of length
+    restore = torch.argsort(torch.cat(chunks)) if grouped else None  # back to the batch's row order
 
     def joined(name: str) -> torch.Tensor:
         values = torch.cat([getattr(p, name) for p in parts])
-        return values if isinstance(chunks[0], slice) else values[restore.to(values.device)]
+        return values if restore is None else values[restore.to(values.device)]
 
     return ResponseLogprobs(
         logp_BT=joined("logp_BT"),
