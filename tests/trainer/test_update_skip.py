@@ -7,8 +7,8 @@ from tests.models.helpers import tiny_model
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import apply_method_overrides, build_update_passes, get_method
 from tokenbalance.trainer.distributed import DistContext
-from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
-from tokenbalance.trainer.update import row_chunks, rows_with_terms, run_update_passes
+from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs, row_chunks
+from tokenbalance.trainer.update import rows_with_terms, run_update_passes
 
 ROWS, GROUP, T = 8, 4, 6
 

@@ -80,7 +80,14 @@ class PackedSequences:
         )
 
 
-def micro_batches(packed: PackedSequences, rows: slice, size: int, *, group_by_length: bool) -> list:
+def row_chunks(num_rows: int, size: int, start: int = 0) -> list[slice]:
+    """Rows ``start .. num_rows - 1`` as consecutive slices of at most ``size`` rows."""
+    return [slice(first, min(first + size, num_rows)) for first in range(start, num_rows, size)]
+
+
+def micro_batches(
+    packed: PackedSequences, rows: slice, size: int, *, group_by_length: bool
+) -> list[slice] | list[torch.Tensor]:
     """``rows`` (a contiguous range of ``packed``'s rows) cut into micro-batches of at most ``size``:
     contiguous slices, or with ``group_by_length`` (and more than one micro-batch) index tensors of
     rows in order of response length (stable), so each micro-batch holds rows of similar length
@@ -89,7 +96,7 @@ def micro_batches(packed: PackedSequences, rows: slice, size: int, *, group_by_l
     mini-batch's)."""
     count = rows.stop - rows.start
     if not group_by_length or count <= size:
-        return [slice(rows.start + start, min(rows.start + start + size, rows.stop)) for start in range(0, count, size)]
+        return row_chunks(rows.stop, size, start=rows.start)
     lengths = packed.response_lengths_B()[rows]
     order = torch.argsort(lengths, stable=True) + rows.start
     return [order[start : start + size] for start in range(0, count, size)]
@@ -279,8 +286,8 @@ def batched_response_logprobs(
         ]
     finally:
         model.train(was_training)
-    grouped = not isinstance(chunks[0], slice)  # index tensors: rows in order of length
-    restore = torch.argsort(torch.cat(chunks)) if grouped else None  # back to the batch's row order
+    grouped = [chunk for chunk in chunks if isinstance(chunk, torch.Tensor)]  # rows in order of length
+    restore = torch.argsort(torch.cat(grouped)) if grouped else None  # back to the batch's row order
 
     def joined(name: str) -> torch.Tensor:
         values = torch.cat([getattr(p, name) for p in parts])

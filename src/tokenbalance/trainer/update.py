@@ -37,6 +37,7 @@ from tokenbalance.trainer.logprobs import (
     checkpointing,
     micro_batches,
     response_logprobs,
+    row_chunks,
 )
 from tokenbalance.types import LossNormaliser, UpdatePass
 
@@ -97,10 +98,6 @@ class LogitGradTrace:
             max_response_len=method.max_response_len,
         ).to(geometry_BT.device)
         self.unit_logit_grad_sq_BT[rows] += (coef_BT * scale).square() * geometry_BT
-
-
-def row_chunks(num_rows: int, size: int) -> list[slice]:
-    return [slice(start, min(start + size, num_rows)) for start in range(0, num_rows, size)]
 
 
 def rows_with_terms(
