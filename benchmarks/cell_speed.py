@@ -90,13 +90,19 @@ def step_parts(run_dir: Path) -> dict[str, float]:
 
 def compare_rounding(baseline: Path, this: Path) -> None:
     """Settings that change only float rounding: the first step's values, and the evaluations."""
-    first = [next(r for r in logged_values(d) if r["kind"] == "train") for d in (baseline, this)]
-    keys = [k for k in first[0] if isinstance(first[0][k], float) and k in first[1]]
-    worst = max(keys, key=lambda k: abs(first[0][k] - first[1][k]) / max(abs(first[0][k]), 1e-12))
-    change = abs(first[0][worst] - first[1][worst]) / max(abs(first[0][worst]), 1e-12)
-    print(f"first step: largest relative difference {change:.1e} ({worst}: {first[0][worst]!r} vs {first[1][worst]!r})")
-    for label, d in (("baseline", baseline), ("this tree", this)):
-        evals = [r for r in logged_values(d) if r["kind"] == "eval"]
+    runs = {"baseline": logged_values(baseline), "this tree": logged_values(this)}
+    first = [next(r for r in values if r["kind"] == "train") for values in runs.values()]
+
+    def relative(key: str) -> float:
+        return abs(first[0][key] - first[1][key]) / max(abs(first[0][key]), 1e-12)
+
+    worst = max((k for k in first[0] if isinstance(first[0][k], float) and k in first[1]), key=relative)
+    print(
+        f"first step: largest relative difference {relative(worst):.1e} "
+        f"({worst}: {first[0][worst]!r} vs {first[1][worst]!r})"
+    )
+    for label, values in runs.items():
+        evals = [r for r in values if r["kind"] == "eval"]
         print(
             f"  {label} evaluations: "
             + "; ".join(
