@@ -35,10 +35,13 @@ def linear_flops_per_token(model: torch.nn.Module) -> int:
     return sum(2 * m.in_features * m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear))
 
 
+def head_dim(config) -> int:
+    return getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+
+
 def attention_flops(config, context: int) -> int:
     """q.k and p.v for one query over ``context`` positions, every layer and head."""
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    return 2 * 2 * config.num_hidden_layers * config.num_attention_heads * head_dim * context
+    return 2 * 2 * config.num_hidden_layers * config.num_attention_heads * head_dim(config) * context
 
 
 def necessary_flops(model, prompts: list[list[int]], n: int, lengths_B: torch.Tensor) -> int:
@@ -58,8 +61,7 @@ def necessary_bytes(model, prompts: list[list[int]], n: int, lengths_B: torch.Te
     prompt keys and values once per step while any of its rows decodes, and each row's own response
     keys and values at each of its tokens (float32)."""
     config = model.config
-    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
-    kv_per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim * 4
+    kv_per_position = 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim(config) * 4
     weights = sum(p.numel() * p.element_size() for p in model.parameters())
     total = int(lengths_B.max()) * weights
     for group, prompt in enumerate(prompts):
