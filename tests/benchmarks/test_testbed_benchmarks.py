@@ -71,4 +71,5 @@ def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
         assert all(line.rstrip(" |").endswith("True") for line in table[1:])  # compaction changes no token
     else:
         shares = [float(cell.strip(" %")) for line in table[1:] for cell in line.split("|")[6::2] if cell.strip()]
-        assert len(shares) == 6 and all(0 < share for share in shares)
+        # timings: only that each share is a printed percentage (a loaded machine rounds one to 0%)
+        assert len(shares) == 6 and all(share >= 0 for share in shares)
