@@ -17,7 +17,9 @@ engine loses to the limit.
     .venv/bin/python benchmarks/decode_limit.py --model runs/testbed/cot34/sft --repeats 3
 
 Cases: an RL step of the testbed (8 prompts x 8, T = 1) and an evaluation's layout (32 distinct
-prompts, greedy), 440 new tokens allowed.
+prompts, greedy), 440 new tokens allowed. After the table, one more call of each case runs under
+torch's profiler and the operators taking the most time are listed with their shares: whether the
+time goes to the products or to everything between them.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 
 import torch
 
-from _common import interleaved_medians, machine_line, markdown_table, matmul_flops_per_s, testbed_policy_and_prompts
+from _common import (
+    interleaved_medians,
+    machine_line,
+    markdown_table,
+    matmul_flops_per_s,
+    profile_shares,
+    testbed_policy_and_prompts,
+)
 from tokenbalance.rollout.fast import FastEngine
 
 
@@ -105,6 +114,7 @@ def main() -> None:
     rows = []
     shape_rates = {}
     per_step = {}
+    calls = {}
     for label, case in cases.items():
         kwargs = dict(case)
         chosen = kwargs.pop("prompts")
@@ -113,6 +123,7 @@ def main() -> None:
         def generate(engine=engine, chosen=chosen, kwargs=kwargs):
             return engine.generate(chosen, max_new_tokens=args.max_new_tokens, seed=3, **kwargs)
 
+        calls[label] = generate
         seconds, outputs = interleaved_medians({label: generate}, args.repeats, warmup=1)
         out = outputs[label]
         lengths_B = out.response_mask_BT.sum(1)
@@ -158,6 +169,9 @@ def main() -> None:
         print(
             f"the model's linear layers on {batch_rows} rows at a time (a full decode batch): {shape_rate / 1e9:.1f} GFLOP/s"
         )
+    for label, generate in calls.items():
+        print()
+        print(profile_shares(generate, label))
     print(machine_line())
 
 

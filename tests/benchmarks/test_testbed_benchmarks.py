@@ -65,7 +65,8 @@ def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
         timeout=600,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    table = [line for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    tables = [block.splitlines() for block in done.stdout.split("\n\n") if block.startswith("| ")]
+    table = [line for line in tables[0] if line.startswith("| ") and "---" not in line]
     assert len(table) == (5 if script == "compaction.py" else 3)  # the header and one row per case
     if script == "compaction.py":
         assert all(line.rstrip(" |").endswith("True") for line in table[1:])  # compaction changes no token
@@ -73,3 +74,12 @@ def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
         shares = [float(cell.strip(" %")) for line in table[1:] for cell in line.split("|")[6::2] if cell.strip()]
         # timings: only that each share is a printed percentage (a loaded machine rounds one to 0%)
         assert len(shares) == 6 and all(share >= 0 for share in shares)
+        # then each case's operator profile: a header naming the case, operators with their shares
+        profiles = tables[1:]
+        assert [p[0].split("|")[1].strip() for p in profiles] == [
+            "operator (RL step, 8 prompts x 8, T = 1)",
+            "operator (evaluation, 32 prompts, greedy)",
+        ]
+        for profile in profiles:
+            operator_shares = [float(line.split("|")[4].strip(" %")) for line in profile[2:] if line.startswith("| ")]
+            assert operator_shares and sum(operator_shares) <= 100 + len(operator_shares)  # rounded percentages
