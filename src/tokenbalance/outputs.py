@@ -101,6 +101,19 @@ def check_output_dir(out: Path, flag: str, *, force: bool, ours: set[str], write
     check_writable_dir(out.parent, flag)
 
 
+def json_written_by(writer: str) -> Callable[[Path], bool]:
+    """A ``written_by`` test for :func:`check_output_file`: whether a file is a JSON object whose
+    ``"written_by"`` field is ``writer`` (the files ``diagnose --json`` and ``eval --responses`` write)."""
+
+    def written(path: Path) -> bool:
+        try:
+            return json.loads(path.read_text()).get("written_by") == writer
+        except (OSError, ValueError, AttributeError):
+            return False
+
+    return written
+
+
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path``
     is always either the old or the new content; the temporary file is removed on any failure.

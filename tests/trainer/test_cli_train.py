@@ -24,10 +24,31 @@ def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records] == ["eval", "train", "train", "eval"]
     checkpoint_model = run_dir / "checkpoints" / "step_000002" / "model"
-    evaluated = tokenbalance("eval", "--model", str(checkpoint_model), "--json", *sets)
+    responses_file = tmp_path / "responses.json"
+    evaluate = ("eval", "--model", str(checkpoint_model), "--json", "--responses", str(responses_file), *sets)
+    evaluated = tokenbalance(*evaluate)
     assert evaluated.returncode == 0, evaluated.stderr
     metrics = json.loads(evaluated.stdout.strip().splitlines()[-1])
     assert metrics["eval/greedy/acc"] == records[-1]["eval/greedy/acc"]
+    # --responses: every response of both modes, agreeing with the metrics
+    kept = json.loads(responses_file.read_text())
+    assert kept["written_by"] == "tokenbalance eval" and kept["metrics"] == metrics
+    for mode in ("greedy", "sample"):
+        rows = [r for r in kept["responses"] if r["mode"] == mode]
+        assert len(rows) == len(kept["responses"]) // 2 > 0
+        assert sum(r["tokens"] for r in rows) / len(rows) == metrics[f"eval/{mode}/response_len"]
+        for outcome, name in ((True, "correct"), (False, "incorrect")):
+            lengths = [r["tokens"] for r in rows if r["correct"] is outcome]
+            expected = sum(lengths) / len(lengths) if lengths else None  # no response: NaN, written as null
+            assert metrics[f"eval/{mode}/response_len_{name}"] == expected
+    # the file is never replaced without --force, and a file of the user's never
+    again = tokenbalance(*evaluate)
+    assert again.returncode == 2 and "--responses" in again.stderr and "Traceback" not in again.stderr
+    assert tokenbalance(*evaluate, "--force").returncode == 0
+    mine = tmp_path / "mine.json"
+    mine.write_text("{}")
+    refused = tokenbalance("eval", "--model", str(checkpoint_model), "--responses", str(mine), "--force", *sets)
+    assert refused.returncode == 2 and mine.read_text() == "{}", refused.stderr
 
     # --resume never ignores what it is given: a change of the experiment is refused by name ...
     for change in (["--set", "optim.lr=0.5"], ["--method", "ar"], ["--set", "method.lopti.eta=0.3"]):

@@ -153,10 +153,16 @@ def test_evaluate_counts_max_reward_as_correct(add_task):
         batch_size=4,
     )
     assert engine.calls == 4  # two batches per mode
+    # each response is its answer's tokens and the EOS; the even rows of each batch are the right sums
+    length = [len(tokenizer.encode(f" {e.ground_truth}", add_special_tokens=False)) + 1 for e in examples]
+    wrong = [len(tokenizer.encode(f" {int(e.ground_truth) + 1}", add_special_tokens=False)) + 1 for e in examples]
+    correct_rows, incorrect_rows = [0, 2, 4], [1, 3, 5]  # batches of 4 and 2: rows 0, 2 | 4 right
     for mode in ("greedy", "sample"):
         assert metrics[f"eval/{mode}/acc_1"] == 0.5 and metrics[f"eval/{mode}/acc_2"] == 0.5
         assert metrics[f"eval/{mode}/acc"] == 0.5 and metrics[f"eval/{mode}/reward"] == 1.0
         assert metrics[f"eval/{mode}/format_error"] == 0.0
+        assert metrics[f"eval/{mode}/response_len_correct"] == sum(length[i] for i in correct_rows) / 3
+        assert metrics[f"eval/{mode}/response_len_incorrect"] == sum(wrong[i] for i in incorrect_rows) / 3
 
 
 def test_embedded_policy_and_a_short_run(add_task, tmp_path, capsys):

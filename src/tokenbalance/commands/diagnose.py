@@ -20,14 +20,13 @@ paper), on a :func:`~tokenbalance.diagnostics.probe.probe_batch` of ``--prompts`
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
 from pathlib import Path
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 from tokenbalance.diagnostics.sinks import dump_json
-from tokenbalance.outputs import check_output_file
+from tokenbalance.outputs import check_output_file, json_written_by
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -130,18 +129,11 @@ def _fmt(value: float, spec: str = "+.4f") -> str:
 WRITTEN_BY = "tokenbalance diagnose"
 
 
-def _json_written_by_us(path: Path) -> bool:
-    try:
-        return json.loads(path.read_text()).get("written_by") == WRITTEN_BY
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def check_json_out(args: argparse.Namespace) -> None:
     """Before the experiment: ``--json FILE`` is new (or, with ``--force``, a file diagnose wrote)
     and its directory writable, so that the results are never lost after the work."""
     if args.json_out:
-        check_output_file(args.json_out, "--json", force=args.force, written_by=_json_written_by_us)
+        check_output_file(args.json_out, "--json", force=args.force, written_by=json_written_by(WRITTEN_BY))
 
 
 def _write_json(path: str | None, data: dict) -> None:

@@ -1,17 +1,27 @@
-"""``tokenbalance eval``: held-out accuracy of a policy directory (greedy and one sample at T = 1)."""
+"""``tokenbalance eval``: held-out accuracy of a policy directory (greedy and one sample at T = 1);
+``--responses FILE`` keeps every response with its reward."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.outputs import check_output_file, json_written_by
+
+WRITTEN_BY = "tokenbalance eval"
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="held-out accuracy per difficulty of a policy")
     add_config_arguments(parser)
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
+    parser.add_argument(
+        "--responses",
+        metavar="FILE",
+        help="also write every response (mode, puzzle, reward, correct, tokens, text) as JSON to this file (a new file)",
+    )
+    parser.add_argument("--force", action="store_true", help="replace a --responses file an earlier eval wrote")
     parser.set_defaults(func=run)
 
 
@@ -20,7 +30,9 @@ def run(args: argparse.Namespace) -> int:
         return 0
     import torch
 
+    from tokenbalance.diagnostics.sinks import dump_json
     from tokenbalance.models import load_policy
+    from tokenbalance.outputs import write_text_atomic
     from tokenbalance.rollout import make_engine
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.data import eval_examples
@@ -29,11 +41,14 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
 
     config = config_from_args(args)
+    if args.responses:  # a file of the user's is never replaced: checked before any model work
+        check_output_file(args.responses, "--responses", force=args.force, written_by=json_written_by(WRITTEN_BY))
     check_before_work(config)  # data, tokenizer, prompt lengths, device: before any model work
     device = compute_device(config)
     path = policy_path(config, device, DistContext(device=device), print)
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     engine = make_engine(config.rollout.engine, model, tokenizer)
+    responses: list[dict] | None = [] if args.responses else None
     metrics = evaluate(
         engine,
         tokenizer,
@@ -43,10 +58,16 @@ def run(args: argparse.Namespace) -> int:
         max_new_tokens=config.rollout.max_new_tokens,
         max_prompt_tokens=config.data.max_prompt_tokens,
         seed=config.train.seed,
+        responses=responses,
     )
+    if args.responses:
+        document = {"written_by": WRITTEN_BY, "model": str(path), "metrics": metrics, "responses": responses}
+        write_text_atomic(args.responses, dump_json(document, indent=1) + "\n")  # NaN as null
     if args.json:
-        print(json.dumps(metrics))
+        print(dump_json(metrics))
     else:
         for key, value in metrics.items():
-            print(f"{key:<32}{value:.4f}")
+            print(f"{key:<36}{value:.4f}")
+    if args.responses:
+        print(f"written: {args.responses}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -1,6 +1,8 @@
 """Held-out evaluation as the AR-Lopti reference logs it: accuracy (reward == the task's
 ``max_reward``: 3 on K&K, 1 on arith) per difficulty, for greedy decoding and for one sample at temperature 1.0, plus the mean
-reward, response length and format-error rate."""
+reward, response length and format-error rate; and the mean length of the correct and of the
+incorrect responses, which shows a policy that learns to answer in fewer tokens whether or not
+that is how it gets answers right."""
 
 from __future__ import annotations
 
@@ -28,14 +30,20 @@ def evaluate(
     max_prompt_tokens: int,
     batch_size: int = 256,
     seed: int = 0,
+    responses: list[dict] | None = None,
 ) -> dict[str, float]:
-    """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,format_error}`` metrics."""
+    """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,
+    response_len_incorrect,format_error}`` metrics (a length over no response is NaN).
+
+    ``responses``: when given, one record per response is appended to it, in order (mode, the
+    example's data source, index and difficulty, reward, correct, tokens, format_ok, text)."""
     prompts = encode_prompts(tokenizer, examples, max_prompt_tokens)
     target = full_reward(task)
     metrics: dict[str, float] = {}
     for mode, temperature in MODES.items():
         per_level: dict[int, list[float]] = defaultdict(list)
         rewards, lengths, format_errors = [], [], []
+        lengths_by_outcome: dict[bool, list[int]] = {True: [], False: []}
         for start in range(0, len(prompts), batch_size):
             batch = examples[start : start + batch_size]
             out = engine.generate(
@@ -45,14 +53,30 @@ def evaluate(
                 seed=seed + start,
             )
             texts = decode_responses(tokenizer, out.response_ids_BT, out.response_mask_BT, eos_token_ids)
-            for example, result, length in zip(
-                batch, score_responses(task, texts, batch), out.response_mask_BT.sum(dim=1).tolist()
+            for example, text, result, length in zip(
+                batch, texts, score_responses(task, texts, batch), out.response_mask_BT.sum(dim=1).tolist()
             ):
-                correct = float(result.reward == target)
-                per_level[example.difficulty].append(correct)
+                correct = result.reward == target
+                format_ok = float(result.metrics.get("format_ok", 1.0))
+                per_level[example.difficulty].append(float(correct))
                 rewards.append(result.reward)
                 lengths.append(length)
-                format_errors.append(1.0 - float(result.metrics.get("format_ok", 1.0)))
+                lengths_by_outcome[correct].append(length)
+                format_errors.append(1.0 - format_ok)
+                if responses is not None:
+                    responses.append(
+                        {
+                            "mode": mode,
+                            "data_source": example.data_source,
+                            "index": example.index,
+                            "difficulty": example.difficulty,
+                            "reward": result.reward,
+                            "correct": correct,
+                            "tokens": length,
+                            "format_ok": format_ok,
+                            "text": text,
+                        }
+                    )
         prefix = f"eval/{mode}"
         for level, values in sorted(per_level.items()):
             metrics[f"{prefix}/acc_{level}"] = sum(values) / len(values)
@@ -60,5 +84,8 @@ def evaluate(
         metrics[f"{prefix}/acc"] = sum(level_accs) / len(level_accs)
         metrics[f"{prefix}/reward"] = sum(rewards) / len(rewards)
         metrics[f"{prefix}/response_len"] = sum(lengths) / len(lengths)
+        for correct, name in ((True, "correct"), (False, "incorrect")):
+            chosen = lengths_by_outcome[correct]
+            metrics[f"{prefix}/response_len_{name}"] = sum(chosen) / len(chosen) if chosen else float("nan")
         metrics[f"{prefix}/format_error"] = sum(format_errors) / len(format_errors)
     return metrics
