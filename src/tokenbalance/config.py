@@ -276,6 +276,14 @@ class TrainConfig:
     seed: int = option(0, "seed of everything (data order, init, sampling)", low=0, high=2**31 - 1)
     eval_every: int = option(50, "evaluate every k steps (0 = only before and after)", low=0, high=10**7)
     save_every: int = option(10, "checkpoint every k steps (0 = only at the end)", low=0, high=10**7)
+    keep_checkpoints: int = option(
+        0,
+        "keep only the newest k checkpoints of the run, removing older ones once a new one is complete "
+        "(0 = keep every one; a real model's checkpoint with its optimizer state is about 12 bytes per "
+        "parameter); 2 or more keeps a way back when the newest is damaged",
+        low=0,
+        high=10**7,
+    )
     device: str = option("auto", "cpu, cuda, cuda:N or auto")
     threads: int = option(
         0,

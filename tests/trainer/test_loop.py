@@ -11,7 +11,7 @@ from tests.trainer.conftest import replace_section
 from tokenbalance.algorithms.methods import METHOD_PRESETS
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
-from tokenbalance.trainer import loop
+from tokenbalance.trainer import checkpoint, loop
 from tokenbalance.trainer.runner import run_training
 
 TRAIN_KEYS = {
@@ -128,6 +128,38 @@ def test_resume_equals_uninterrupted(small_config, tmp_path, monkeypatch):
     assert without_timing(read_metrics(crashed / "metrics.jsonl")) == without_timing(
         read_metrics(reference / "metrics.jsonl")
     )
+
+
+def test_keep_checkpoints_keeps_the_newest_and_the_run_resumes_as_if_all_were_kept(small_config, tmp_path, monkeypatch):
+    replace_section(small_config, "train", steps=3)
+    reference = run_training(small_config, log=lambda *_: None)
+    assert sorted(p.name for p in (reference / "checkpoints").glob("step_*")) == [
+        "step_000001",
+        "step_000002",
+        "step_000003",
+    ]
+    replace_section(small_config, "train", keep_checkpoints=1)
+    pruned = tmp_path / "pruned"
+    interrupted_and_resumed(small_config, pruned, monkeypatch)  # stopped at step 3: only step 2 left
+    assert sorted(p.name for p in (pruned / "checkpoints").glob("step_*")) == ["step_000003"]
+    assert (pruned / "checkpoints" / "latest").read_text().strip() == "step_000003"
+    assert without_timing(read_metrics(pruned / "metrics.jsonl")) == without_timing(
+        read_metrics(reference / "metrics.jsonl")
+    )
+
+
+def test_prune_checkpoints_never_removes_the_newest_or_an_incomplete_one(small_config, tmp_path):
+    replace_section(small_config, "train", steps=3)
+    run_dir = run_training(small_config, log=lambda *_: None)
+    root = run_dir / "checkpoints"
+    partial = root / "step_000000"  # no trainer state: not complete, left to a resume's repair
+    partial.mkdir()
+    (root / "latest").write_text("step_000001\n")  # latest names an older one: it stays too
+    removed = checkpoint.prune_checkpoints(run_dir, 1)
+    assert [p.name for p in removed] == ["step_000002"]
+    assert sorted(p.name for p in root.glob("step_*")) == ["step_000000", "step_000001", "step_000003"]
+    with pytest.raises(ValueError, match="keep must be >= 1"):
+        checkpoint.prune_checkpoints(run_dir, 0)
 
 
 def test_hf_engine_trains_like_the_fast_engine(small_config):

@@ -8,7 +8,8 @@ Layout of ``RUN_DIR/checkpoints/step_000010/``::
 
 Nothing is pickled, so loading a checkpoint never runs code. A checkpoint directory is built
 under a temporary name and renamed into place only when complete; ``RUN_DIR/checkpoints/latest``
-names the newest one and is itself replaced atomically.
+names the newest one and is itself replaced atomically. With ``train.keep_checkpoints`` k > 0,
+:func:`prune_checkpoints` then removes the complete checkpoints older than the newest k.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ __all__ = [
     "is_complete_checkpoint",
     "latest_checkpoint",
     "load_trainer_state",
+    "prune_checkpoints",
     "resume_checkpoint",
     "save_checkpoint",
     "write_text_atomic",
@@ -88,6 +90,21 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state
         raise
     write_text_atomic(root / "latest", final.name + "\n")
     return final
+
+
+def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
+    """Remove the complete ``step_*`` checkpoints older than the newest ``keep`` (never the one
+    ``latest`` names); returns the removed directories. Incomplete ones are left to the resume's
+    repair, which knows whether a process is still writing them."""
+    if keep < 1:
+        raise ValueError(f"keep must be >= 1, got {keep}")
+    root = Path(run_dir) / "checkpoints"
+    newest = resume_checkpoint(run_dir)
+    complete = sorted(p for p in root.glob("step_*") if p.is_dir() and is_complete_checkpoint(p))
+    removed = [p for p in complete[:-keep] if p != newest]
+    for path in removed:
+        shutil.rmtree(path)
+    return removed
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

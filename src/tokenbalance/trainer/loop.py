@@ -64,7 +64,13 @@ from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
-from tokenbalance.trainer.checkpoint import latest_checkpoint, load_trainer_state, save_checkpoint, write_text_atomic
+from tokenbalance.trainer.checkpoint import (
+    latest_checkpoint,
+    load_trainer_state,
+    prune_checkpoints,
+    save_checkpoint,
+    write_text_atomic,
+)
 from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate
@@ -461,6 +467,8 @@ def train(parts: TrainerParts) -> dict:
                                 "config": to_dict(cfg),
                             },
                         )
+                        if cfg.train.keep_checkpoints:
+                            prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)
     except BaseException as err:

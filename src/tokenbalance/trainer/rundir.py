@@ -57,6 +57,7 @@ RESUMABLE_KEYS = (
     "train.steps",
     "train.eval_every",
     "train.save_every",
+    "train.keep_checkpoints",
     "train.device",
     "train.threads",
     "sft.save_every",
