@@ -99,7 +99,7 @@ def micro_batches(
         return row_chunks(rows.stop, size, start=rows.start)
     lengths = packed.response_lengths_B()[rows]
     order = torch.argsort(lengths, stable=True) + rows.start
-    return [order[start : start + size] for start in range(0, count, size)]
+    return [order[chunk] for chunk in row_chunks(count, size)]
 
 
 def pack_sequences(
