@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
-from tokenbalance.outputs import check_output_file, json_written_by
+from tokenbalance.outputs import check_output_file, json_written_by, write_text_atomic
 
 WRITTEN_BY = "tokenbalance eval"
 
@@ -32,7 +32,6 @@ def run(args: argparse.Namespace) -> int:
 
     from tokenbalance.diagnostics.sinks import dump_json
     from tokenbalance.models import load_policy
-    from tokenbalance.outputs import write_text_atomic
     from tokenbalance.rollout import make_engine
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.data import eval_examples
