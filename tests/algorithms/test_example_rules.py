@@ -6,24 +6,19 @@ import pytest
 import torch
 
 from tokenbalance.algorithms.methods import get_method
-from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenInputs
+from tokenbalance.algorithms.token_rules import TokenInputs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "rules"
 
 
-@pytest.fixture
-def registry():
-    saved = dict(TOKEN_RULES._items)
-    yield
-    TOKEN_RULES._items.clear()
-    TOKEN_RULES._items.update(saved)
+pytestmark = pytest.mark.usefixtures("isolated_rules")  # the examples register into a copy of the registry
 
 
 def rule(name):
     return get_method(f"{EXAMPLES / name}.py:{name}").token_rule
 
 
-def test_overlong_filter_drops_only_the_responses_that_used_the_whole_budget(registry):
+def test_overlong_filter_drops_only_the_responses_that_used_the_whole_budget():
     overlong = rule("overlong_filter")
     budget = 440
     mask_BT = torch.zeros(3, budget, dtype=torch.bool)
@@ -40,7 +35,7 @@ def test_overlong_filter_drops_only_the_responses_that_used_the_whole_budget(reg
     assert weights_BT[:, 0].tolist() == [0.0, 1.0, 1.0] and bool((weights_BT == weights_BT[:, :1]).all())
 
 
-def test_positive_only_keeps_the_positive_advantages(registry):
+def test_positive_only_keeps_the_positive_advantages():
     positive = rule("positive_only")
     inputs = TokenInputs(
         old_logp_BT=torch.zeros(2, 3),

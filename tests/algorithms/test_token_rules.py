@@ -27,10 +27,7 @@ ADV_BT = torch.tensor([[2.0, 2.0, 0.0], [-1.0, -1.0, -1.0]], dtype=torch.float64
 OLD_LOGP_BT = torch.log(torch.tensor([[0.5, 0.25, 1.0], [0.1, 0.8, 0.4]], dtype=torch.float64))
 
 
-@pytest.fixture(autouse=True)
-def isolated_rules(monkeypatch):
-    """Each test registers into its own copy of the registry."""
-    monkeypatch.setattr(TOKEN_RULES, "_items", dict(TOKEN_RULES._items))
+pytestmark = pytest.mark.usefixtures("isolated_rules")  # each test registers into its own registry copy
 
 
 def no_kl(method):
