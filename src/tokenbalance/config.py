@@ -41,7 +41,7 @@ from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
 from tokenbalance.outputs import write_text_atomic
-from tokenbalance.tasks.base import DEFAULT_TASK, TASK_NAMES
+from tokenbalance.tasks.base import DEFAULT_TASK, SFT_TARGETS, TASK_NAMES
 from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec, register_function_task
 from tokenbalance.user_code import is_spec, normalized_spec
 
@@ -234,10 +234,11 @@ class SFTConfig:
     warmup_steps: int = option(50, "linear warmup steps", low=0, high=10**7)
     target: str = option(
         "answer",
-        "what the response teaches: the answer only; the synthetic CoT then the answer; or cot_random, the "
-        "same search with its choices (who first, knight or knave first) drawn per puzzle, so that the trace "
-        "is one of several valid ones",
-        choices=("answer", "cot", "cot_random"),
+        "what the response teaches: the answer only; the synthetic reasoning then the answer (K&K: Logic-RL's "
+        "search; arith: the step-by-step working); or cot_random, the same with its choices (K&K: who first, "
+        "knight or knave first; arith: the order and the wording) drawn per example, so that the trace is "
+        "one of several valid ones",
+        choices=SFT_TARGETS,
     )
     save_every: int = option(
         0,

@@ -117,7 +117,7 @@ def test_what_the_trainer_reads_from_each_task():
     (problem,) = arith.examples("train", difficulty=1, count=1, start_index=5, seed=1)
     assert problem.index == 5 and arith.score(arith.sft_response(problem, "answer"), problem).reward == 1.0
     corpus = list(arith.tokenizer_corpus((1,), "plain"))
-    assert len(corpus) == 400 and corpus[1] == arith.sft_response(
+    assert len(corpus) == 600 and corpus[1] == arith.sft_response(  # prompt, answer, working
         arith.examples("train", difficulty=1, count=1, seed=2)[0], "answer"
     )
 

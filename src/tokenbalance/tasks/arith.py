@@ -21,16 +21,18 @@ model text is never passed to ``eval``/``exec``/``sympify`` here. Time limits us
 from __future__ import annotations
 
 import os
+import random
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
 from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from tokenbalance.checks import check_range
-from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreResult, TaskExample
+from tokenbalance.tasks.arith_cot import working
+from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -77,6 +79,7 @@ class ArithProblem:
     level: int
     split: str
     index: int
+    tree: Expr = field(default=None, compare=False, repr=False)  # the expression (the working's input)
 
 
 def _check_level(level: object) -> int:
@@ -155,7 +158,7 @@ def generate_problem(level: int, split: str, index: int, seed: int = DEFAULT_SEE
         tree = _random_tree(rng, spec, spec.operations)
         if _acceptable(tree, spec):
             question = f"Compute {render_expression(tree)}."
-            return ArithProblem(question, int(evaluate_expression(tree)), level, split, index)
+            return ArithProblem(question, int(evaluate_expression(tree)), level, split, index, tree)
     raise ValueError(f"could not generate an arith problem for level {level}, index {index}")
 
 
@@ -404,7 +407,7 @@ class ArithTask(BaseTask):
                 data_source="arith",
                 difficulty=p.level,
                 index=p.index,
-                extra={"split": p.split},
+                extra={"split": p.split, "tree": p.tree},
             )
             for p in problems
         ]
@@ -420,9 +423,30 @@ class ArithTask(BaseTask):
         return score_math(response, example.ground_truth, timeout_s=self.timeout_s)
 
     def sft_response(self, example: TaskExample, target: str) -> str:
-        """`` \\boxed{answer}`` (no reasoning to write, whatever ``target``)."""
-        answers = example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
-        return f" \\boxed{{{answers[0]}}}"
+        """`` \\boxed{answer}`` (``answer``), or the step-by-step working first (``cot``, ``cot_random``:
+        :mod:`tokenbalance.tasks.arith_cot`; generated examples only)."""
+        if target not in SFT_TARGETS:
+            raise ValueError(f"target: unknown value {target!r}; valid: {', '.join(map(repr, SFT_TARGETS))}")
+        if target == "answer":
+            answers = (
+                example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
+            )
+            return f" \\boxed{{{answers[0]}}}"
+        tree = example.extra.get("tree")
+        if tree is None:
+            raise ValueError(
+                f"example {example.index}: no expression to write the working of (generated examples have one)"
+            )
+        rng = random.Random(f"cot_random/{example.difficulty}/{example.index}") if target == "cot_random" else None
+        return " " + working(tree, render_expression, rng)
+
+    def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
+        """The prompts and boxed answers of the base corpus, and each example's drawn working, so that
+        the working's words are tokens of the embedded tokenizer, not spelt out letter by letter."""
+        for example in self.corpus_examples(difficulties, template):
+            yield example.prompt
+            yield self.sft_response(example, "answer")
+            yield self.sft_response(example, "cot_random")
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
         """``tokenbalance gen-data arith``: one DeepScaleR-style parquet file of one level."""

@@ -66,6 +66,8 @@ class ScoreResult:
 
 # held-out evaluation, a validation set disjoint from it (for tuning), RL prompts, SFT warm-start targets
 EXAMPLE_USES = ("eval", "validation", "rl", "sft")
+# sft.target: the answer alone, or a reasoning trace first (its reference form, or its choices drawn per example)
+SFT_TARGETS = ("answer", "cot", "cot_random")
 
 
 @dataclass(frozen=True)
@@ -214,19 +216,23 @@ class BaseTask:
         raise ValueError(f"task {self.name!r} reads no data files; leave data.train_file / data.eval_file unset")
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
-        """The prompts and :meth:`sft_response` answers of the first 200 SFT examples per difficulty."""
+        """The prompts and :meth:`sft_response` answers of :meth:`corpus_examples`."""
+        for example in self.corpus_examples(difficulties, template):
+            yield example.prompt
+            yield self.sft_response(example, "answer")
+
+    def corpus_examples(self, difficulties: Iterable[int], template: str) -> Iterator[TaskExample]:
+        """The first 200 SFT examples per difficulty: what the tokenizer corpus is drawn from."""
         for difficulty in difficulties:
             source = self.example_source("sft", difficulty, 200)
-            for example in self.examples(
+            yield from self.examples(
                 source.split,
                 difficulty=difficulty,
                 count=source.count,
                 start_index=source.start_index,
                 seed=source.seed,
                 template=template,
-            ):
-                yield example.prompt
-                yield self.sft_response(example, "answer")
+            )
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
         raise ValueError(f"task {self.name!r} writes no data files")

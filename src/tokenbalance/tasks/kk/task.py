@@ -32,7 +32,7 @@ import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tokenbalance.tasks.base import BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
+from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.kk.cot import chain_of_thought
 from tokenbalance.tasks.kk.generator import DEFAULT_SEED
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, generate_rows
@@ -45,7 +45,6 @@ REASONING_TAGS = ("<think>", "</think>", "<answer>", "</answer>")  # what the re
 RL_LIMIT = 1900  # RL prompts: train indices 100 .. 1999 (the first 900 are Logic-RL's train set)
 VALIDATION_START = 10_000  # past the held-out range (1000 .. 1000 + eval_count - 1, eval_count <= 9000)
 COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
-SFT_TARGETS = ("answer", "cot", "cot_random")
 
 
 def random_order_cot(example: TaskExample) -> str:
