@@ -105,6 +105,12 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
         assert row["n"] == "2" and row["seeds"] == "0 1"
         assert float(row["mean"]) == pytest.approx(mean, abs=1e-15)
         assert float(row["ci_high"]) == pytest.approx(mean + T975_DF1 * sd / math.sqrt(2), abs=1e-12)
+        if row["row"] == "grpo":  # a baseline row is compared with the start policy (what RL did)
+            start = [records(grid / "cells" / f"grpo-seed{s}")[0][row["column"]] for s in (0, 1)]
+            assert row["baseline"] == "start" and row["diff_n"] == "2"
+            assert float(row["diff_mean"]) == pytest.approx(
+                (values[0] - start[0] + values[1] - start[1]) / 2, abs=1e-15
+            )
         if row["row"] == "ar_lopti":
             base = [cells[f"grpo-seed{s}"][row["column"]] for s in (0, 1)]
             diffs = [v - b for v, b in zip(values, base)]
@@ -126,6 +132,8 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
     greedy = float(next(r for r in rows if r["row"] == "grpo" and r["column"] == "eval/greedy/acc")["mean"])
     report = (grid / "results.md").read_text()
     assert "| GRPO | " in report and f"{greedy:.3f}" in report and "paired by seed" in report
+    # GRPO's Δ from the start policy, in both tables of both modes
+    assert report.count(" vs start policy (step 0) |") == report.count("| GRPO | start policy (step 0) |") == 2
     raw = {r["cell"]: r for r in csv.DictReader(open(grid / "cells.csv"))}
     assert float(raw["ar_lopti-seed1"]["eval/sample/acc"]) == cells["ar_lopti-seed1"]["eval/sample/acc"]
     cost = {r["row"]: r for r in csv.DictReader(open(grid / "step_cost.csv"))}

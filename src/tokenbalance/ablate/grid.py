@@ -50,6 +50,7 @@ GRID_METHODS: dict[str, GridMethod] = {
     )
 }
 DEFAULT_METHODS = tuple(GRID_METHODS)
+ARITH_COT_METHODS = ("grpo", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr")  # the GRPO family and its rivals
 
 
 def grid_method(name: str) -> GridMethod:
@@ -100,6 +101,33 @@ GRID_PRESETS: dict[str, GridPreset] = {
             "evaluation before and after RL only",
             overrides=("train.eval_every=0",),
             steps=150,
+        ),
+        GridPreset(
+            "arith-cot",
+            "the reasoning testbed: the embedded tiny policy writes a step-by-step working before its boxed "
+            "answer, its order and wording drawn per problem (arith levels 1 + 2; SFT on 20,000 problems per "
+            "level, 1500 steps, one start policy for every seed), so that about a quarter of its tokens sit "
+            "below p = 0.75; RL at lr 1e-5, 16 prompts x 8, 150 steps, evaluated every 25 steps on 500 held-out "
+            "problems per level; chosen on validation problems (docs/results.md, the arithmetic testbed)",
+            overrides=(
+                "data.task=arith",
+                "data.template=plain",
+                "data.train_difficulties=[1,2]",
+                "data.eval_difficulties=[1,2]",
+                "data.eval_count=500",
+                "sft.target=cot_random",
+                "sft.train_count=20000",
+                "sft.steps=1500",
+                "rollout.max_new_tokens=128",
+                "optim.lr=1e-5",
+                "optim.group_by_length=true",
+                "optim.micro_batch_size=32",
+                "train.eval_every=25",
+            ),
+            methods=ARITH_COT_METHODS,
+            seeds=tuple(range(8)),
+            steps=150,
+            start_seed=0,
         ),
         GridPreset(
             "kk-smoke",

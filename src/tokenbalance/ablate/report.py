@@ -39,7 +39,8 @@ STATISTICS_NOTE = (
     "Each entry is the mean over seeds ± the "
     "half-width of its 95% confidence interval (t distribution with n - 1 degrees of freedom, sample "
     "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
-    "(GRPO, or REINFORCE++ for its family), paired by seed (every cell of a seed starts from the same "
+    "(GRPO, or REINFORCE++ for its family; for a baseline row itself, the start policy: what RL did), paired "
+    "by seed (every cell of a seed starts from the same "
     "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
     "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
     "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
@@ -108,13 +109,21 @@ def accuracy_rows(plan: GridPlan, results: list[CellResult], mode: str) -> list[
         for method in plan.methods:
             values = per_seed(results, method.key, column)
             entry = {"row": method, "column": column, "values": values, "estimate": mean_ci(list(values.values()))}
-            if method.baseline is not None and plan.row(method.baseline) is not None:
-                base = per_seed(results, method.baseline, column)
-                entry["baseline"] = method.baseline
+            if method.baseline is None:  # a baseline row: what RL did to the start policy
+                base: dict[int, float] | None = start
+            else:
+                base = per_seed(results, method.baseline, column) if plan.row(method.baseline) else None
+            if base is not None:
+                entry["baseline"] = method.baseline or START_ROW.key
                 entry["difference"] = paired_difference(values, base)
                 entry["relative"] = relative_change(values, base)
             rows.append(entry)
     return rows
+
+
+def compared_row(plan: GridPlan, key: str) -> GridMethod | None:
+    """The row a difference is taken against: a grid row, or the start policy (for a baseline row)."""
+    return START_ROW if key == START_ROW.key else plan.row(key)
 
 
 def _seeds(values: dict[int, float]) -> str:
@@ -257,7 +266,7 @@ def accuracy_markdown(
     for cells in table.values():
         row = cells[avg]["row"]
         diff = cells[avg].get("difference")
-        baseline = plan.row(cells[avg].get("baseline", "")) if diff is not None else None
+        baseline = compared_row(plan, cells[avg].get("baseline", "")) if diff is not None else None
         lines.append(
             f"| {row.label} | "
             + " | ".join(fmt_estimate(cells[c]["estimate"]) for c in columns)
@@ -273,7 +282,7 @@ def accuracy_markdown(
     for cells in table.values():
         if "difference" not in cells[avg]:
             continue
-        baseline = plan.row(cells[avg]["baseline"])
+        baseline = compared_row(plan, cells[avg]["baseline"])
         lines.append(
             f"| {cells[avg]['row'].label} | {baseline.label if baseline else ''} | "
             + " | ".join(fmt_difference(cells[c]["difference"]) for c in columns)
