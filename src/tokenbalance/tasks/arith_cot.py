@@ -25,10 +25,10 @@ EQUALS = ("=", "is", "gives", "makes", "equals")
 LINKS = (", so we have", "; this leaves", ", and the expression becomes", ": now we have", ", which gives")
 CLOSERS = ("The answer is", "So the result is", "Therefore the value is", "Hence the answer is", "The final answer is")
 
-Path = tuple[int, ...]  # child positions (1 = left, 2 = right) from the root to an operation
+Position = tuple[int, ...]  # child indices (1 = left, 2 = right) from the root to an operation
 
 
-def ready_operations(node: Any, path: Path = ()) -> list[Path]:
+def ready_operations(node: Any, path: Position = ()) -> list[Position]:
     """The paths of the operations whose operands are both numbers, left to right."""
     if isinstance(node, int):
         return []
@@ -38,13 +38,14 @@ def ready_operations(node: Any, path: Path = ()) -> list[Path]:
     return ready_operations(left, (*path, 1)) + ready_operations(right, (*path, 2))
 
 
-def subtree(node: Any, path: Path) -> Any:
+def subtree(node: Any, path: Position) -> Any:
+    """The node at ``path``."""
     for position in path:
         node = node[position]
     return node
 
 
-def replaced(node: Any, path: Path, value: int) -> Any:
+def replaced(node: Any, path: Position, value: int) -> Any:
     """``node`` with the operation at ``path`` replaced by the number ``value``."""
     if not path:
         return value
