@@ -64,6 +64,17 @@ def test_plot_writes_png_and_svg_for_overlaid_runs(tmp_path, capsys):
     assert "old-run: skipped 1 unreadable line(s)" in capsys.readouterr().out
 
 
+def test_labels_name_the_runs_in_order(tmp_path, capsys):
+    runs = [str(write_log(tmp_path / name, full_records(2))) for name in ("a", "b")]
+    out = tmp_path / "figures"
+    assert main(["plot", *runs, "--out", str(out), "--format", "svg", "--labels", "kk-tiny, arith-cot"]) == 0
+    svg = (out / "buckets.svg").read_text()
+    assert "kk-tiny" in svg and "arith-cot" in svg
+    assert main(["plot", *runs, "--out", str(tmp_path / "x"), "--labels", "only-one"]) == 2
+    assert "--labels: 1 label(s) for 2 run(s)" in capsys.readouterr().err
+    assert not (tmp_path / "x").exists()  # refused before any figure is drawn
+
+
 def test_default_output_directory_and_one_format(tmp_path):
     run = write_log(tmp_path / "r", full_records(2))
     assert main(["plot", str(run), "--format", "png"]) == 0

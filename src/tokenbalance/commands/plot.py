@@ -25,6 +25,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "earlier plot wrote them",
     )
     parser.add_argument("--format", default="png,svg", help="comma-separated image formats: png, svg (default both)")
+    parser.add_argument(
+        "--labels",
+        help="comma-separated legend names, one per RUN_DIR in order (default: each run's method and seed), "
+        "e.g. to compare two testbeds' runs of one method",
+    )
     parser.set_defaults(func=run, uses_torch=False)  # no threading policy to choose (cli.main)
 
 
@@ -32,7 +37,8 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.diagnostics.plots import load_run, plot_runs
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
-    written = plot_runs(args.run_dirs, args.out, formats=formats)
+    labels = [label.strip() for label in args.labels.split(",")] if args.labels is not None else None
+    written = plot_runs(args.run_dirs, args.out, formats=formats, labels=labels)
     for run_dir in args.run_dirs:
         skipped = load_run(run_dir).skipped_lines
         if skipped:

@@ -362,16 +362,25 @@ FIGURES = {
 
 
 def plot_runs(
-    run_dirs: list[str | Path], out_dir: str | Path | None = None, *, formats: tuple[str, ...] = FORMATS
+    run_dirs: list[str | Path],
+    out_dir: str | Path | None = None,
+    *,
+    formats: tuple[str, ...] = FORMATS,
+    labels: list[str] | None = None,
 ) -> list[Path]:
     """Write every figure in every format; returns the files written (``out_dir`` default:
-    the first run's ``plots/``)."""
+    the first run's ``plots/``). ``labels``: the legend's name of each run, in order (default:
+    method and seed, :func:`run_label`)."""
     if not run_dirs:
         raise ValueError("no run directory given")
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")
+    if labels is not None and len(labels) != len(run_dirs):
+        raise ValueError(f"--labels: {len(labels)} label(s) for {len(run_dirs)} run(s); give one per RUN_DIR")
     runs = [load_run(d) for d in run_dirs]
+    for run, label in zip(runs, labels or []):
+        run.name = label
     _unique_names(runs)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
     names = [f"{name}.{fmt}" for name in FIGURES for fmt in formats]
