@@ -31,7 +31,6 @@ from typing import Any
 import numpy as np
 
 from tokenbalance.checks import check_range
-from tokenbalance.tasks.arith_cot import working
 from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ProgressFactory, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
@@ -438,7 +437,9 @@ class ArithTask(BaseTask):
                 f"example {example.index}: no expression to write the working of (generated examples have one)"
             )
         rng = random.Random(f"cot_random/{example.difficulty}/{example.index}") if target == "cot_random" else None
-        return " " + working(tree, render_expression, rng)
+        from tokenbalance.tasks.arith_cot import working  # it builds on this module's expressions
+
+        return " " + working(tree, rng)
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
         """The prompts and boxed answers of the base corpus, and each example's drawn working, so that

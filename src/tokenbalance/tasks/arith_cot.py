@@ -20,6 +20,8 @@ from __future__ import annotations
 import random
 from typing import Any
 
+from tokenbalance.tasks.arith import evaluate_expression, render_expression
+
 LEADS = ("", "Now ", "Next, ", "Then ", "So ")
 EQUALS = ("=", "is", "gives", "makes", "equals")
 LINKS = (", so we have", "; this leaves", ", and the expression becomes", ": now we have", ", which gives")
@@ -54,24 +56,9 @@ def replaced(node: Any, path: Position, value: int) -> Any:
     return tuple(parts)
 
 
-def value_of(operation: Any) -> int:
-    """The exact integer value of an operation on two numbers (generated divisions are exact)."""
-    operator, a, b = operation
-    if operator == "+":
-        return a + b
-    if operator == "-":
-        return a - b
-    if operator == "*":
-        return a * b
-    quotient, remainder = divmod(a, b)
-    if remainder:
-        raise ValueError(f"{a} / {b} is not an integer")
-    return quotient
-
-
-def working(tree: Any, render, rng: random.Random | None = None) -> str:
-    """The working of ``tree`` (``render``: the task's expression renderer), ending in the boxed
-    answer; ``rng`` draws the order and wording (module docstring), None gives the reference."""
+def working(tree: Any, rng: random.Random | None = None) -> str:
+    """The working of ``tree``, ending in the boxed answer; ``rng`` draws the order and wording
+    (module docstring), None gives the reference."""
 
     def pick(options):
         return options[0] if rng is None else rng.choice(options)
@@ -81,9 +68,11 @@ def working(tree: Any, render, rng: random.Random | None = None) -> str:
         ready = ready_operations(tree)
         path = pick(ready)
         operation = subtree(tree, path)
-        value = value_of(operation)
-        computed = f"{pick(LEADS)}{render(operation)} {pick(EQUALS)} {render(value)}"
+        value = int(evaluate_expression(operation))  # generated divisions are exact
+        computed = f"{pick(LEADS)}{render_expression(operation)} {pick(EQUALS)} {render_expression(value)}"
         tree = replaced(tree, path, value)
-        sentences.append(f"{computed}." if isinstance(tree, int) else f"{computed}{pick(LINKS)} {render(tree)}.")
+        sentences.append(
+            f"{computed}." if isinstance(tree, int) else f"{computed}{pick(LINKS)} {render_expression(tree)}."
+        )
     sentences.append(f"{pick(CLOSERS)} \\boxed{{{tree}}}.")
     return " ".join(sentences)
