@@ -18,7 +18,7 @@ import os
 import platform
 import subprocess
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -66,9 +66,13 @@ class ReportSource:
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
 
 
-def column_label(key: str, unit: str) -> str:
+def people(difficulty: int) -> str:
+    return f"{difficulty} people"
+
+
+def column_label(key: str, difficulty_label: Callable[[int], str]) -> str:
     name = key.rsplit("/", 1)[1]
-    return f"{name.removeprefix('acc_')} {unit}" if name.startswith("acc_") else "Avg"
+    return difficulty_label(int(name.removeprefix("acc_"))) if name.startswith("acc_") else "Avg"
 
 
 def fmt(value: float, digits: int = 3, sign: bool = False) -> str:
@@ -250,7 +254,11 @@ def write_cost_csv(path: Path, rows: list[CostRow]) -> None:
 
 
 def accuracy_markdown(
-    plan: GridPlan, results: list[CellResult], mode: str, unit: str, title: str | None = None
+    plan: GridPlan,
+    results: list[CellResult],
+    mode: str,
+    difficulty_label: Callable[[int], str],
+    title: str | None = None,
 ) -> list[str]:
     entries = accuracy_rows(plan, results, mode)
     columns = accuracy_columns(results, mode)
@@ -258,7 +266,7 @@ def accuracy_markdown(
     for entry in entries:
         table.setdefault(entry["row"].key, {})[entry["column"]] = entry
     avg = f"eval/{mode}/acc"
-    labels = [column_label(c, unit) for c in columns]
+    labels = [column_label(c, difficulty_label) for c in columns]
     lines = [
         f"| Method | {' | '.join(labels)} | Δ Avg vs baseline [95% CI] | relative | seeds |",
         "|---|" + "---|" * (len(labels) + 3),
@@ -337,16 +345,18 @@ def cell_time_summary(out_dir: Path, results: list[CellResult]) -> str:
 
 
 def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
-    """Each seed's start policy and, for an embedded one, its one-time SFT build time."""
-    parts = []
+    """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and,
+    for an embedded one, its one-time SFT build time."""
+    seeds_of: dict[Path, list[int]] = {}
     for seed in plan.seeds:
         config_file = out_dir / "configs" / f"{next(c for c in plan.cells if c.seed == seed).name}.yaml"
-        if not config_file.is_file():
-            continue
-        policy = Path(load_config(config_file).model.path or "")
+        if config_file.is_file():
+            seeds_of.setdefault(Path(load_config(config_file).model.path or ""), []).append(seed)
+    parts = []
+    for policy, seeds in seeds_of.items():
         summary = policy / "tokenbalance_sft.json"
         built = f", SFT built in {json.loads(summary.read_text())['sft_seconds']:.0f} s" if summary.is_file() else ""
-        parts.append(f"seed {seed}: `{policy.name}`{built}")
+        parts.append(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: `{policy.name}`{built}")
     return "- start policies: " + ("; ".join(parts) or "not built yet")
 
 
@@ -361,12 +371,13 @@ def write_report(
     out_dir: Path,
     *,
     command: str | None = None,
-    unit: str = "people",
+    difficulty_label: Callable[[int], str] = people,
     figures: tuple[str, ...] = (),
     source: ReportSource | None = None,
 ) -> Path:
     """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path.
-    ``source``: where the numbers come from (default: the local grid in ``out_dir``)."""
+    ``source``: where the numbers come from (default: the local grid in ``out_dir``);
+    ``difficulty_label``: the task's name of a difficulty column (``Task.difficulty_label``)."""
     out_dir = Path(out_dir)
     source = source or local_source(out_dir, plan, results)
     write_accuracy_csv(out_dir / "accuracy.csv", plan, results, source.modes)
@@ -393,7 +404,7 @@ def write_report(
     for mode in source.modes:
         title = source.mode_titles[mode]
         lines += ["", f"## Held-out accuracy, {title}", ""]
-        lines += accuracy_markdown(plan, results, mode, unit, title)
+        lines += accuracy_markdown(plan, results, mode, difficulty_label, title)
     lines += [
         "",
         "## Cost per RL step",

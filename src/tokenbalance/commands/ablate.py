@@ -274,6 +274,14 @@ def figure(out: Path, plan, prompts: int) -> Path | None:
     return figure1.plot(figure1.read_json(data_path), out / "figure1_buckets.png")
 
 
+def grid_task(args: argparse.Namespace, plan):
+    """The task every cell trains on (the preset's, or ``--config`` / ``--set``'s)."""
+    from tokenbalance.ablate.cells import base_config
+    from tokenbalance.tasks import get_task
+
+    return get_task(base_config(plan, config_path=args.config, model=args.model, device=args.device).data.task)
+
+
 def run(args: argparse.Namespace) -> int:
     if args.list:
         list_grids()
@@ -333,7 +341,14 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_figure:
         made = figure(out, plan, args.figure_prompts)
         figures += [made.name] if made else []
-    report = write_report(plan, results, out, command=command_line(args, plan, out), figures=tuple(figures))
+    report = write_report(
+        plan,
+        results,
+        out,
+        command=command_line(args, plan, out),
+        difficulty_label=grid_task(args, plan).difficulty_label,
+        figures=tuple(figures),
+    )
     print(report.read_text())
     print(f"written: {report}, accuracy.csv, cells.csv, step_cost.csv, {', '.join(figures)} in {out}")
     if failed:

@@ -421,6 +421,9 @@ class ArithTask(BaseTask):
     def score(self, response: str, example: TaskExample) -> ScoreResult:
         return score_math(response, example.ground_truth, timeout_s=self.timeout_s)
 
+    def difficulty_label(self, difficulty: int) -> str:
+        return f"level {difficulty}"
+
     def sft_response(self, example: TaskExample, target: str) -> str:
         """`` \\boxed{answer}`` (``answer``), or the step-by-step working first (``cot``, ``cot_random``:
         :mod:`tokenbalance.tasks.arith_cot`; generated examples only)."""

@@ -106,8 +106,8 @@ class Task(Protocol):
             nothing needs checking.
 
     :class:`BaseTask` gives defaults for ``special_tokens``, :meth:`example_source`,
-    :meth:`read_examples`, :meth:`tokenizer_corpus`, :meth:`write_data` and
-    :meth:`score_without_prompt`.
+    :meth:`read_examples`, :meth:`tokenizer_corpus`, :meth:`write_data`,
+    :meth:`score_without_prompt` and :meth:`difficulty_label`.
     """
 
     name: str
@@ -151,6 +151,10 @@ class Task(Protocol):
     def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
         """Score a response given without its prompt (verl's reward manager passes the response
         alone), as if a ``template`` prompt came before it."""
+        ...
+
+    def difficulty_label(self, difficulty: int) -> str:
+        """How a table names a difficulty (a column of per-difficulty accuracy): ``3 people``."""
         ...
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
@@ -245,6 +249,9 @@ class BaseTask:
         return self.score(
             response, TaskExample(prompt="", question="", ground_truth=ground_truth, data_source=self.name)
         )
+
+    def difficulty_label(self, difficulty: int) -> str:
+        return f"difficulty {difficulty}"
 
 
 DEFAULT_TASK = "kk"  # the task of a config that names none, and of the TRL / verl reward adapters

@@ -196,6 +196,9 @@ class KKTask(BaseTask):
         result = score_response(response, ground_truth, template)
         return ScoreResult(reward=result.total, metrics=result.metrics())
 
+    def difficulty_label(self, difficulty: int) -> str:
+        return f"{difficulty} people"
+
     def sft_response(self, example: TaskExample, target: str) -> str:
         """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain
         of thought first (generated examples carry it; file examples do not); with ``"cot_random"``

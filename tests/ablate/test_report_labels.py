@@ -1,0 +1,27 @@
+"""The report names difficulty columns as the task does, and lists seeds sharing a start policy together."""
+
+from tokenbalance.ablate.grid import GridPlan, grid_method, grid_preset
+from tokenbalance.ablate.report import column_label, start_policy_summary
+from tokenbalance.config import RunConfig, replace_sections, save_config
+from tokenbalance.tasks import get_task
+
+
+def test_difficulty_columns_are_named_by_the_task():
+    assert column_label("eval/greedy/acc_3", get_task("kk").difficulty_label) == "3 people"
+    assert column_label("eval/sample/acc_2", get_task("arith").difficulty_label) == "level 2"
+    assert column_label("eval/greedy/acc", get_task("arith").difficulty_label) == "Avg"
+
+
+def test_seeds_sharing_a_start_policy_are_listed_together(tmp_path):
+    plan = GridPlan(grid_preset("kk-smoke"), (grid_method("grpo"),), (0, 1, 2), 4, ())
+    (tmp_path / "configs").mkdir()
+    policies = {0: tmp_path / "shared", 1: tmp_path / "shared", 2: tmp_path / "own"}
+    for seed, policy in policies.items():
+        policy.mkdir(exist_ok=True)
+        save_config(
+            replace_sections(RunConfig(), model={"path": str(policy)}), tmp_path / "configs" / f"grpo-seed{seed}.yaml"
+        )
+    (tmp_path / "shared" / "tokenbalance_sft.json").write_text('{"sft_seconds": 500.4}')
+    assert start_policy_summary(tmp_path, plan) == (
+        "- start policies: seeds 0, 1: `shared`, SFT built in 500 s; seed 2: `own`"
+    )
