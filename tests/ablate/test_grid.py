@@ -132,6 +132,7 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
     greedy = float(next(r for r in rows if r["row"] == "grpo" and r["column"] == "eval/greedy/acc")["mean"])
     report = (grid / "results.md").read_text()
     assert "| GRPO | " in report and f"{greedy:.3f}" in report and "paired by seed" in report
+    assert "cells ran one at a time on this machine" in report
     # GRPO's Δ from the start policy, in both tables of both modes
     assert report.count(" vs start policy (step 0) |") == report.count("| GRPO | start policy (step 0) |") == 2
     raw = {r["cell"]: r for r in csv.DictReader(open(grid / "cells.csv"))}
@@ -322,6 +323,7 @@ def test_two_cells_at_once_each_with_one_thread(tiny_policy_dir, tmp_path):
         assert json.loads((cell / "run_state.json").read_text())["status"] == "completed"
         assert "threads: 1\n" in (cell / "config.yaml").read_text()
     assert {r["jobs"] for r in read_log(out) if r["event"] == "cell"} == {2}
+    assert "cells ran 2 at a time on this machine" in (out / "results.md").read_text()  # the cost table says so
 
 
 def test_a_torn_final_evaluation_is_evaluated_again_and_a_damaged_line_is_named(grid, tiny_policy_dir, capsys):

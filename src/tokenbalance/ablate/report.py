@@ -49,7 +49,8 @@ STATISTICS_NOTE = (
 )
 LOCAL_COST_NOTE = (
     "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
-    "over seeds); cells ran one at a time on this machine, so a busy machine inflates them all."
+    "over seeds); cells ran {jobs} at a time on this machine (`grid_log.jsonl`), so a busy machine "
+    "inflates them all."
 )
 
 
@@ -61,7 +62,7 @@ class ReportSource:
 
     summary: tuple[str, ...]
     accuracy_note: str = LOCAL_ACCURACY_NOTE
-    cost_note: str = LOCAL_COST_NOTE
+    cost_note: str = LOCAL_COST_NOTE.format(jobs="one")
     modes: tuple[str, ...] = MODES
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
 
@@ -361,8 +362,16 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
 
 
 def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> ReportSource:
-    """The local grid's: its cells' wall time (grid_log.jsonl) and start policies."""
-    return ReportSource((cell_time_summary(out_dir, results), start_policy_summary(out_dir, plan)))
+    """The local grid's: its cells' wall time (grid_log.jsonl), start policies, and how many cells
+    ran at once (``jobs``; runs logged before the grid recorded it ran one at a time)."""
+    names = {r.cell.name for r in results}
+    jobs = sorted(
+        {int(r.get("jobs", 1)) for r in read_log(out_dir) if r.get("event") == "cell" and r.get("cell") in names}
+    )
+    return ReportSource(
+        (cell_time_summary(out_dir, results), start_policy_summary(out_dir, plan)),
+        cost_note=LOCAL_COST_NOTE.format(jobs=" or ".join(map(str, jobs)) if jobs != [1] and jobs else "one"),
+    )
 
 
 def write_report(
