@@ -27,6 +27,7 @@ from tokenbalance.ablate.results import MODES, CellResult, accuracy_columns, per
 from tokenbalance.ablate.runner import read_log
 from tokenbalance.ablate.stats import Estimate, detectable_difference, mean_ci, paired_difference, relative_change
 from tokenbalance.config import load_config
+from tokenbalance.tasks import DEFAULT_TASK, get_task
 
 START_ROW = GridMethod("start", "start policy (step 0)", "-")
 MODE_TITLES = {"greedy": "greedy decoding", "sample": "one sample at temperature 1.0"}
@@ -65,10 +66,6 @@ class ReportSource:
     cost_note: str = LOCAL_COST_NOTE.format(jobs="one")
     modes: tuple[str, ...] = MODES
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
-
-
-def people(difficulty: int) -> str:
-    return f"{difficulty} people"
 
 
 def column_label(key: str, difficulty_label: Callable[[int], str]) -> str:
@@ -334,11 +331,16 @@ def provenance(command: str | None) -> list[str]:
     ]
 
 
-def cell_time_summary(out_dir: Path, results: list[CellResult]) -> str:
+def cell_runs(log: list[dict], results: list[CellResult]) -> list[dict]:
+    """The grid log's records of the runs of these cells."""
     names = {r.cell.name for r in results}
-    runs = [r for r in read_log(out_dir) if r.get("event") == "cell" and r.get("cell") in names and "wall_s" in r]
+    return [r for r in log if r.get("event") == "cell" and r.get("cell") in names]
+
+
+def cell_time_summary(log: list[dict], results: list[CellResult]) -> str:
+    runs = [r for r in cell_runs(log, results) if "wall_s" in r]
     total = sum(float(r["wall_s"]) for r in runs)
-    sittings = sum(1 for r in read_log(out_dir) if r.get("event") == "sitting")
+    sittings = sum(1 for r in log if r.get("event") == "sitting")
     return (
         f"- cell wall time: {total / 60:.1f} min over {len(runs)} cell run(s) in {sittings} sitting(s) "
         "(grid_log.jsonl; start-policy SFT builds not included)"
@@ -364,12 +366,10 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
 def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> ReportSource:
     """The local grid's: its cells' wall time (grid_log.jsonl), start policies, and how many cells
     ran at once (``jobs``; runs logged before the grid recorded it ran one at a time)."""
-    names = {r.cell.name for r in results}
-    jobs = sorted(
-        {int(r.get("jobs", 1)) for r in read_log(out_dir) if r.get("event") == "cell" and r.get("cell") in names}
-    )
+    log = read_log(out_dir)
+    jobs = sorted({int(r.get("jobs", 1)) for r in cell_runs(log, results)})
     return ReportSource(
-        (cell_time_summary(out_dir, results), start_policy_summary(out_dir, plan)),
+        (cell_time_summary(log, results), start_policy_summary(out_dir, plan)),
         cost_note=LOCAL_COST_NOTE.format(jobs=" or ".join(map(str, jobs)) if jobs != [1] and jobs else "one"),
     )
 
@@ -380,14 +380,16 @@ def write_report(
     out_dir: Path,
     *,
     command: str | None = None,
-    difficulty_label: Callable[[int], str] = people,
+    difficulty_label: Callable[[int], str] | None = None,
     figures: tuple[str, ...] = (),
     source: ReportSource | None = None,
 ) -> Path:
     """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path.
     ``source``: where the numbers come from (default: the local grid in ``out_dir``);
-    ``difficulty_label``: the task's name of a difficulty column (``Task.difficulty_label``)."""
+    ``difficulty_label``: the task's name of a difficulty column (``Task.difficulty_label``; default:
+    the default task's, K&K's, which the verl grid runs)."""
     out_dir = Path(out_dir)
+    difficulty_label = difficulty_label or get_task(DEFAULT_TASK).difficulty_label
     source = source or local_source(out_dir, plan, results)
     write_accuracy_csv(out_dir / "accuracy.csv", plan, results, source.modes)
     write_cells_csv(out_dir / "cells.csv", results)
