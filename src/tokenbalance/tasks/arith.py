@@ -21,7 +21,6 @@ model text is never passed to ``eval``/``exec``/``sympify`` here. Time limits us
 from __future__ import annotations
 
 import os
-import random
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from tokenbalance.checks import check_range
-from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ProgressFactory, ScoreResult, TaskExample
+from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ProgressFactory, ScoreResult, TaskExample, drawn_choices
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
 LEVELS = (1, 2, 3, 4, 5)
@@ -439,7 +438,7 @@ class ArithTask(BaseTask):
             raise ValueError(
                 f"example {example.index}: no expression to write the working of (generated examples have one)"
             )
-        rng = random.Random(f"cot_random/{example.difficulty}/{example.index}") if target == "cot_random" else None
+        rng = drawn_choices(example) if target == "cot_random" else None
         from tokenbalance.tasks.arith_cot import working  # it builds on this module's expressions
 
         return " " + working(tree, rng)

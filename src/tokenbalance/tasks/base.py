@@ -19,6 +19,7 @@ Nothing here imports pyarrow or math-verify; tasks import them lazily where they
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -68,6 +69,12 @@ class ScoreResult:
 EXAMPLE_USES = ("eval", "validation", "rl", "sft")
 # sft.target: the answer alone, or a reasoning trace first (its reference form, or its choices drawn per example)
 SFT_TARGETS = ("answer", "cot", "cot_random")
+
+
+def drawn_choices(example: TaskExample) -> random.Random:
+    """The generator of ``cot_random``'s choices for ``example``, seeded by its difficulty and index:
+    the same example always gets the same trace, different examples different ones."""
+    return random.Random(f"cot_random/{example.difficulty}/{example.index}")
 
 
 @dataclass(frozen=True)

@@ -27,12 +27,19 @@ so the held-out set is never trained on, and a setting tuned on the validation r
 
 from __future__ import annotations
 
-import random
 import re
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ExampleSource, ProgressFactory, ScoreResult, TaskExample
+from tokenbalance.tasks.base import (
+    SFT_TARGETS,
+    BaseTask,
+    ExampleSource,
+    ProgressFactory,
+    ScoreResult,
+    TaskExample,
+    drawn_choices,
+)
 from tokenbalance.tasks.kk.cot import chain_of_thought
 from tokenbalance.tasks.kk.generator import DEFAULT_SEED
 from tokenbalance.tasks.kk.records import DEFAULT_DATA_SOURCE, generate_rows
@@ -53,8 +60,7 @@ def random_order_cot(example: TaskExample) -> str:
     difficulty and index: the same puzzle always gets the same trace, different puzzles different
     orders, so the trace's order cannot be told from the puzzle."""
     puzzle = parse_statements(example.ground_truth["statements"])
-    rng = random.Random(f"cot_random/{example.difficulty}/{example.index}")
-    head, steps, foot = chain_of_thought(puzzle, tuple(example.extra["names"]), rng)
+    head, steps, foot = chain_of_thought(puzzle, tuple(example.extra["names"]), drawn_choices(example))
     return " ".join([head, *steps, foot])
 
 
