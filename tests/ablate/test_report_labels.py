@@ -1,7 +1,7 @@
 """The report names difficulty columns as the task does, and lists seeds sharing a start policy together."""
 
 from tokenbalance.ablate.grid import GridPlan, grid_method, grid_preset
-from tokenbalance.ablate.report import column_label, start_policy_summary
+from tokenbalance.ablate.report import column_label, multiplicity_note, start_policy_summary
 from tokenbalance.config import RunConfig, replace_sections, save_config
 from tokenbalance.tasks import get_task
 
@@ -25,3 +25,11 @@ def test_seeds_sharing_a_start_policy_are_listed_together(tmp_path):
     assert start_policy_summary(tmp_path, plan) == (
         "- start policies: seeds 0, 1: `shared`, SFT built in 500 s; seed 2: `own`"
     )
+
+
+def test_several_compared_rows_carry_the_chance_that_one_interval_excludes_zero():
+    six = GridPlan(grid_preset("arith-cot"), tuple(map(grid_method, grid_preset("arith-cot").methods)), (0,), 4, ())
+    note = multiplicity_note(six)  # GRPO is compared with the start policy; the other five with GRPO
+    assert "compares 5 rows" in note and "1 - 0.95^5 = 23%" in note
+    one = GridPlan(grid_preset("kk-smoke"), (grid_method("grpo"), grid_method("ar_lopti")), (0,), 4, ())
+    assert multiplicity_note(one) == ""

@@ -11,6 +11,7 @@ A metric a cell never logged is marked "no data" in its panel.
 
 from __future__ import annotations
 
+import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,7 +132,7 @@ def reward_curves(plan: GridPlan, results: list[CellResult], path: Path) -> Path
                     bbox={"facecolor": "white", "alpha": 0.85, "edgecolor": "none"},
                 )
             if c == 0:
-                ax.set_ylabel(f"{metric.title}\n{metric.ylabel}", fontsize=7)
+                ax.set_ylabel("\n".join([*textwrap.wrap(metric.title, 24), metric.ylabel]), fontsize=7)
             if r == len(METRICS) - 1:
                 ax.set_xlabel("RL step", fontsize=7)
             ax.tick_params(labelsize=6)

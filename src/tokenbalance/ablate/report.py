@@ -68,6 +68,20 @@ class ReportSource:
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
 
 
+def multiplicity_note(plan: GridPlan) -> str:
+    """With several rows each compared with its baseline, one interval may exclude zero by chance:
+    the chance that at least one of k independent 95% intervals does when no method has any effect."""
+    k = sum(1 for m in plan.methods if m.baseline is not None and plan.row(m.baseline) is not None)
+    if k < 2:
+        return ""
+    return (
+        f" The table compares {k} rows with their baseline: if no method had any effect, at least one of "
+        f"{k} independent 95% intervals would still exclude zero with probability 1 - 0.95^{k} = "
+        f"{1 - 0.95**k:.0%} (these share the baseline's cells, so they are not independent, but the order "
+        "holds), so a single interval that only just excludes zero is weak evidence on its own."
+    )
+
+
 def column_label(key: str, difficulty_label: Callable[[int], str]) -> str:
     name = key.rsplit("/", 1)[1]
     return difficulty_label(int(name.removeprefix("acc_"))) if name.startswith("acc_") else "Avg"
@@ -410,7 +424,7 @@ def write_report(
         + (f"; not complete: {', '.join(missing)}" if missing else ""),
         *source.summary,
         "",
-        f"{source.accuracy_note} {STATISTICS_NOTE}",
+        f"{source.accuracy_note} {STATISTICS_NOTE}{multiplicity_note(plan)}",
     ]
     for mode in source.modes:
         title = source.mode_titles[mode]
