@@ -1,4 +1,5 @@
-"""The report names difficulty columns as the task does, and lists seeds sharing a start policy together."""
+"""The report names difficulty columns as the task does, lists seeds sharing a start policy together, and
+says how likely one of several compared rows is to exclude zero by chance."""
 
 from tokenbalance.ablate.grid import GridPlan, grid_method, grid_preset
 from tokenbalance.ablate.report import column_label, multiplicity_note, start_policy_summary
