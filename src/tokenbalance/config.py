@@ -240,6 +240,15 @@ class SFTConfig:
         "one of several valid ones",
         choices=SFT_TARGETS,
     )
+    error_rate: float = option(
+        0.0,
+        "a noisy teacher (arith, sft.target=cot or cot_random): each operation of the working is, with this "
+        "probability, written with a slip (a result off by one, or another operator applied) and the working "
+        "goes on from what it wrote, so that the policy learns to put about this much on wrong decisions; "
+        "0 = the exact working",
+        low=0.0,
+        high=1.0,
+    )
     save_every: int = option(
         0,
         "checkpoint the SFT every k steps (0 = never), so that a stopped SFT resumes from its last checkpoint "

@@ -4,9 +4,9 @@ testbed's (``arith-cot``) among them, and a bad ``--set`` on it is refused befor
 import pytest
 
 from tokenbalance.ablate.cells import base_config
-from tokenbalance.ablate.grid import GRID_PRESETS, make_plan
+from tokenbalance.ablate.grid import ARITH_2X2_CONDITIONS, GRID_PRESETS, GridPreset, make_plan
 from tokenbalance.cli import main
-from tokenbalance.config import RunConfig, apply_overrides, to_dict
+from tokenbalance.config import RunConfig, apply_overrides, replace_sections, to_dict
 
 
 @pytest.mark.parametrize("name", sorted(GRID_PRESETS))
@@ -33,3 +33,31 @@ def test_a_bad_setting_is_refused_before_any_work(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "data.eval_count" in err and "sft.target" in err
     assert not out.exists() and not cache.exists()  # no SFT build, no grid directory
+
+
+def test_the_arith_2x2_presets_differ_only_in_the_teacher():
+    configs = {name: base_config(make_plan(GRID_PRESETS[name])) for name in ARITH_2X2_CONDITIONS}
+    teacher = {name: (c.sft.target, c.sft.error_rate) for name, c in configs.items()}
+    assert teacher == {
+        "arith-clean": ("cot", 0.0),
+        "arith-wording": ("cot_random", 0.0),
+        "arith-decisions": ("cot", 0.25),
+        "arith-decisions-wording": ("cot_random", 0.25),
+    }
+    plain = {
+        name: to_dict(replace_sections(c, sft={"target": "cot", "error_rate": 0.0})) for name, c in configs.items()
+    }
+    assert all(d == plain["arith-clean"] for d in plain.values())  # nothing else differs
+    assert {c.rollout.temperature for c in configs.values()} == {0.7}  # one temperature, the papers'
+    for name in ARITH_2X2_CONDITIONS:
+        preset = GRID_PRESETS[name]
+        starts = [preset.policy_seed(seed) for seed in preset.seeds]
+        assert len(preset.seeds) == 8 and starts == [0, 1, 2, 3, 0, 1, 2, 3]  # 4 start policies, 2 seeds each
+        assert preset.methods == ("grpo", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr")
+
+
+def test_a_preset_takes_one_start_seed_or_several_start_policies():
+    with pytest.raises(ValueError, match="start_seed or start_policies"):
+        GridPreset("x", "x", start_seed=0, start_policies=4)
+    with pytest.raises(ValueError, match="start_policies must be >= 1"):
+        GridPreset("x", "x", start_policies=0)

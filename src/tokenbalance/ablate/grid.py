@@ -84,10 +84,70 @@ class GridPreset:
     seeds: tuple[int, ...] = (0, 1, 2)
     steps: int = 60
     start_seed: int | None = None
+    start_policies: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.start_seed is not None and self.start_policies is not None:
+            raise ValueError(f"grid preset {self.name!r}: give start_seed or start_policies, not both")
+        if self.start_policies is not None and self.start_policies < 1:
+            raise ValueError(f"grid preset {self.name!r}: start_policies must be >= 1, got {self.start_policies}")
 
     def policy_seed(self, seed: int) -> int:
-        """The SFT seed of the start policy of a cell trained from ``seed``."""
+        """The SFT seed of the start policy of a cell trained from ``seed``: its own, ``start_seed``'s
+        for every seed, or with ``start_policies`` = k the seed modulo k (k start policies, seeds
+        s, s + k, ... sharing one), so that the spread over seeds covers the start policy too."""
+        if self.start_policies is not None:
+            return seed % self.start_policies
         return seed if self.start_seed is None else self.start_seed
+
+
+# The arithmetic 2 x 2: {decision noise off, on} x {wording noise off, on} (docs/results.md, the
+# decision-token testbed). The arith-cot working and RL settings, sampled at the AR-Lopti K&K
+# scripts' T = 0.7 in every condition, 8 seeds over 4 start policies, 100 RL steps.
+ARITH_2X2_OVERRIDES = (
+    "data.task=arith",
+    "data.template=plain",
+    "data.train_difficulties=[1,2]",
+    "data.eval_difficulties=[1,2]",
+    "data.eval_count=500",
+    "sft.train_count=20000",
+    "sft.steps=1500",
+    "rollout.max_new_tokens=128",
+    "rollout.temperature=0.7",
+    "optim.lr=1e-5",
+    "optim.group_by_length=true",
+    "optim.micro_batch_size=32",
+    "train.eval_every=25",
+)
+NOISY_TEACHER_RATE = 0.25  # the issue's 0.2-0.3, fixed before any run (not tuned on any set)
+ARITH_2X2_CONDITIONS = {
+    # name: (decision noise, wording noise) -> the SFT target and the teacher's slip rate
+    "arith-clean": ("off", "off", ("sft.target=cot",)),
+    "arith-wording": ("off", "on", ("sft.target=cot_random",)),
+    "arith-decisions": ("on", "off", ("sft.target=cot", f"sft.error_rate={NOISY_TEACHER_RATE}")),
+    "arith-decisions-wording": ("on", "on", ("sft.target=cot_random", f"sft.error_rate={NOISY_TEACHER_RATE}")),
+}
+
+
+def arith_2x2_preset(name: str) -> GridPreset:
+    decisions, wording, target = ARITH_2X2_CONDITIONS[name]
+    return GridPreset(
+        name,
+        f"the arithmetic 2 x 2, decision noise {decisions}, wording noise {wording}: the arith-cot working "
+        + (
+            "written by a noisy teacher (each operation slips with probability "
+            f"{NOISY_TEACHER_RATE}: a result off by one or another operator, the working going on from it)"
+            if decisions == "on"
+            else "as written by an exact teacher"
+        )
+        + (", its order and wording drawn per problem" if wording == "on" else ", one order and one wording")
+        + "; T = 0.7, 100 RL steps, 8 seeds over 4 start policies (docs/results.md)",
+        overrides=(*ARITH_2X2_OVERRIDES, *target),
+        methods=ARITH_COT_METHODS,
+        seeds=tuple(range(8)),
+        steps=100,
+        start_policies=4,
+    )
 
 
 GRID_PRESETS: dict[str, GridPreset] = {
@@ -145,6 +205,7 @@ GRID_PRESETS: dict[str, GridPreset] = {
             seeds=(0, 1),
             steps=4,
         ),
+        *(arith_2x2_preset(name) for name in ARITH_2X2_CONDITIONS),
     )
 }
 

@@ -91,6 +91,18 @@ class GridOutcome:
         return [name for name, status in self.ran.items() if status != "completed"]
 
 
+def source_commit() -> str | None:
+    """The git commit of the tokenbalance source this process runs (None outside a git checkout), so
+    that a grid's log names the code its cells ran."""
+    try:
+        done = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
 def cell_dir(out_dir: Path, cell: Cell) -> Path:
     return out_dir / "cells" / cell.name
 
@@ -211,6 +223,7 @@ def write_plan(out_dir: Path, plan: GridPlan) -> None:
         "steps": plan.steps,
         "preset_overrides": list(plan.preset.overrides),
         "start_seed": plan.preset.start_seed,
+        "start_policies": plan.preset.start_policies,
         "overrides": list(plan.overrides),
     }
     (out_dir / "grid.json").write_text(json.dumps(summary, indent=1) + "\n")
@@ -307,6 +320,7 @@ def run_grid(
                 "event": "sitting",
                 "pid": os.getpid(),
                 "isolation": isolation,
+                "commit": source_commit(),
                 "skipped": outcome.skipped,
                 **({"restored": restored} if restored else {}),
             },

@@ -50,11 +50,14 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save, sft_checkpoint_dir
     from tokenbalance.trainer.runner import compute_device
+    from tokenbalance.trainer.sft import check_sft_target
 
     config = absolute_paths(config_from_args(args))
     out = Path(args.out)
     check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
-    check_choice("data.template", config.data.template, get_task(config.data.task).templates)
+    task = get_task(config.data.task)
+    check_choice("data.template", config.data.template, task.templates)
+    check_sft_target(task, config.sft)
     device = compute_device(config)
     if config.model.path is not None:
         check_policy_dir(config.model.path)

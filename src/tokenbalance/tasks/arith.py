@@ -423,12 +423,21 @@ class ArithTask(BaseTask):
     def difficulty_label(self, difficulty: int) -> str:
         return f"level {difficulty}"
 
-    def sft_response(self, example: TaskExample, target: str) -> str:
+    noisy_teacher = True  # sft_response takes error_rate (sft.error_rate)
+
+    def sft_response(self, example: TaskExample, target: str, *, error_rate: float = 0.0) -> str:
         """`` \\boxed{answer}`` (``answer``), or the step-by-step working first (``cot``, ``cot_random``:
-        :mod:`tokenbalance.tasks.arith_cot`; generated examples only)."""
+        :mod:`tokenbalance.tasks.arith_cot`; generated examples only). ``error_rate`` > 0 (``cot`` targets
+        only) writes a noisy teacher's working: each operation slips with that probability, from a
+        generator of its own seeded by the example (:class:`~tokenbalance.tasks.arith_cot.NoisyTeacher`)."""
         if target not in SFT_TARGETS:
             raise ValueError(f"target: unknown value {target!r}; valid: {', '.join(map(repr, SFT_TARGETS))}")
+        check_range("error_rate", error_rate, 0.0, 1.0)
         if target == "answer":
+            if error_rate:
+                raise ValueError(
+                    "sft.error_rate applies to the working (sft.target=cot or cot_random), not to 'answer'"
+                )
             answers = (
                 example.ground_truth if isinstance(example.ground_truth, (list, tuple)) else [example.ground_truth]
             )
@@ -438,10 +447,17 @@ class ArithTask(BaseTask):
             raise ValueError(
                 f"example {example.index}: no expression to write the working of (generated examples have one)"
             )
-        rng = drawn_choices(example) if target == "cot_random" else None
-        from tokenbalance.tasks.arith_cot import working  # it builds on this module's expressions
+        from tokenbalance.tasks.arith_cot import NoisyTeacher, working  # it builds on this module's expressions
 
-        return " " + working(tree, rng)
+        rng = drawn_choices(example) if target == "cot_random" else None
+        errors = NoisyTeacher(error_rate, drawn_choices(example, "slips")) if error_rate else None
+        return " " + working(tree, rng, errors)
+
+    def text_classes(self, text: str) -> list[str]:
+        """The class of each character of a working (:func:`tokenbalance.tasks.arith_cot.text_classes`)."""
+        from tokenbalance.tasks.arith_cot import text_classes
+
+        return text_classes(text)
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
         """The prompts and boxed answers of the base corpus, and each example's drawn working, so that

@@ -17,7 +17,11 @@ model writing its own reasoning does. Every order and wording is valid and ends 
 
 from __future__ import annotations
 
+import functools
 import random
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from tokenbalance.tasks.arith import evaluate_expression, render_expression
@@ -28,6 +32,58 @@ LINKS = (", so we have", "; this leaves", ", and the expression becomes", ": now
 CLOSERS = ("The answer is", "So the result is", "Therefore the value is", "Hence the answer is", "The final answer is")
 
 Position = tuple[int, ...]  # child indices (1 = left, 2 = right) from the root to an operation
+
+# What each piece of a working is: the result of an operation and the operator it applies (the
+# working's decisions: a noisy teacher errs there), a number or operator copied from the expression
+# before (where a drawn order shows), a drawn wording slot, and the fixed rest (spaces, punctuation,
+# the box).
+TOKEN_CLASSES = ("result", "operator", "copy", "wording", "format")
+DECISION_CLASSES = ("result", "operator")
+WRONG_OPERATORS = "+-*"  # a slip never divides: the result would rarely be an integer
+
+
+@dataclass(frozen=True)
+class Piece:
+    """A stretch of a working's text and its class (:data:`TOKEN_CLASSES`)."""
+
+    text: str
+    kind: str
+
+
+@dataclass
+class NoisyTeacher:
+    """A teacher that errs: each operation is, with probability ``rate``, written with a slip, half
+    the time a result off by one (either way), half the time another operator (``+ - *``) applied
+    to the same operands; the working then goes on from what it wrote. ``rng`` draws the slips
+    (its own stream: the order and wording draws are those of the clean working)."""
+
+    rate: float
+    rng: random.Random
+
+    def step(
+        self, operator: str, left: int, right: int, value: int, allowed: Callable[[int], bool] = lambda _: True
+    ) -> tuple[str, int]:
+        """The operator and result written for ``left operator right = value``. A slip is another
+        operator or a result off by one, half the time each; its result must be ``allowed`` (the
+        working's later divisions stay exact) and non-negative where ``value`` is; when only one kind
+        qualifies it is taken, when none the operation is written right."""
+        if self.rng.random() >= self.rate:
+            return operator, value
+
+        def plausible(result: int) -> bool:
+            return result != value and (result >= 0 or value < 0) and allowed(result)
+
+        wrong_operators = [(o, applied(o, left, right)) for o in WRONG_OPERATORS if o != operator]
+        off_by_one = [(operator, v) for v in (value - 1, value + 1)]
+        kinds = [
+            slips for slips in ([(o, r) for o, r in s if plausible(r)] for s in (wrong_operators, off_by_one)) if slips
+        ]
+        return self.rng.choice(self.rng.choice(kinds)) if kinds else (operator, value)
+
+
+def applied(operator: str, left: int, right: int) -> int:
+    """``left operator right`` for ``+ - *``."""
+    return int(evaluate_expression((operator, left, right)))
 
 
 def ready_operations(node: Any, path: Position = ()) -> list[Position]:
@@ -56,23 +112,127 @@ def replaced(node: Any, path: Position, value: int) -> Any:
     return tuple(parts)
 
 
-def working(tree: Any, rng: random.Random | None = None) -> str:
+def working(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> str:
     """The working of ``tree``, ending in the boxed answer; ``rng`` draws the order and wording
-    (module docstring), None gives the reference."""
+    (module docstring), None gives the reference; ``errors`` makes it a noisy teacher's."""
+    return "".join(piece.text for piece in working_pieces(tree, rng, errors))
+
+
+def working_pieces(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> list[Piece]:
+    """:func:`working` as pieces of text, each with its class (:data:`TOKEN_CLASSES`). The order of
+    ``rng``'s draws is that of the working written without errors, so that a noisy teacher's order
+    and wording are those of the clean working wherever the two have not diverged."""
 
     def pick(options):
         return options[0] if rng is None else rng.choice(options)
 
-    sentences = []
+    pieces: list[Piece] = []
+
+    def add(text: str, kind: str) -> None:
+        if text:
+            pieces.append(Piece(text, kind))
+
     while not isinstance(tree, int):
         ready = ready_operations(tree)
         path = pick(ready)
-        operation = subtree(tree, path)
-        value = int(evaluate_expression(operation))  # generated divisions are exact
-        computed = f"{pick(LEADS)}{render_expression(operation)} {pick(EQUALS)} {render_expression(value)}"
+        operator, left, right = subtree(tree, path)
+        add(pick(LEADS), "wording")
+        written, value = (operator, int(evaluate_expression((operator, left, right))))  # generated divisions are exact
+        if errors is not None:
+            written, value = errors.step(operator, left, right, value, functools.partial(exact_after, tree, path))
+        pieces.extend(number_pieces(left, "copy"))
+        add(" ", "format")
+        add(written, "operator")
+        add(" ", "format")
+        pieces.extend(number_pieces(right, "copy"))
+        add(" ", "format")
+        add(pick(EQUALS), "wording")
+        add(" ", "format")
+        pieces.extend(number_pieces(value, "result"))
         tree = replaced(tree, path, value)
-        sentences.append(
-            f"{computed}." if isinstance(tree, int) else f"{computed}{pick(LINKS)} {render_expression(tree)}."
-        )
-    sentences.append(f"{pick(CLOSERS)} \\boxed{{{tree}}}.")
-    return " ".join(sentences)
+        if not isinstance(tree, int):
+            add(pick(LINKS), "wording")
+            add(" ", "format")
+            pieces.extend(expression_pieces(tree))
+        add(". ", "format")
+    add(pick(CLOSERS), "wording")
+    add(" \\boxed{", "format")
+    add(str(tree), "copy")
+    add("}.", "format")
+    return pieces
+
+
+def exact_after(tree: Any, path: Position, result: int) -> bool:
+    """Whether every division of ``tree`` stays exact with the operation at ``path`` giving ``result``."""
+    return divisions_exact(replaced(tree, path, result))
+
+
+def divisions_exact(node: Any) -> bool:
+    """Whether every division in ``node`` (and below) leaves an integer."""
+    if isinstance(node, int):
+        return True
+    if not (divisions_exact(node[1]) and divisions_exact(node[2])):
+        return False
+    try:
+        return evaluate_expression(node).denominator == 1
+    except ZeroDivisionError:
+        return False
+
+
+def number_pieces(number: int, kind: str) -> list[Piece]:
+    """``render_expression(number)``: the number as ``kind``, a negative one's parentheses as ``format``."""
+    if number < 0:
+        return [Piece("(", "format"), Piece(str(number), kind), Piece(")", "format")]
+    return [Piece(str(number), kind)]
+
+
+def expression_pieces(tree: Any) -> list[Piece]:
+    """``render_expression(tree)`` cut into its numbers and operators (class ``copy``: the working
+    copies them from the expression before) and the spaces and parentheses between (``format``)."""
+    return [
+        Piece(part, "format" if part.isspace() or part in "()" else "copy")
+        for part in re.findall(r"-?\d+|[()]|\s+|[-+*/]", render_expression(tree))
+    ]
+
+
+_EQUALS_PATTERN = "|".join(re.escape(word) for word in EQUALS)
+_WORDING = sorted({*LEADS, *EQUALS, *LINKS, *CLOSERS} - {""}, key=len, reverse=True)
+
+
+def text_classes(text: str) -> list[str]:
+    """The class (:data:`TOKEN_CLASSES`) of each character of a working as anyone wrote it (a model's
+    sample, not only the generator's text): the wording slots' phrases are ``wording``; a number right
+    after an equals word (``=``, ``is``, ...) is a ``result``; an operator before its sentence's equals
+    word is the ``operator`` applied; other numbers and operators are ``copy``; the rest is ``format``.
+    On the generator's own workings this gives the classes of :func:`working_pieces` exactly."""
+    kinds = ["format"] * len(text)
+    equals_ends = set()
+    for phrase in _WORDING:
+        pattern = re.escape(phrase)
+        if phrase[0].isalpha():
+            pattern = r"(?<![A-Za-z])" + pattern
+        if phrase[-1].isalpha():
+            pattern += r"(?![A-Za-z])"
+        for match in re.finditer(pattern, text):
+            if all(kind == "format" for kind in kinds[match.start() : match.end()]):
+                kinds[match.start() : match.end()] = ["wording"] * (match.end() - match.start())
+                if phrase in EQUALS:
+                    equals_ends.add(match.end())
+    for match in re.finditer(r"-?\d+", text):
+        if kinds[match.start()] != "format":
+            continue
+        before = match.start()
+        while before > 0 and text[before - 1] in " (":
+            before -= 1
+        kind = "result" if before in equals_ends else "copy"
+        kinds[match.start() : match.end()] = [kind] * (match.end() - match.start())
+    for match in re.finditer(r"(?<= )[-+*/](?= )", text):
+        sentence_start = text.rfind(". ", 0, match.start()) + 1
+        applied_here = not any(sentence_start < end <= match.start() for end in equals_ends)
+        kinds[match.start()] = "operator" if applied_here else "copy"
+    return kinds
+
+
+def piece_classes(pieces: list[Piece]) -> list[str]:
+    """The class of each character of the text ``pieces`` make."""
+    return [piece.kind for piece in pieces for _ in piece.text]

@@ -71,10 +71,11 @@ EXAMPLE_USES = ("eval", "validation", "rl", "sft")
 SFT_TARGETS = ("answer", "cot", "cot_random")
 
 
-def drawn_choices(example: TaskExample) -> random.Random:
-    """The generator of ``cot_random``'s choices for ``example``, seeded by its difficulty and index:
-    the same example always gets the same trace, different examples different ones."""
-    return random.Random(f"cot_random/{example.difficulty}/{example.index}")
+def drawn_choices(example: TaskExample, stream: str = "cot_random") -> random.Random:
+    """The generator of ``cot_random``'s choices for ``example`` (or of another ``stream`` of draws,
+    such as a noisy teacher's ``"slips"``), seeded by its difficulty and index: the same example
+    always gets the same trace, different examples different ones."""
+    return random.Random(f"{stream}/{example.difficulty}/{example.index}")
 
 
 @dataclass(frozen=True)
@@ -197,6 +198,8 @@ class BaseTask:
     templates: tuple[str, ...]
     max_reward: float
     special_tokens: tuple[str, ...] = ()
+    # whether sft_response takes error_rate (sft.error_rate: a noisy teacher's working)
+    noisy_teacher: bool = False
     # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)
     USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2, "validation": 3}
 
@@ -259,6 +262,11 @@ class BaseTask:
 
     def difficulty_label(self, difficulty: int) -> str:
         return f"difficulty {difficulty}"
+
+    def text_classes(self, text: str) -> list[str] | None:
+        """The class of each character of a response (a token-class profile's input: which tokens
+        are decisions, which are wording), or None when the task does not tell."""
+        return None
 
 
 DEFAULT_TASK = "kk"  # the task of a config that names none, and of the TRL / verl reward adapters

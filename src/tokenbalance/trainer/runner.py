@@ -52,6 +52,7 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     from tokenbalance.trainer.data import eval_examples, function_task_for_run, rl_examples
     from tokenbalance.trainer.embedded import embedded_key
     from tokenbalance.trainer.scoring import encode_prompts
+    from tokenbalance.trainer.sft import check_sft_target
 
     config.method()
     if config.data.reward is not None and config.model.path is None:
@@ -61,6 +62,8 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
         )
     task = get_task(config.data.task)  # data.reward: imports your function (not found, not callable: named)
     check_choice("data.template", config.data.template, task.templates)
+    if config.model.path is None:
+        check_sft_target(task, config.sft)
     resolve_device(config.train.device)
     for key in ("train_file", "eval_file"):
         path = getattr(config.data, key)

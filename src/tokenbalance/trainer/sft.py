@@ -37,7 +37,26 @@ def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
     from tokenbalance.trainer.data import sft_examples
 
     task = get_task(data.task)
+    check_sft_target(task, sft)
+    if sft.error_rate:
+        return [
+            SFTPair(e.prompt, task.sft_response(e, sft.target, error_rate=sft.error_rate))  # type: ignore[call-arg]
+            for e in sft_examples(data, sft.train_count)
+        ]
     return [SFTPair(e.prompt, task.sft_response(e, sft.target)) for e in sft_examples(data, sft.train_count)]
+
+
+def check_sft_target(task, sft: SFTConfig) -> None:
+    """``sft.error_rate`` only where the task writes a noisy teacher's working (arith) and the target
+    is a working; one line naming the setting otherwise."""
+    if not sft.error_rate:
+        return
+    if not getattr(task, "noisy_teacher", False):
+        raise ValueError(f"sft.error_rate={sft.error_rate}: task {task.name!r} has no noisy teacher (arith has)")
+    if sft.target == "answer":
+        raise ValueError(
+            f"sft.error_rate={sft.error_rate}: a noisy teacher slips in the working; set sft.target=cot or cot_random"
+        )
 
 
 def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens: int):

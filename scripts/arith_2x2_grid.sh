@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# The arithmetic 2 x 2 grid (docs/results.md, the decision-token testbed): the presets arith-clean,
+# arith-wording, arith-decisions and arith-decisions-wording, in two lanes of one cell at a time (one
+# thread each, so the two lanes share two CPUs), seeds 0-3 of every condition first (one per start
+# policy, so that an unfinished grid still covers all four), then seeds 4-7.
+#
+# Resumable: run it again with the same OUT and RECORDS; finished cells are skipped, or restored
+# from RECORDS on a new machine, and a started cell resumes from its last checkpoint. Each sitting
+# appends to OUT/<preset>/grid_log.jsonl with the commit of the code it ran.
+#
+#   bash scripts/arith_2x2_grid.sh                      # OUT=runs/arith-2x2, RECORDS=docs/results/arith-2x2
+#   TOKENBALANCE=".venv/bin/tokenbalance" OUT=/scratch/a2x2 bash scripts/arith_2x2_grid.sh
+set -euo pipefail
+OUT=${OUT:-runs/arith-2x2}
+RECORDS=${RECORDS:-docs/results/arith-2x2}
+TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
+mkdir -p "$OUT"
+
+lane() {
+    local seeds preset
+    for seeds in 0,1,2,3 0,1,2,3,4,5,6,7; do
+        for preset in "$@"; do
+            echo "$(date -u +%FT%TZ) $preset seeds $seeds"
+            # a sitting that leaves failed cells does not stop the lane; the next run of this script resumes them
+            $TOKENBALANCE ablate --preset "$preset" --seeds "$seeds" --jobs 1 --set train.threads=1 --no-figure \
+                --no-progress --out "$OUT/$preset" --records "$RECORDS/$preset/records" || echo "sitting of $preset ended with $?"
+        done
+    done
+}
+
+lane arith-decisions arith-wording >>"$OUT/lane-a.log" 2>&1 &
+lane arith-decisions-wording arith-clean >>"$OUT/lane-b.log" 2>&1 &
+wait
+echo "$(date -u +%FT%TZ) both lanes done" >>"$OUT/lane-a.log"
