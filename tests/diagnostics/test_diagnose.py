@@ -11,8 +11,9 @@ from tests.algorithms.helpers import make_batch
 from tokenbalance.algorithms.methods import compute_advantages, get_method
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.cli import main
-from tokenbalance.commands.diagnose import resolve_checkpoint, token_pieces
+from tokenbalance.commands.diagnose import resolve_checkpoint
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
+from tokenbalance.diagnostics.token_classes import token_pieces
 from tokenbalance.models import load_policy, save_policy
 
 torch.set_num_threads(1)
@@ -186,3 +187,45 @@ def test_bad_edges_and_run_without_checkpoint(tiny_policy_dir, tmp_path, capsys)
     (run / "checkpoints" / "latest").write_text("step_000003\n")
     assert resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000003" / "model")
     assert resolve_checkpoint(str(tiny_policy_dir)) == str(tiny_policy_dir)
+
+
+@pytest.fixture(scope="module")
+def arith_policy_dir(tmp_path_factory):
+    """A random tiny model with the arith working's tokenizer."""
+    from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+    from tokenbalance.tasks import get_task
+
+    path = tmp_path_factory.mktemp("arith-policy") / "tiny"
+    tokenizer = train_tokenizer(list(get_task("arith").tokenizer_corpus([1], "plain")))
+    model = build_tiny_model(
+        TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64), tokenizer, seed=0
+    )
+    save_policy(model, tokenizer, path)
+    return path
+
+
+def test_diagnose_buckets_by_token_class(arith_policy_dir, tmp_path, monkeypatch, capsys):
+    from tokenbalance.tasks.arith import TOKEN_CLASSES, ArithTask
+    from tokenbalance.tasks.base import ScoreResult
+
+    calls = {"n": 0}
+
+    def score(self, response, example):  # two right and two wrong per group: every advantage nonzero
+        calls["n"] += 1
+        return ScoreResult(1.0 if calls["n"] % 4 in (1, 2) else 0.0, {})
+
+    monkeypatch.setattr(ArithTask, "score", score)
+    out = tmp_path / "buckets.json"
+    arith = ["--set", "data.task=arith", "--set", "data.template=plain", "--set", "data.train_difficulties=[1]"]
+    assert main(["diagnose", "buckets", str(arith_policy_dir), *SMALL, *arith, "--json", str(out)]) == 0
+    printed = capsys.readouterr().out
+    result = json.loads(out.read_text())
+    profile = result["class_profile"]
+    assert [row["class"] for row in profile["classes"]] == list(TOKEN_CLASSES)
+    assert sum(row["tokens"] for row in profile["classes"]) == profile["tokens"] == result["tokens"]
+    per_bucket = [sum(row["buckets"][b] for row in profile["classes"]) for b in range(4)]
+    assert per_bucket == [row["tokens"] for row in result["updates"]["all"]["buckets"]]
+    assert f"{profile['low_decision_share']:.1%} of those decisions" in printed
+    for update in result["updates"].values():
+        signed = sum(row["tokens"] for row in update["by_class"])
+        assert signed == result["tokens"]  # every token has a class, an interval and a nonzero advantage

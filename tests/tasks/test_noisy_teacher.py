@@ -12,9 +12,8 @@ import pytest
 from tests.tasks.test_arith import independent_value
 from tokenbalance.config import SFTConfig
 from tokenbalance.tasks import get_task
-from tokenbalance.tasks.arith import ArithTask, render_expression
+from tokenbalance.tasks.arith import DECISION_CLASSES, ArithTask, render_expression
 from tokenbalance.tasks.arith_cot import (
-    DECISION_CLASSES,
     EQUALS,
     LINKS,
     NoisyTeacher,

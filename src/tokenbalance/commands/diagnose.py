@@ -144,23 +144,6 @@ def _write_json(path: str | None, data: dict) -> None:
         print(f"written: {path}")
 
 
-def token_pieces(tokenizer, ids: list[int]) -> list[str]:
-    """The text each token adds to the decoded prefix (a multi-byte character goes to the token that
-    completes it), falling back to the token decoded alone when decoding is not prefix-stable."""
-    pieces, previous = [], ""
-    for i, token in enumerate(ids):
-        text = tokenizer.decode(ids[: i + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False)
-        if text.startswith(previous) and not text.endswith("\ufffd"):
-            pieces.append(text[len(previous) :])
-            previous = text
-        elif text.endswith("\ufffd") and i + 1 < len(ids):
-            pieces.append("")  # an incomplete character: shown with the token that completes it
-        else:
-            pieces.append(tokenizer.decode([token], skip_special_tokens=False))
-            previous = text
-    return pieces
-
-
 # ---------------------------------------------------------------------------------------------
 # buckets
 # ---------------------------------------------------------------------------------------------
@@ -170,14 +153,16 @@ def run_buckets(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
     from tokenbalance.diagnostics.buckets import parse_edges
-    from tokenbalance.diagnostics.experiments import bucket_experiment
+    from tokenbalance.diagnostics.experiments import bucket_experiment, probe_classes
+    from tokenbalance.diagnostics.token_classes import class_profile
 
     edges = parse_edges(args.edges)
     if not args.lr > 0:
         raise ValueError(f"--lr: must be > 0, got {args.lr}")
     check_json_out(args)
     batch = probe(args)
-    results = bucket_experiment(batch, edges=edges, lr=args.lr)
+    classes = probe_classes(batch)
+    results = bucket_experiment(batch, edges=edges, lr=args.lr, classes=classes)
     tokens = int(batch.mask_BT.sum())
     print(
         f"{len(batch.texts_B)} responses ({args.prompts} prompts), {tokens} tokens, accuracy "
@@ -204,6 +189,13 @@ def run_buckets(args: argparse.Namespace) -> int:
                 f"{_fmt(row['dp_p10'], dp):>11}{_fmt(row['dp_p50'], dp):>11}{_fmt(row['dp_p90'], dp):>11}"
                 f"{_fmt(row['pos_up_frac'], '.3f'):>9}{_fmt(row['neg_down_frac'], '.3f'):>10}"
             )
+    profile = None
+    if classes is not None:
+        profile = class_profile(
+            batch.old.logp_BT, batch.mask_BT, classes.class_BT, classes.names, classes.decisions, edges
+        )
+        print_class_profile(profile)
+        print_logp_changes(results)
     _write_json(
         args.json_out,
         {
@@ -214,9 +206,35 @@ def run_buckets(args: argparse.Namespace) -> int:
             "responses": len(batch.texts_B),
             "tokens": tokens,
             "updates": results,
+            **({"class_profile": profile} if profile is not None else {}),
         },
     )
     return 0
+
+
+def print_class_profile(profile: dict) -> None:
+    """The token profile by class: tokens per bucket of the old probability, and the lowest bucket's
+    share of decisions."""
+    print(
+        f"\ntoken classes (old-policy probability buckets; decisions: {', '.join(profile['decision_classes'])}): "
+        f"{profile['low_share']:.1%} of tokens in {profile['intervals'][0]}, "
+        f"{profile['low_decision_share']:.1%} of those decisions"
+    )
+    print(f"  {'class':<10}{'tokens':>8}" + "".join(f"{label:>14}" for label in profile["intervals"]))
+    for row in profile["classes"]:
+        print(f"  {row['class']:<10}{row['tokens']:>8}" + "".join(f"{count:>14}" for count in row["buckets"]))
+
+
+def print_logp_changes(results: dict) -> None:
+    """Per update the mean change of log p by class, bucket (saturated p > 0.999 apart) and sign."""
+    for mode, result in results.items():
+        print(f"\nupdate on {mode} tokens: mean change of log p by class (tokens)")
+        for row in result["by_class"]:
+            if row["tokens"]:
+                print(
+                    f"  {row['class']:<10}{row['interval']:<14}{row['sign']:<5}"
+                    f"{_fmt(row['dlogp_mean'], '+.2e'):>11} ({row['tokens']})"
+                )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,6 +333,8 @@ def run_nthr(args: argparse.Namespace) -> int:
     )
     if not groups:
         print("no mixed group (every group all correct or all wrong); try more --prompts or a larger --group-size")
+    from tokenbalance.diagnostics.token_classes import token_pieces
+
     tokens_BT = batch.rollout.tokens_BT
     for view in groups[: args.max_groups]:
         first = view.positive_rows[0]

@@ -31,6 +31,7 @@ from tokenbalance.diagnostics.lld import sequence_deltas
 from tokenbalance.diagnostics.nthr_view import GroupSelection, nthr_selections
 from tokenbalance.diagnostics.probe import ProbeBatch, method_passes, rescore, single_update
 from tokenbalance.diagnostics.step import update_advantages
+from tokenbalance.diagnostics.token_classes import logp_change_by_class, token_classes
 from tokenbalance.types import UpdatePass
 
 
@@ -38,12 +39,39 @@ def _parameters(probe: ProbeBatch) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in probe.model.state_dict().items()}
 
 
+@dataclass(frozen=True)
+class ProbeClasses:
+    """The class of every response token of a probe batch (:mod:`tokenbalance.diagnostics.token_classes`)."""
+
+    class_BT: torch.Tensor
+    names: tuple[str, ...]
+    decisions: tuple[str, ...]
+
+
+def probe_classes(probe: ProbeBatch) -> ProbeClasses | None:
+    """The token classes of the probe's responses, or None when its task does not tell them."""
+    from tokenbalance.tasks import get_task
+
+    task = get_task(probe.config.data.task)
+    names = tuple(getattr(task, "token_class_names", ()))
+    if not names:
+        return None
+    class_BT = token_classes(task.text_classes, probe.tokenizer, probe.rollout.tokens_BT, probe.mask_BT, names)
+    return ProbeClasses(class_BT, names, tuple(task.decision_classes))
+
+
 def bucket_experiment(
-    probe: ProbeBatch, *, edges: Sequence[float], lr: float, method: Method | None = None
+    probe: ProbeBatch,
+    *,
+    edges: Sequence[float],
+    lr: float,
+    method: Method | None = None,
+    classes: ProbeClasses | None = None,
 ) -> dict[str, dict]:
     """The three single updates (``all`` / ``lowest`` / ``highest`` bucket) of ``method`` (default
     the probe's), each from the same parameters: per update the tokens it touched, its gradient norm
-    and per bucket the probability-change statistics."""
+    and per bucket the probability-change statistics; with ``classes``, also the change of log p by
+    class, bucket and advantage sign (``by_class``: :func:`logp_change_by_class`)."""
     method = gradient_free_method(method or probe.method)
     passes, _ = method_passes(probe, method)
     valid_BT = probe.mask_BT.bool()
@@ -63,14 +91,19 @@ def bucket_experiment(
         probe.model.load_state_dict(initial)
         optimizer = torch.optim.SGD([p for p in probe.model.parameters() if p.requires_grad], lr=lr)
         metrics = single_update(probe, method, mode_passes, optimizer)
+        new_logp_BT = rescore(probe)
         results[mode] = {
             "updated_tokens": int(sum(int(p.policy_mask_BT.sum()) for p in mode_passes)),
             "updated_interval": "all"
             if mode == "all"
             else interval_label(edges, 0 if mode == "lowest" else len(edges) - 2),
             "grad_norm": metrics["optim/grad_norm"],
-            "buckets": probability_change_stats(probe.old.logp_BT, rescore(probe), adv_BT, probe.mask_BT, edges),
+            "buckets": probability_change_stats(probe.old.logp_BT, new_logp_BT, adv_BT, probe.mask_BT, edges),
         }
+        if classes is not None:
+            results[mode]["by_class"] = logp_change_by_class(
+                probe.old.logp_BT, new_logp_BT, adv_BT, probe.mask_BT, classes.class_BT, classes.names, edges
+            )
     probe.model.load_state_dict(initial)
     return results
 

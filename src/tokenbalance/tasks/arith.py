@@ -41,6 +41,12 @@ DEFAULT_COUNTS = {"train": 1000, "test": 100}
 DEFAULT_TIMEOUT_S = 5
 MAX_ANSWER_CHARS = 200
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
+# What each piece of a working is (tokenbalance.tasks.arith_cot): the result of an operation and the
+# operator it applies (the working's decisions: a noisy teacher errs there), a number or operator
+# copied from the expression before (where a drawn order shows), a drawn wording slot, and the fixed
+# rest (spaces, punctuation, the box).
+TOKEN_CLASSES = ("result", "operator", "copy", "wording", "format")
+DECISION_CLASSES = ("result", "operator")
 
 
 @dataclass(frozen=True)
@@ -424,6 +430,8 @@ class ArithTask(BaseTask):
         return f"level {difficulty}"
 
     noisy_teacher = True  # sft_response takes error_rate (sft.error_rate)
+    token_class_names = TOKEN_CLASSES
+    decision_classes = DECISION_CLASSES
 
     def sft_response(self, example: TaskExample, target: str, *, error_rate: float = 0.0) -> str:
         """`` \\boxed{answer}`` (``answer``), or the step-by-step working first (``cot``, ``cot_random``:

@@ -33,18 +33,12 @@ CLOSERS = ("The answer is", "So the result is", "Therefore the value is", "Hence
 
 Position = tuple[int, ...]  # child indices (1 = left, 2 = right) from the root to an operation
 
-# What each piece of a working is: the result of an operation and the operator it applies (the
-# working's decisions: a noisy teacher errs there), a number or operator copied from the expression
-# before (where a drawn order shows), a drawn wording slot, and the fixed rest (spaces, punctuation,
-# the box).
-TOKEN_CLASSES = ("result", "operator", "copy", "wording", "format")
-DECISION_CLASSES = ("result", "operator")
 WRONG_OPERATORS = "+-*"  # a slip never divides: the result would rarely be an integer
 
 
 @dataclass(frozen=True)
 class Piece:
-    """A stretch of a working's text and its class (:data:`TOKEN_CLASSES`)."""
+    """A stretch of a working's text and its class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`)."""
 
     text: str
     kind: str
@@ -119,7 +113,7 @@ def working(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | 
 
 
 def working_pieces(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> list[Piece]:
-    """:func:`working` as pieces of text, each with its class (:data:`TOKEN_CLASSES`). The order of
+    """:func:`working` as pieces of text, each with its class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`). The order of
     ``rng``'s draws is that of the working written without errors, so that a noisy teacher's order
     and wording are those of the clean working wherever the two have not diverged."""
 
@@ -200,7 +194,7 @@ _WORDING = sorted({*LEADS, *EQUALS, *LINKS, *CLOSERS} - {""}, key=len, reverse=T
 
 
 def text_classes(text: str) -> list[str]:
-    """The class (:data:`TOKEN_CLASSES`) of each character of a working as anyone wrote it (a model's
+    """The class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`) of each character of a working as anyone wrote it (a model's
     sample, not only the generator's text): the wording slots' phrases are ``wording``; a number right
     after an equals word (``=``, ``is``, ...) is a ``result``; an operator before its sentence's equals
     word is the ``operator`` applied; other numbers and operators are ``copy``; the rest is ``format``.
