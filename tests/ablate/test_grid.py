@@ -134,7 +134,9 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
     assert "| GRPO | " in report and f"{greedy:.3f}" in report and "paired by seed" in report
     assert "cells ran one at a time on this machine" in report
     # GRPO's Δ from the start policy, in both tables of both modes
-    assert report.count(" vs start policy (step 0) |") == report.count("| GRPO | start policy (step 0) |") == 2
+    assert report.count(" vs start policy (step 0) |") == 2
+    # ... and example by example: the paired-differences table and the outcomes table of each mode
+    assert report.count("| GRPO | start policy (step 0) |") == 4 and report.count("McNemar p of that split") == 2
     raw = {r["cell"]: r for r in csv.DictReader(open(grid / "cells.csv"))}
     assert float(raw["ar_lopti-seed1"]["eval/sample/acc"]) == cells["ar_lopti-seed1"]["eval/sample/acc"]
     cost = {r["row"]: r for r in csv.DictReader(open(grid / "step_cost.csv"))}
@@ -355,7 +357,8 @@ def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid
     kept = tmp_path / "records"
     assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0  # all done: kept now
     assert sorted(p.name for p in kept.iterdir() if p.is_dir()) == sorted(CELLS)
-    assert all(sorted(p.name for p in (kept / c).iterdir()) == sorted(records.RECORD_FILES) for c in CELLS)
+    kept_files = sorted((*records.RECORD_FILES, *records.OPTIONAL_RECORD_FILES))  # the cells wrote their outcomes
+    assert all(sorted(p.name for p in (kept / c).iterdir()) == kept_files for c in CELLS)
     elsewhere = tmp_path / "new-machine"
     assert main(grid_args(tiny_policy_dir, elsewhere, "--records", str(kept))) == 0
     log = read_log(elsewhere)

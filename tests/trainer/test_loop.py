@@ -12,6 +12,7 @@ from tokenbalance.algorithms.methods import METHOD_PRESETS
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.trainer import checkpoint, loop
+from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.runner import run_training
 
 TRAIN_KEYS = {
@@ -91,6 +92,14 @@ def test_run_logs_documented_metrics_and_changes_the_policy(small_config, tiny_p
     assert max(deltas) > 1e-4
     saved = (run_dir / "config.yaml").read_text()
     assert "method: ar_lopti" in saved and str(tiny_policy_dir) in saved
+    outcomes = read_outcomes(run_dir)  # every evaluation, example by example, agreeing with its accuracy
+    assert sorted(outcomes) == [(0, "greedy"), (0, "sample"), (2, "greedy"), (2, "sample")]
+    for record in evals:
+        for mode in ("greedy", "sample"):
+            correct = outcomes[(record["step"], mode)]["correct"]
+            assert len(correct) == small_config.data.eval_count * len(small_config.data.eval_difficulties)
+            assert correct.count("1") / len(correct) == pytest.approx(record[f"eval/{mode}/acc"])
+    assert len({o["examples"] for o in outcomes.values()}) == 1  # the same examples at every evaluation
 
 
 def test_identical_seeds_give_identical_runs(small_config, tmp_path):

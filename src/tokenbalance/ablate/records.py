@@ -1,7 +1,8 @@
 """A grid's finished cells kept as small records, so that a grid can span machines.
 
 ``tokenbalance ablate ... --records DIR`` copies each completed cell's ``config.yaml``,
-``metrics.jsonl`` and ``run_state.json`` (kilobytes; no checkpoints) to ``DIR/<cell>/``, which a
+``metrics.jsonl`` and ``run_state.json``, and ``eval_outcomes.jsonl`` where the cell wrote one
+(kilobytes; no checkpoints) to ``DIR/<cell>/``, which a
 repository can hold. A later sitting on a machine without ``OUT/cells`` (a new clone, a new
 session) restores every cell whose record completed the planned steps with the planned config, so
 that no finished cell is ever run twice; the report reads the restored metrics as it reads any
@@ -22,9 +23,11 @@ from pathlib import Path
 
 from tokenbalance.config import RunConfig, load_config
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
+from tokenbalance.trainer.evaluate import EVAL_OUTCOMES
 from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
 
 RECORD_FILES = ("config.yaml", "metrics.jsonl", "run_state.json")
+OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
 
 
 def record_matches(record_dir: Path, planned: RunConfig) -> bool:
@@ -46,8 +49,9 @@ def record_matches(record_dir: Path, planned: RunConfig) -> bool:
 def restore(record_dir: Path, run_dir: Path) -> None:
     """Copy the record into the (new or empty) cell directory ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in RECORD_FILES:
-        shutil.copyfile(record_dir / name, run_dir / name)
+    for name in (*RECORD_FILES, *OPTIONAL_RECORD_FILES):
+        if name in RECORD_FILES or (record_dir / name).is_file():
+            shutil.copyfile(record_dir / name, run_dir / name)
 
 
 def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
@@ -57,5 +61,6 @@ def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
     record_written(records_dir, [cell])
     target = records_dir / cell
     target.mkdir(exist_ok=True)
-    for name in RECORD_FILES:
-        write_text_atomic(target / name, (run_dir / name).read_text())
+    for name in (*RECORD_FILES, *OPTIONAL_RECORD_FILES):
+        if name in RECORD_FILES or (run_dir / name).is_file():
+            write_text_atomic(target / name, (run_dir / name).read_text())

@@ -23,7 +23,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod, GridPlan
-from tokenbalance.ablate.results import MODES, CellResult, accuracy_columns, per_seed, start_per_seed
+from tokenbalance.ablate.results import (
+    MODES,
+    CellResult,
+    accuracy_columns,
+    paired_cell_outcomes,
+    per_seed,
+    start_per_seed,
+)
 from tokenbalance.ablate.runner import read_log
 from tokenbalance.ablate.stats import Estimate, detectable_difference, mean_ci, paired_difference, relative_change
 from tokenbalance.config import load_config
@@ -311,6 +318,33 @@ def accuracy_markdown(
     return lines
 
 
+def outcomes_markdown(plan: GridPlan, results: list[CellResult], mode: str, title: str) -> list[str]:
+    """Example by example, where the cells wrote their outcomes: per seed the examples the row got
+    right and its comparison did not (gained) and the reverse (lost), with the exact McNemar p."""
+    rows = paired_cell_outcomes(results, plan, mode)
+    if not rows:
+        return []
+    labels = {m.key: m.label for m in plan.methods} | {"start": "start policy (step 0)"}
+    lines = [
+        "",
+        f"Example by example ({title}, final evaluation): gained / lost, the held-out examples right only "
+        "in the row's cell / only in its comparison's (same seed, same examples), and the exact two-sided "
+        "McNemar p of that split.",
+        "",
+        "| Method | vs | " + " | ".join(f"seed {seed}" for seed in plan.seeds) + " | all seeds |",
+        "|---|---|" + "---|" * (len(plan.seeds) + 1),
+    ]
+    for key, compared, per_seed_outcomes in rows:
+        cells = [
+            f"{o.gained} / {o.lost} (p = {o.p_value:.3g})" if (o := per_seed_outcomes.get(seed)) else "–"
+            for seed in plan.seeds
+        ]
+        gained = sum(o.gained for o in per_seed_outcomes.values())
+        lost = sum(o.lost for o in per_seed_outcomes.values())
+        lines.append(f"| {labels[key]} | {labels[compared]} | " + " | ".join(cells) + f" | {gained} / {lost} |")
+    return lines
+
+
 def cost_markdown(rows: list[CostRow]) -> list[str]:
     lines = [
         "| Method | step s | rollout s | log-prob s | update s | step × baseline | cells | steps |",
@@ -430,6 +464,7 @@ def write_report(
         title = source.mode_titles[mode]
         lines += ["", f"## Held-out accuracy, {title}", ""]
         lines += accuracy_markdown(plan, results, mode, difficulty_label, title)
+        lines += outcomes_markdown(plan, results, mode, title)
     lines += [
         "",
         "## Cost per RL step",

@@ -1,4 +1,5 @@
-"""Read a grid's cells back from their run directories (``metrics.jsonl`` and ``run_state.json`` only).
+"""Read a grid's cells back from their run directories (``metrics.jsonl``, ``run_state.json`` and, where
+the cell wrote one, ``eval_outcomes.jsonl``).
 
 Every number of the report comes from here: a cell's accuracy is its **last** ``kind: eval``
 record (the evaluation after the final RL step), its start accuracy the first one (step 0, the
@@ -14,8 +15,10 @@ from pathlib import Path
 
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.runner import cell_dir
+from tokenbalance.ablate.stats import paired_outcomes
 from tokenbalance.diagnostics.plots import load_run
 from tokenbalance.trainer.checkpoint import checkpoint_step
+from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.rundir import is_locked, read_run_state
 
 MODES = ("greedy", "sample")
@@ -34,6 +37,7 @@ class CellResult:
     last_eval: dict = field(default_factory=dict)
     train: list[dict] = field(default_factory=list)
     evals: list[dict] = field(default_factory=list)
+    outcomes: dict[tuple[int, str], dict] = field(default_factory=dict)  # (step, mode): per-example outcomes
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """Steps and finite values of ``key`` in the train records."""
@@ -71,7 +75,8 @@ def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
         status = f"stopped, last checkpoint at step {checkpoint_step(run_dir)}"
     last = run.eval[-1] if run.eval else {}
     complete = status == "completed" and bool(last) and int(last.get("step", -1)) == steps
-    return CellResult(cell, status, complete, run.eval[0] if run.eval else {}, last, run.train, run.eval)
+    first = run.eval[0] if run.eval else {}
+    return CellResult(cell, status, complete, first, last, run.train, run.eval, read_outcomes(run_dir))
 
 
 def collect(plan: GridPlan, out_dir: Path) -> list[CellResult]:
@@ -117,3 +122,27 @@ def start_per_seed(results: list[CellResult], key: str) -> dict[int, float]:
         ):
             out[r.cell.seed] = float(value)
     return out
+
+
+def paired_cell_outcomes(results: list[CellResult], plan: GridPlan, mode: str) -> list[tuple[str, str, dict]]:
+    """Per row (its key, the key or ``start`` it is compared with) the per-seed :class:`PairedOutcomes`
+    of the final evaluation's examples against the baseline row's cell of the same seed (a baseline
+    row: against its own step-0 evaluation), where both cells wrote outcomes of the same examples."""
+
+    cells = {(r.cell.method.key, r.cell.seed): r for r in results if r.complete}
+    rows = []
+    for method in plan.methods:
+        compared = method.baseline or "start"
+        per_seed_outcomes = {}
+        for seed in plan.seeds:
+            cell = cells.get((method.key, seed))
+            other = cell if method.baseline is None else cells.get((method.baseline, seed))
+            if cell is None or other is None:
+                continue
+            mine = cell.outcomes.get((plan.steps, mode))
+            theirs = other.outcomes.get((0 if method.baseline is None else plan.steps, mode))
+            if mine and theirs and mine["examples"] == theirs["examples"]:
+                per_seed_outcomes[seed] = paired_outcomes(theirs["correct"], mine["correct"])
+        if per_seed_outcomes:
+            rows.append((method.key, compared, per_seed_outcomes))
+    return rows

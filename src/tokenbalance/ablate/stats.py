@@ -167,3 +167,40 @@ def relative_change(method: Mapping[int, float], baseline: Mapping[int, float]) 
     if base == 0:
         return math.nan
     return math.fsum(method[s] - baseline[s] for s in seeds) / len(seeds) / base
+
+
+def mcnemar_exact(gained: int, lost: int) -> float:
+    """The two-sided exact McNemar p-value of ``gained`` examples right only in one run and ``lost``
+    right only in the other: the binomial probability, at 1/2, of a split at least as uneven,
+    doubled and capped at 1 (1.0 when no example changed)."""
+    if gained < 0 or lost < 0:
+        raise ValueError(f"McNemar: counts must be >= 0, got {gained} and {lost}")
+    n = gained + lost
+    if n == 0:
+        return 1.0
+    tail = sum(math.comb(n, k) for k in range(min(gained, lost) + 1)) / 2**n
+    return min(1.0, 2 * tail)
+
+
+@dataclass(frozen=True)
+class PairedOutcomes:
+    """Two runs' outcomes on the same examples: how many only the second got right (``gained``), only
+    the first (``lost``), and the exact McNemar p-value of that split."""
+
+    examples: int
+    gained: int
+    lost: int
+
+    @property
+    def p_value(self) -> float:
+        return mcnemar_exact(self.gained, self.lost)
+
+
+def paired_outcomes(first: str, second: str) -> PairedOutcomes:
+    """Compare two strings of per-example outcomes (``1`` right, ``0`` wrong, the same examples in
+    the same order)."""
+    if len(first) != len(second):
+        raise ValueError(f"paired outcomes: {len(first)} and {len(second)} examples")
+    gained = sum(a == "0" and b == "1" for a, b in zip(first, second))
+    lost = sum(a == "1" and b == "0" for a, b in zip(first, second))
+    return PairedOutcomes(len(first), gained, lost)

@@ -52,12 +52,13 @@ def probe_classes(probe: ProbeBatch) -> ProbeClasses | None:
     """The token classes of the probe's responses, or None when its task does not tell them."""
     from tokenbalance.tasks import get_task
 
-    task = get_task(probe.config.data.task)
+    task = get_task(probe.config.data.task)  # BaseTask's optional parts: a user's Task may lack them
     names = tuple(getattr(task, "token_class_names", ()))
-    if not names:
+    text_classes = getattr(task, "text_classes", None)
+    if not names or text_classes is None:
         return None
-    class_BT = token_classes(task.text_classes, probe.tokenizer, probe.rollout.tokens_BT, probe.mask_BT, names)
-    return ProbeClasses(class_BT, names, tuple(task.decision_classes))
+    class_BT = token_classes(text_classes, probe.tokenizer, probe.rollout.tokens_BT, probe.mask_BT, names)
+    return ProbeClasses(class_BT, names, tuple(getattr(task, "decision_classes", ())))
 
 
 def bucket_experiment(

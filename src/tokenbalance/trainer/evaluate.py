@@ -6,12 +6,18 @@ that is how it gets answers right."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections import defaultdict
+from pathlib import Path
 
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
 
 MODES = {"greedy": 0.0, "sample": 1.0}
+# each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the
+# same examples can be compared example by example (McNemar: ablate's paired outcomes)
+EVAL_OUTCOMES = "eval_outcomes.jsonl"
 
 
 def full_reward(task: Task) -> float:
@@ -89,3 +95,48 @@ def evaluate(
             metrics[f"{prefix}/response_len_{name}"] = sum(chosen) / len(chosen) if chosen else float("nan")
         metrics[f"{prefix}/format_error"] = sum(format_errors) / len(format_errors)
     return metrics
+
+
+def outcome_lines(step: int, responses: list[dict]) -> list[dict]:
+    """One record per mode of an evaluation's ``responses`` (:func:`evaluate`'s): the step, the
+    mode, a digest of the examples in order (``examples``: two runs' outcomes pair only when it is
+    the same) and ``correct``, one character per example, ``1`` correct and ``0`` not."""
+    lines = []
+    for mode in MODES:
+        chosen = [r for r in responses if r["mode"] == mode]
+        if not chosen:
+            continue
+        keys = "\n".join(f"{r['data_source']}:{r['difficulty']}:{r['index']}" for r in chosen)
+        lines.append(
+            {
+                "step": step,
+                "mode": mode,
+                "examples": hashlib.sha256(keys.encode()).hexdigest()[:16],
+                "correct": "".join("1" if r["correct"] else "0" for r in chosen),
+            }
+        )
+    return lines
+
+
+def append_outcomes(run_dir: Path, step: int, responses: list[dict]) -> None:
+    """Append an evaluation's per-example outcomes to ``run_dir/eval_outcomes.jsonl``."""
+    with open(Path(run_dir) / EVAL_OUTCOMES, "a") as out:
+        for line in outcome_lines(step, responses):
+            out.write(json.dumps(line) + "\n")
+
+
+def read_outcomes(run_dir: Path) -> dict[tuple[int, str], dict]:
+    """The outcomes of each (step, mode) of a run, the last line of each winning (an evaluation
+    redone after a resume replaces the earlier one); empty when the run has none. A torn last line
+    is skipped."""
+    path = Path(run_dir) / EVAL_OUTCOMES
+    if not path.is_file():
+        return {}
+    found = {}
+    for line in path.read_text().splitlines():
+        try:
+            record = json.loads(line)
+            found[(int(record["step"]), str(record["mode"]))] = record
+        except (ValueError, KeyError, TypeError):
+            continue
+    return found

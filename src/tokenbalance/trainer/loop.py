@@ -73,7 +73,7 @@ from tokenbalance.trainer.checkpoint import (
 )
 from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
-from tokenbalance.trainer.evaluate import evaluate
+from tokenbalance.trainer.evaluate import append_outcomes, evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
@@ -369,10 +369,13 @@ def update(
     )
 
 
-def run_evaluation(parts: TrainerParts) -> dict[str, float]:
+def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
+    """The held-out metrics at ``step``; the main rank appends the per-example outcomes to the run
+    directory (``eval_outcomes.jsonl``)."""
     rt = parts.runtime
+    responses: list[dict] = []
     # every rank evaluates the same examples; only the main rank's numbers are logged
-    return evaluate(
+    metrics = evaluate(
         rt.engine,
         rt.tokenizer,
         rt.task,
@@ -381,7 +384,11 @@ def run_evaluation(parts: TrainerParts) -> dict[str, float]:
         max_new_tokens=parts.settings.max_new_tokens,
         max_prompt_tokens=parts.config.data.max_prompt_tokens,
         seed=parts.settings.seed,
+        responses=responses,
     )
+    if rt.ctx.is_main:
+        append_outcomes(parts.run_dir, step, responses)
+    return metrics
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
@@ -430,13 +437,13 @@ def train(parts: TrainerParts) -> dict:
     try:
         with progress:
             if parts.start_step == 0:
-                before = run_evaluation(parts)
+                before = run_evaluation(parts, 0)
                 evaluations[0] = before
                 if log is not None:
                     log.log(0, "eval", before)
                 progress.note_eval(before)
             if 0 < parts.start_step == cfg.train.steps and not has_final_eval(run_dir, cfg.train.steps):
-                result = run_evaluation(parts)  # a completed run whose final evaluation line was torn
+                result = run_evaluation(parts, cfg.train.steps)  # a completed run whose final evaluation line was torn
                 evaluations[cfg.train.steps] = result
                 if log is not None:
                     log.log(cfg.train.steps, "eval", result)
@@ -448,7 +455,7 @@ def train(parts: TrainerParts) -> dict:
                 progress.advance(done, metrics)
                 last = done == cfg.train.steps
                 if last or (cfg.train.eval_every and done % cfg.train.eval_every == 0):
-                    result = run_evaluation(parts)
+                    result = run_evaluation(parts, done)
                     evaluations[done] = result
                     if log is not None:
                         log.log(done, "eval", result)
