@@ -72,11 +72,35 @@ def test_tr_grpo_readings_match_the_table():
     assert mul[1].item() == pytest.approx(1.216, abs=1e-3) and mul[2].item() == pytest.approx(1.309, abs=1e-3)
 
 
-def test_tr_grpo_literal_shape_is_degenerate_and_warns():
-    with pytest.warns(UserWarning, match="weight is constant"):
-        config = TRGRPOConfig(shape="sigmoid_div")
+def test_where_the_readings_leave_the_clip_bounds():
+    # docs/methods.md §5: shift is 1 up to p = 0.25 and 1.4 from 0.25 + ln(7/3)/9 = 0.3441;
+    # mul is 1 up to ln(3)/9 = 0.1221 and 1.4 from ln(19)/9 = 0.3272.
+    shift_edges = torch.tensor([0.25, 0.25 + math.log(7 / 3) / 9], dtype=torch.float64)
+    mul_edges = torch.tensor([math.log(3) / 9, math.log(19) / 9], dtype=torch.float64)
+    assert_values(tr_grpo_weights_from_prob(shift_edges, TRGRPOConfig(shape="sigmoid_shift")), [1.0, 1.4], atol=1e-12)
+    assert_values(tr_grpo_weights_from_prob(mul_edges, TRGRPOConfig(shape="sigmoid_mul")), [1.0, 1.4], atol=1e-12)
+    assert shift_edges[1].item() == pytest.approx(0.3441, abs=1e-4)
+    assert mul_edges.tolist() == pytest.approx([0.1221, 0.3272], abs=1e-4)
+
+
+def test_the_literal_transcription_is_the_constant_one_so_it_is_refused():
+    # clip(2 (sigmoid(p / 9) - 0.25), 1, 1.4): the raw value runs from 2 (0.5 - 0.25) = 0.5 at p = 0
+    # to 2 (sigmoid(1/9) - 0.25) = 0.55550 at p = 1, below L = 1, so every token gets w = 1 (GRPO).
+    p = torch.linspace(0.0, 1.0, 10001, dtype=torch.float64)
+    raw = 2.0 * (torch.sigmoid(p / 9.0) - 0.25)
+    assert raw.min().item() == pytest.approx(0.5, abs=1e-15)
+    assert raw.max().item() == pytest.approx(2 * (1 / (1 + math.exp(-1 / 9)) - 0.25), abs=1e-15)
+    assert raw.max().item() == pytest.approx(0.55550, abs=1e-5)
+    assert torch.equal(raw.clamp(1.0, 1.4), torch.ones_like(p))
+    with pytest.raises(ValueError, match=r"tr_grpo.shape: 'sigmoid_div': .* constant 1 \(plain GRPO\)"):
+        TRGRPOConfig(shape="sigmoid_div")
+
+
+def test_a_constant_weight_warns():
+    with pytest.warns(UserWarning, match=r"weight is constant \(1.4000..1.4000"):
+        config = TRGRPOConfig(lower=1.4, upper=1.4)
     weights = tr_grpo_token_weights(logp(0.01, 0.99, 0.5), MASK, config)
-    assert_values(weights, [[1.0, 1.0, 1.0]])
+    assert_values(weights, [[1.4, 1.4, 1.0]])  # 1 at padding
 
 
 def test_tr_grpo_weights_increase_with_probability_and_are_detached():

@@ -10,10 +10,11 @@
   micro-batch in the loss, and ``neg_adv_weight`` (which depends only on the sign of A) is applied
   with the old-policy stages: the product is the same on both paths.
 * **TR-GRPO** (arXiv 2511.00066; docs/methods.md §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
-  The paper's exact formula is unknown; three readings are offered (``shape``) and the only
-  transcribed constants (``alpha=2, tau=9, mu=0.25, L=1, U=1.4``, third-party, unverified) are
-  the defaults. The literal reading with those constants is the constant 1 and triggers a
-  warning.
+  The paper's exact formula is unknown (its method section was not readable); two readings are
+  offered (``shape``) and the only transcribed constants (``alpha=2, tau=9, mu=0.25, L=1,
+  U=1.4``, third-party, unverified) are the defaults. The transcription as written,
+  ``clip(alpha (sigmoid(p / tau) - mu), L, U)``, is not offered: at those constants it is the
+  constant 1 (GRPO), not a weight that grows with p (see :data:`DROPPED_TR_SHAPES`).
 
 Both weights are positive, so as a loss multiplier they equal advantage scaling and leave the
 clip decisions unchanged (docs/methods.md §3).
@@ -36,7 +37,17 @@ from tokenbalance.algorithms._checks import (
 )
 
 PROB_SOURCES_AR = ("old", "current_detached")
-TR_SHAPES = ("sigmoid_shift", "sigmoid_mul", "sigmoid_div")
+TR_SHAPES = ("sigmoid_shift", "sigmoid_mul")
+# Readings removed, with the reason the config error gives. "sigmoid_div" is the third-party
+# transcription read literally: with its own constants (2, 9, 0.25, 1, 1.4) the raw value
+# 2 (sigmoid(p / 9) - 0.25) lies in [0.5, 0.5555] for p in [0, 1], below L = 1, so w = 1 for every
+# token (docs/methods.md §5), whereas the paper's v1 abstract has weights positively correlated
+# with the predicted probability.
+DROPPED_TR_SHAPES = {
+    "sigmoid_div": "the literal third-party transcription clip(alpha (sigmoid(p / tau) - mu), L, U) was dropped: "
+    "at its constants (2, 9, 0.25, 1, 1.4) it is the constant 1 (plain GRPO), not a weight that grows with p; "
+    "use the 'grpo' preset for GRPO or shape 'sigmoid_shift' / 'sigmoid_mul'",
+}
 TR_PROB_SOURCES = ("current", "old")
 TR_PLACEMENTS = ("loss_multiplier", "ratio_in_clip")
 DEGENERATE_WEIGHT_SPREAD = 1e-3
@@ -137,9 +148,9 @@ class TRGRPOConfig:
     """TR-GRPO probability-shaping hyper-parameters (docs/methods.md §5). All constants are unverified.
 
     Attributes:
-        shape: ``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)),
-            ``"sigmoid_mul"`` (w = clip(alpha (sigmoid(tau p) - mu), L, U)) or ``"sigmoid_div"``
-            (the literal transcription, w = clip(alpha (sigmoid(p / tau) - mu), L, U)).
+        shape: ``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)) or
+            ``"sigmoid_mul"`` (w = clip(alpha (sigmoid(tau p) - mu), L, U)). The literal
+            transcription ``"sigmoid_div"`` is refused (:data:`DROPPED_TR_SHAPES`).
         alpha, tau, mu: shape constants (third-party: 2.0, 9.0, 0.25).
         lower, upper: clip bounds L <= U, L > 0 (third-party: 1.0, 1.4).
         prob_source: ``"current"`` (detached current-policy probability; default) or ``"old"``.
@@ -162,6 +173,8 @@ class TRGRPOConfig:
     warn_degenerate: bool = True
 
     def __post_init__(self) -> None:
+        if self.shape in DROPPED_TR_SHAPES:
+            raise ValueError(f"tr_grpo.shape: {self.shape!r}: {DROPPED_TR_SHAPES[self.shape]}")
         check_choice("tr_grpo.shape", self.shape, TR_SHAPES)
         check_range("tr_grpo.alpha", self.alpha, 0.0, float("inf"), low_open=True)
         check_range("tr_grpo.tau", self.tau, 0.0, float("inf"), low_open=True)
@@ -184,9 +197,7 @@ class TRGRPOConfig:
 def tr_grpo_weights_from_prob(prob_BT: torch.Tensor, config: TRGRPOConfig) -> torch.Tensor:
     """Apply the TR-GRPO weight shape to probabilities (any shape, no gradient)."""
     prob = prob_BT.detach()
-    if config.shape == "sigmoid_div":
-        raw = config.alpha * (torch.sigmoid(prob / config.tau) - config.mu)
-    elif config.shape == "sigmoid_mul":
+    if config.shape == "sigmoid_mul":
         raw = config.alpha * (torch.sigmoid(config.tau * prob) - config.mu)
     else:
         raw = config.alpha * torch.sigmoid(config.tau * (prob - config.mu))
