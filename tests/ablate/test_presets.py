@@ -61,3 +61,10 @@ def test_a_preset_takes_one_start_seed_or_several_start_policies():
         GridPreset("x", "x", start_seed=0, start_policies=4)
     with pytest.raises(ValueError, match="start_policies must be >= 1"):
         GridPreset("x", "x", start_policies=0)
+
+
+def test_a_preset_for_a_given_model_refuses_to_run_without_it(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert main(["ablate", "--preset", "smollm2-kk", "--out", str(out), "--no-progress"]) == 2
+    assert "--preset smollm2-kk: give its start policy with --model DIR" in capsys.readouterr().err
+    assert not out.exists()

