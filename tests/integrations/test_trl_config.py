@@ -19,6 +19,7 @@ from tokenbalance.integrations.trl import (
     task_prompt_dataset,
     unsupported_reason,
 )
+from tokenbalance.integrations.trl.config import config_method, trainer_method
 from tokenbalance.integrations.trl.rewards import task_prompt_rows
 from tokenbalance.integrations.versions import HostVersionError
 from tokenbalance.models import load_policy
@@ -161,3 +162,31 @@ def test_task_reward_scores_prompt_plus_completion_with_special_tokens_kept():
     assert TaskReward(task="arith")(
         [r["prompt"] for r in arith], answers, None, ground_truth=[r["ground_truth"] for r in arith]
     ) == [1.0, 1.0]
+
+
+def test_the_method_travels_with_the_config():
+    from trl import GRPOConfig
+
+    for name in ("ar", "tr_grpo", "nthr"):  # each shares every GRPOConfig field with GRPO
+        args = config(name)
+        assert config_method(args) == get_method(name) != get_method("grpo")
+        assert trainer_method(None, args) == get_method(name)  # method= left out: the config's
+        assert trainer_method(name, args) == get_method(name)
+        with pytest.raises(ValueError, match=f"method='grpo', but args was built for method '{name}'"):
+            trainer_method("grpo", args)
+    plain = GRPOConfig(**{**BASE, "epsilon_high": 0.28, "beta": 0.001})  # built without us: GRPO by default
+    assert config_method(plain) is None and trainer_method(None, plain) == get_method("grpo")
+
+
+def zero_reward(prompts, completions, **kwargs):
+    return [0.0] * len(completions)
+
+
+def test_a_trainer_built_without_method_trains_the_configs():
+    from tokenbalance.integrations.trl.rewards import task_prompt_dataset
+
+    data = {"train_dataset": task_prompt_dataset(2, difficulty=2, template="compact")}
+    trainer = TokenBalanceGRPOTrainer(str(tiny_policy_dir()), zero_reward, config("ar"), **data)
+    assert trainer.balance_method == get_method("ar")
+    with pytest.raises(ValueError, match="args was built for method 'ar'"):
+        TokenBalanceGRPOTrainer(str(tiny_policy_dir()), zero_reward, config("ar"), method="grpo", **data)

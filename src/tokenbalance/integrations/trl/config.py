@@ -166,7 +166,36 @@ def grpo_config_for_method(method: Method | str, *, iterations_per_pass: int = 1
             )
     args = GRPOConfig(**{**config, **fields})
     check_config(method, args)
+    setattr(args, METHOD_ATTRIBUTE, method)  # the method travels with the config (config_method)
     return args
+
+
+# The attribute of a GRPOConfig built by grpo_config_for_method that holds its Method: not a GRPOConfig
+# field, so TRL neither reads nor saves it.
+METHOD_ATTRIBUTE = "tokenbalance_method"
+
+
+def config_method(args) -> Method | None:
+    """The method ``args`` was built for by :func:`grpo_config_for_method` (None for a config built
+    otherwise)."""
+    method = getattr(args, METHOD_ATTRIBUTE, None)
+    return method if isinstance(method, Method) else None
+
+
+def trainer_method(method: Method | str | None, args) -> Method:
+    """The method a trainer runs: the one ``args`` was built for, unless ``method`` names it too (the
+    same method) or another (refused: AR, TR-GRPO or NTHR share GRPO's config fields, so a config
+    built for one would otherwise train another silently); ``grpo`` for a config built otherwise."""
+    built_for = config_method(args)
+    if method is None:
+        return built_for or resolve_method("grpo")
+    chosen = resolve_method(method)
+    if built_for is not None and built_for != chosen:
+        raise ValueError(
+            f"method={chosen.name!r}, but args was built for method {built_for.name!r} by grpo_config_for_method; "
+            "leave method= out (the config carries its method) or build the config for this one"
+        )
+    return chosen
 
 
 def _mismatch(field: str, actual, expected, method: Method, why: str) -> ValueError:

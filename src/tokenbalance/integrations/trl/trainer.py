@@ -62,7 +62,7 @@ from tokenbalance.integrations.hidden import capture_last_hidden, decoder_of
 from tokenbalance.integrations.trl.config import (
     check_config,
     pass_count,
-    resolve_method,
+    trainer_method,
 )
 from tokenbalance.integrations.trl.hidden import completion_hidden
 from tokenbalance.integrations.trl.passes import (
@@ -88,8 +88,10 @@ FORWARD_KEYS = (
 class TokenBalanceGRPOTrainer(GRPOTrainer):
     """``GRPOTrainer`` whose loss is a tokenbalance :class:`Method` (preset name or object).
 
-    Build ``args`` with :func:`tokenbalance.integrations.trl.grpo_config_for_method`; a config that
-    contradicts the method, or a method TRL cannot run, raises ``ValueError`` with the reason.
+    Build ``args`` with :func:`tokenbalance.integrations.trl.grpo_config_for_method`: the config carries
+    its method, so ``method`` may be left out (given, it must be the same method); a config built
+    otherwise trains ``method`` (default GRPO). A config that contradicts the method, or a method TRL
+    cannot run, raises ``ValueError`` with the reason.
     ``nthr_max_reward``: the largest reward a completion can get, whose completions NTHR counts as
     correct (default: derived from the reward functions' ``max_reward`` attributes; not needed when
     the method states ``nthr.correct_threshold`` or uses ``nthr.positives="advantage_sign"``).
@@ -103,18 +105,18 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         reward_funcs=None,
         args=None,
         *,
-        method: Method | str = "grpo",
+        method: Method | str | None = None,
         nthr_max_reward: float | None = None,
         grad_share_edges: Sequence[float] | None = DEFAULT_EDGES,
         **kwargs,
     ):
-        method = resolve_method(method)
         self.grad_share_edges = None if grad_share_edges is None else check_bucket_edges(grad_share_edges)
         if args is None:
             raise ValueError(
                 "args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
                 "loss fields agree with the method"
             )
+        method = trainer_method(method, args)
         check_config(method, args)
         if method.loss_agg_mode == "seq-mean-token-sum-norm":
             method = method.replace(max_response_len=args.max_completion_length)
