@@ -25,8 +25,9 @@ class PieceTokenizer:
 def test_each_token_takes_the_class_of_its_first_non_space_character():
     text = " 12 + 5 = 17."
     pieces = [" 12", " +", " 5", " =", " 17", "."]
-    assert piece_kinds(pieces, text_classes(text), text) == ["copy", "operator", "copy", "wording", "result", "format"]
-    assert piece_kinds([" ", "x"], ["format", "copy"], " x") == ["format", "copy"]  # spaces only: format
+    kinds = piece_kinds(pieces, text_classes(text), text, "format")
+    assert kinds == ["copy", "operator", "copy", "wording", "result", "format"]
+    assert piece_kinds([" ", "x", "<eos>"], ["format", "copy"], " x", "rest") == ["rest", "copy", "rest"]
 
 
 def test_token_classes_of_a_batch():
@@ -70,3 +71,14 @@ def test_logp_change_by_class_keeps_saturated_tokens_apart():
     assert found[("wording", "[0, 0.25)", "A<0")]["right_way_frac"] == 1.0  # fell, as A < 0 asks
     assert found[("wording", "[0.75, 1]", "A>0")]["right_way_frac"] == 0.0  # fell where A > 0 asks up
     assert len(rows) == 2 * 5 * 2 and all(math.isnan(r["dlogp_mean"]) for r in rows if not r["tokens"])
+
+
+def test_kk_role_words_in_the_answer_are_its_decisions():
+    from tokenbalance.tasks import get_task
+
+    task = get_task("kk")
+    text = " Assume Zoey is a knight. </think>\n<answer>\n(1) Zoey is a knave\n(2) Ava is a knight"  # unclosed
+    kinds = task.text_classes(text)
+    assert kinds[text.index("knight")] == "role" and kinds[text.index("knave")] == "answer_role"
+    assert kinds[text.rindex("knight")] == "answer_role" and kinds[text.index("Zoey")] == "other"
+    assert task.decision_classes == ("answer_role",) and set(kinds) <= set(task.token_class_names)

@@ -26,7 +26,7 @@ from tokenbalance.tasks.arith_cot import (
     working,
     working_pieces,
 )
-from tokenbalance.tasks.base import drawn_choices
+from tokenbalance.tasks.base import BaseTask, drawn_choices
 from tokenbalance.trainer.sft import check_sft_target
 
 TASK = ArithTask(timeout_s=None)
@@ -143,7 +143,7 @@ def test_classes_of_a_models_text():
     assert kind_at("*", 1) == "operator" and kind_at("-36") == "result" and kind_at("(", 2) == "format"
     assert kind_at("So the result is") == "wording" and kind_at("-36", 1) == "copy" and kind_at("{") == "format"
     assert set(DECISION_CLASSES) == {"result", "operator"}
-    assert TASK.text_classes(text) == kinds and get_task("kk").text_classes(text) is None
+    assert TASK.text_classes(text) == kinds and BaseTask().text_classes(text) is None  # a task that does not tell
 
 
 def test_error_rate_is_refused_where_it_cannot_apply():

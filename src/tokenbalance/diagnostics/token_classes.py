@@ -3,7 +3,8 @@ applied), which are copies, drawn wording or fixed format, for a task that tells
 (:meth:`~tokenbalance.tasks.base.BaseTask.text_classes`; arith's working).
 
 * :func:`token_classes`: the class of every response token (the class of its first non-space
-  character; a token of spaces only, and the EOS, are ``format``).
+  character; a token of spaces only, and the EOS, take the task's last class, the rest: ``format``
+  for arith, ``other`` for K&K).
 * :func:`class_profile`: the token profile by class, the issue's test of a testbed: how many
   tokens sit in each probability bucket, and what share of the lowest bucket is decisions.
 * :func:`logp_change_by_class`: the single-update experiment (AR-Lopti Figure 1) measured in
@@ -22,7 +23,6 @@ import torch
 from tokenbalance.diagnostics.buckets import bucket_masks, interval_label
 from tokenbalance.diagnostics.edges import check_bucket_edges
 
-FORMAT = "format"
 SATURATED_P = 0.999
 
 
@@ -43,17 +43,18 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
     return pieces
 
 
-def piece_kinds(pieces: Sequence[str], char_kinds: Sequence[str], text: str) -> list[str]:
+def piece_kinds(pieces: Sequence[str], char_kinds: Sequence[str], text: str, rest: str) -> list[str]:
     """The class of each token piece: that of its first non-space character in ``text`` (whose
-    character classes are ``char_kinds``); pieces past the text (special tokens) are ``format``."""
+    character classes are ``char_kinds``); spaces only, and pieces the text does not hold (special
+    tokens), are ``rest``."""
     kinds, start = [], 0
     for piece in pieces:
         end = start + len(piece)
         if text[start:end] != piece:  # a special token the text does not hold
-            kinds.append(FORMAT)
+            kinds.append(rest)
             continue
         first = next((i for i in range(start, end) if not text[i].isspace()), None)
-        kinds.append(FORMAT if first is None else char_kinds[first])
+        kinds.append(rest if first is None else char_kinds[first])
         start = end
     return kinds
 
@@ -62,14 +63,15 @@ def token_classes(
     text_classes, tokenizer, response_ids_BT: torch.Tensor, mask_BT: torch.Tensor, classes: Sequence[str]
 ) -> torch.Tensor:
     """[B, T] int64: the index in ``classes`` of each valid response token's class, -1 elsewhere.
-    ``text_classes(text)`` gives the class of each character of a decoded response."""
+    ``text_classes(text)`` gives the class of each character of a decoded response; the last of
+    ``classes`` is the rest (spaces, special tokens)."""
     class_BT = torch.full(response_ids_BT.shape, -1, dtype=torch.long)
     for row in range(response_ids_BT.shape[0]):
         valid = mask_BT[row].bool().cpu()
         ids = response_ids_BT[row].cpu()[valid].tolist()
         pieces = token_pieces(tokenizer, ids)
         text = "".join(pieces)
-        kinds = piece_kinds(pieces, text_classes(text), text)
+        kinds = piece_kinds(pieces, text_classes(text), text, classes[-1])
         positions = valid.nonzero().flatten().tolist()
         for position, kind in zip(positions, kinds):
             class_BT[row, position] = classes.index(kind)

@@ -200,7 +200,8 @@ class BaseTask:
     special_tokens: tuple[str, ...] = ()
     # whether sft_response takes error_rate (sft.error_rate: a noisy teacher's working)
     noisy_teacher: bool = False
-    # the classes text_classes gives, and which of them are decisions (a token profile by class)
+    # the classes text_classes gives, the last being the rest (spaces, special tokens), and which of
+    # them are decisions (a token profile by class)
     token_class_names: tuple[str, ...] = ()
     decision_classes: tuple[str, ...] = ()
     # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)

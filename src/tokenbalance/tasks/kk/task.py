@@ -205,6 +205,22 @@ class KKTask(BaseTask):
     def difficulty_label(self, difficulty: int) -> str:
         return f"{difficulty} people"
 
+    # a role word ("knight", "knaves") in the answer block is what the reward scores (the decision);
+    # one in the reasoning is a step of the search (an assumption, a deduction); the rest is other text
+    token_class_names = ("answer_role", "role", "other")
+    decision_classes = ("answer_role",)
+
+    def text_classes(self, text: str) -> list[str]:
+        """The class of each character of a response (:attr:`token_class_names`): role words inside
+        ``<answer>...</answer>`` (to the end of the text when unclosed) are ``answer_role``, role
+        words elsewhere ``role``, everything else ``other``."""
+        kinds = ["other"] * len(text)
+        answers = [(m.start(), m.end()) for m in re.finditer(r"<answer>(?:(?!</answer>).)*(?:</answer>|$)", text, re.S)]
+        for match in re.finditer(r"\b(?:knight|knave)s?\b", text):
+            inside = any(start <= match.start() < end for start, end in answers)
+            kinds[match.start() : match.end()] = ["answer_role" if inside else "role"] * (match.end() - match.start())
+        return kinds
+
     def sft_response(self, example: TaskExample, target: str) -> str:
         """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain
         of thought first (generated examples carry it; file examples do not); with ``"cot_random"``
