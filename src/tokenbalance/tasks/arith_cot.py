@@ -113,9 +113,10 @@ def working(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | 
 
 
 def working_pieces(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> list[Piece]:
-    """:func:`working` as pieces of text, each with its class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`). The order of
-    ``rng``'s draws is that of the working written without errors, so that a noisy teacher's order
-    and wording are those of the clean working wherever the two have not diverged."""
+    """:func:`working` as pieces of text, each with its class
+    (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`). The order of ``rng``'s draws is that of the
+    working written without errors, so that a noisy teacher's order and wording are those of the
+    clean working."""
 
     def pick(options):
         return options[0] if rng is None else rng.choice(options)
@@ -194,8 +195,8 @@ _WORDING = sorted({*LEADS, *EQUALS, *LINKS, *CLOSERS} - {""}, key=len, reverse=T
 
 
 def text_classes(text: str) -> list[str]:
-    """The class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`) of each character of a working as anyone wrote it (a model's
-    sample, not only the generator's text): the wording slots' phrases are ``wording``; a number right
+    """The class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`) of each character of a working as
+    anyone wrote it (a model's sample, not only the generator's text): the wording slots' phrases are ``wording``; a number right
     after an equals word (``=``, ``is``, ...) is a ``result``; an operator before its sentence's equals
     word is the ``operator`` applied; other numbers and operators are ``copy``; the rest is ``format``.
     On the generator's own workings this gives the classes of :func:`working_pieces` exactly."""
