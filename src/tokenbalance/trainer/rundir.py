@@ -41,6 +41,7 @@ from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.checkpoint import (
     OPTIMIZER_FILE,
     STATE_FILE,
+    checkpoint_dirs,
     checkpoint_step,
     resume_checkpoint,
     write_text_atomic,
@@ -317,7 +318,7 @@ def recover_latest(run_dir: Path) -> str | None:
     if newest is not None and newest.name == named:  # latest names a complete checkpoint
         return None
     if newest is None:
-        steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+        steps = checkpoint_dirs(root)
         if steps:
             raise ValueError(
                 f"{root}: no complete checkpoint among {', '.join(p.name for p in steps)} (each needs {STATE_FILE}, "
