@@ -364,3 +364,23 @@ def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid
     changed = load_config(grid / "configs" / "grpo-seed0.yaml")
     changed.optim.lr = 0.02
     assert not records.record_matches(kept / "grpo-seed0", changed)  # another experiment is not restored
+
+
+def test_a_grid_of_another_config_never_replaces_the_records_it_shares(grid, tiny_policy_dir, tmp_path, capsys):
+    """Two grids sharing one ``--records`` directory: a grid whose cells have another config (or
+    fewer steps) than the finished records of the same names is refused before any work, naming
+    the setting; the records stay as they were."""
+    kept = tmp_path / "records"
+    assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0
+    before = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    variant = tmp_path / "variant"
+    assert main(grid_args(tiny_policy_dir, variant, "--records", str(kept), "--set", "optim.lr=0.02")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is the record of another config (optim.lr:" in err and "0.02 in this grid" in err
+    assert "Use another --records directory" in err and len(err.splitlines()) == 1
+    shorter = tmp_path / "shorter"
+    assert main(grid_args(tiny_policy_dir, shorter, "--records", str(kept), "--steps", "1")) == 2
+    assert "is the record of 2 steps, more than the 1 planned" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == before
+    assert not (variant / "cells").exists() and not (shorter / "cells").exists()

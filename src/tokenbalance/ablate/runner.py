@@ -284,6 +284,7 @@ def run_grid(
         restored = []
         if records is not None:
             check_files_replaceable(records, [c.name for c in plan.cells], "--records")
+            cell_records.check_no_conflict(records, {c.name: configs[c.name] for c in plan.cells})
             restored = [
                 c.name
                 for c in plan.cells
