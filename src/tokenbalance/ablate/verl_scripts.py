@@ -14,11 +14,16 @@ Layout of ``OUT/verl/``::
 Every value a script embeds (cell names, hyper-parameters, the grid directory) is shell-quoted data;
 comment lines show line breaks as ``\\n``. Writing the grid again rewrites the scripts (atomically,
 so a sitting reading one keeps its copy) and never a cell's STATUS, metrics or checkpoints; a cell that
-has run is refused if its launch would change (its metrics would mix two experiments).
+has run is refused if its launch would change (its metrics would mix two experiments). A script the
+user edited after the grid wrote it (``#SBATCH`` lines, a cell's ``run.sh``) is never replaced: the
+digest of each written script is kept in ``.tokenbalance-scripts.json`` and a script that no longer
+matches it is refused, naming it, before anything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import shlex
@@ -30,6 +35,7 @@ from tokenbalance.ablate.verl_grid import VerlCell
 from tokenbalance.outputs import write_text_atomic
 
 NOT_STARTED = "not started"
+DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
 SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
 
 
@@ -198,6 +204,35 @@ def check_relaunch(grid_dir: Path, cells: list[VerlCell]) -> None:
             )
 
 
+def written_digests(grid_dir: Path) -> dict[str, str]:
+    """The digests of the scripts the grid wrote (:data:`DIGESTS`); empty when there is no record."""
+    try:
+        digests = json.loads((grid_dir / DIGESTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in digests.items() if isinstance(v, str)} if isinstance(digests, dict) else {}
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_unedited(grid_dir: Path, names: list[str]) -> None:
+    """``ValueError`` naming the first of the scripts ``names`` (relative to ``grid_dir``) that exists
+    but is not as the grid wrote it: edited by the user, or never written by the grid. A grid written
+    before digests were kept has no record and is adopted as it is."""
+    digests = written_digests(grid_dir)
+    if not digests:
+        return
+    for name in names:
+        path = grid_dir / name
+        if path.exists() and (not path.is_file() or digests.get(name) != file_digest(path)):
+            raise ValueError(
+                f"--out: {path} was edited after the grid wrote it (or not written by it); it is never replaced. "
+                "Move it away (carry your edits into the one written then), or write the grid into another --out"
+            )
+
+
 def write_verl_grid(
     grid_dir: Path,
     preset: str,
@@ -212,6 +247,8 @@ def write_verl_grid(
     returns the driver and the Slurm script. ``summary``: comment lines for the drivers' headers."""
     check_relaunch(grid_dir, cells)
     driver, slurm = grid_dir / "run_grid.sh", grid_dir / "slurm_array.sh"
+    scripts = ["run_grid.sh", "slurm_array.sh", "run_cell.sh", "cells.txt", *(f"cells/{c.name}/run.sh" for c in cells)]
+    check_unedited(grid_dir, scripts)
     not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
     header = summary_comment([*summary, *not_on_verl])
     hours, why = slurm_hours(longest_cell_hours)
@@ -236,6 +273,8 @@ def write_verl_grid(
         GRID_DIR=shlex.quote(str(grid_dir)),
     )
     _write_script(slurm, slurm_text)
+    digests = written_digests(grid_dir) | {name: file_digest(grid_dir / name) for name in scripts}
+    write_text_atomic(grid_dir / DIGESTS, json.dumps(digests, indent=1, sort_keys=True) + "\n")
     return [driver, slurm]
 
 
