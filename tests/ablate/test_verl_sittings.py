@@ -149,6 +149,37 @@ def test_a_dry_run_changes_nothing(work):
     assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
 
 
+@pytest.mark.parametrize("value", ["true", "yes", "YES", "1"])
+def test_every_true_looking_dry_run_is_a_dry_run(work, value):
+    """The driver and a cell alone: ``DRY_RUN=true`` / ``yes`` compose and change nothing, as ``1``."""
+    for script in (work["grid"] / "run_grid.sh", cell(work) / "run.sh"):
+        done = run(work, script, DRY_RUN=value)
+        assert done.returncode == 0, done.stderr
+        assert (work["root"] / "record.dry-run").is_file()
+        (work["root"] / "record.dry-run").unlink()
+    assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
+
+
+@pytest.mark.parametrize("script", ["run_grid.sh", "cells/grpo-3b-seed0/run.sh", "slurm_array.sh"])
+def test_a_dry_run_value_that_is_not_yes_or_no_is_refused_before_anything(work, script):
+    done = run(
+        work, work["grid"] / script, DRY_RUN="maybe", SLURM_ARRAY_TASK_ID="0", SLURM_SUBMIT_DIR=str(work["root"])
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "DRY_RUN must be 1/true/yes (a dry run) or 0/false/no/unset (a real sitting), got 'maybe'; nothing started"
+    ]
+    assert status(work) == "not started" and not list(work["root"].glob("record*"))
+    assert not (cell(work) / ".lock").exists()
+
+
+def test_a_real_sitting_passes_dry_run_0_to_the_launch(work):
+    (work["root"] / "examples" / "verl" / "kk_baseline.sh").write_text('echo "DRY_RUN=$DRY_RUN" > "$RECORD.env"\n')
+    done = run(work, cell(work) / "run.sh", DRY_RUN="no")
+    assert done.returncode == 0, done.stderr
+    assert (work["root"] / "record.env").read_text() == "DRY_RUN=0\n" and status(work).startswith("completed")
+
+
 def test_a_slurm_task_runs_its_line_of_cells_txt(work):
     done = run(work, work["grid"] / "slurm_array.sh", SLURM_ARRAY_TASK_ID="1", SLURM_SUBMIT_DIR=str(work["root"]))
     assert done.returncode == 0, done.stderr

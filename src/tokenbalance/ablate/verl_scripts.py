@@ -30,7 +30,7 @@ import shlex
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
-from tokenbalance.ablate.verl_cell_script import SITTING_SCRIPT
+from tokenbalance.ablate.verl_cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
 from tokenbalance.ablate.verl_grid import VerlCell
 from tokenbalance.outputs import write_text_atomic
 
@@ -97,7 +97,7 @@ DRIVER_TEMPLATE = """#!/usr/bin/env bash
 # On a GPU node (1 x 4 x 80 GB per cell, as the AR-Lopti scripts), from the repository root:
 #   pip install -e '.[verl]' && pip install 'verl[vllm]'
 #   bash examples/verl/prepare_kk_data.sh data/kk
-#   DRY_RUN=1 bash @SCRIPT@      # compose and validate every cell's config; changes nothing
+#   DRY_RUN=1 bash @SCRIPT@      # compose and validate every cell's config; changes nothing (1, true, yes)
 #   bash @SCRIPT@ [key=value...] # run every cell not completed, in turn (extra hydra overrides for every cell)
 # A failed cell does not stop the grid: the others run, the failed ones are listed at the end (exit
 # status 1), and running this script again resumes them from their last checkpoint. One job per cell on
@@ -105,6 +105,7 @@ DRIVER_TEMPLATE = """#!/usr/bin/env bash
 # of examples/verl/common.sh (MODEL_PATH, DATA_DIR, N_GPUS). Each cell: cells/<cell>/run.sh, STATUS,
 # metrics.sitting-<k>.jsonl. The table from the cells' verl logs: the command above with --report-only.
 set -uo pipefail
+@DRY_RUN_CHECK@
 GRID_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mapfile -t CELLS < "$GRID_DIR/cells.txt"
 FAILED=()
@@ -262,7 +263,10 @@ def write_verl_grid(
             (cell_dir / "STATUS").write_text(NOT_STARTED + "\n")
     _write_script(grid_dir / "run_cell.sh", SITTING_SCRIPT)
     write_text_atomic(grid_dir / "cells.txt", "".join(f"{cell.name}\n" for cell in cells))
-    _write_script(driver, fill(DRIVER_TEMPLATE, **common, SCRIPT=comment_safe(shlex.quote(str(driver)))))
+    _write_script(
+        driver,
+        fill(DRIVER_TEMPLATE, **common, SCRIPT=comment_safe(shlex.quote(str(driver))), DRY_RUN_CHECK=DRY_RUN_CHECK),
+    )
     slurm_text = fill(
         SLURM_TEMPLATE,
         **common,
