@@ -191,6 +191,23 @@ def test_a_slurm_task_runs_its_line_of_cells_txt(work):
     assert done.returncode != 0 and "submit this script with sbatch" in done.stderr
 
 
+def test_a_grid_written_with_a_relative_out_runs_from_the_repository_root(work, tmp_path, monkeypatch):
+    """``--out rel`` written in one directory, submitted from the repository root (where Slurm
+    runs each task): the scripts name the grid by its absolute path, so every task finds its cell."""
+    (tmp_path / "written-here").mkdir()
+    monkeypatch.chdir(tmp_path / "written-here")
+    assert main([*GRID, "--out", "rel"]) == 0
+    grid_dir = tmp_path / "written-here" / "rel" / "verl"
+    assert f"DEFAULT_GRID_DIR={grid_dir}" in (grid_dir / "slurm_array.sh").read_text()
+    for task in ("0", "1"):
+        done = run(work, grid_dir / "slurm_array.sh", SLURM_ARRAY_TASK_ID=task, SLURM_SUBMIT_DIR=str(work["root"]))
+        assert done.returncode == 0, done.stderr
+    assert all(
+        (grid_dir / "cells" / c / "STATUS").read_text().startswith("completed")
+        for c in ("grpo-3b-seed0", "ar-3b-seed0")
+    )
+
+
 HOSTILE = "a b'c\"d $(touch PWNED) `touch PWNED2` ${HOME} \\ newline\nhere ünï"
 
 
