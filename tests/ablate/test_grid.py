@@ -155,6 +155,25 @@ def test_figures_are_written(grid):
         assert sum(row["token_frac"]) == pytest.approx(1.0) and row["grad_norm_all"] > 0
 
 
+def test_figure_1_takes_all_the_training_prompts_when_there_are_fewer_than_asked(grid, tmp_path):
+    """``data.rl_count`` smaller than ``--figure-prompts``: the figure's batch takes every training
+    prompt, with a note, instead of crashing the finished grid's report on every rerun."""
+    from tokenbalance.ablate import figure1
+    from tokenbalance.config import save_config
+
+    config = load_config(grid / "configs" / "grpo-seed0.yaml")
+    config.data.train_difficulties, config.data.rl_count = [3], 1
+    save_config(config, tmp_path / "few.yaml")
+    notes: list[str] = []
+    data = figure1.measure(tmp_path / "few.yaml", [GRID_METHODS["grpo"]], prompts=2, log=notes.append)
+    assert data["responses"] == 1 * 4  # one prompt x group of 4
+    assert notes == [
+        "figure 1: 1 prompt(s), all the training data holds (data.rl_count or data.train_file), fewer than "
+        "--figure-prompts 2"
+    ]
+    assert figure1.figure_prompts(2, 5) == (2, None)
+
+
 def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):
     cells = grid / "cells"
     finished = {name: last_eval(cells / name) for name in CELLS}
