@@ -123,6 +123,24 @@ def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, t
     assert not (tmp_path / ".stopped.sft-checkpoints").exists()
 
 
+def test_eval_responses_into_a_new_directory_is_written_and_an_empty_value_refused(tiny_policy_dir, tmp_path, capsys):
+    """``--responses newdir/x.json``: the directory is checked before the evaluation and created for
+    the file (before: the numbers were computed, then lost on the missing directory);
+    ``--responses ""`` (an unset variable) is refused, not ignored."""
+    with pytest.raises(SystemExit) as exit_info:  # argparse's exit, as for every empty path flag
+        main(["eval", "--model", str(tiny_policy_dir), "--responses", "", *SETS])
+    assert exit_info.value.code == 2 and "argument --responses: empty value" in capsys.readouterr().err
+    target = tmp_path / "newdir" / "deeper" / "x.json"
+    status, err = run_cli(capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(target), *SETS)
+    assert status == 0, err
+    assert json.loads(target.read_text())["written_by"] == "tokenbalance eval"
+    (tmp_path / "afile").write_text("mine")
+    status, err = run_cli(
+        capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(tmp_path / "afile/x.json")
+    )
+    assert status == 2 and "afile is a file, not a directory" in err
+
+
 def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
     train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir"]
     user = tmp_path / "user"
