@@ -308,6 +308,34 @@ def test_input_errors_are_one_line_before_any_model_work(tiny_policy_dir, tmp_pa
     assert sorted(os.listdir(tmp_path)) == ["contradicting.jsonl", "policy", "schema.jsonl"]  # no run directory
 
 
+def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch, no_model_work
+):
+    """W&B online without a login, a misspelt ``WANDB_MODE`` and a ``wandb_*`` option while W&B is off
+    fail before the model loads and leave no run directory, so the corrected command just runs."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no login
+    monkeypatch.delenv("NETRC", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run_dir = tmp_path / "run"
+    train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir)]
+    online = ["--set", "output.wandb=true", "--set", "output.wandb_mode=online"]
+    status, err = run_cli(capsys, *train, *online)
+    assert status == 2 and "W&B online needs a login and this machine has none" in err and "wandb login" in err
+    monkeypatch.setenv("WANDB_MODE", "onlin")
+    status, err = run_cli(capsys, *train, "--set", "output.wandb=true")
+    assert status == 2 and "WANDB_MODE='onlin' in the environment (it wins over output.wandb_mode): not a W&B" in err
+    monkeypatch.delenv("WANDB_MODE")
+    status, err = run_cli(capsys, *train, "--set", "output.wandb_project=mine")
+    assert status == 2 and "output.wandb_project='mine': applies only with output.wandb=true" in err
+    assert len(err.strip().splitlines()) == 1 and not run_dir.exists()
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password k" + "0" * 39 + "\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert (
+        runner.wandb_problem(config_from_args(build_parser().parse_args([*train, *online])).output, os.environ) is None
+    )
+
+
 def damage(directory, how):
     if how == "weights":  # a download cut short
         weights = directory / "model.safetensors"
