@@ -336,6 +336,19 @@ def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
     )
 
 
+def test_a_token_rule_that_returns_the_wrong_thing_fails_before_any_model_work(
+    tiny_policy_dir, tmp_path, capsys, no_model_work
+):
+    rules = tmp_path / "my_rules.py"
+    rules.write_text(
+        "import torch\nfrom tokenbalance.algorithms import register_token_rule\n\n"
+        "@register_token_rule('flat_rule', stage='passes')\ndef flat_rule(inputs):\n    return torch.ones(3)\n"
+    )
+    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--method", f"{rules}:flat_rule")
+    assert status == 2 and err.count("\n") == 1
+    assert f"token rule 'flat_rule' ({rules}:flat_rule) returned shape (3,); expected [B, T]" in err
+
+
 def damage(directory, how):
     if how == "weights":  # a download cut short
         weights = directory / "model.safetensors"

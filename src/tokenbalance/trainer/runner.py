@@ -92,6 +92,7 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     imports and is callable, every row has the prompt and the columns it takes, chat prompts
     render with the policy's chat template, and it returns a reward for the empty response on the
     first rows of each file."""
+    from tokenbalance.algorithms.token_rules import probe_rule
     from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_checked_tokenizer
     from tokenbalance.tasks import get_task
     from tokenbalance.tasks.function import FunctionTask
@@ -99,7 +100,9 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     from tokenbalance.trainer.embedded import embedded_key
     from tokenbalance.trainer.scoring import encode_prompts
 
-    config.method()
+    rule = config.method().token_rule
+    if rule is not None:
+        probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
     if config.data.reward is not None and config.model.path is None:
         raise ValueError(
             "data.reward: give the policy to train with --model PATH (a Hugging Face model directory); the "
