@@ -295,3 +295,19 @@ def test_the_probe_names_a_rule_that_raises_or_returns_the_wrong_thing_and_passe
 
     with pytest.raises(ValueError, match=r"token rule 'raises' \(.*broken\) raised KeyError: 'missing' on a small"):
         probe_rule(register_token_rule("raises", broken, stage="loss"))
+
+
+def test_an_unregistered_rule_name_lists_the_registered_ones_or_says_there_are_none(monkeypatch):
+    from tokenbalance.algorithms.methods import load_token_rule
+
+    monkeypatch.setattr(TOKEN_RULES, "_items", {})
+    with pytest.raises(
+        ValueError, match=r"method.token_rule='hi_entropy': no token rule of that name \(none is registered"
+    ):
+        load_token_rule("hi_entropy", "method.token_rule")
+    register_token_rule("high_entropy", lambda x: torch.ones_like(x.advantages_BT), stage="passes")
+    with pytest.raises(ValueError) as err:
+        load_token_rule("hi_entropy", "method.token_rule")
+    assert "(registered in this process: high_entropy (did you mean 'high_entropy'?)); name it by its file" in str(
+        err.value
+    )

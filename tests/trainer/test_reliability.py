@@ -349,6 +349,25 @@ def test_a_token_rule_that_returns_the_wrong_thing_fails_before_any_model_work(
     assert f"token rule 'flat_rule' ({rules}:flat_rule) returned shape (3,); expected [B, T]" in err
 
 
+def test_options_that_cannot_apply_are_refused_naming_why(tiny_policy_dir, tmp_path, capsys, no_model_work):
+    """``--prompt-column`` and ``data.max_reward`` without ``data.reward`` (the generated task has its
+    own prompts and rewards), and an unregistered ``method.token_rule`` name, are one line naming the
+    flag and what to do (before: accepted and ignored; a message with an empty list)."""
+    train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(tmp_path / "run")]
+    cases = [
+        (
+            ["--prompt-column", "question"],
+            "data.prompt_column='question' (--prompt-column): applies only with data.reward",
+        ),
+        (["--set", "data.max_reward=3"], "data.max_reward=3.0: applies only with data.reward"),
+        (["--set", "method.token_rule=no_such_rule"], "method.token_rule='no_such_rule': no token rule of that name ("),
+    ]
+    for args, message in cases:
+        status, err = run_cli(capsys, *train, *args)
+        assert status == 2 and message in err and err.count("\n") == 1, (args, err)
+    assert "FILE.py:RULE or MODULE:RULE" in err and not (tmp_path / "run").exists()
+
+
 def damage(directory, how):
     if how == "weights":  # a download cut short
         weights = directory / "model.safetensors"
