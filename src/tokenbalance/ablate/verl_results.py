@@ -61,9 +61,9 @@ def read_sitting(path: Path) -> list[tuple[int, dict]]:
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
+        bad_line = data[: err.start].count(b"\n") + 1
         raise ValueError(
-            f"{path}:{line}: not UTF-8 text (byte {data[err.start]:#04x}); not a verl metrics file"
+            f"{path}:{bad_line}: not UTF-8 text (byte {data[err.start]:#04x}); not a verl metrics file"
         ) from None
     lines = text.split("\n")
     if lines and lines[-1] and not text.endswith("\n"):
