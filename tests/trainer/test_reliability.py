@@ -336,6 +336,40 @@ def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
     )
 
 
+def test_a_wandb_start_that_fails_is_one_line_and_the_same_command_then_runs(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch
+):
+    """W&B failing to start after the checks (a service or network error) is one line, and the run
+    directory it leaves is accepted by the same command (before: config.yaml and wandb/ were left,
+    and the same command was refused)."""
+    import wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+    def broken(**kwargs):
+        (Path(kwargs["dir"]) / "wandb").mkdir()  # as wandb does before it fails
+        raise RuntimeError("wandb service did not answer")
+
+    class Fake:
+        def log(self, *args, **kwargs):
+            pass
+
+        def finish(self):
+            pass
+
+    run_dir = tmp_path / "run"
+    command = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir), "--set", "output.wandb=true"]
+    monkeypatch.setattr(wandb, "init", broken)
+    status, err = run_cli(capsys, *command)
+    assert status == 2 and err.count("\n") == 1
+    assert "output.wandb: W&B did not start (RuntimeError: wandb service did not answer); fix that" in err
+    assert sorted(os.listdir(run_dir)) == [".lock"]
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Fake())
+    status, err = run_cli(capsys, *command)
+    assert status == 0, err
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
+
+
 def test_a_token_rule_that_returns_the_wrong_thing_fails_before_any_model_work(
     tiny_policy_dir, tmp_path, capsys, no_model_work
 ):

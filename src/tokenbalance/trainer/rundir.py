@@ -179,6 +179,29 @@ def check_new_run_dir(run_dir: Path) -> None:
     check_writable_dir(run_dir, "--run-dir")
 
 
+START_FILES = ("config.yaml", "wandb", "tensorboard")  # what a new run writes before its first status
+
+
+def undo_failed_start(run_dir: Path) -> list[str]:
+    """After a new run failed to start (e.g. W&B did not start) before it wrote its first status:
+    remove what the start wrote (:data:`START_FILES`; the directory was new or empty, checked before
+    work), so that the same command is accepted again; returns the names removed. A run that wrote
+    its status or any metrics is left as it is (it resumes)."""
+    if (run_dir / RUN_STATE_FILE).exists() or (run_dir / "metrics.jsonl").exists():
+        return []
+    removed = []
+    for name in START_FILES:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
+
+
 def resume_command(run_dir: Path) -> str:
     return f"tokenbalance train --resume {shlex.quote(str(run_dir))}"
 

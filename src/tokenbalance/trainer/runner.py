@@ -32,6 +32,7 @@ from tokenbalance.trainer.rundir import (
     clean_interrupted_writes,
     recover_latest,
     resume_command,
+    undo_failed_start,
     verify_checkpoint,
 )
 
@@ -325,7 +326,12 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
                     f"run directory: {run_dir}  (method {config.train.method}, steps "
                     f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
                 )
-            train(parts)
+            try:
+                train(parts)
+            except Exception:
+                if ctx.is_main and not resume:  # failed before its first status: the same command runs again
+                    undo_failed_start(run_dir)
+                raise
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
             raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
         except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
