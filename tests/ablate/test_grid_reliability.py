@@ -111,16 +111,22 @@ def test_the_continue_command_runs_as_printed_with_a_rule_row_and_the_figure_fla
 
 def test_the_verl_report_command_runs_as_printed_with_a_rule_row(tmp_path, capsys, monkeypatch):
     """The ``--report-only`` command ``--runner verl`` prints (and writes into the scripts' header)
-    runs as printed, from another directory, with a token-rule row; its --out is absolute."""
-    monkeypatch.chdir(tmp_path)
-    assert (
-        main(["ablate", "--preset", "kk-smoke", "--runner", "verl", "--methods", f"grpo,{RULE}", "--out", "rel"]) == 0
+    runs as printed from another directory, with a token-rule row named by a relative file and a
+    relative --out: both are printed absolute."""
+    (tmp_path / "half_rule.py").write_text(
+        "import torch\nfrom tokenbalance.algorithms import register_token_rule\n\n"
+        "@register_token_rule('half_weight', stage='passes')\n"
+        "def half_weight(inputs):\n    return torch.full_like(inputs.advantages_BT, 0.5)\n"
     )
+    monkeypatch.chdir(tmp_path)
+    methods = "grpo,half_rule.py:half_weight"
+    assert main(["ablate", "--preset", "kk-smoke", "--runner", "verl", "--methods", methods, "--out", "rel"]) == 0
     printed = capsys.readouterr().out
     command = printed.split("the table afterwards: ", 1)[1].strip()
-    assert f"--out {tmp_path / 'rel'} " in command and f"--methods grpo,{RULE} " in command
-    assert "# tokenbalance ablate --runner verl: grid 'kk-smoke'" in (tmp_path / "rel/verl/slurm_array.sh").read_text()
-    assert command.removesuffix(" --report-only") in (tmp_path / "rel/verl/slurm_array.sh").read_text()
+    assert f"--out {tmp_path / 'rel'} " in command
+    assert f"--methods grpo,{tmp_path / 'half_rule.py'}:half_weight " in command
+    slurm = (tmp_path / "rel/verl/slurm_array.sh").read_text()
+    assert command.removesuffix(" --report-only") in slurm
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err

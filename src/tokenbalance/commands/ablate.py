@@ -157,10 +157,14 @@ def check_flags(args: argparse.Namespace) -> None:
 
 def methods_word(row) -> str:
     """How ``--methods`` names ``row``: its key for a grid row or a method preset, the name it was
-    given (``MODULE:RULE`` / ``FILE.py:RULE``) for a token rule, whose key is the rule's own name."""
+    given for a token rule (``MODULE:RULE``, or ``FILE.py:RULE`` with the file's absolute path, so
+    that the command runs from any directory), whose key is the rule's own name."""
     from tokenbalance.ablate.grid import GRID_METHODS
+    from tokenbalance.user_code import is_spec, normalized_spec
 
-    return row.key if row.key in GRID_METHODS else row.preset
+    if row.key in GRID_METHODS:
+        return row.key
+    return normalized_spec(row.preset, "--methods") if is_spec(row.preset) else row.preset
 
 
 def command_line(args: argparse.Namespace, plan, out: Path) -> str:
