@@ -150,6 +150,17 @@ def test_writing_again_never_replaces_a_script_the_user_edited(tmp_path, capsys,
     ).is_file() and "#SBATCH --partition=gpu" not in edited.read_text()
 
 
+def test_a_grid_written_before_digests_is_adopted_with_all_its_cells(tmp_path):
+    """A grid from before the digests (no record): written again with fewer seeds, then with its
+    earlier seeds again, it is not refused (every cell script it held was adopted)."""
+    flags = ("--preset", "kk-smoke", "--verl-models", "3b")
+    grid_dir = write(tmp_path, *flags, "--seeds", "0,1")
+    (grid_dir / ".tokenbalance-scripts.json").unlink()
+    write(tmp_path, *flags, "--seeds", "0")
+    write(tmp_path, *flags, "--seeds", "0,1")
+    assert "grpo-3b-seed1" in (grid_dir / "cells.txt").read_text()
+
+
 def test_writing_again_unchanged_scripts_just_works(tmp_path):
     flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
     write(tmp_path, *flags)

@@ -250,6 +250,9 @@ def write_verl_grid(
     driver, slurm = grid_dir / "run_grid.sh", grid_dir / "slurm_array.sh"
     scripts = ["run_grid.sh", "slurm_array.sh", "run_cell.sh", "cells.txt", *(f"cells/{c.name}/run.sh" for c in cells)]
     check_unedited(grid_dir, scripts)
+    earlier = written_digests(grid_dir) or {  # a grid written before digests were kept: its scripts adopted
+        str(p.relative_to(grid_dir)): file_digest(p) for p in grid_dir.glob("cells/*/run.sh") if p.is_file()
+    }
     not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
     header = summary_comment([*summary, *not_on_verl])
     hours, why = slurm_hours(longest_cell_hours)
@@ -277,7 +280,7 @@ def write_verl_grid(
         GRID_DIR=shlex.quote(str(grid_dir)),
     )
     _write_script(slurm, slurm_text)
-    digests = written_digests(grid_dir) | {name: file_digest(grid_dir / name) for name in scripts}
+    digests = earlier | {name: file_digest(grid_dir / name) for name in scripts}
     write_text_atomic(grid_dir / DIGESTS, json.dumps(digests, indent=1, sort_keys=True) + "\n")
     return [driver, slurm]
 
