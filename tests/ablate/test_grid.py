@@ -155,6 +155,27 @@ def test_figures_are_written(grid):
         assert sum(row["token_frac"]) == pytest.approx(1.0) and row["grad_norm_all"] > 0
 
 
+def test_keeping_a_record_never_replaces_one_another_grid_wrote_meanwhile(tmp_path):
+    """Two grids sharing ``--records`` at the same time: a record of another config that appeared
+    after this grid's check is kept, and this cell's record is not written (a note says so)."""
+    from tokenbalance.ablate import records
+    from tokenbalance.config import RunConfig, apply_overrides, save_config
+
+    cell = tmp_path / "cells" / "grpo-seed0"
+    cell.mkdir(parents=True)
+    save_config(RunConfig(), cell / "config.yaml")
+    (cell / "metrics.jsonl").write_text("{}\n")
+    (cell / "run_state.json").write_text('{"status": "completed"}\n')
+    kept = tmp_path / "records"
+    assert records.keep(cell, kept, "grpo-seed0") is None
+    assert (kept / "grpo-seed0" / "metrics.jsonl").read_text() == "{}\n"
+    save_config(apply_overrides(RunConfig(), ["optim.lr=0.02"]), kept / "grpo-seed0" / "config.yaml")
+    note = records.keep(cell, kept, "grpo-seed0")
+    assert note is not None and "is the record of another config (optim.lr: 0.02 there," in note
+    assert note.endswith("it is kept and this cell's record is not written there")
+    assert load_config(kept / "grpo-seed0" / "config.yaml").optim.lr == 0.02
+
+
 def test_figure_1_takes_all_the_training_prompts_when_there_are_fewer_than_asked(grid, tmp_path):
     """``data.rl_count`` smaller than ``--figure-prompts``: the figure's batch takes every training
     prompt, with a note, instead of crashing the finished grid's report on every rerun."""

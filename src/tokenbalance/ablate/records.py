@@ -89,8 +89,13 @@ def restore(record_dir: Path, run_dir: Path) -> None:
         shutil.copyfile(record_dir / name, run_dir / name)
 
 
-def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
-    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically)."""
+def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
+    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically);
+    returns None, or a note when a record of another experiment appeared there meanwhile (another
+    grid sharing the directory): that record is kept and this one is not written."""
+    conflict = record_conflict(records_dir / cell, load_config(run_dir / "config.yaml"))
+    if conflict:
+        return f"--records: {conflict}; it is kept and this cell's record is not written there"
     check_files_replaceable(records_dir, [cell], "--records")
     records_dir.mkdir(parents=True, exist_ok=True)
     record_written(records_dir, [cell])
@@ -98,3 +103,4 @@ def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
     target.mkdir(exist_ok=True)
     for name in RECORD_FILES:
         write_text_atomic(target / name, (run_dir / name).read_text())
+    return None

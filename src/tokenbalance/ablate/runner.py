@@ -317,7 +317,9 @@ def run_grid(
         if records is not None:  # cells finished before records were kept: kept now
             for name in outcome.skipped:
                 if name not in restored and not (records / name / "run_state.json").is_file():
-                    cell_records.keep(out_dir / "cells" / name, records, name)
+                    note = cell_records.keep(out_dir / "cells" / name, records, name)
+                    if note:
+                        log(note)
         rates = StepRates()
         for record in read_log(out_dir):
             if record.get("event") == "cell" and record.get("status") == "completed":
@@ -347,7 +349,9 @@ def run_grid(
                 if status == "completed":
                     rates.add(cell.method.key, wall, plan.steps - from_step)
                     if records is not None:
-                        cell_records.keep(cell_dir(out_dir, cell), records, cell.name)
+                        note = cell_records.keep(cell_dir(out_dir, cell), records, cell.name)
+                        if note:
+                            log(note)
                 append_log(
                     out_dir,
                     {
