@@ -10,7 +10,8 @@
 #   ESTIMATOR=grpo|reinforce_pp   advantage estimator (the scripts' default grpo; alternative reinforce_plus_plus)
 #   DATA_DIR=data/kk     where prepare_kk_data.sh wrote the parquet files
 #   N_GPUS=4             GPUs on the node (the scripts: 1 node x 4 x 80 GB)
-#   DRY_RUN=1            check and print the composed config instead of training (writes nothing here)
+#   DRY_RUN=1            check and print the composed config instead of training (writes nothing here);
+#                        1/true/yes/on: a dry run; unset/empty/0/false/no/off: train; anything else is refused
 #   extra hydra overrides can be appended to any kk_*.sh command line.
 set -euo pipefail
 
@@ -19,6 +20,12 @@ case "$MODEL" in
   7b) MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-7B-Instruct-1M}" ;;
   3b) MODEL_PATH="${MODEL_PATH:-Qwen/Qwen2.5-3B-Instruct}" ;;
   *) echo "MODEL must be 7b or 3b, got '$MODEL'" >&2; exit 2 ;;
+esac
+DRY_RUN_WORD="$(printf '%s' "${DRY_RUN:-}" | tr '[:upper:]' '[:lower:]')"
+case "$DRY_RUN_WORD" in
+  ""|0|false|no|off) DRY_RUN=0 ;;
+  1|true|yes|on) DRY_RUN=1 ;;
+  *) echo "DRY_RUN must be 1/true/yes (a dry run) or 0/false/no/unset (train), got '$DRY_RUN'; nothing started" >&2; exit 2 ;;
 esac
 ESTIMATOR="${ESTIMATOR:-grpo}"
 case "$ESTIMATOR" in
@@ -96,6 +103,6 @@ COMMON_OVERRIDES=(
 # run_preset NAME [overrides...]: launch verl through our validating entry point.
 run_preset() {
   local name="$1"; shift
-  TOKENBALANCE_VERL_DRY_RUN="${DRY_RUN:-0}" python -m tokenbalance.integrations.verl.main "${COMMON_OVERRIDES[@]}" \
+  TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${COMMON_OVERRIDES[@]}" \
     "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@"
 }

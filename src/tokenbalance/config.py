@@ -142,6 +142,13 @@ class DataConfig:
                     "data.task='function' is your reward function's task: set data.reward=MODULE:FUNCTION "
                     "(tokenbalance train --reward) instead"
                 )
+            for key, flag in (("prompt_column", " (--prompt-column)"), ("max_reward", "")):
+                value, default = getattr(self, key), getattr(type(self), key, None)
+                if default is not None and value != default:
+                    raise ValueError(
+                        f"data.{key}={value!r}{flag}: applies only with data.reward (your reward function; "
+                        f"--reward); {self.task}'s data has its own prompts and rewards. Leave it out, or set data.reward"
+                    )
             return
         self.reward = normalized_reward_spec(self.reward)
         if self.task not in (DEFAULT_TASK, FUNCTION_TASK):

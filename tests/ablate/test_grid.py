@@ -157,6 +157,46 @@ def test_figures_are_written(grid):
         assert sum(row["token_frac"]) == pytest.approx(1.0) and row["grad_norm_all"] > 0
 
 
+def test_keeping_a_record_never_replaces_one_another_grid_wrote_meanwhile(tmp_path):
+    """Two grids sharing ``--records`` at the same time: a record of another config that appeared
+    after this grid's check is kept, and this cell's record is not written (a note says so)."""
+    from tokenbalance.ablate import records
+    from tokenbalance.config import RunConfig, apply_overrides, save_config
+
+    cell = tmp_path / "cells" / "grpo-seed0"
+    cell.mkdir(parents=True)
+    save_config(RunConfig(), cell / "config.yaml")
+    (cell / "metrics.jsonl").write_text("{}\n")
+    (cell / "run_state.json").write_text('{"status": "completed"}\n')
+    kept = tmp_path / "records"
+    assert records.keep(cell, kept, "grpo-seed0") is None
+    assert (kept / "grpo-seed0" / "metrics.jsonl").read_text() == "{}\n"
+    save_config(apply_overrides(RunConfig(), ["optim.lr=0.02"]), kept / "grpo-seed0" / "config.yaml")
+    note = records.keep(cell, kept, "grpo-seed0")
+    assert note is not None and "is the record of another config (optim.lr: 0.02 there," in note
+    assert note.endswith("it is kept and this cell's record is not written there")
+    assert load_config(kept / "grpo-seed0" / "config.yaml").optim.lr == 0.02
+
+
+def test_figure_1_takes_all_the_training_prompts_when_there_are_fewer_than_asked(grid, tmp_path):
+    """``data.rl_count`` smaller than ``--figure-prompts``: the figure's batch takes every training
+    prompt, with a note, instead of crashing the finished grid's report on every rerun."""
+    from tokenbalance.ablate import figure1
+    from tokenbalance.config import save_config
+
+    config = load_config(grid / "configs" / "grpo-seed0.yaml")
+    config.data.train_difficulties, config.data.rl_count = [3], 1
+    save_config(config, tmp_path / "few.yaml")
+    notes: list[str] = []
+    data = figure1.measure(tmp_path / "few.yaml", [GRID_METHODS["grpo"]], prompts=2, log=notes.append)
+    assert data["responses"] == 1 * 4  # one prompt x group of 4
+    assert notes == [
+        "figure 1: 1 prompt(s), all the training data holds (data.rl_count or data.train_file), fewer than "
+        "--figure-prompts 2"
+    ]
+    assert figure1.figure_prompts(2, 5) == (2, None)
+
+
 def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):
     cells = grid / "cells"
     finished = {name: last_eval(cells / name) for name in CELLS}
@@ -367,3 +407,23 @@ def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid
     changed = load_config(grid / "configs" / "grpo-seed0.yaml")
     changed.optim.lr = 0.02
     assert not records.record_matches(kept / "grpo-seed0", changed)  # another experiment is not restored
+
+
+def test_a_grid_of_another_config_never_replaces_the_records_it_shares(grid, tiny_policy_dir, tmp_path, capsys):
+    """Two grids sharing one ``--records`` directory: a grid whose cells have another config (or
+    fewer steps) than the finished records of the same names is refused before any work, naming
+    the setting; the records stay as they were."""
+    kept = tmp_path / "records"
+    assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0
+    before = {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()}
+    capsys.readouterr()
+    variant = tmp_path / "variant"
+    assert main(grid_args(tiny_policy_dir, variant, "--records", str(kept), "--set", "optim.lr=0.02")) == 2
+    err = capsys.readouterr().err.strip()
+    assert "is the record of another config (optim.lr:" in err and "0.02 in this grid" in err
+    assert "Use another --records directory" in err and len(err.splitlines()) == 1
+    shorter = tmp_path / "shorter"
+    assert main(grid_args(tiny_policy_dir, shorter, "--records", str(kept), "--steps", "1")) == 2
+    assert "is the record of 2 steps, more than the 1 planned" in capsys.readouterr().err
+    assert {p: p.read_bytes() for p in kept.rglob("*") if p.is_file()} == before
+    assert not (variant / "cells").exists() and not (shorter / "cells").exists()

@@ -2,6 +2,9 @@
 is replaced, every flag takes effect or is refused by name before any work, and an interrupted grid
 says how to continue. The verl scripts embed every value as data: tests/ablate/test_verl_sittings.py."""
 
+import shlex
+from pathlib import Path
+
 import pytest
 
 from tokenbalance.ablate import runner
@@ -81,3 +84,49 @@ def test_ctrl_c_of_the_grid_says_how_to_continue(tmp_path, capsys, monkeypatch):
     err = capsys.readouterr().err.strip()
     assert err.startswith("tokenbalance ablate: interrupted; the grid in")
     assert "Continue it with: tokenbalance ablate --preset kk-smoke" in err
+
+
+RULE = str(Path(__file__).resolve().parents[2] / "examples" / "rules" / "positive_only.py") + ":positive_only"
+
+
+def test_the_continue_command_runs_as_printed_with_a_rule_row_and_the_figure_flags(tmp_path, capsys, monkeypatch):
+    """The ``Continue it with`` line names a token-rule row as ``--methods`` takes it (not by its
+    registered name, which ``--methods`` rejects) and keeps ``--no-figure`` / ``--figure-prompts``:
+    run as printed, it gets to the same grid and prints the same line."""
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt()
+
+    monkeypatch.setattr(runner, "run_grid", interrupted)
+    flags = ["--methods", f"grpo,{RULE}", "--seeds", "0", "--no-figure", "--figure-prompts", "3"]
+    assert main([*SMOKE, "--out", str(tmp_path / "out"), *flags]) == 130
+    line = capsys.readouterr().err.strip()
+    command = line.split("Continue it with: ", 1)[1]
+    assert f"--methods grpo,{RULE} " in command and "--no-figure --figure-prompts 3" in command
+    words = shlex.split(command)
+    assert words[:2] == ["tokenbalance", "ablate"]
+    assert main([*words[1:], "--no-progress"]) == 130
+    assert capsys.readouterr().err.strip() == line
+
+
+def test_the_verl_report_command_runs_as_printed_with_a_rule_row(tmp_path, capsys, monkeypatch):
+    """The ``--report-only`` command ``--runner verl`` prints (and writes into the scripts' header)
+    runs as printed from another directory, with a token-rule row named by a relative file and a
+    relative --out: both are printed absolute."""
+    (tmp_path / "half_rule.py").write_text(
+        "import torch\nfrom tokenbalance.algorithms import register_token_rule\n\n"
+        "@register_token_rule('half_weight', stage='passes')\n"
+        "def half_weight(inputs):\n    return torch.full_like(inputs.advantages_BT, 0.5)\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    methods = "grpo,half_rule.py:half_weight"
+    assert main(["ablate", "--preset", "kk-smoke", "--runner", "verl", "--methods", methods, "--out", "rel"]) == 0
+    printed = capsys.readouterr().out
+    command = printed.split("the table afterwards: ", 1)[1].strip()
+    assert f"--out {tmp_path / 'rel'} " in command
+    assert f"--methods grpo,{tmp_path / 'half_rule.py'}:half_weight " in command
+    slurm = (tmp_path / "rel/verl/slurm_array.sh").read_text()
+    assert command.removesuffix(" --report-only") in slurm
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err

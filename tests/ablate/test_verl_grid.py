@@ -127,6 +127,47 @@ def test_a_cell_that_ran_another_launch_is_refused(tmp_path, capsys):
     assert script.read_text() == before
 
 
+@pytest.mark.parametrize("script", ["slurm_array.sh", "run_grid.sh", "cells/grpo-3b-seed0/run.sh"])
+def test_writing_again_never_replaces_a_script_the_user_edited(tmp_path, capsys, script):
+    """One more seed rewrites the scripts; the ``#SBATCH`` lines the Slurm header tells users to add
+    (or an edit of a cell's ``run.sh``) are refused by name instead of being replaced, and nothing is
+    written; once the user moves the file away the grid is written again."""
+    flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
+    grid_dir = write(tmp_path, *flags)
+    edited = grid_dir / script
+    text = edited.read_text().replace("#!/usr/bin/env bash\n", "#!/usr/bin/env bash\n#SBATCH --partition=gpu\n", 1)
+    edited.write_text(text)
+    capsys.readouterr()
+    assert main([*VERL, "--out", str(tmp_path / "out"), *flags[:2], "--seeds", "0,1", "--verl-models", "3b"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert f"--out: {edited} was edited after the grid wrote it" in err and "Move it away" in err
+    assert len(err.splitlines()) == 1 and edited.read_text() == text
+    assert not (grid_dir / "cells" / "grpo-3b-seed1").exists()
+    edited.rename(tmp_path / "mine.sh")
+    write(tmp_path, *flags[:2], "--seeds", "0,1", "--verl-models", "3b")
+    assert (
+        grid_dir / "cells" / "grpo-3b-seed1" / "run.sh"
+    ).is_file() and "#SBATCH --partition=gpu" not in edited.read_text()
+
+
+def test_a_grid_written_before_digests_is_adopted_with_all_its_cells(tmp_path):
+    """A grid from before the digests (no record): written again with fewer seeds, then with its
+    earlier seeds again, it is not refused (every cell script it held was adopted)."""
+    flags = ("--preset", "kk-smoke", "--verl-models", "3b")
+    grid_dir = write(tmp_path, *flags, "--seeds", "0,1")
+    (grid_dir / ".tokenbalance-scripts.json").unlink()
+    write(tmp_path, *flags, "--seeds", "0")
+    write(tmp_path, *flags, "--seeds", "0,1")
+    assert "grpo-3b-seed1" in (grid_dir / "cells.txt").read_text()
+
+
+def test_writing_again_unchanged_scripts_just_works(tmp_path):
+    flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
+    write(tmp_path, *flags)
+    grid_dir = write(tmp_path, *flags[:2], "--seeds", "0,1", "--verl-models", "3b")
+    assert "grpo-3b-seed1" in (grid_dir / "cells.txt").read_text()
+
+
 @pytest.mark.parametrize("flag", ["--no-figure", "--figure-prompts=4"])
 def test_the_verl_report_refuses_local_only_flags(tmp_path, capsys, flag):
     write(tmp_path, "--preset", "kk-smoke")

@@ -120,6 +120,21 @@ def test_sittings_merge_by_step_the_later_one_winning(tmp_path):
         merged_steps(cell)
 
 
+def test_a_log_that_is_not_utf8_names_its_file_and_line(tmp_path):
+    """A sitting's metrics or a STATUS with bytes that are not UTF-8 (a disk fault, another encoding):
+    the metrics file is named with its line, as a damaged line is; the STATUS is shown, not a crash."""
+    cell = tmp_path / "cell"
+    cell.mkdir()
+    (cell / "metrics.sitting-1.jsonl").write_bytes(line(0, {"a": 1.0}).encode() + b'{"step":1,"data":{"\xff":1}}\n')
+    with pytest.raises(ValueError) as err:
+        merged_steps(cell)
+    assert (
+        str(err.value) == f"{cell / 'metrics.sitting-1.jsonl'}:2: not UTF-8 text (byte 0xff); not a verl metrics file"
+    )
+    (cell / "STATUS").write_bytes(b"failed at step 3: \xfe\n")
+    assert cell_status(cell) == "failed at step 3: \ufffd"
+
+
 def test_validation_keys_become_columns_per_people_count():
     data = validation(0.25, 0.75) | {"val-aux/kk_logic5/score/mean@1": 1.0, "val-core/arith/correct/mean@1": 0.5}
     assert evaluation_record(4, data, do_sample=False) == {

@@ -149,6 +149,37 @@ def test_a_dry_run_changes_nothing(work):
     assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
 
 
+@pytest.mark.parametrize("value", ["true", "yes", "YES", "1"])
+def test_every_true_looking_dry_run_is_a_dry_run(work, value):
+    """The driver and a cell alone: ``DRY_RUN=true`` / ``yes`` compose and change nothing, as ``1``."""
+    for script in (work["grid"] / "run_grid.sh", cell(work) / "run.sh"):
+        done = run(work, script, DRY_RUN=value)
+        assert done.returncode == 0, done.stderr
+        assert (work["root"] / "record.dry-run").is_file()
+        (work["root"] / "record.dry-run").unlink()
+    assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
+
+
+@pytest.mark.parametrize("script", ["run_grid.sh", "cells/grpo-3b-seed0/run.sh", "slurm_array.sh"])
+def test_a_dry_run_value_that_is_not_yes_or_no_is_refused_before_anything(work, script):
+    done = run(
+        work, work["grid"] / script, DRY_RUN="maybe", SLURM_ARRAY_TASK_ID="0", SLURM_SUBMIT_DIR=str(work["root"])
+    )
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.strip().splitlines() == [
+        "DRY_RUN must be 1/true/yes (a dry run) or 0/false/no/unset (a real sitting), got 'maybe'; nothing started"
+    ]
+    assert status(work) == "not started" and not list(work["root"].glob("record*"))
+    assert not (cell(work) / ".lock").exists()
+
+
+def test_a_real_sitting_passes_dry_run_0_to_the_launch(work):
+    (work["root"] / "examples" / "verl" / "kk_baseline.sh").write_text('echo "DRY_RUN=$DRY_RUN" > "$RECORD.env"\n')
+    done = run(work, cell(work) / "run.sh", DRY_RUN="no")
+    assert done.returncode == 0, done.stderr
+    assert (work["root"] / "record.env").read_text() == "DRY_RUN=0\n" and status(work).startswith("completed")
+
+
 def test_a_slurm_task_runs_its_line_of_cells_txt(work):
     done = run(work, work["grid"] / "slurm_array.sh", SLURM_ARRAY_TASK_ID="1", SLURM_SUBMIT_DIR=str(work["root"]))
     assert done.returncode == 0, done.stderr
@@ -158,6 +189,23 @@ def test_a_slurm_task_runs_its_line_of_cells_txt(work):
     env = {key: value for key, value in os.environ.items() if key != "SLURM_ARRAY_TASK_ID"}
     done = subprocess.run(["bash", str(work["grid"] / "slurm_array.sh")], env=env, capture_output=True, text=True)
     assert done.returncode != 0 and "submit this script with sbatch" in done.stderr
+
+
+def test_a_grid_written_with_a_relative_out_runs_from_the_repository_root(work, tmp_path, monkeypatch):
+    """``--out rel`` written in one directory, submitted from the repository root (where Slurm
+    runs each task): the scripts name the grid by its absolute path, so every task finds its cell."""
+    (tmp_path / "written-here").mkdir()
+    monkeypatch.chdir(tmp_path / "written-here")
+    assert main([*GRID, "--out", "rel"]) == 0
+    grid_dir = tmp_path / "written-here" / "rel" / "verl"
+    assert f"DEFAULT_GRID_DIR={grid_dir}" in (grid_dir / "slurm_array.sh").read_text()
+    for task in ("0", "1"):
+        done = run(work, grid_dir / "slurm_array.sh", SLURM_ARRAY_TASK_ID=task, SLURM_SUBMIT_DIR=str(work["root"]))
+        assert done.returncode == 0, done.stderr
+    assert all(
+        (grid_dir / "cells" / c / "STATUS").read_text().startswith("completed")
+        for c in ("grpo-3b-seed0", "ar-3b-seed0")
+    )
 
 
 HOSTILE = "a b'c\"d $(touch PWNED) `touch PWNED2` ${HOME} \\ newline\nhere ünï"

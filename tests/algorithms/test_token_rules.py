@@ -20,7 +20,13 @@ from tokenbalance.algorithms.methods import (
     passes_from_advantages,
     rule_method,
 )
-from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenInputs, TokenRule, register_token_rule
+from tokenbalance.algorithms.token_rules import (
+    TOKEN_RULES,
+    TokenInputs,
+    TokenRule,
+    probe_rule,
+    register_token_rule,
+)
 
 MASK_BT = torch.tensor([[True, True, False], [True, True, True]])
 ADV_BT = torch.tensor([[2.0, 2.0, 0.0], [-1.0, -1.0, -1.0]], dtype=torch.float64)
@@ -258,3 +264,50 @@ def test_a_rule_cannot_take_a_preset_name_nor_split_beside_lopti():
     split = register_token_rule("split", lambda x: x.position_BT > 0, stage="passes", output="split")
     with pytest.raises(ValueError, match="token_rule: 'split' .* splits the tokens into two passes and so does Lopti"):
         get_method("lopti").replace(token_rule=split)
+
+
+def test_the_probe_names_a_rule_that_raises_or_returns_the_wrong_thing_and_passes_good_ones():
+    """:func:`probe_rule` runs a rule once on a small synthetic batch (what the checks before the
+    model load do): the example rules and rules reading every optional input pass; a wrong shape or
+    an exception is one line naming the rule and its function."""
+    for name in ("overlong_filter", "positive_only"):
+        probe_rule(get_method(f"examples/rules/{name}.py:{name}").token_rule)
+    probe_rule(register_token_rule("reads_entropy", lambda x: x.entropy_BT + 1, stage="loss", needs=("entropy",)))
+    probe_rule(
+        register_token_rule(
+            "reads_groups",
+            lambda x: x.correct_B[:, None] & x.response_mask_BT,
+            stage="passes",
+            output="split",
+            needs=("group_ids", "correct"),
+        )
+    )
+    wrong = register_token_rule("wrong_shape", lambda x: torch.ones(3), stage="passes")
+    with pytest.raises(ValueError) as err:
+        probe_rule(wrong)
+    assert str(err.value).startswith("token rule 'wrong_shape' (tests.algorithms.test_token_rules.")
+    assert "returned shape (3,); expected [B, T] = (4, 5) (on a small synthetic batch, before the model loads)" in str(
+        err.value
+    )
+
+    def broken(inputs):
+        return {}["missing"]
+
+    with pytest.raises(ValueError, match=r"token rule 'raises' \(.*broken\) raised KeyError: 'missing' on a small"):
+        probe_rule(register_token_rule("raises", broken, stage="loss"))
+
+
+def test_an_unregistered_rule_name_lists_the_registered_ones_or_says_there_are_none(monkeypatch):
+    from tokenbalance.algorithms.methods import load_token_rule
+
+    monkeypatch.setattr(TOKEN_RULES, "_items", {})
+    with pytest.raises(
+        ValueError, match=r"method.token_rule='hi_entropy': no token rule of that name \(none is registered"
+    ):
+        load_token_rule("hi_entropy", "method.token_rule")
+    register_token_rule("high_entropy", lambda x: torch.ones_like(x.advantages_BT), stage="passes")
+    with pytest.raises(ValueError) as err:
+        load_token_rule("hi_entropy", "method.token_rule")
+    assert "(registered in this process: high_entropy (did you mean 'high_entropy'?)); name it by its file" in str(
+        err.value
+    )

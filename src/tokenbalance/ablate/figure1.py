@@ -35,8 +35,20 @@ from tokenbalance.diagnostics.sinks import dump_json, restore_non_finite
 SGD_LR = 1e-3
 
 
-def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DEFAULT_EDGES) -> dict:
-    """The four panels' numbers for ``rows`` on one batch sampled with the cell config ``config_file``."""
+def figure_prompts(requested: int, available: int) -> tuple[int, str | None]:
+    """The prompts the figure's batch takes: ``requested`` (``--figure-prompts``), at most the
+    ``available`` training prompts, with a note saying so when it takes fewer."""
+    if requested <= available:
+        return requested, None
+    return available, (
+        f"figure 1: {available} prompt(s), all the training data holds (data.rl_count or data.train_file), "
+        f"fewer than --figure-prompts {requested}"
+    )
+
+
+def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DEFAULT_EDGES, log=print) -> dict:
+    """The four panels' numbers for ``rows`` on one batch sampled with the cell config ``config_file``
+    (of ``prompts`` prompts, or all the training prompts when there are fewer: :func:`figure_prompts`)."""
     import torch
 
     from tokenbalance.algorithms.methods import get_method
@@ -50,7 +62,12 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     from tokenbalance.trainer.distributed import DistContext
 
     methods = {row.key: get_method(row.preset) for row in rows}
+    from tokenbalance.trainer.data import rl_examples
+
     config = replace_sections(load_config(config_file), train={"method": rows[0].preset}, output={"progress": False})
+    prompts, note = figure_prompts(prompts, len(rl_examples(config.data)))
+    if note:
+        log(note)
     batch = probe_batch(config, prompts=prompts, with_hidden=any(m.needs_hidden_states for m in methods.values()))
     mask_BT = batch.mask_BT.bool()
     old_logp_BT = batch.old.logp_BT

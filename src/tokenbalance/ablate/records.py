@@ -12,7 +12,9 @@ The config comparison is the grid's own (:func:`tokenbalance.trainer.rundir.chan
 with one allowance for the machine: the embedded start policy's path may sit under another cache
 directory as long as its key (the hash of every setting that builds it) is the same.
 ``DIR`` is written only under names the grid recorded there (its manifest), never over a file of
-the user's.
+the user's, and a finished record is never replaced by another experiment's: two grids sharing
+``DIR`` whose cells share a name but not a config (or a grid of fewer steps) are refused before
+any work, naming the first setting that differs.
 """
 
 from __future__ import annotations
@@ -30,6 +32,15 @@ RECORD_FILES = ("config.yaml", "metrics.jsonl", "run_state.json")
 OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
 
 
+def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:
+    """The first setting of the record's ``config.yaml`` that differs from ``planned`` (as
+    :func:`changed_setting`), machine paths of the embedded policy aside; None when they agree."""
+    saved = copy.deepcopy(load_config(record_dir / "config.yaml"))
+    if saved.model.path and planned.model.path and Path(saved.model.path).name == Path(planned.model.path).name:
+        saved.model.path, saved.model.cache_dir = planned.model.path, planned.model.cache_dir
+    return changed_setting(saved, planned)
+
+
 def record_matches(record_dir: Path, planned: RunConfig) -> bool:
     """Whether ``record_dir`` holds a cell that completed ``planned``'s steps with ``planned``'s
     config (machine paths of the embedded policy aside); False when any file is missing."""
@@ -40,10 +51,38 @@ def record_matches(record_dir: Path, planned: RunConfig) -> bool:
         return False
     if not has_final_eval(record_dir, planned.train.steps):
         return False
-    saved = copy.deepcopy(load_config(record_dir / "config.yaml"))
-    if saved.model.path and planned.model.path and Path(saved.model.path).name == Path(planned.model.path).name:
-        saved.model.path, saved.model.cache_dir = planned.model.path, planned.model.cache_dir
-    return changed_setting(saved, planned) is None
+    return record_difference(record_dir, planned) is None
+
+
+def record_conflict(record_dir: Path, planned: RunConfig) -> str | None:
+    """Why this grid must not replace the record in ``record_dir`` when its cell finishes: a record
+    of another config (another grid sharing the directory), or of more steps than planned; None
+    when there is no record or it is this experiment's (same config, as many steps or fewer)."""
+    if not (record_dir / "config.yaml").is_file():
+        return None
+    try:
+        changed = record_difference(record_dir, planned)
+    except (OSError, ValueError) as err:
+        return f"{record_dir / 'config.yaml'} cannot be read ({err})"
+    if changed is not None:
+        key, before, after = changed
+        return f"{record_dir} is the record of another config ({key}: {before!r} there, {after!r} in this grid)"
+    state = RunDirState.read(record_dir)
+    if state.completed and state.state_step > planned.train.steps:
+        return f"{record_dir} is the record of {state.state_step} steps, more than the {planned.train.steps} planned"
+    return None
+
+
+def check_no_conflict(records_dir: Path, planned: dict[str, RunConfig]) -> None:
+    """``ValueError`` naming the first record in ``records_dir`` a grid of the cells ``planned``
+    (cell name -> config) could replace with another experiment's numbers (:func:`record_conflict`)."""
+    conflicts = [why for cell, config in planned.items() if (why := record_conflict(records_dir / cell, config))]
+    if conflicts:
+        more = f" (and {len(conflicts) - 1} more cell(s))" if len(conflicts) > 1 else ""
+        raise ValueError(
+            f"--records {records_dir}: {conflicts[0]}{more}; a grid never replaces the records of another "
+            "experiment. Use another --records directory for this grid"
+        )
 
 
 def restore(record_dir: Path, run_dir: Path) -> None:
@@ -54,8 +93,13 @@ def restore(record_dir: Path, run_dir: Path) -> None:
             shutil.copyfile(record_dir / name, run_dir / name)
 
 
-def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
-    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically)."""
+def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
+    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically);
+    returns None, or a note when a record of another experiment appeared there meanwhile (another
+    grid sharing the directory): that record is kept and this one is not written."""
+    conflict = record_conflict(records_dir / cell, load_config(run_dir / "config.yaml"))
+    if conflict:
+        return f"--records: {conflict}; it is kept and this cell's record is not written there"
     check_files_replaceable(records_dir, [cell], "--records")
     records_dir.mkdir(parents=True, exist_ok=True)
     record_written(records_dir, [cell])
@@ -64,3 +108,4 @@ def keep(run_dir: Path, records_dir: Path, cell: str) -> None:
     for name in (*RECORD_FILES, *OPTIONAL_RECORD_FILES):
         if name in RECORD_FILES or (run_dir / name).is_file():
             write_text_atomic(target / name, (run_dir / name).read_text())
+    return None

@@ -299,6 +299,7 @@ def run_grid(
         restored = []
         if records is not None:
             check_files_replaceable(records, [c.name for c in plan.cells], "--records")
+            cell_records.check_no_conflict(records, {c.name: configs[c.name] for c in plan.cells})
             restored = [
                 c.name
                 for c in plan.cells
@@ -332,7 +333,9 @@ def run_grid(
         if records is not None:  # cells finished before records were kept: kept now
             for name in outcome.skipped:
                 if name not in restored and not (records / name / "run_state.json").is_file():
-                    cell_records.keep(out_dir / "cells" / name, records, name)
+                    note = cell_records.keep(out_dir / "cells" / name, records, name)
+                    if note:
+                        log(note)
         rates = StepRates()
         for record in read_log(out_dir):
             if record.get("event") == "cell" and record.get("status") == "completed":
@@ -362,7 +365,9 @@ def run_grid(
                 if status == "completed":
                     rates.add(cell.method.key, wall, plan.steps - from_step)
                     if records is not None:
-                        cell_records.keep(cell_dir(out_dir, cell), records, cell.name)
+                        note = cell_records.keep(cell_dir(out_dir, cell), records, cell.name)
+                        if note:
+                            log(note)
                 append_log(
                     out_dir,
                     {

@@ -5,6 +5,20 @@ and ``LAUNCH`` and sources it; the comment at the top of :data:`SITTING_SCRIPT` 
 does. The STATUS lines it writes are read back by :mod:`.verl_results`.
 """
 
+# DRY_RUN read the same way by every script that reads it (the driver, a cell's sitting, common.sh,
+# the launcher): 1/true/yes/on a dry run, unset/empty/0/false/no/off not; anything else is refused
+# before any work (a typo must not start a real sitting on a GPU node).
+DRY_RUN_CHECK = r"""DRY_RUN_WORD="$(printf '%s' "${DRY_RUN:-}" | tr '[:upper:]' '[:lower:]')"
+case "$DRY_RUN_WORD" in
+  ""|0|false|no|off) DRY_RUN=0 ;;
+  1|true|yes|on) DRY_RUN=1 ;;
+  *)
+    echo "DRY_RUN must be 1/true/yes (a dry run) or 0/false/no/unset (a real sitting), got '$DRY_RUN'; nothing started" >&2
+    exit 2
+    ;;
+esac
+export DRY_RUN"""
+
 SITTING_SCRIPT = r"""# tokenbalance ablate --runner verl: one sitting of one cell. Sourced by cells/<cell>/run.sh, which sets
 # CELL, SEED, CELL_DIR and LAUNCH (the preset command with the row's hyper-parameters); its arguments
 # are extra hydra overrides for this sitting (the cell's own settings below come after them and win).
@@ -18,8 +32,10 @@ SITTING_SCRIPT = r"""# tokenbalance ablate --runner verl: one sitting of one cel
 # "failed at step N: ...", N being the step after the last one any sitting logged. SIGTERM, SIGINT
 # and SIGHUP (Slurm's time limit, scancel, Ctrl-C) stop the launch's whole process group, mark the
 # cell failed and end this script by the same signal; run the cell again to resume it.
-# DRY_RUN=1: compose and validate the cell's config through the launcher, change nothing here.
+# DRY_RUN=1 (or true, yes): compose and validate the cell's config through the launcher, change nothing
+# here; a DRY_RUN that is not a yes/no value is refused before anything.
 set -uo pipefail
+@DRY_RUN_CHECK@
 LOGGER="${LOGGER:-[console,file]}"
 STATUS_FILE="$CELL_DIR/STATUS"
 IDENTITY=("trainer.experiment_name=$CELL" "data.seed=$SEED" "actor_rollout_ref.rollout.seed=$SEED")
@@ -36,7 +52,7 @@ if [[ ! -f examples/verl/common.sh ]]; then
   echo "== $CELL: run from the tokenbalance repository root (examples/verl/common.sh is not in $PWD)" >&2
   exit 2
 fi
-if [[ "${DRY_RUN:-0}" == "1" ]]; then
+if [[ "$DRY_RUN" == "1" ]]; then
   "${LAUNCH[@]}" "$@" "${IDENTITY[@]}"
   exit $?
 fi
@@ -106,4 +122,4 @@ if [[ -n "$STOP_SIGNAL" ]]; then
   kill -s "$STOP_SIGNAL" $$
 fi
 exit "$RC"
-"""
+""".replace("@DRY_RUN_CHECK@", DRY_RUN_CHECK)

@@ -55,8 +55,16 @@ def sitting_files(cell_dir: Path) -> list[Path]:
 
 
 def read_sitting(path: Path) -> list[tuple[int, dict]]:
-    """``(step, metrics)`` per line of one sitting's file; ``ValueError`` naming a damaged line."""
-    text = path.read_text()
+    """``(step, metrics)`` per line of one sitting's file; ``ValueError`` naming a damaged line, or
+    the file when it is not UTF-8 text."""
+    data = path.read_bytes()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        bad_line = data[: err.start].count(b"\n") + 1
+        raise ValueError(
+            f"{path}:{bad_line}: not UTF-8 text (byte {data[err.start]:#04x}); not a verl metrics file"
+        ) from None
     lines = text.split("\n")
     if lines and lines[-1] and not text.endswith("\n"):
         lines = lines[:-1]  # the last line torn by a kill: the step it held was not finished on disk
@@ -86,7 +94,7 @@ def cell_status(cell_dir: Path) -> str:
     path = cell_dir / "STATUS"
     if not path.is_file():
         return NOT_STARTED if not cell_dir.exists() else "no STATUS file"
-    status = (path.read_text().splitlines() or [""])[0].strip()
+    status = (path.read_text(errors="replace").splitlines() or [""])[0].strip()  # shown, never parsed
     running = _RUNNING.match(status)
     if running and running.group("host") == socket.gethostname() and not _alive(int(running.group("pid"))):
         return f"stopped: {status.removeprefix('running: ')}; its process is gone (run the cell again to resume)"

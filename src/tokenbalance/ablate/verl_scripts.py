@@ -14,22 +14,28 @@ Layout of ``OUT/verl/``::
 Every value a script embeds (cell names, hyper-parameters, the grid directory) is shell-quoted data;
 comment lines show line breaks as ``\\n``. Writing the grid again rewrites the scripts (atomically,
 so a sitting reading one keeps its copy) and never a cell's STATUS, metrics or checkpoints; a cell that
-has run is refused if its launch would change (its metrics would mix two experiments).
+has run is refused if its launch would change (its metrics would mix two experiments). A script the
+user edited after the grid wrote it (``#SBATCH`` lines, a cell's ``run.sh``) is never replaced: the
+digest of each written script is kept in ``.tokenbalance-scripts.json`` and a script that no longer
+matches it is refused, naming it, before anything is written.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import shlex
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
-from tokenbalance.ablate.verl_cell_script import SITTING_SCRIPT
+from tokenbalance.ablate.verl_cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
 from tokenbalance.ablate.verl_grid import VerlCell
 from tokenbalance.outputs import write_text_atomic
 
 NOT_STARTED = "not started"
+DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
 SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
 
 
@@ -91,7 +97,7 @@ DRIVER_TEMPLATE = """#!/usr/bin/env bash
 # On a GPU node (1 x 4 x 80 GB per cell, as the AR-Lopti scripts), from the repository root:
 #   pip install -e '.[verl]' && pip install 'verl[vllm]'
 #   bash examples/verl/prepare_kk_data.sh data/kk
-#   DRY_RUN=1 bash @SCRIPT@      # compose and validate every cell's config; changes nothing
+#   DRY_RUN=1 bash @SCRIPT@      # compose and validate every cell's config; changes nothing (1, true, yes)
 #   bash @SCRIPT@ [key=value...] # run every cell not completed, in turn (extra hydra overrides for every cell)
 # A failed cell does not stop the grid: the others run, the failed ones are listed at the end (exit
 # status 1), and running this script again resumes them from their last checkpoint. One job per cell on
@@ -99,6 +105,7 @@ DRIVER_TEMPLATE = """#!/usr/bin/env bash
 # of examples/verl/common.sh (MODEL_PATH, DATA_DIR, N_GPUS). Each cell: cells/<cell>/run.sh, STATUS,
 # metrics.sitting-<k>.jsonl. The table from the cells' verl logs: the command above with --report-only.
 set -uo pipefail
+@DRY_RUN_CHECK@
 GRID_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 mapfile -t CELLS < "$GRID_DIR/cells.txt"
 FAILED=()
@@ -198,6 +205,35 @@ def check_relaunch(grid_dir: Path, cells: list[VerlCell]) -> None:
             )
 
 
+def written_digests(grid_dir: Path) -> dict[str, str]:
+    """The digests of the scripts the grid wrote (:data:`DIGESTS`); empty when there is no record."""
+    try:
+        digests = json.loads((grid_dir / DIGESTS).read_text())
+    except (OSError, ValueError):
+        return {}
+    return {k: v for k, v in digests.items() if isinstance(v, str)} if isinstance(digests, dict) else {}
+
+
+def file_digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def check_unedited(grid_dir: Path, names: list[str]) -> None:
+    """``ValueError`` naming the first of the scripts ``names`` (relative to ``grid_dir``) that exists
+    but is not as the grid wrote it: edited by the user, or never written by the grid. A grid written
+    before digests were kept has no record and is adopted as it is."""
+    digests = written_digests(grid_dir)
+    if not digests:
+        return
+    for name in names:
+        path = grid_dir / name
+        if path.exists() and (not path.is_file() or digests.get(name) != file_digest(path)):
+            raise ValueError(
+                f"--out: {path} was edited after the grid wrote it (or not written by it); it is never replaced. "
+                "Move it away (carry your edits into the one written then), or write the grid into another --out"
+            )
+
+
 def write_verl_grid(
     grid_dir: Path,
     preset: str,
@@ -212,6 +248,11 @@ def write_verl_grid(
     returns the driver and the Slurm script. ``summary``: comment lines for the drivers' headers."""
     check_relaunch(grid_dir, cells)
     driver, slurm = grid_dir / "run_grid.sh", grid_dir / "slurm_array.sh"
+    scripts = ["run_grid.sh", "slurm_array.sh", "run_cell.sh", "cells.txt", *(f"cells/{c.name}/run.sh" for c in cells)]
+    check_unedited(grid_dir, scripts)
+    earlier = written_digests(grid_dir) or {  # a grid written before digests were kept: its scripts adopted
+        str(p.relative_to(grid_dir)): file_digest(p) for p in grid_dir.glob("cells/*/run.sh") if p.is_file()
+    }
     not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
     header = summary_comment([*summary, *not_on_verl])
     hours, why = slurm_hours(longest_cell_hours)
@@ -225,7 +266,10 @@ def write_verl_grid(
             (cell_dir / "STATUS").write_text(NOT_STARTED + "\n")
     _write_script(grid_dir / "run_cell.sh", SITTING_SCRIPT)
     write_text_atomic(grid_dir / "cells.txt", "".join(f"{cell.name}\n" for cell in cells))
-    _write_script(driver, fill(DRIVER_TEMPLATE, **common, SCRIPT=comment_safe(shlex.quote(str(driver)))))
+    _write_script(
+        driver,
+        fill(DRIVER_TEMPLATE, **common, SCRIPT=comment_safe(shlex.quote(str(driver))), DRY_RUN_CHECK=DRY_RUN_CHECK),
+    )
     slurm_text = fill(
         SLURM_TEMPLATE,
         **common,
@@ -236,6 +280,8 @@ def write_verl_grid(
         GRID_DIR=shlex.quote(str(grid_dir)),
     )
     _write_script(slurm, slurm_text)
+    digests = earlier | {name: file_digest(grid_dir / name) for name in scripts}
+    write_text_atomic(grid_dir / DIGESTS, json.dumps(digests, indent=1, sort_keys=True) + "\n")
     return [driver, slurm]
 
 

@@ -694,6 +694,17 @@ def load_token_rule(name: str, setting: str = "method") -> TokenRule:
     if is_spec(name):
         rule = rule_of(load_function(name, setting, RULE_EXAMPLE), f"{setting}={name!r}")
         return dataclasses.replace(rule, spec=normalized_spec(name, setting, RULE_EXAMPLE))
+    if name not in TOKEN_RULES:
+        registered = TOKEN_RULES.names()
+        known = (
+            f"registered in this process: {', '.join(sorted(registered))}{did_you_mean(name, registered)}"
+            if registered
+            else "none is registered in this process"
+        )
+        raise ValueError(
+            f"{setting}={name!r}: no token rule of that name ({known}); name it by its file or module, "
+            f"FILE.py:RULE or MODULE:RULE (e.g. {RULE_EXAMPLE}), which imports and registers it (docs/methods.md §10)"
+        )
     return TOKEN_RULES.get(name)
 
 

@@ -42,7 +42,7 @@ import torch
 
 from tokenbalance.algorithms._checks import check_choice, masked_fill_invalid
 from tokenbalance.algorithms.registry import Registry
-from tokenbalance.user_code import shown
+from tokenbalance.user_code import first_line, shown
 
 RULE_STAGES = ("passes", "loss")
 RULE_OUTPUTS = ("weights", "split")
@@ -219,6 +219,38 @@ class TokenRule:
                 "flip the advantage's sign and the side of the clip)"
             )
         return masked_fill_invalid(value.to(inputs.advantages_BT.dtype), mask_BT, 1.0)
+
+
+def synthetic_inputs(rule: TokenRule) -> TokenInputs:
+    """A small fixed batch (2 groups x 2 responses x 5 tokens, some padding, mixed advantages) with
+    every input ``rule`` may read, the shapes and dtypes a runner gives: :func:`probe_rule`'s."""
+    generator = torch.Generator().manual_seed(0)
+    B, T = 4, 5
+    mask_BT = torch.ones(B, T, dtype=torch.bool)
+    mask_BT[1, 3:] = False
+    mask_BT[3, 1:] = False
+    old_logp_BT = -torch.rand(B, T, generator=generator, dtype=torch.float32) * 3
+    advantages_BT = torch.tensor([1.0, -1.0, 0.5, -0.5]).unsqueeze(1).expand(B, T).clone()
+    optional: dict[str, torch.Tensor | None] = {"logp_BT": old_logp_BT + 0.01} if rule.stage == "loss" else {}
+    if rule.stage == "loss":
+        optional["entropy_BT"] = torch.rand(B, T, generator=generator, dtype=torch.float32)
+    else:
+        optional |= {"group_ids_B": torch.tensor([0, 0, 1, 1]), "correct_B": torch.tensor([True, False, True, False])}
+    return rule.inputs(old_logp_BT, advantages_BT, mask_BT, **optional)
+
+
+def probe_rule(rule: TokenRule) -> None:
+    """Run ``rule`` once on :func:`synthetic_inputs` and check what it returns (as every runner
+    does), so that a rule that raises or returns the wrong thing fails before any model loads;
+    one ``ValueError`` line naming the rule and its function."""
+    try:
+        rule(synthetic_inputs(rule))
+    except ValueError as err:
+        if str(err).startswith(f"token rule {rule.label}"):
+            raise ValueError(f"{err} (on a small synthetic batch, before the model loads)") from None
+        raise ValueError(f"token rule {rule.label} raised {first_line(err)} on a small synthetic batch") from None
+    except Exception as err:  # noqa: BLE001 - the user's function: reported in one line
+        raise ValueError(f"token rule {rule.label} raised {first_line(err)} on a small synthetic batch") from None
 
 
 def weight_metrics(weights_BT: torch.Tensor, mask_BT: torch.Tensor) -> dict[str, float]:

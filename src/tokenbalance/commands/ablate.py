@@ -18,6 +18,7 @@ On one GPU add ``--device cuda``; a cluster runs the ``--runner verl`` grid, one
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 from pathlib import Path
 
@@ -154,12 +155,25 @@ def check_flags(args: argparse.Namespace) -> None:
         raise ValueError("--verl-models: applies to --runner verl only")
 
 
+def methods_word(row) -> str:
+    """How ``--methods`` names ``row``: its key for a grid row or a method preset, the name it was
+    given for a token rule (``MODULE:RULE``, or ``FILE.py:RULE`` with the file's absolute path, so
+    that the command runs from any directory), whose key is the rule's own name."""
+    from tokenbalance.ablate.grid import GRID_METHODS
+    from tokenbalance.user_code import is_spec, normalized_spec
+
+    if row.key in GRID_METHODS:
+        return row.key
+    return normalized_spec(row.preset, "--methods") if is_spec(row.preset) else row.preset
+
+
 def command_line(args: argparse.Namespace, plan, out: Path) -> str:
-    """The canonical command of this grid (every choice explicit), for the report and the script."""
+    """The canonical command of this grid (every choice explicit), for the report and the script;
+    it runs as printed (a test runs it): rows as ``--methods`` takes them, the figure flags kept."""
     parts = [
         "tokenbalance ablate",
         f"--preset {plan.preset.name}",
-        f"--methods {','.join(m.key for m in plan.methods)}",
+        f"--methods {shlex.quote(','.join(methods_word(m) for m in plan.methods))}",
         f"--seeds {','.join(map(str, plan.seeds))}",
         *([f"--steps {plan.steps}"] if args.runner == "local" else []),  # verl: the scripts' 5 epochs
         f"--out {shlex.quote(str(out))}",
@@ -170,6 +184,9 @@ def command_line(args: argparse.Namespace, plan, out: Path) -> str:
     parts += [f"--set {shlex.quote(o)}" for o in args.overrides]
     if args.runner == "verl":
         parts += ["--runner verl", f"--verl-models {args.verl_models}"]
+    else:
+        parts += ["--no-figure"] if args.no_figure else []
+        parts += [f"--figure-prompts {args.figure_prompts}"] if args.figure_prompts != DEFAULT_FIGURE_PROMPTS else []
     return " ".join(parts)
 
 
@@ -214,6 +231,7 @@ def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
     print("\n".join(summary))
     for row, why in unsupported:
         print(f"not on verl: {row.label} ({row.preset}): {why}")
+    out = Path(os.path.abspath(out))  # the scripts and their commands name it: absolute, they run from anywhere
     grid_dir = out / "verl"
     out.mkdir(parents=True, exist_ok=True)
     record_written(out, ["verl"])

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from pathlib import Path
 
-from tokenbalance.commands.train import add_config_arguments, config_from_args, printed_config_help
+from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 from tokenbalance.outputs import check_output_file, json_written_by, write_text_atomic
 
 WRITTEN_BY = "tokenbalance eval"
@@ -19,6 +20,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--responses",
         metavar="FILE",
+        type=nonempty,
         help="also write every response (mode, puzzle, reward, correct, tokens, text) as JSON to this file (a new file)",
     )
     parser.add_argument("--force", action="store_true", help="replace a --responses file an earlier eval wrote")
@@ -61,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.responses:
         document = {"written_by": WRITTEN_BY, "model": str(path), "metrics": metrics, "responses": responses}
+        Path(args.responses).parent.mkdir(parents=True, exist_ok=True)  # checked writable before the work
         write_text_atomic(args.responses, dump_json(document, indent=1) + "\n")  # NaN as null
     if args.json:
         print(dump_json(metrics))

@@ -101,13 +101,18 @@ def probe_batch(
         raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
     method = config.method()
     check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
+    pool = rl_examples(config.data)
+    if prompts > len(pool):
+        raise ValueError(
+            f"--prompts {prompts}: the run's training data holds only {len(pool)} prompt(s) (data.train_file or "
+            f"data.rl_count); ask for at most {len(pool)}"
+        )
     device = compute_device(config)
     embedded = config.model.path is None
     path = policy_path(config, device, DistContext(device=device), log)
     model, tokenizer = load_run_policy(config, path, embedded=embedded, device=device)
     task = get_task(config.data.task)
     check_special_tokens(tokenizer, task.special_tokens)
-    pool = rl_examples(config.data)
     chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[:prompts]]
     prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
     vocab = model.get_input_embeddings().num_embeddings

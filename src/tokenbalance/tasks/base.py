@@ -53,6 +53,11 @@ class TaskExample:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
 
+class ScoreError(ValueError):
+    """A scorer's failure whose one-line message already names the example (file and row) and the
+    function that failed: passed on as it is by whoever scores (no second wrapping)."""
+
+
 @dataclass(frozen=True)
 class ScoreResult:
     """A scored response: the scalar ``reward`` and named per-response ``metrics``.

@@ -91,8 +91,23 @@ class RowReader:
         return items
 
 
+def json_array_rows(file: Path, text: str) -> list[RowReader]:
+    """The rows of a file holding one JSON array of row objects (``[{...}, {...}]``)."""
+    try:
+        rows = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise ValueError(
+            f"{file}: a JSON array of rows (it starts with '['), but invalid JSON: {err}; write one JSON object "
+            "per line (JSON lines) or a valid array"
+        ) from None
+    if not isinstance(rows, list):
+        raise ValueError(f"{file}: expected a JSON array of row objects, got {type(rows).__name__}")
+    return [RowReader(file, number, row) for number, row in enumerate(rows)]
+
+
 def read_rows(path: str | os.PathLike) -> list[RowReader]:
-    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file.
+    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file, or of a
+    ``.json`` file holding one array of row objects (as ``json.dump(rows, f)`` writes it).
 
     Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise
     ``ValueError`` naming the file (and the line).
@@ -116,6 +131,8 @@ def read_rows(path: str | os.PathLike) -> list[RowReader]:
             text = file.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             raise ValueError(f"{file}: cannot read as UTF-8 text: {err}") from None
+        if suffix == ".json" and text.lstrip().startswith("["):  # one JSON array of rows, not JSON lines
+            return json_array_rows(file, text)
         for line_number, line in enumerate(text.splitlines(), start=1):
             if not line.strip():
                 continue

@@ -37,7 +37,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tokenbalance.checks import check_choice
-from tokenbalance.tasks.base import TASK_FACTORIES, BaseTask, ProgressFactory, ScoreResult, TaskExample, register_task
+from tokenbalance.tasks.base import (
+    TASK_FACTORIES,
+    BaseTask,
+    ProgressFactory,
+    ScoreError,
+    ScoreResult,
+    TaskExample,
+    register_task,
+)
 from tokenbalance.tasks.files import RowReader, read_rows
 from tokenbalance.user_code import clip_text, first_line, load_function, normalized_spec, shown
 
@@ -51,7 +59,7 @@ CONTRACT = "a reward function returns a finite number, (number, correct) or a di
 ChatRenderer = Callable[[list[dict[str, Any]]], str]
 
 
-class RewardOutputError(ValueError):
+class RewardOutputError(ScoreError):
     """The reward function returned something that is not a reward; the message names the row,
     the function and the value."""
 
@@ -316,9 +324,20 @@ class FunctionTask(BaseTask):
         return self.reward.score(response, row, where)
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
+        """The reward of ``response``; what the function raises becomes one :class:`ScoreError` line
+        naming the row (file, row, line), the function (``FILE.py:FUNCTION`` / ``MODULE:FUNCTION``)
+        and the error."""
         where = example.extra.get("where") or f"{example.data_source}: row {example.index}"
         row = example.ground_truth if isinstance(example.ground_truth, Mapping) else {}
-        return self.score_row(response, row, where)
+        try:
+            return self.score_row(response, row, where)
+        except ScoreError:
+            raise
+        except Exception as err:  # noqa: BLE001 - the user's function: reported in one line
+            raise ScoreError(
+                f"{where}: {self.reward.setting}={self.reward.name} raised {first_line(err)} for the response "
+                f"{clip_text(response)!r}; fix the reward function so that it returns a reward for any text"
+            ) from err
 
     def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
         row = ground_truth if isinstance(ground_truth, Mapping) else {"ground_truth": ground_truth}
@@ -330,8 +349,10 @@ class FunctionTask(BaseTask):
         for count, example in enumerate(examples):
             if count == rows:
                 return
+            where = example.extra.get("where") or f"{example.data_source}: row {example.index}"
+            row = example.ground_truth if isinstance(example.ground_truth, Mapping) else {}
             try:
-                self.score("", example)
+                self.score_row("", row, where)
             except RewardOutputError:
                 raise
             except Exception as err:  # noqa: BLE001 - the user's function: reported in one line

@@ -9,7 +9,9 @@ Layout of ``RUN_DIR/checkpoints/step_000010/``::
 Nothing is pickled, so loading a checkpoint never runs code. A checkpoint directory is built
 under a temporary name and renamed into place only when complete; ``RUN_DIR/checkpoints/latest``
 names the newest one and is itself replaced atomically. With ``train.keep_checkpoints`` k > 0,
-:func:`prune_checkpoints` then removes the complete checkpoints older than the newest k.
+:func:`prune_checkpoints` then removes the complete checkpoints older than the newest k. Only
+names the trainer writes (``step_`` and six or more digits) are ever read or removed: a user's
+``step_000001_best`` or ``step_000002.keep`` beside them is not a checkpoint and is never touched.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -28,6 +31,7 @@ from tokenbalance.models import save_policy
 from tokenbalance.outputs import write_text_atomic
 
 __all__ = [
+    "checkpoint_dirs",
     "checkpoint_step",
     "optimizer_from_flat",
     "optimizer_to_flat",
@@ -35,6 +39,7 @@ __all__ = [
     "latest_checkpoint",
     "load_trainer_state",
     "prune_checkpoints",
+    "pruned_note",
     "resume_checkpoint",
     "save_checkpoint",
     "write_text_atomic",
@@ -42,6 +47,16 @@ __all__ = [
 
 STATE_FILE = "trainer_state.json"
 OPTIMIZER_FILE = "optimizer.safetensors"
+CHECKPOINT_NAME = re.compile(r"step_[0-9]{6,}")
+
+
+def checkpoint_dirs(root: Path) -> list[Path]:
+    """The folders in ``root`` named exactly as :func:`save_checkpoint` names them (``step_000010``),
+    oldest first; anything else there (``step_000001_best``, ``step_2.keep``) is the user's."""
+    if not Path(root).is_dir():
+        return []
+    found = [p for p in Path(root).iterdir() if CHECKPOINT_NAME.fullmatch(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name.removeprefix("step_")))
 
 
 def optimizer_to_flat(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict]:
@@ -93,18 +108,24 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
-    """Remove the complete ``step_*`` checkpoints older than the newest ``keep`` (never the one
-    ``latest`` names); returns the removed directories. Incomplete ones are left to the resume's
+    """Remove the complete checkpoints (:func:`checkpoint_dirs`) older than the newest ``keep`` (never
+    the one ``latest`` names); returns the removed directories. Incomplete ones are left to the resume's
     repair, which knows whether a process is still writing them."""
     if keep < 1:
         raise ValueError(f"keep must be >= 1, got {keep}")
     root = Path(run_dir) / "checkpoints"
     newest = resume_checkpoint(run_dir)
-    complete = sorted(p for p in root.glob("step_*") if p.is_dir() and is_complete_checkpoint(p))
+    complete = [p for p in checkpoint_dirs(root) if is_complete_checkpoint(p)]
     removed = [p for p in complete[:-keep] if p != newest]
     for path in removed:
         shutil.rmtree(path)
     return removed
+
+
+def pruned_note(removed: list[Path], keep: int) -> str:
+    """The line the trainer prints after :func:`prune_checkpoints` removed ``removed``."""
+    names = ", ".join(p.name for p in removed)
+    return f"{removed[0].parent}: removed {names} (train.keep_checkpoints={keep} keeps the newest {keep})"
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
@@ -134,7 +155,7 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
         named = None
     if named is not None and is_complete_checkpoint(named):
         return named
-    complete = sorted(p for p in root.glob("step_*") if p.is_dir() and is_complete_checkpoint(p))
+    complete = [p for p in checkpoint_dirs(root) if is_complete_checkpoint(p)]
     return complete[-1] if complete else None
 
 

@@ -42,6 +42,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,6 +69,7 @@ from tokenbalance.trainer.checkpoint import (
     latest_checkpoint,
     load_trainer_state,
     prune_checkpoints,
+    pruned_note,
     save_checkpoint,
     write_text_atomic,
 )
@@ -475,7 +477,9 @@ def train(parts: TrainerParts) -> dict:
                             },
                         )
                         if cfg.train.keep_checkpoints:
-                            prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
+                            removed = prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
+                            if removed:
+                                print(pruned_note(removed, cfg.train.keep_checkpoints), file=sys.stderr, flush=True)
                         write_status(run_dir, "running", step=done)
                     barrier(ctx)
     except BaseException as err:

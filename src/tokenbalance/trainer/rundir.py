@@ -41,6 +41,7 @@ from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.checkpoint import (
     OPTIMIZER_FILE,
     STATE_FILE,
+    checkpoint_dirs,
     checkpoint_step,
     resume_checkpoint,
     write_text_atomic,
@@ -176,6 +177,29 @@ def check_new_run_dir(run_dir: Path) -> None:
                 "--run-dir"
             )
     check_writable_dir(run_dir, "--run-dir")
+
+
+START_FILES = ("config.yaml", "wandb", "tensorboard")  # what a new run writes before its first status
+
+
+def undo_failed_start(run_dir: Path) -> list[str]:
+    """After a new run failed to start (e.g. W&B did not start) before it wrote its first status:
+    remove what the start wrote (:data:`START_FILES`; the directory was new or empty, checked before
+    work), so that the same command is accepted again; returns the names removed. A run that wrote
+    its status or any metrics is left as it is (it resumes)."""
+    if (run_dir / RUN_STATE_FILE).exists() or (run_dir / "metrics.jsonl").exists():
+        return []
+    removed = []
+    for name in START_FILES:
+        path = run_dir / name
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif path.exists() or path.is_symlink():
+            path.unlink()
+        else:
+            continue
+        removed.append(name)
+    return removed
 
 
 def resume_command(run_dir: Path) -> str:
@@ -317,7 +341,7 @@ def recover_latest(run_dir: Path) -> str | None:
     if newest is not None and newest.name == named:  # latest names a complete checkpoint
         return None
     if newest is None:
-        steps = sorted(p for p in root.glob("step_*") if p.is_dir())
+        steps = checkpoint_dirs(root)
         if steps:
             raise ValueError(
                 f"{root}: no complete checkpoint among {', '.join(p.name for p in steps)} (each needs {STATE_FILE}, "

@@ -12,14 +12,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import netrc
 import os
 import time
+from collections.abc import Mapping
 from pathlib import Path
+from urllib.parse import urlparse
 
 import torch
 
 from tokenbalance.checks import check_choice
-from tokenbalance.config import RunConfig, absolute_paths, load_config
+from tokenbalance.config import OutputConfig, RunConfig, absolute_paths, load_config
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
 from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
@@ -29,10 +32,54 @@ from tokenbalance.trainer.rundir import (
     clean_interrupted_writes,
     recover_latest,
     resume_command,
+    undo_failed_start,
     verify_checkpoint,
 )
 
 REPORTING_EXTRAS = (("tensorboard", "tensorboard"), ("wandb", "wandb"))
+WANDB_OPTIONS = ("wandb_project", "wandb_entity", "wandb_name", "wandb_mode")
+WANDB_ENV_MODES = ("offline", "online", "disabled", "dryrun", "run")  # what wandb takes from WANDB_MODE
+
+
+def has_wandb_login(environ: Mapping[str, str]) -> bool:
+    """Whether W&B can log in online without asking: ``WANDB_API_KEY``, or an entry for the W&B
+    host (``WANDB_BASE_URL``, default api.wandb.ai) in the netrc file ``wandb login`` writes."""
+    if environ.get("WANDB_API_KEY"):
+        return True
+    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
+    path = environ.get("NETRC") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
+
+
+def wandb_problem(output: OutputConfig, environ: Mapping[str, str]) -> str | None:
+    """Why the W&B settings cannot work as given, checked before the model loads (None when they
+    can): a ``wandb_*`` option set while ``output.wandb`` is off (it would be ignored), a
+    ``WANDB_MODE`` that is not a W&B mode, or online logging without a login."""
+    defaults = OutputConfig()
+    if not output.wandb:
+        given = [name for name in WANDB_OPTIONS if getattr(output, name) != getattr(defaults, name)]
+        if given:
+            return (
+                f"output.{given[0]}={getattr(output, given[0])!r}: applies only with output.wandb=true (W&B is off "
+                "and would ignore it); set output.wandb=true or leave it out"
+            )
+        return None
+    env_mode = environ.get("WANDB_MODE") or None
+    if env_mode is not None and env_mode not in WANDB_ENV_MODES:
+        return (
+            f"WANDB_MODE={env_mode!r} in the environment (it wins over output.wandb_mode): not a W&B mode; valid: "
+            "offline, online, disabled; fix or unset it"
+        )
+    mode = env_mode or output.wandb_mode
+    if mode in ("online", "run") and not has_wandb_login(environ):
+        return (
+            "output.wandb: W&B online needs a login and this machine has none (no WANDB_API_KEY, no netrc entry); "
+            "run `wandb login`, or log offline with output.wandb_mode=offline (`wandb sync` uploads it later)"
+        )
+    return None
 
 
 def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume: bool = False) -> None:
@@ -40,12 +87,13 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     load: the method (already resolved when the config was built), the device, the task's template,
     the data (files exist and follow the schema, gold answers agree with the rows' own solution
     columns), the policy directory's files and, with its tokenizer, the task's tags and every
-    prompt's length, the reporting extras, and where the run writes: a new run needs a new or
+    prompt's length, the reporting extras and W&B settings (:func:`wandb_problem`), and where the run writes: a new run needs a new or
     empty, writable ``run_dir``; the embedded policy's cache directory must be writable when the
     policy has to be built. With ``data.reward`` (your function): a policy is given, the function
     imports and is callable, every row has the prompt and the columns it takes, chat prompts
     render with the policy's chat template, and it returns a reward for the empty response on the
     first rows of each file."""
+    from tokenbalance.algorithms.token_rules import probe_rule
     from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_checked_tokenizer
     from tokenbalance.tasks import get_task
     from tokenbalance.tasks.function import FunctionTask
@@ -54,7 +102,9 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     from tokenbalance.trainer.scoring import encode_prompts
     from tokenbalance.trainer.sft import check_sft_target
 
-    config.method()
+    rule = config.method().token_rule
+    if rule is not None:
+        probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
     if config.data.reward is not None and config.model.path is None:
         raise ValueError(
             "data.reward: give the policy to train with --model PATH (a Hugging Face model directory); the "
@@ -72,6 +122,9 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     for flag, module in REPORTING_EXTRAS:
         if getattr(config.output, flag) and importlib.util.find_spec(module) is None:
             raise ValueError(f"output.{flag}=true needs the {module} package: pip install {module}")
+    problem = wandb_problem(config.output, os.environ)
+    if problem:
+        raise ValueError(problem)
     if run_dir is not None and not resume:
         check_new_run_dir(run_dir)
     tokenizer = None
@@ -276,7 +329,12 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
                     f"run directory: {run_dir}  (method {config.train.method}, steps "
                     f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
                 )
-            train(parts)
+            try:
+                train(parts)
+            except Exception:
+                if ctx.is_main and not resume:  # failed before its first status: the same command runs again
+                    undo_failed_start(run_dir)
+                raise
         except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
             raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
         except OSError as err:  # a full disk, a lost mount: an environment error, not a bug

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from tokenbalance.tasks.base import ScoreResult, Task, TaskExample
+from tokenbalance.tasks.base import ScoreError, ScoreResult, Task, TaskExample
 
 
 def encode_prompts(tokenizer, examples: list[TaskExample], max_prompt_tokens: int) -> list[list[int]]:
@@ -40,6 +40,8 @@ def score_responses(task: Task, responses: list[str], examples: list[TaskExample
     for response, example in zip(responses, examples):
         try:
             results.append(task.score(response, example))
+        except ScoreError:  # already one line naming the example and the function (your reward)
+            raise
         except Exception as err:  # noqa: BLE001 - re-raised with context
             raise ValueError(
                 f"the {task.name!r} reward raised {type(err).__name__}: {err} on example "

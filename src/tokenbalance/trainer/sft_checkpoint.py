@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from tokenbalance.trainer.checkpoint import optimizer_from_flat, optimizer_to_flat
+from tokenbalance.trainer.checkpoint import checkpoint_dirs, optimizer_from_flat, optimizer_to_flat
 
 STATE = "sft_state.json"
 GENERATOR_KEY = "__generator_state__"
@@ -56,13 +56,13 @@ def save(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for older in directory.glob("step_*"):
+    for older in checkpoint_dirs(directory):
         if older.name < final.name:
             shutil.rmtree(older, ignore_errors=True)
 
 
 def latest(directory: Path) -> Path | None:
-    complete = sorted(p for p in directory.glob("step_*") if (p / STATE).is_file()) if directory.is_dir() else []
+    complete = [p for p in checkpoint_dirs(directory) if (p / STATE).is_file()]
     return complete[-1] if complete else None
 
 

@@ -20,17 +20,26 @@ import os
 import sys
 import tempfile
 
-import hydra
-
-import tokenbalance.integrations.verl.plugin  # noqa: F401  (registers; raises on a bad verl)
-from tokenbalance.integrations.verl.validation import validate_launch
-
 DRY_RUN_ENV = "TOKENBALANCE_VERL_DRY_RUN"
 RUN_DIR = "runs/verl/${now:%Y-%m-%d}/${now:%H-%M-%S}"  # hydra's default is outputs/<date>/<time>
+DRY_WORDS, RUN_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+INSTALL = "pip install -e '.[verl]' && pip install 'verl[vllm]' (docs/verl.md)"
+
+
+def dry_run_value(text: str | None) -> bool:
+    """Whether ``text`` (the dry-run variable's value) asks for a dry run: 1/true/yes/on (any case);
+    unset, empty, 0/false/no/off do not; ``ValueError`` for anything else (a typo never trains)."""
+    word = (text or "").strip().lower()
+    if word in DRY_WORDS or word in RUN_WORDS:
+        return word in DRY_WORDS
+    raise ValueError(
+        f"{DRY_RUN_ENV}={text!r} (from DRY_RUN): not a yes/no value; 1/true/yes is a dry run, 0/false/no or unset "
+        "trains; nothing started"
+    )
 
 
 def is_dry_run() -> bool:
-    return os.environ.get(DRY_RUN_ENV) == "1"
+    return dry_run_value(os.environ.get(DRY_RUN_ENV))
 
 
 def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
@@ -48,13 +57,14 @@ def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
     return [*overrides, f"hydra.run.dir={scratch}", "hydra.output_subdir=null"]
 
 
-@hydra.main(config_path="pkg://verl.trainer.config", config_name="ppo_trainer", version_base=None)
 def main(config) -> None:
     """Validate ``config`` for tokenbalance, then run verl's ``main_ppo.main`` on it.
 
     With ``TOKENBALANCE_VERL_DRY_RUN=1`` only validate and print the composed config.
     """
     from verl.trainer import main_ppo
+
+    from tokenbalance.integrations.verl.validation import validate_launch
 
     validate_launch(config)
     if is_dry_run():
@@ -66,6 +76,26 @@ def main(config) -> None:
     main_ppo.main.__wrapped__(config)
 
 
+def launch(argv: list[str]) -> int:
+    """The command line: the dry-run setting and the imports (hydra, verl, our plugin) checked first,
+    each failure one line on stderr and status 2, then hydra composes the config and :func:`main` runs."""
+    try:
+        dry_run = is_dry_run()
+    except ValueError as err:
+        print(f"tokenbalance verl: error: {err}", file=sys.stderr)
+        return 2
+    try:
+        import hydra
+
+        import tokenbalance.integrations.verl.plugin  # noqa: F401  (registers; raises on a bad verl)
+    except ImportError as err:
+        missing = err.name or "verl"
+        print(f"tokenbalance verl: error: cannot import {missing} ({err}); install verl: {INSTALL}", file=sys.stderr)
+        return 2
+    sys.argv[1:] = with_default_run_dir(argv, dry_run=dry_run)
+    hydra.main(config_path="pkg://verl.trainer.config", config_name="ppo_trainer", version_base=None)(main)()
+    return 0
+
+
 if __name__ == "__main__":
-    sys.argv[1:] = with_default_run_dir(sys.argv[1:], dry_run=is_dry_run())
-    main()
+    sys.exit(launch(sys.argv[1:]))

@@ -1,0 +1,69 @@
+"""The verl launcher's command line (``python -m tokenbalance.integrations.verl.main``) before verl
+runs: the dry-run switch means one thing (1/true/yes a dry run, 0/false/no/unset not, anything else
+refused before any work), and a machine without verl gets one line saying how to install it, not a
+traceback. Needs no verl (it is hidden in a subprocess)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tokenbalance.integrations.verl.main import DRY_RUN_ENV, dry_run_value
+
+
+@pytest.mark.parametrize("text", ["1", "true", "TRUE", "yes", "Yes", "on"])
+def test_true_looking_values_are_a_dry_run(text):
+    assert dry_run_value(text) is True
+
+
+@pytest.mark.parametrize("text", [None, "", "0", "false", "False", "no", "off"])
+def test_false_or_unset_values_train(text):
+    assert dry_run_value(text) is False
+
+
+@pytest.mark.parametrize("text", ["maybe", "2", "ture", "y e s"])
+def test_any_other_value_is_refused(text):
+    with pytest.raises(ValueError, match=f"{DRY_RUN_ENV}='{text}' \\(from DRY_RUN\\): not a yes/no value"):
+        dry_run_value(text)
+
+
+def launch_without_verl(dry_run: str) -> subprocess.CompletedProcess:
+    code = (
+        "import sys; sys.modules['verl'] = None\n"  # any import of verl now fails, as on a machine without it
+        "from tokenbalance.integrations.verl.main import launch\n"
+        "sys.exit(launch(['trainer.total_epochs=1']))\n"
+    )
+    env = {**os.environ, DRY_RUN_ENV: dry_run}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+def test_a_dry_run_without_verl_is_one_line_naming_the_install():
+    done = launch_without_verl("1")
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("tokenbalance verl: error: cannot import verl")
+    assert line.endswith("install verl: pip install -e '.[verl]' && pip install 'verl[vllm]' (docs/verl.md)")
+
+
+def test_a_misspelt_dry_run_is_refused_before_any_import():
+    done = launch_without_verl("ture")
+    assert done.returncode == 2 and "TOKENBALANCE_VERL_DRY_RUN='ture' (from DRY_RUN): not a yes/no" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize(("value", "seen"), [("yes", "1"), ("True", "1"), ("", "0"), ("no", "0"), ("maybe", None)])
+def test_the_preset_scripts_read_dry_run_the_same_way(value, seen):
+    """``examples/verl/common.sh`` (sourced by every kk_*.sh) turns DRY_RUN into 1 or 0 for the
+    launcher, and refuses anything else before it runs anything."""
+    script = f'source {REPO / "examples/verl/common.sh"} && echo "DRY_RUN=$DRY_RUN"'
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, "DRY_RUN": value})
+    if seen is None:
+        assert done.returncode == 2 and "DRY_RUN must be 1/true/yes (a dry run)" in done.stderr
+        assert "got 'maybe'; nothing started" in done.stderr and done.stdout == ""
+    else:
+        assert done.returncode == 0 and done.stdout.strip() == f"DRY_RUN={seen}"
