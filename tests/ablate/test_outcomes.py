@@ -79,11 +79,13 @@ def test_the_report_table_of_gained_and_lost_examples():
 
 def test_records_carry_the_outcomes_where_a_cell_wrote_them(tmp_path):
     from tokenbalance.ablate.records import keep, restore
+    from tokenbalance.config import RunConfig, save_config
 
     for cell, with_outcomes in (("new-seed0", True), ("old-seed0", False)):
         run = tmp_path / "runs" / cell
         run.mkdir(parents=True)
-        for name in ("config.yaml", "metrics.jsonl", "run_state.json"):
+        save_config(RunConfig(), run / "config.yaml")
+        for name in ("metrics.jsonl", "run_state.json"):
             (run / name).write_text(f"{name} of {cell}\n")
         if with_outcomes:
             append_outcomes(run, 4, responses("greedy", [True, False]))
