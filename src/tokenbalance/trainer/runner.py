@@ -23,7 +23,9 @@ from tokenbalance.config import RunConfig, absolute_paths, load_config
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
 from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
+from tokenbalance.trainer.progress import progress_log
 from tokenbalance.trainer.rundir import (
+    LOG_FILE,
     RunLock,
     check_new_run_dir,
     clean_interrupted_writes,
@@ -260,28 +262,29 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
         device = compute_device(config)  # records the thread count used in config.yaml
         ctx = init_distributed(device)
         lock = RunLock(run_dir).acquire() if ctx.is_main else None
-        try:
-            if resume and ctx.is_main:
-                repair_for_resume(run_dir, log, config)
-            torch.manual_seed(config.train.seed)
-            embedded = config.model.path is None
-            config.model.path = policy_path(config, device, ctx, log)
-            policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
-            parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
-            if ctx.is_main:
-                log(
-                    f"run directory: {run_dir}  (method {config.train.method}, steps "
-                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
-                )
-            train(parts)
-        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
-            raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
-        except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
-            what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-            raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
-        finally:
-            if lock is not None:
-                lock.release()
+        with progress_log(run_dir / LOG_FILE if ctx.is_main else None):
+            try:
+                if resume and ctx.is_main:
+                    repair_for_resume(run_dir, log, config)
+                torch.manual_seed(config.train.seed)
+                embedded = config.model.path is None
+                config.model.path = policy_path(config, device, ctx, log)
+                policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
+                parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
+                if ctx.is_main:
+                    log(
+                        f"run directory: {run_dir}  (method {config.train.method}, steps "
+                        f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
+                    )
+                train(parts)
+            except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
+                raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
+            except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
+                what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+                raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
+            finally:
+                if lock is not None:
+                    lock.release()
     if ctx.is_main:
         log(before_after_table(run_dir))
         summary = json.loads((run_dir / "run_state.json").read_text())
