@@ -54,12 +54,20 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     from tokenbalance.trainer.data import eval_examples, function_task_for_run, rl_examples
     from tokenbalance.trainer.embedded import embedded_key
     from tokenbalance.trainer.scoring import encode_prompts
+    from tokenbalance.trainer.sft import row_pairs
 
     config.method()
-    if config.data.reward is not None and config.model.path is None:
+    if config.data.reward is not None and config.model.path is None and config.data.target_column is None:
         raise ValueError(
-            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory); the "
-            "embedded tiny policy is built for the generated tasks (kk, arith)"
+            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory), or "
+            "--target-column NAME (the column holding a good response to each prompt) to build the embedded tiny "
+            "model on your rows and warm-start it on that column"
+        )
+    if config.data.target_column is not None and config.model.path is not None and not resume:
+        raise ValueError(
+            f"data.target_column={config.data.target_column!r}: it builds the embedded tiny model on your rows, "
+            "without --model; to warm-start your own model on it, run `tokenbalance sft --model PATH --out DIR "
+            "--target-column NAME` (with the same --data, --eval-data, --reward) and train --model DIR"
         )
     task = get_task(config.data.task)  # data.reward: imports your function (not found, not callable: named)
     check_choice("data.template", config.data.template, task.templates)
@@ -79,6 +87,8 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
         if config.data.reward is not None:
             task = function_task_for_run(config.data, tokenizer)  # chat prompts: the policy's template
     train_examples, evals = rl_examples(config.data), eval_examples(config.data)
+    if config.model.path is None and config.data.reward is not None:
+        row_pairs(config.data)  # every row has its target: before the tokenizer and model are built on them
     if tokenizer is not None:
         check_special_tokens(tokenizer, task.special_tokens)
         encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
