@@ -15,6 +15,13 @@ WRITTEN_BY = "tokenbalance eval"
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="held-out accuracy per difficulty of a policy")
     add_config_arguments(parser)
+    parser.add_argument(
+        "--count",
+        type=int,
+        metavar="N",
+        help="held-out examples per difficulty of a generated task (data.eval_count, default 1000); an --eval-data "
+        "file is evaluated whole",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     parser.add_argument(
         "--responses",
