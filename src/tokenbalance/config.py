@@ -49,6 +49,14 @@ METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
 EVAL_SET_USES = {"test": "eval", "validation": "validation"}
 DEFAULT_TEMPLATE = "compact"
+# What a real (chat) model needs where the defaults suit the embedded tiny model: the settings of
+# docs/results.md's SmolLM2-135M-Instruct runs (Logic-RL's ChatML prompt, its ~300-token prompts,
+# room for a reasoning trace). runner.check_before_work names them when a chat model meets the defaults.
+REAL_MODEL_SETTINGS = (
+    ("data.template", "qwen-instruct"),
+    ("data.max_prompt_tokens", 320),
+    ("rollout.max_new_tokens", 400),
+)
 
 
 @dataclass

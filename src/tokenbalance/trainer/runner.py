@@ -90,6 +90,7 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     if config.model.path is None and config.data.reward is not None:
         row_pairs(config.data)  # every row has its target: before the tokenizer and model are built on them
     if tokenizer is not None:
+        check_real_model_settings(config, tokenizer)
         check_special_tokens(tokenizer, task.special_tokens)
         encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
         encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)
@@ -98,6 +99,23 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     if isinstance(task, FunctionTask):
         task.check_reward(train_examples)
         task.check_reward(evals)
+
+
+def check_real_model_settings(config: RunConfig, tokenizer) -> None:
+    """``ValueError`` when a chat model (its tokenizer has a chat template; the embedded tiny
+    tokenizer has none) meets the tiny model's prompt template, naming the settings that fit it
+    (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): the terse ``compact`` prompt and a 48-token
+    budget score every answer -3, which no RL step can learn from."""
+    from tokenbalance.config import DEFAULT_TEMPLATE, REAL_MODEL_SETTINGS
+
+    if config.data.template != DEFAULT_TEMPLATE or not getattr(tokenizer, "chat_template", None):
+        return
+    flags = " ".join(f"--set {key}={value}" for key, value in REAL_MODEL_SETTINGS)
+    raise ValueError(
+        f"model.path={config.model.path}: a chat model (its tokenizer has a chat template) with "
+        f"data.template={DEFAULT_TEMPLATE!r}, the embedded tiny model's prompt, scores every answer as a format "
+        f"error; pass {flags} (the settings of docs/results.md's SmolLM2 runs), or another data.template"
+    )
 
 
 def compute_device(config: RunConfig) -> torch.device:
