@@ -157,3 +157,15 @@ def test_a_target_column_without_your_reward_is_refused(capsys):
     assert "data.target_column='target': the target column of your rows goes with your reward function" in (
         capsys.readouterr().err
     )
+
+
+def test_sft_builds_the_same_policy_on_your_rows(files, capsys):
+    """``tokenbalance sft --out DIR`` with the same flags builds the policy ``train`` would cache."""
+    sets = [arg for override in TINY for arg in ("--set", override)]
+    yours = ["--data", str(files / "train.jsonl"), "--eval-data", str(files / "test.jsonl"), "--reward", REWARD]
+    out = files / "sft"
+    assert main(["sft", "--out", str(out), *yours, "--target-column", "target", *sets, "--no-progress"]) == 0
+    assert f"saved the SFT policy to {out}" in capsys.readouterr().out
+    assert load_checked_tokenizer(out).tokenize(" p i b n") == ["Ġp", "Ġi", "Ġb", "Ġn"]
+    assert main(["sft", "--out", str(files / "sft2"), *yours, *sets]) == 2  # no target column: one line
+    assert "(--target-column NAME)" in capsys.readouterr().err
