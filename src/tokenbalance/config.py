@@ -49,6 +49,14 @@ METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
 EVAL_SET_USES = {"test": "eval", "validation": "validation"}
 DEFAULT_TEMPLATE = "compact"
+# What a real (chat) model needs where the defaults suit the embedded tiny model: the settings of
+# docs/results.md's SmolLM2-135M-Instruct runs (Logic-RL's ChatML prompt, its ~300-token prompts,
+# room for a reasoning trace). runner.check_before_work names them when a chat model meets the defaults.
+REAL_MODEL_SETTINGS = (
+    ("data.template", "qwen-instruct"),
+    ("data.max_prompt_tokens", 320),
+    ("rollout.max_new_tokens", 400),
+)
 
 
 @dataclass
@@ -106,6 +114,13 @@ class DataConfig:
     prompt_column: str = option(
         "prompt", "with data.reward: the column holding each row's prompt (text, or chat messages)"
     )
+    target_column: str | None = option(
+        None,
+        "with data.reward: the column holding a good response to each prompt of data.train_file; without "
+        "model.path the embedded tiny tokenizer and model are built on your rows (prompts and targets) and "
+        "SFT-warmed on the targets (docs/tasks.md)",
+        nullable=True,
+    )
     max_reward: float = option(
         1.0,
         "with data.reward: the reward of a correct response (reward/acc and eval/*/acc count rewards equal to it)",
@@ -137,6 +152,11 @@ class DataConfig:
         """With ``data.reward``: the task is ``function`` (registered here, so that it validates),
         the template one of its prompt formats (the default becomes ``auto``), both files given."""
         if not isinstance(self.reward, str) or not self.reward:  # None, or a wrong type validate() names
+            if self.target_column is not None:
+                raise ValueError(
+                    f"data.target_column={self.target_column!r}: the target column of your rows goes with your reward "
+                    "function (--reward MODULE:FUNCTION); a generated task (kk, arith) writes its own SFT targets"
+                )
             if self.task == FUNCTION_TASK:
                 raise ValueError(
                     "data.task='function' is your reward function's task: set data.reward=MODULE:FUNCTION "

@@ -11,10 +11,10 @@ from tests.algorithms.helpers import make_batch
 from tokenbalance.algorithms.methods import compute_advantages, get_method
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.cli import main
-from tokenbalance.commands.diagnose import resolve_checkpoint
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 from tokenbalance.diagnostics.token_classes import token_pieces
 from tokenbalance.models import load_policy, save_policy
+from tokenbalance.trainer.checkpoint import policy_dir
 
 torch.set_num_threads(1)
 SMALL = [
@@ -183,10 +183,10 @@ def test_bad_edges_and_run_without_checkpoint(tiny_policy_dir, tmp_path, capsys)
     assert "without a complete checkpoint" in capsys.readouterr().err
     for name in ("trainer_state.json", "optimizer.safetensors"):
         (run / "checkpoints" / "step_000003" / name).write_text("{}")
-    assert resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000003" / "model")  # no latest yet
+    assert policy_dir(str(run)) == str(run / "checkpoints" / "step_000003" / "model")  # no latest yet
     (run / "checkpoints" / "latest").write_text("step_000003\n")
-    assert resolve_checkpoint(str(run)) == str(run / "checkpoints" / "step_000003" / "model")
-    assert resolve_checkpoint(str(tiny_policy_dir)) == str(tiny_policy_dir)
+    assert policy_dir(str(run)) == str(run / "checkpoints" / "step_000003" / "model")
+    assert policy_dir(str(tiny_policy_dir)) == str(tiny_policy_dir)
 
 
 @pytest.fixture(scope="module")

@@ -619,6 +619,54 @@ def test_messages_name_only_flags_that_exist():
     assert {flag: where for flag, where in mentioned.items() if flag not in flags} == {}
 
 
+def command_flags(*names: str) -> set[str]:
+    """The ``--flags`` of one (sub)command, e.g. ``command_flags("diagnose", "buckets")``."""
+    parser = build_parser()
+    for name in names:
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        parser = sub.choices[name]
+    return {s for action in parser._actions for s in action.option_strings if s.startswith("--")}
+
+
+@pytest.mark.parametrize(
+    "command", [("train",), ("eval",), ("sft", "--out", "OUT"), ("diagnose", "buckets")], ids=lambda c: c[0]
+)
+def test_each_commands_error_paths_name_only_its_own_flags(command, tmp_path, monkeypatch, capsys):
+    """Run each command's error paths about your data and reward and check that every ``--flag`` the
+    message suggests is one of that command's own (``eval --set data.reward=...`` used to suggest a
+    ``--data`` that only ``train`` had)."""
+
+    def no_model(*args, **kwargs):
+        raise AssertionError("a policy was built or loaded: the error paths end before any model work")
+
+    monkeypatch.setattr(runner, "load_run_policy", no_model)
+    monkeypatch.setattr(runner, "policy_path", no_model)
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "rows.jsonl").write_text('{"prompt": "2 + 2 =", "answer": "4"}\n')
+    (tmp_path / "rewards.py").write_text("def exact(response, answer):\n    return float(response.strip() == answer)\n")
+    argv = [c.replace("OUT", str(tmp_path / "out")) for c in command]
+    cases = [
+        ["--set", "data.reward=rewards.py:exact"],
+        ["--reward", "rewards.py:exact"],
+        ["--reward", "rewards.py:exact", "--data", "rows.jsonl"],
+        ["--reward", "rewards.py:exact", "--data", "rows.jsonl", "--eval-data", "rows.jsonl"],
+        ["--target-column", "answer"],
+        ["--reward", "rewards.py:exact", "--data", "rows.jsonl", "--eval-data", "rows.jsonl", "--target-column", "x"],
+    ]
+    own = command_flags(*[c for c in command[:2] if not c.startswith("-") and c != "OUT"])
+    suggested: dict[str, str] = {}
+    for case in cases:
+        if command[0] != "sft" or "--reward" in case or "--set" in case:
+            status = main([*argv, *case, "--no-progress"])
+            err = capsys.readouterr().err
+            if status == 2:
+                assert err.count("\n") == 1, err
+                for flag in re.findall(r"(?<![\w-])--[a-z][a-z-]+", err):
+                    suggested.setdefault(flag, err)
+    assert {flag for flag in suggested if flag not in own} == set(), suggested
+    assert "--data" in suggested or "--target-column" in suggested  # the paths were run
+
+
 def test_a_full_disk_while_writing_a_checkpoint_is_one_message_and_a_resumable_run(small_config, monkeypatch):
     """safetensors reports a full disk as its own error type: the run still ends with the one-line
     message and the --resume command, with no half-written checkpoint left behind."""

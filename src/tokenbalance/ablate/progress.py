@@ -1,28 +1,23 @@
 """The grid's progress display: cells done / running (each with its step) / left and an estimate
 of the time left.
 
-Drawn with rich on stderr (nothing live when stderr is not a terminal); one plain line per cell
-event goes to ``log`` either way. The time left is (steps still to run) x (seconds per RL step of
-the row, measured on the cells finished so far in this and earlier sittings, ``grid_log.jsonl``;
-the mean over rows for a row not measured yet; unknown until one cell has finished), divided by the
-cells that run at once.
+Drawn with rich on stderr when it is a terminal; one plain line per cell event goes to ``log``
+either way, and when stderr is not a terminal (a log file) a line with the running cells' steps
+every ``PLAIN_EVERY_S`` seconds (trainer/progress.py) too. The time left is (steps still to run)
+x (seconds per RL step of the row, measured on the cells finished so far in this and earlier
+sittings, ``grid_log.jsonl``; the mean over rows for a row not measured yet; unknown until one cell
+has finished), divided by the cells that run at once.
 """
 
 from __future__ import annotations
 
+import sys
 import time
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-
-def format_seconds(seconds: float | None) -> str:
-    if seconds is None:
-        return "?"
-    seconds = int(round(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    return f"{hours}h{minutes:02d}m" if hours else f"{minutes}m{secs:02d}s"
+from tokenbalance.trainer.progress import Cadence, format_seconds, is_terminal
 
 
 class StepRates:
@@ -60,7 +55,10 @@ class GridProgress:
         self.left_s: float | None = None
         self.started = time.perf_counter()
         self._progress = None
-        if enabled and total > 0:
+        self.plain = enabled and total > 0 and not is_terminal(sys.stderr)
+        self.cadence = Cadence(every_steps=10**9)  # by time only
+        self.cadence.due(0)  # the first line after PLAIN_EVERY_S: the cell's start was just logged
+        if enabled and total > 0 and not self.plain:
             self._progress = Progress(
                 TextColumn("[bold]grid"),
                 BarColumn(),
@@ -107,6 +105,11 @@ class GridProgress:
         self.running[name] = f"step {step}/{steps}"
         self.left_s = left_s
         self._refresh()
+        if self.plain and self.cadence.due(0):
+            self.log(
+                f"    running {', '.join(f'{n} {s}' for n, s in self.running.items())}; done {self.done}, "
+                f"failed {self.failed}, left {self.left}, time left ~{format_seconds(self.left_s)}"
+            )
 
     def cell_finished(self, name: str, status: str, wall_s: float, left_s: float | None) -> None:
         if status == "completed":

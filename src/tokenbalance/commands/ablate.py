@@ -2,7 +2,7 @@
 the paper-layout table (mean and 95% CI over seeds, paired differences), the reward curves, the
 per-step cost and the Figure 1 panels on one batch (docs/ablate.md).
 
-    tokenbalance ablate --preset kk-smoke                          # a few-minute trial (CPU)
+    tokenbalance ablate --preset kk-smoke                          # a short trial (CPU)
     tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4         # the default rows, 5 seeds
     tokenbalance ablate --preset kk-tiny --methods grpo,ar_lopti --out runs/ablate-two
     tokenbalance ablate --preset kk-tiny --report-only             # tables and figures from the cells on disk

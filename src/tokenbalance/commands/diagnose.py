@@ -95,30 +95,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def resolve_checkpoint(path: str) -> str:
-    """A policy directory from a policy directory, a checkpoint directory or a run directory (its
-    ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost)."""
-    from tokenbalance.trainer.checkpoint import resume_checkpoint
-
-    directory = Path(path)
-    if directory.is_dir() and not (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
-        checkpoint = resume_checkpoint(directory)
-        if checkpoint is None:
-            raise ValueError(f"{path}: a run directory without a complete checkpoint (no complete checkpoints/step_*)")
-        directory = checkpoint
-    if (directory / "model" / "config.json").is_file():
-        directory = directory / "model"
-    return str(directory)
-
-
 def probe(args: argparse.Namespace, *, with_hidden: bool = False):
     """The command's :class:`~tokenbalance.diagnostics.probe.ProbeBatch`: the config of the flags
     (``--method`` sets ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
     from tokenbalance.diagnostics.probe import probe_batch
+    from tokenbalance.trainer.checkpoint import policy_dir
 
-    config = config_from_args(args)
+    config = config_from_args(args)  # --model: a run directory is resolved there too
     if args.checkpoint:
-        config.model.path = resolve_checkpoint(args.checkpoint)
+        config.model.path = policy_dir(args.checkpoint)
     return probe_batch(config, prompts=args.prompts, group_size=args.group_size, with_hidden=with_hidden)
 
 

@@ -16,6 +16,13 @@ WRITTEN_BY = "tokenbalance eval"
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("eval", help="held-out accuracy per difficulty of a policy")
     add_config_arguments(parser)
+    parser.add_argument(
+        "--count",
+        type=int,
+        metavar="N",
+        help="held-out examples per difficulty of a generated task (data.eval_count, default 1000); an --eval-data "
+        "file is evaluated whole",
+    )
     parser.add_argument("--json", action="store_true", help="print the metrics as one JSON object")
     parser.add_argument(
         "--responses",
@@ -38,7 +45,8 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
-    from tokenbalance.trainer.evaluate import evaluate
+    from tokenbalance.trainer.evaluate import MODES, evaluate
+    from tokenbalance.trainer.progress import StepProgress
     from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
 
     config = config_from_args(args)
@@ -50,17 +58,22 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     engine = make_engine(config.rollout.engine, model, tokenizer)
     responses: list[dict] | None = [] if args.responses else None
-    metrics = evaluate(
-        engine,
-        tokenizer,
-        get_task(config.data.task),
-        eval_examples(config.data),
-        eos_token_ids=set(engine.eos_token_ids),
-        max_new_tokens=config.rollout.max_new_tokens,
-        max_prompt_tokens=config.data.max_prompt_tokens,
-        seed=config.train.seed,
-        responses=responses,
-    )
+    examples = eval_examples(config.data)
+    with StepProgress(
+        len(MODES) * len(examples), enabled=config.output.progress, description="eval", unit="response"
+    ) as bar:
+        metrics = evaluate(
+            engine,
+            tokenizer,
+            get_task(config.data.task),
+            examples,
+            eos_token_ids=set(engine.eos_token_ids),
+            max_new_tokens=config.rollout.max_new_tokens,
+            max_prompt_tokens=config.data.max_prompt_tokens,
+            seed=config.train.seed,
+            responses=responses,
+            on_batch=lambda scored: bar.advance(scored, {}),
+        )
     if args.responses:
         document = {"written_by": WRITTEN_BY, "model": str(path), "metrics": metrics, "responses": responses}
         Path(args.responses).parent.mkdir(parents=True, exist_ok=True)  # checked writable before the work

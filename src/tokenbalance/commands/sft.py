@@ -1,7 +1,9 @@
 """``tokenbalance sft``: the supervised warm start, saved as a Hugging Face directory.
 
 Without ``--model`` it trains the embedded tokenizer and tiny model from scratch; with it, it
-fine-tunes that local model. The result is what ``tokenbalance train --model DIR`` starts from.
+fine-tunes that local model. The targets are the generated task's (K&K, arith), or with
+``--data --eval-data --reward --target-column`` the target column of your rows. The result is what
+``tokenbalance train --model DIR`` starts from.
 """
 
 from __future__ import annotations
@@ -13,7 +15,9 @@ from tokenbalance.commands.train import add_config_arguments, config_from_args, 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("sft", help="supervised warm start on generated K&K solutions")
+    parser = subparsers.add_parser(
+        "sft", help="supervised warm start on generated solutions (K&K, arith) or on your rows' --target-column"
+    )
     add_config_arguments(parser)
     parser.add_argument(
         "--out",

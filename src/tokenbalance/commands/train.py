@@ -28,12 +28,49 @@ def add_config_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--config", type=nonempty, help="YAML run config (see --help-config for every option)")
     add_set_option(parser, "override one option, e.g. --set rollout.group_size=4 (repeatable)")
     parser.add_argument(
-        "--model", type=nonempty, help="local Hugging Face model directory (default: the embedded tiny policy)"
+        "--model",
+        type=nonempty,
+        help="local Hugging Face model directory, or a run directory (its latest checkpoint) "
+        "(default: the embedded tiny policy)",
     )
     parser.add_argument("--device", type=nonempty, help="cpu, cuda, cuda:N or auto")
     parser.add_argument("--seed", type=int)
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
     parser.add_argument("--help-config", action="store_true", help="list every config option with its default")
+    add_data_arguments(parser)
+
+
+def add_data_arguments(parser: argparse.ArgumentParser) -> None:
+    """Your prompts and reward function (docs/tasks.md), the same flags for every command."""
+    yours = parser.add_argument_group(
+        "your data and reward (docs/tasks.md)",
+        "your rows, scored by your function: fn(response, **row) -> reward",
+    )
+    yours.add_argument(
+        "--data", type=nonempty, metavar="FILE", help="prompts: a parquet or JSONL file (data.train_file)"
+    )
+    yours.add_argument(
+        "--eval-data", type=nonempty, metavar="FILE", help="held-out prompts, the same columns (data.eval_file)"
+    )
+    yours.add_argument(
+        "--reward",
+        type=nonempty,
+        metavar="MODULE:FUNCTION",
+        help="your reward function, e.g. mypkg.rewards:gsm8k or rewards.py:gsm8k (data.reward)",
+    )
+    yours.add_argument(
+        "--prompt-column",
+        type=nonempty,
+        metavar="NAME",
+        help="the column holding the prompt: text, or chat messages (data.prompt_column, default prompt)",
+    )
+    yours.add_argument(
+        "--target-column",
+        type=nonempty,
+        metavar="NAME",
+        help="the column holding a good response to each prompt: without --model, the embedded tiny tokenizer "
+        "and model are built on your rows and warm-started on it (data.target_column)",
+    )
 
 
 def printed_config_help(args: argparse.Namespace) -> bool:
@@ -63,11 +100,17 @@ def config_from_args(args: argparse.Namespace):
         ("eval_data", "data.eval_file"),
         ("reward", "data.reward"),
         ("prompt_column", "data.prompt_column"),
+        ("target_column", "data.target_column"),
+        ("count", "data.eval_count"),
     ):
         value = getattr(args, flag, None)
         if value is not None:
             shorthand.append(f"{key}={value}")
     config = apply_overrides(config, shorthand + args.overrides)
+    if getattr(args, "model", None) is not None:
+        from tokenbalance.trainer.checkpoint import policy_dir
+
+        config.model.path = policy_dir(args.model)  # a run directory: its latest checkpoint's policy
     if args.no_progress:
         config.output.progress = False
     return config
@@ -84,28 +127,6 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--steps", type=int, help="RL steps")
     parser.add_argument("--run-dir", type=nonempty, help="run directory: new or empty (default runs/<method>-<time>)")
-    yours = parser.add_argument_group(
-        "your data and reward (docs/tasks.md)",
-        "train on the rows of your files, scored by your function: fn(response, **row) -> reward",
-    )
-    yours.add_argument(
-        "--data", type=nonempty, metavar="FILE", help="prompts: a parquet or JSONL file (data.train_file)"
-    )
-    yours.add_argument(
-        "--eval-data", type=nonempty, metavar="FILE", help="held-out prompts, the same columns (data.eval_file)"
-    )
-    yours.add_argument(
-        "--reward",
-        type=nonempty,
-        metavar="MODULE:FUNCTION",
-        help="your reward function, e.g. mypkg.rewards:gsm8k or rewards.py:gsm8k (data.reward)",
-    )
-    yours.add_argument(
-        "--prompt-column",
-        type=nonempty,
-        metavar="NAME",
-        help="the column holding the prompt: text, or chat messages (data.prompt_column, default prompt)",
-    )
     parser.add_argument(
         "--resume",
         type=nonempty,
@@ -125,7 +146,18 @@ def resumed_config(args: argparse.Namespace):
     run_dir = Path(args.resume)
     if not (run_dir / "config.yaml").is_file():
         raise ValueError(f"--resume {run_dir}: not a run directory (no config.yaml)")
-    names = ("config", "model", "seed", "method", "run_dir", "data", "eval_data", "reward", "prompt_column")
+    names = (
+        "config",
+        "model",
+        "seed",
+        "method",
+        "run_dir",
+        "data",
+        "eval_data",
+        "reward",
+        "prompt_column",
+        "target_column",
+    )
     refused = [flag for flag in names if getattr(args, flag, None)]
     if refused:
         flags = ", ".join("--" + flag.replace("_", "-") for flag in refused)

@@ -365,8 +365,8 @@ class FunctionTask(BaseTask):
     def _no_generated(self, what: str) -> ValueError:
         return ValueError(
             f"task {FUNCTION_TASK!r} (data.reward) reads its examples from data.train_file / data.eval_file and "
-            f"has no {what}; the SFT warm start and the embedded policy need a generated task (kk, arith): give "
-            "your policy with --model"
+            f"has no {what}; give your policy with --model, or a column of good responses with --target-column "
+            "(the embedded policy is then built on your rows)"
         )
 
     def examples(

@@ -159,6 +159,21 @@ def resume_checkpoint(run_dir: Path) -> Path | None:
     return complete[-1] if complete else None
 
 
+def policy_dir(path: str) -> str:
+    """A policy directory from a policy directory, a checkpoint directory or a run directory (its
+    ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost): what
+    ``--model`` and ``diagnose CHECKPOINT`` accept. Any other path is returned as given."""
+    directory = Path(path)
+    if directory.is_dir() and not (directory / "config.json").is_file() and (directory / "checkpoints").is_dir():
+        checkpoint = resume_checkpoint(directory)
+        if checkpoint is None:
+            raise ValueError(f"{path}: a run directory without a complete checkpoint (no complete checkpoints/step_*)")
+        directory = checkpoint
+    if (directory / "model" / "config.json").is_file():
+        directory = directory / "model"
+    return str(directory)
+
+
 def checkpoint_step(run_dir: Path) -> int:
     """The step a resume continues from (:func:`resume_checkpoint`); 0 when there is none."""
     path = resume_checkpoint(run_dir)

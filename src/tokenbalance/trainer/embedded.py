@@ -1,5 +1,7 @@
 """The embedded default policy: a tiny model, a tokenizer trained on the task's text
-(``Task.tokenizer_corpus``; K&K by default), an SFT warm start.
+(``Task.tokenizer_corpus``; K&K by default), an SFT warm start. With ``data.reward`` and
+``data.target_column`` (your own rows), the tokenizer is trained on the rows' prompts and targets
+and the SFT teaches the targets (:func:`~tokenbalance.trainer.sft.row_pairs`).
 
 Built once and cached under ``model.cache_dir/<key>/`` where the key hashes every setting that
 changes the result (model sizes, tokenizer size, SFT settings, data, seed, package version), so a
@@ -27,14 +29,21 @@ SFT_SUMMARY = "tokenbalance_sft.json"
 
 
 def embedded_key(config: RunConfig) -> str:
+    data = config.data
     relevant = {
         "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir")},
         "sft": config.sft.result_settings(),
-        "data": {
-            "task": config.data.task,
-            "template": config.data.template,
-            "train_difficulties": list(config.data.train_difficulties),
-        },
+        "data": (
+            {"task": data.task, "template": data.template, "train_difficulties": list(data.train_difficulties)}
+            if data.reward is None
+            else {  # your rows: the file's bytes and the columns read from it (not the reward function)
+                "task": data.task,
+                "template": data.template,
+                "rows": hashlib.sha256(Path(str(data.train_file)).read_bytes()).hexdigest(),
+                "prompt_column": data.prompt_column,
+                "target_column": data.target_column,
+            }
+        ),
         "seed": config.train.seed,
         "version": __version__,
     }
@@ -65,8 +74,10 @@ def build_embedded_policy(
     """Train the tokenizer, build the tiny model, run SFT (resumable in ``checkpoint_dir`` with
     ``sft.save_every``) and save it to ``out_dir``."""
     started = time.perf_counter()
-    task = get_task(config.data.task)
-    corpus = list(task.tokenizer_corpus(config.data.train_difficulties, config.data.template))
+    if config.data.reward is not None:  # your rows: their prompts and targets
+        corpus = [pair.prompt + pair.response for pair in sft_pairs(config.data, config.sft)]
+    else:
+        corpus = list(get_task(config.data.task).tokenizer_corpus(config.data.train_difficulties, config.data.template))
     tokenizer = train_tokenizer(corpus, vocab_size=config.model.vocab_size)
     model = build_tiny_model(
         tiny_config(config), tokenizer, seed=config.train.seed, attn_implementation=config.model.attn_implementation

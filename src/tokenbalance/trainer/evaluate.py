@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 from tokenbalance.tasks.base import Task, TaskExample
@@ -37,15 +38,19 @@ def evaluate(
     batch_size: int = 256,
     seed: int = 0,
     responses: list[dict] | None = None,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,
     response_len_incorrect,format_error}`` metrics (a length over no response is NaN).
 
     ``responses``: when given, one record per response is appended to it, in order (mode, the
-    example's data source, index and difficulty, reward, correct, tokens, format_ok, text)."""
+    example's data source, index and difficulty, reward, correct, tokens, format_ok, text).
+    ``on_batch``: called after each batch with the number of responses scored so far (both modes:
+    ``len(MODES) * len(examples)`` in all), e.g. a progress display's ``advance``."""
     prompts = encode_prompts(tokenizer, examples, max_prompt_tokens)
     target = full_reward(task)
     metrics: dict[str, float] = {}
+    scored = 0
     for mode, temperature in MODES.items():
         per_level: dict[int, list[float]] = defaultdict(list)
         rewards, lengths, format_errors = [], [], []
@@ -83,6 +88,9 @@ def evaluate(
                             "text": text,
                         }
                     )
+            scored += len(batch)
+            if on_batch is not None:
+                on_batch(scored)
         prefix = f"eval/{mode}"
         for level, values in sorted(per_level.items()):
             metrics[f"{prefix}/acc_{level}"] = sum(values) / len(values)

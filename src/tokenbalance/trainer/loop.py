@@ -443,7 +443,7 @@ def train(parts: TrainerParts) -> dict:
                 evaluations[0] = before
                 if log is not None:
                     log.log(0, "eval", before)
-                progress.note_eval(before)
+                progress.note_eval(before, 0)
             if 0 < parts.start_step == cfg.train.steps and not has_final_eval(run_dir, cfg.train.steps):
                 result = run_evaluation(parts, cfg.train.steps)  # a completed run whose final evaluation line was torn
                 evaluations[cfg.train.steps] = result
@@ -461,7 +461,7 @@ def train(parts: TrainerParts) -> dict:
                     evaluations[done] = result
                     if log is not None:
                         log.log(done, "eval", result)
-                    progress.note_eval(result)
+                    progress.note_eval(result, done)
                 if last or (cfg.train.save_every and done % cfg.train.save_every == 0):
                     if ctx.is_main:
                         save_checkpoint(

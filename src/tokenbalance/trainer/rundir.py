@@ -48,6 +48,8 @@ from tokenbalance.trainer.checkpoint import (
 )
 
 LOCK_FILE = ".lock"
+LOG_FILE = "train.log"  # the progress lines (trainer/progress.py), appended from the start of each sitting
+NOT_A_RUN = (LOCK_FILE, LOG_FILE)  # what a run directory holds before its run has begun (config.yaml)
 RUN_STATE_FILE = "run_state.json"
 RUN_FILES = ("config.yaml", "metrics.jsonl", RUN_STATE_FILE, "checkpoints")  # a run: the first and another
 
@@ -147,7 +149,7 @@ class RunDirState:
         return cls(
             path=path,
             has_config=(path / "config.yaml").is_file(),
-            has_files=path.is_dir() and any(e.name != LOCK_FILE for e in path.iterdir()),
+            has_files=path.is_dir() and any(e.name not in NOT_A_RUN for e in path.iterdir()),
             status=state.get("status") if isinstance(state.get("status"), str) else None,
             state_step=state_step,
             resume_step=checkpoint_step(path),
@@ -164,7 +166,7 @@ def check_new_run_dir(run_dir: Path) -> None:
     if run_dir.exists() and not run_dir.is_dir():
         raise ValueError(f"--run-dir {run_dir}: is a file, not a directory; choose another --run-dir")
     if run_dir.is_dir():
-        entries = sorted(e.name for e in run_dir.iterdir() if e.name != LOCK_FILE)
+        entries = sorted(e.name for e in run_dir.iterdir() if e.name not in NOT_A_RUN)
         if "config.yaml" in entries and any(name in RUN_FILES[1:] for name in entries):
             raise ValueError(
                 f"{run_dir} already holds a run; pass --resume {run_dir} to continue it or choose another --run-dir"

@@ -26,7 +26,9 @@ from tokenbalance.config import OutputConfig, RunConfig, absolute_paths, load_co
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
 from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
+from tokenbalance.trainer.progress import progress_log
 from tokenbalance.trainer.rundir import (
+    LOG_FILE,
     RunLock,
     check_new_run_dir,
     clean_interrupted_writes,
@@ -100,15 +102,22 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     from tokenbalance.trainer.data import eval_examples, function_task_for_run, rl_examples
     from tokenbalance.trainer.embedded import embedded_key
     from tokenbalance.trainer.scoring import encode_prompts
-    from tokenbalance.trainer.sft import check_sft_target
+    from tokenbalance.trainer.sft import check_sft_target, row_pairs
 
     rule = config.method().token_rule
     if rule is not None:
         probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
-    if config.data.reward is not None and config.model.path is None:
+    if config.data.reward is not None and config.model.path is None and config.data.target_column is None:
         raise ValueError(
-            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory); the "
-            "embedded tiny policy is built for the generated tasks (kk, arith)"
+            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory), or "
+            "--target-column NAME (the column holding a good response to each prompt) to build the embedded tiny "
+            "model on your rows and warm-start it on that column"
+        )
+    if config.data.target_column is not None and config.model.path is not None and not resume:
+        raise ValueError(
+            f"data.target_column={config.data.target_column!r}: it builds the embedded tiny model on your rows, "
+            "without --model; to warm-start your own model on it, run `tokenbalance sft --model PATH --out DIR "
+            "--target-column NAME` (with the same --data, --eval-data, --reward) and train --model DIR"
         )
     task = get_task(config.data.task)  # data.reward: imports your function (not found, not callable: named)
     check_choice("data.template", config.data.template, task.templates)
@@ -133,7 +142,10 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
         if config.data.reward is not None:
             task = function_task_for_run(config.data, tokenizer)  # chat prompts: the policy's template
     train_examples, evals = rl_examples(config.data), eval_examples(config.data)
+    if config.model.path is None and config.data.reward is not None:
+        row_pairs(config.data)  # every row has its target: before the tokenizer and model are built on them
     if tokenizer is not None:
+        check_real_model_settings(config, tokenizer)
         check_special_tokens(tokenizer, task.special_tokens)
         encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
         encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)
@@ -142,6 +154,23 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
     if isinstance(task, FunctionTask):
         task.check_reward(train_examples)
         task.check_reward(evals)
+
+
+def check_real_model_settings(config: RunConfig, tokenizer) -> None:
+    """``ValueError`` when a chat model (its tokenizer has a chat template; the embedded tiny
+    tokenizer has none) meets the tiny model's prompt template, naming the settings that fit it
+    (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): the terse ``compact`` prompt and a 48-token
+    budget score every answer -3, which no RL step can learn from."""
+    from tokenbalance.config import DEFAULT_TEMPLATE, REAL_MODEL_SETTINGS
+
+    if config.data.template != DEFAULT_TEMPLATE or not getattr(tokenizer, "chat_template", None):
+        return
+    flags = " ".join(f"--set {key}={value}" for key, value in REAL_MODEL_SETTINGS)
+    raise ValueError(
+        f"model.path={config.model.path}: a chat model (its tokenizer has a chat template) with "
+        f"data.template={DEFAULT_TEMPLATE!r}, the embedded tiny model's prompt, scores every answer as a format "
+        f"error; pass {flags} (the settings of docs/results.md's SmolLM2 runs), or another data.template"
+    )
 
 
 def compute_device(config: RunConfig) -> torch.device:
@@ -316,33 +345,34 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
         device = compute_device(config)  # records the thread count used in config.yaml
         ctx = init_distributed(device)
         lock = RunLock(run_dir).acquire() if ctx.is_main else None
-        try:
-            if resume and ctx.is_main:
-                repair_for_resume(run_dir, log, config)
-            torch.manual_seed(config.train.seed)
-            embedded = config.model.path is None
-            config.model.path = policy_path(config, device, ctx, log)
-            policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
-            parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
-            if ctx.is_main:
-                log(
-                    f"run directory: {run_dir}  (method {config.train.method}, steps "
-                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
-                )
+        with progress_log(run_dir / LOG_FILE if ctx.is_main else None):
             try:
-                train(parts)
-            except Exception:
-                if ctx.is_main and not resume:  # failed before its first status: the same command runs again
-                    undo_failed_start(run_dir)
-                raise
-        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
-            raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
-        except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
-            what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-            raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
-        finally:
-            if lock is not None:
-                lock.release()
+                if resume and ctx.is_main:
+                    repair_for_resume(run_dir, log, config)
+                torch.manual_seed(config.train.seed)
+                embedded = config.model.path is None
+                config.model.path = policy_path(config, device, ctx, log)
+                policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
+                parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
+                if ctx.is_main:
+                    log(
+                        f"run directory: {run_dir}  (method {config.train.method}, steps "
+                        f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
+                    )
+                try:
+                    train(parts)
+                except Exception:
+                    if ctx.is_main and not resume:  # failed before its first status: the same command runs again
+                        undo_failed_start(run_dir)
+                    raise
+            except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
+                raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
+            except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
+                what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+                raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
+            finally:
+                if lock is not None:
+                    lock.release()
     if ctx.is_main:
         log(before_after_table(run_dir))
         summary = json.loads((run_dir / "run_state.json").read_text())

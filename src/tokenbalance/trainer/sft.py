@@ -32,10 +32,13 @@ class SFTPair:
 
 def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
     """Generated prompt / response pairs for the training difficulties: the task's SFT examples
-    (:func:`~tokenbalance.trainer.data.sft_examples`) and its ``sft_response`` for ``sft.target``."""
+    (:func:`~tokenbalance.trainer.data.sft_examples`) and its ``sft_response`` for ``sft.target``;
+    with ``data.reward``, your rows (:func:`row_pairs`)."""
     from tokenbalance.tasks import get_task
     from tokenbalance.trainer.data import sft_examples
 
+    if data.reward is not None:
+        return row_pairs(data)
     task = get_task(data.task)
     check_sft_target(task, sft)
     if sft.error_rate:
@@ -57,6 +60,31 @@ def check_sft_target(task, sft: SFTConfig) -> None:
         raise ValueError(
             f"sft.error_rate={sft.error_rate}: a noisy teacher slips in the working; set sft.target=cot or cot_random"
         )
+
+
+def row_pairs(data: DataConfig) -> list[SFTPair]:
+    """Every row of ``data.train_file`` as (its prompt, its ``data.target_column`` text): the SFT
+    warm start on your own data. A row without a non-empty text target is named."""
+    from tokenbalance.trainer.data import rl_examples
+
+    column = data.target_column
+    if column is None:
+        raise ValueError(
+            "data.target_column: a warm start on your rows needs the column holding a good response to each "
+            "prompt (--target-column NAME)"
+        )
+    pairs = []
+    for example in rl_examples(data):
+        row = example.ground_truth if isinstance(example.ground_truth, dict) else {}
+        value = row.get(column)
+        if not isinstance(value, str) or not value.strip():
+            where = example.extra.get("where", f"{data.train_file}: row {example.index}")
+            problem = "missing" if column not in row else f"expected non-empty text, got {value!r:.40}"
+            raise ValueError(
+                f"{where}: column {column!r} (data.target_column): {problem}; the row's columns: {', '.join(row)}"
+            )
+        pairs.append(SFTPair(example.prompt, value))
+    return pairs
 
 
 def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens: int):
