@@ -76,3 +76,23 @@ def test_detectable_difference_by_hand():
     assert detectable_difference(d) == pytest.approx((t975 + t80) * 0.01 / math.sqrt(3), rel=1e-9)  # 0.030965
     assert detectable_difference(d, power=0.5) == pytest.approx(d.half_width, rel=1e-9)  # t(0.5) = 0
     assert math.isnan(detectable_difference(paired_difference({0: 0.4}, {0: 0.3})))
+
+
+def test_chi_square_quantiles_match_the_tables():
+    from tokenbalance.ablate.stats import chi2_quantile, regularized_lower_gamma
+
+    # published values (e.g. NIST/SEMATECH e-Handbook, table of the chi-square distribution)
+    for p, df, expected in ((0.025, 7, 1.690), (0.975, 7, 16.013), (0.05, 2, 0.103), (0.025, 50, 32.357)):
+        assert abs(chi2_quantile(p, df) - expected) < 5e-4, (p, df)
+    assert abs(chi2_quantile(0.05, 2) - (-2 * math.log(0.95))) < 1e-12  # df 2: exponential, closed form
+    assert abs(regularized_lower_gamma(1.0, 2.0) - (1 - math.exp(-2.0))) < 1e-14  # both branches of P
+    assert abs(regularized_lower_gamma(1.0, 0.3) - (1 - math.exp(-0.3))) < 1e-14
+
+
+def test_detectable_difference_at_the_upper_bound_of_the_spread():
+    from tokenbalance.ablate.stats import Estimate, detectable_at_upper_spread, detectable_difference
+
+    d = Estimate(8, 0.001, 0.004, 0.003)
+    factor = math.sqrt(7 / 1.6898691806773543)  # sqrt((n - 1) / chi2_{0.025, 7}) = 2.035
+    assert abs(detectable_at_upper_spread(d) - factor * detectable_difference(d)) < 1e-9
+    assert math.isnan(detectable_at_upper_spread(Estimate(1, 0.0, math.nan, math.nan)))

@@ -32,7 +32,14 @@ from tokenbalance.ablate.results import (
     start_per_seed,
 )
 from tokenbalance.ablate.runner import read_log
-from tokenbalance.ablate.stats import Estimate, detectable_difference, mean_ci, paired_difference, relative_change
+from tokenbalance.ablate.stats import (
+    Estimate,
+    detectable_at_upper_spread,
+    detectable_difference,
+    mean_ci,
+    paired_difference,
+    relative_change,
+)
 from tokenbalance.config import load_config
 from tokenbalance.tasks import DEFAULT_TASK, get_task
 
@@ -53,7 +60,8 @@ STATISTICS_NOTE = (
     "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
     "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
     "80% probability, given the observed spread of the differences: (t_0.975 + t_0.80, n - 1 degrees of "
-    "freedom) × sd / √n; a smaller effect may exist unseen."
+    "freedom) × sd / √n; a smaller effect may exist unseen. Beside it, the same with sd at the upper end of "
+    "its 95% interval, sd × √((n - 1) / χ²_0.025, n - 1), since few seeds estimate the spread loosely."
 )
 LOCAL_COST_NOTE = (
     "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
@@ -172,6 +180,7 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], mo
         "diff_ci_low",
         "diff_ci_high",
         "diff_detectable_80",
+        "diff_detectable_80_upper_sd",
         "relative_change",
     ]
     with open(path, "w", newline="") as out:
@@ -202,6 +211,7 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], mo
                         "diff_ci_low": repr(d.low),
                         "diff_ci_high": repr(d.high),
                         "diff_detectable_80": repr(detectable_difference(d)),
+                        "diff_detectable_80_upper_sd": repr(detectable_at_upper_spread(d)),
                         "relative_change": repr(entry["relative"]),
                     }
                 writer.writerow(line)
@@ -303,8 +313,8 @@ def accuracy_markdown(
         )
     lines += ["", f"Paired differences from the baseline row per column ({title or MODE_TITLES[mode]}):", ""]
     lines += [
-        f"| Method | vs | {' | '.join(labels)} | detectable Avg Δ (80% power) |",
-        "|---|---|" + "---|" * (len(labels) + 1),
+        f"| Method | vs | {' | '.join(labels)} | detectable Avg Δ (80% power) | at the upper bound of the spread |",
+        "|---|---|" + "---|" * (len(labels) + 2),
     ]
     for cells in table.values():
         if "difference" not in cells[avg]:
@@ -313,7 +323,8 @@ def accuracy_markdown(
         lines.append(
             f"| {cells[avg]['row'].label} | {baseline.label if baseline else ''} | "
             + " | ".join(fmt_difference(cells[c]["difference"]) for c in columns)
-            + f" | {fmt(detectable_difference(cells[avg]['difference']))} |"
+            + f" | {fmt(detectable_difference(cells[avg]['difference']))}"
+            + f" | {fmt(detectable_at_upper_spread(cells[avg]['difference']))} |"
         )
     return lines
 

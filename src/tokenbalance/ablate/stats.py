@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 _TINY = 1e-300
 
@@ -156,6 +156,66 @@ def detectable_difference(difference: Estimate, power: float = 0.8) -> float:
     df = difference.n - 1
     quantiles = t_quantile(0.5 + difference.level / 2.0, df) + t_quantile(power, df)
     return quantiles * difference.sd / math.sqrt(difference.n)
+
+
+def regularized_lower_gamma(a: float, x: float) -> float:
+    """P(a, x), the regularized lower incomplete gamma function, for a > 0 and x >= 0 (its series
+    below x < a + 1, the continued fraction of Q = 1 - P above; Numerical Recipes ``gammp``)."""
+    if not a > 0 or x < 0:
+        raise ValueError(f"incomplete gamma: need a > 0 and x >= 0, got a={a}, x={x}")
+    if x == 0:
+        return 0.0
+    log_front = a * math.log(x) - x - math.lgamma(a)
+    if x < a + 1:
+        term = total = 1.0 / a
+        for n in range(1, 1000):
+            term *= x / (a + n)
+            total += term
+            if abs(term) < abs(total) * 1e-16:
+                break
+        return total * math.exp(log_front)
+    b = x + 1.0 - a  # Q(a, x) by the modified Lentz continued fraction
+    c, d = 1.0 / _TINY, 1.0 / b
+    h = d
+    for i in range(1, 1000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = 1.0 / (d if abs(d) > _TINY else _TINY)
+        c = b + an / c
+        c = c if abs(c) > _TINY else _TINY
+        h *= d * c
+        if abs(d * c - 1.0) < 1e-16:
+            break
+    return 1.0 - math.exp(log_front) * h
+
+
+def chi2_quantile(p: float, df: float) -> float:
+    """The ``p`` quantile of the chi-square distribution with ``df`` degrees of freedom (bisection
+    on P(df / 2, x / 2))."""
+    if not 0.0 < p < 1.0 or not df > 0:
+        raise ValueError(f"chi-square quantile: need 0 < p < 1 and df > 0, got p={p}, df={df}")
+    low, high = 0.0, max(1.0, df)
+    while regularized_lower_gamma(df / 2.0, high / 2.0) < p:
+        high *= 2.0
+    for _ in range(200):
+        middle = (low + high) / 2.0
+        if regularized_lower_gamma(df / 2.0, middle / 2.0) < p:
+            low = middle
+        else:
+            high = middle
+    return (low + high) / 2.0
+
+
+def detectable_at_upper_spread(difference: Estimate, power: float = 0.8) -> float:
+    """:func:`detectable_difference` with the spread at the upper bound of its two-sided ``level``
+    interval, ``sd * sqrt((n - 1) / chi2_{(1-level)/2, n-1})``: what the seeds could detect if the true
+    spread were as large as the observed one allows. NaN with fewer than 2 seeds."""
+    if difference.n < 2:
+        return math.nan
+    df = difference.n - 1
+    upper = difference.sd * math.sqrt(df / chi2_quantile((1.0 - difference.level) / 2.0, df))
+    return detectable_difference(replace(difference, sd=upper), power)
 
 
 def relative_change(method: Mapping[int, float], baseline: Mapping[int, float]) -> float:
