@@ -14,13 +14,14 @@ set -euo pipefail
 D=${D:-runs/smollm2}
 RECORDS=${RECORDS:-docs/results/smollm2-paired/records}
 TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
-COMPUTE=${COMPUTE:-"--set model.autocast=bfloat16"}  # bfloat16 compute, float32 weights and optimizer state
+# COMPUTE="--set model.autocast=bfloat16": bfloat16 compute with float32 weights, for the RL cells only
+# (sft refuses it); faster only on a CPU with native bfloat16 (AVX-512 BF16 / AMX) or a GPU (docs/training.md)
+COMPUTE=${COMPUTE:-}
 mkdir -p "$D"
 
 [ -f "$D/model/config.json" ] || $TOKENBALANCE build-model smollm2-135m-instruct --out "$D/model"
 if [ ! -f "$D/warm/tokenbalance_sft.json" ]; then
-    # shellcheck disable=SC2086
-    $TOKENBALANCE sft --model "$D/model" --out "$D/warm" --seed 0 --set train.threads=1 $COMPUTE \
+    $TOKENBALANCE sft --model "$D/model" --out "$D/warm" --seed 0 --set train.threads=1 \
         --set data.template=qwen-instruct --set data.max_prompt_tokens=320 --set sft.target=cot \
         --set sft.train_count=1000 --set sft.steps=70 --set sft.batch_size=8 --set sft.lr=2e-5 \
         --set sft.warmup_steps=10 --set sft.save_every=5
