@@ -218,8 +218,9 @@ GRID_PRESETS: dict[str, GridPreset] = {
             "smollm2-kk",
             "a real pretrained model: SmolLM2-135M-Instruct from its K&K chain-of-thought warm start "
             "(scripts/smollm2_paired.sh builds it; --model names it), 3-people puzzles in the Qwen chat format, "
-            "2 prompts x 8 responses of at most 400 tokens, lr 1e-6, T = 0.7, 50 RL steps, evaluated every 25 steps on 100 validation puzzles (greedy and sampled, "
-            "example by example); GRPO against + AR + Lopti, 3 seed pairs",
+            "2 prompts x 8 responses of at most 400 tokens, lr 1e-6, T = 0.7, 50 RL steps, evaluated every 25 "
+            "steps on 100 validation puzzles (greedy and sampled, example by example); GRPO against + AR + Lopti, "
+            "3 seed pairs",
             overrides=(
                 "data.template=qwen-instruct",
                 "data.max_prompt_tokens=320",
