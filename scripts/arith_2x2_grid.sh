@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The arithmetic 2 x 2 grid (docs/results.md, the decision-token testbed): the presets arith-clean,
 # arith-wording, arith-decisions and arith-decisions-wording, in two lanes of one cell at a time (one
-# thread each, so the two lanes share two CPUs), seeds 0-3 of every condition first (one per start
-# policy, so that an unfinished grid still covers all four), then seeds 4-7.
+# thread each, so the two lanes share two CPUs). It goes start policy by start policy: for p = 0..3,
+# each condition builds its SFT policy p and runs at once the 12 cells that start from it (seeds p and
+# p + 4, 6 rows each), so that a start policy, which lives in the cache of the machine that built it,
+# is never built twice when the grid moves to a new machine between sittings.
 #
 # Resumable: run it again with the same OUT and RECORDS; finished cells are skipped, or restored
 # from RECORDS on a new machine, and a started cell resumes from its last checkpoint. Each sitting
@@ -17,13 +19,14 @@ TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
 mkdir -p "$OUT"
 
 lane() {
-    local seeds preset
-    for seeds in 0,1,2,3 0,1,2,3,4,5,6,7; do
+    local policy preset
+    for policy in 0 1 2 3; do
         for preset in "$@"; do
-            echo "$(date -u +%FT%TZ) $preset seeds $seeds"
+            echo "$(date -u +%FT%TZ) $preset start policy $policy (seeds $policy,$((policy + 4)))"
             # a sitting that leaves failed cells does not stop the lane; the next run of this script resumes them
-            $TOKENBALANCE ablate --preset "$preset" --seeds "$seeds" --jobs 1 --set train.threads=1 --no-figure \
-                --no-progress --out "$OUT/$preset" --records "$RECORDS/$preset/records" || echo "sitting of $preset ended with $?"
+            $TOKENBALANCE ablate --preset "$preset" --seeds "$policy,$((policy + 4))" --jobs 1 --set train.threads=1 \
+                --no-figure --no-progress --out "$OUT/$preset" --records "$RECORDS/$preset/records" ||
+                echo "sitting of $preset ended with $?"
         done
     done
 }
