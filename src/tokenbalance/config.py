@@ -288,9 +288,10 @@ class TrainConfig:
     device: str = option("auto", "cpu, cuda, cuda:N or auto")
     threads: int = option(
         0,
-        "CPU threads of every torch pool in the process (0 = the CPUs it may run on, shared among "
-        "torchrun ranks); a run writes the count it used to config.yaml, and only runs at the same "
-        "count are bit-identical (docs/training.md)",
+        "CPU threads of torch's compute pool (0 = automatic: the CPUs the process may run on, shared among "
+        "torchrun ranks, and in a single-process RL run fewer while other processes keep CPUs busy, re-decided "
+        "between the phases of every step and logged as timing/threads); only runs at the same fixed count are "
+        "bit-identical (docs/training.md)",
         low=0,
         high=1024,
     )

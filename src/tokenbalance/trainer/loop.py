@@ -63,6 +63,7 @@ from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import Task, TaskExample
+from tokenbalance.threads import ThreadAdapter
 from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
 from tokenbalance.trainer.checkpoint import (
     latest_checkpoint,
@@ -174,10 +175,16 @@ class Runtime:
     eval_examples: list[TaskExample]
     device: torch.device
     ctx: DistContext
+    threads: ThreadAdapter | None = None  # train.threads=0 on a CPU: the count follows the load
 
     @property
     def eos_token_ids(self) -> set[int]:
         return set(self.engine.eos_token_ids)
+
+    def adapt_threads(self) -> None:
+        """Between phases: re-decide the CPU thread count from the load (``train.threads=0``)."""
+        if self.threads is not None:
+            self.threads.adapt()
 
 
 @dataclass
@@ -281,9 +288,11 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     """One RL step, top to bottom (module docstring); returns its metrics, averaged over ranks."""
     s, state, method = parts.settings, parts.state, parts.method
     timer = StepTimer()
+    parts.runtime.adapt_threads()
     with timer("rollout"):
         batch, sampled, sampling_metrics = rollout(parts, step)
     diag = step_diagnostics(parts, step, batch)
+    parts.runtime.adapt_threads()
     with timer("logprob"):
         first = first_update_forward(parts, batch)  # the old policy's forward, kept for the update
         batch = with_logprobs(
@@ -302,13 +311,15 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
     with timer("diag"):
         probe_metrics = diag.before_update(passes, batch)  # the opt-in gradient-norm probe
+    parts.runtime.adapt_threads()
     with timer("update"):
         record = update(parts, batch, passes, first_forward=first)
     del first
     with timer("diag"):
         diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
-    return mean_over_ranks(metrics, parts.runtime.ctx) | timer.metrics(tokens=float(batch.mask_BT.sum()))
+    timings = timer.metrics(tokens=float(batch.mask_BT.sum())) | {"timing/threads": float(torch.get_num_threads())}
+    return mean_over_ranks(metrics, parts.runtime.ctx) | timings
 
 
 def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
@@ -371,6 +382,7 @@ def update(
 
 def run_evaluation(parts: TrainerParts) -> dict[str, float]:
     rt = parts.runtime
+    rt.adapt_threads()
     # every rank evaluates the same examples; only the main rank's numbers are logged
     return evaluate(
         rt.engine,
@@ -497,6 +509,14 @@ def resume_state(parts: TrainerParts) -> int:
     return step
 
 
+def thread_adapter(config: RunConfig, device: torch.device, ctx: DistContext) -> ThreadAdapter | None:
+    """With ``train.threads=0`` in a single CPU process, a :class:`~tokenbalance.threads.ThreadAdapter`
+    starting from torch's current count (ranks of one node would see each other as load: none)."""
+    if config.train.threads or device.type != "cpu" or ctx.world_size > 1:
+        return None
+    return ThreadAdapter(torch.get_num_threads(), torch.set_num_threads)
+
+
 def prepare_training(
     config: RunConfig, run_dir: Path, policy, tokenizer, device: torch.device, ctx: DistContext, *, resume: bool = False
 ) -> TrainerParts:
@@ -541,6 +561,7 @@ def prepare_training(
             eval_examples=evals,
             device=device,
             ctx=ctx,
+            threads=thread_adapter(config, device, ctx),
         ),
     )
     if resume:
