@@ -68,8 +68,33 @@ class ModelConfig:
         1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)", low=300, high=65536
     )
     attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
-    dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16", "float16"))
+    dtype: str = option(
+        "float32",
+        "parameter dtype (bfloat16 / float16 store the weights in half precision: refused when an AdamW step of "
+        "optim.lr would round away at the policy's typical |w|; model.autocast keeps float32 weights instead)",
+        choices=("float32", "bfloat16", "float16"),
+    )
+    autocast: str = option(
+        "off",
+        "compute type of every forward (rollout, old / reference / current log-probs, evaluation) through "
+        "torch.autocast, the weights staying model.dtype=float32 and the log-softmax, losses and optimizer state "
+        "float32: off, or bfloat16 (CPUs with AVX-512 BF16 or AMX, and GPUs); float16 is refused (it would need "
+        "a gradient scaler)",
+        choices=("off", "bfloat16", "float16"),
+    )
     cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached", path=True)
+
+    def __post_init__(self) -> None:
+        if self.autocast == "float16":
+            raise ValueError(
+                "model.autocast=float16: float16 needs a gradient scaler, which the trainer does not have; "
+                "use model.autocast=bfloat16"
+            )
+        if self.autocast != "off" and self.dtype != "float32":
+            raise ValueError(
+                f"model.autocast={self.autocast} keeps float32 master weights: it needs model.dtype=float32, "
+                f"got model.dtype={self.dtype}"
+            )
 
 
 @dataclass

@@ -22,13 +22,20 @@ class StepPolicy:
     temperature: float
     micro_batch_rows: int
     ctx: DistContext
+    compute_dtype: torch.dtype | None = None  # model.autocast: the forwards' precision, as the update's
 
     def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
         packed = self.packed.rows(rows_R)
         if torch.is_grad_enabled():
-            return response_logprobs(self.policy, packed, temperature=self.temperature).logp_BT
+            return response_logprobs(
+                self.policy, packed, temperature=self.temperature, compute_dtype=self.compute_dtype
+            ).logp_BT
         return batched_response_logprobs(
-            self.policy, packed, temperature=self.temperature, micro_batch=self.micro_batch_rows
+            self.policy,
+            packed,
+            temperature=self.temperature,
+            micro_batch=self.micro_batch_rows,
+            compute_dtype=self.compute_dtype,
         ).logp_BT
 
     def sum_gradients(self, params: list) -> None:

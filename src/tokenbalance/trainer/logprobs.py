@@ -35,6 +35,7 @@ from transformers import DynamicCache
 from tokenbalance.algorithms.logit_grad import sum_sq_probs
 from tokenbalance.algorithms.surrogate import entropy_and_sum_sq_probs, entropy_from_logits
 from tokenbalance.rollout.fast import cache_kwargs
+from tokenbalance.trainer.precision import forward_precision
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,7 @@ def response_logprobs(
     with_sum_sq_probs: bool = False,
     share_prompts: bool = True,
     trim_padding: bool = False,
+    compute_dtype: torch.dtype | None = None,
 ) -> ResponseLogprobs:
     """Log-probs of the response tokens under ``model`` at ``temperature``.
 
@@ -212,6 +214,8 @@ def response_logprobs(
     ``with_sum_sq_probs`` adds sum_j pi_j^2 per position (detached), from the entropy's float32
     softmax when both are asked for on float32 logits, otherwise from the log-softmax above.
     ``trim_padding``: the decoder stops at the rows' longest response; zeros after it (module doc).
+    ``compute_dtype``: the decoder and the output layer run under ``torch.autocast`` to it (``model.autocast``,
+    :mod:`tokenbalance.trainer.precision`); the logits are then upcast, so the log-softmax is float32 either way.
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
@@ -219,8 +223,11 @@ def response_logprobs(
     if trim_padding:
         packed = packed.without_trailing_padding()
     shared = shared_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
-    hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
-    logits_BTV = model.get_output_embeddings()(hidden_BTD)
+    with forward_precision(model, compute_dtype):
+        hidden_BTD = (
+            full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
+        )
+        logits_BTV = model.get_output_embeddings()(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / temperature
     targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
@@ -260,6 +267,7 @@ def batched_response_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = True,
     group_by_length: bool = False,
+    compute_dtype: torch.dtype | None = None,
 ) -> ResponseLogprobs:
     """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time
     (rows of similar length together with ``group_by_length``: :func:`micro_batches`).
@@ -281,6 +289,7 @@ def batched_response_logprobs(
                 with_entropy=with_entropy,
                 share_prompts=share_prompts,
                 trim_padding=group_by_length,
+                compute_dtype=compute_dtype,
             )
             for chunk in chunks
         ]

@@ -76,6 +76,12 @@ from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
+from tokenbalance.trainer.precision import (
+    check_update_resolution,
+    compute_dtype,
+    forward_precision,
+    typical_weight_magnitude,
+)
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
@@ -128,6 +134,7 @@ class StepSettings:
     mini_batch_rows: int  # per rank
     grad_clip: float
     token_mean_scope: str
+    compute_dtype: torch.dtype | None = None  # model.autocast: every forward's autocast type
 
     @classmethod
     def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
@@ -146,6 +153,7 @@ class StepSettings:
             mini_batch_rows=max(1, o.mini_batch_size // world_size),
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
+            compute_dtype=compute_dtype(config.model.autocast),
         )
 
     def sampling(self, seed: int) -> SamplingParams:
@@ -220,17 +228,18 @@ def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
     mine = prompt_indices(len(rt.train_examples), s.seed, first, share)
     state.data_position += s.prompts_per_step
     seed = derive_seed(s.seed, step, rt.ctx.rank) if round_ == 0 else derive_seed(s.seed, step, rt.ctx.rank, round_)
-    return sample_batch(
-        rt.engine,
-        rt.tokenizer,
-        rt.task,
-        [rt.train_examples[i] for i in mine],
-        [rt.train_prompt_ids[i] for i in mine],
-        torch.arange(first, first + share),
-        group_size=s.group_size,
-        sampling=s.sampling(seed),
-        device=rt.device,
-    )
+    with forward_precision(state.policy, s.compute_dtype):  # the sampler's forwards: the run's precision
+        return sample_batch(
+            rt.engine,
+            rt.tokenizer,
+            rt.task,
+            [rt.train_examples[i] for i in mine],
+            [rt.train_prompt_ids[i] for i in mine],
+            torch.arange(first, first + share),
+            group_size=s.group_size,
+            sampling=s.sampling(seed),
+            device=rt.device,
+        )
 
 
 def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch, dict[str, float]]:
@@ -306,6 +315,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             with_entropy=diag.wants_entropy,
             sampler_logprobs=s.sampler_logprobs,
             old_forward=first,
+            compute_dtype=s.compute_dtype,
         )
     with timer("update"):
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
@@ -325,7 +335,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
 def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
     """The step's diagnostics, with the policy's log-probs on the batch's rows."""
     s, rt = parts.settings, parts.runtime
-    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx)
+    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx, s.compute_dtype)
     return StepDiagnostics(
         parts.config.diagnostics, parts.method, step, access, seed=derive_seed(s.seed, step, rt.ctx.rank, 31)
     )
@@ -351,6 +361,7 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
         temperature=s.temperature,
         grad_share=parts.config.diagnostics.logs_grad_share,
         with_hidden=method.needs_hidden_states,
+        compute_dtype=s.compute_dtype,
     )
 
 
@@ -377,6 +388,7 @@ def update(
         grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         first_forward=first_forward,
         group_by_length=s.group_by_length,
+        compute_dtype=s.compute_dtype,
     )
 
 
@@ -384,16 +396,17 @@ def run_evaluation(parts: TrainerParts) -> dict[str, float]:
     rt = parts.runtime
     rt.adapt_threads()
     # every rank evaluates the same examples; only the main rank's numbers are logged
-    return evaluate(
-        rt.engine,
-        rt.tokenizer,
-        rt.task,
-        rt.eval_examples,
-        eos_token_ids=rt.eos_token_ids,
-        max_new_tokens=parts.settings.max_new_tokens,
-        max_prompt_tokens=parts.config.data.max_prompt_tokens,
-        seed=parts.settings.seed,
-    )
+    with forward_precision(parts.state.policy, parts.settings.compute_dtype):
+        return evaluate(
+            rt.engine,
+            rt.tokenizer,
+            rt.task,
+            rt.eval_examples,
+            eos_token_ids=rt.eos_token_ids,
+            max_new_tokens=parts.settings.max_new_tokens,
+            max_prompt_tokens=parts.config.data.max_prompt_tokens,
+            seed=parts.settings.seed,
+        )
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
@@ -535,6 +548,8 @@ def prepare_training(
             f"dynamic_sampling.target_groups={method.dynamic_sampling.target(config.rollout.prompts_per_step)} must be "
             f"divisible by the number of ranks ({ctx.world_size}): each rank trains the same number of whole groups"
         )
+    parameter_dtype = next(policy.parameters()).dtype
+    check_update_resolution(parameter_dtype, config.optim.lr, typical_weight_magnitude(policy))
     reference = None
     if method.needs_ref_logp:
         reference = copy.deepcopy(policy).eval()
