@@ -13,7 +13,11 @@ One RL step:
    current policy, reference log-probs with the frozen initial policy, both at the rollout
    temperature (docs/methods.md §1); when the update's first micro-batch is the whole batch
    (one pass, one micro-batch: the defaults without Lopti), the old-policy forward runs with
-   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits);
+   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits).
+   Timed by the work done, alike for every method: that shared forward is update time
+   (``timing/update_s``: every forward with gradient, backward and optimizer step), and
+   ``timing/logprob_s`` holds the no-gradient forwards (the old policy's when not shared, the
+   reference's);
 5. advantages, token weights and the update passes (``update_inputs``);
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
@@ -302,8 +306,9 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         batch, sampled, sampling_metrics = rollout(parts, step)
     diag = step_diagnostics(parts, step, batch)
     parts.runtime.adapt_threads()
-    with timer("logprob"):
-        first = first_update_forward(parts, batch)  # the old policy's forward, kept for the update
+    with timer("update"):  # the update's first forward (with gradient); the old log-probs come with it
+        first = first_update_forward(parts, batch)
+    with timer("logprob"):  # the forwards without gradient: the old policy's (unless shared) and the reference's
         batch = with_logprobs(
             batch,
             policy=state.policy,
