@@ -32,6 +32,7 @@ from tokenbalance.threads import use_threads
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import peak_memory_mb, prepare_training, rl_step
+from tokenbalance.trainer.precision import ForwardSettings
 
 PRECISIONS = {"float32": None, "bfloat16 autocast": torch.bfloat16}
 PHASES = ("rollout", "logprob", "update", "step")
@@ -53,7 +54,10 @@ def main() -> None:
     policy, tokenizer = load_policy(path, device=device)
     run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-mixed-"))
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
-    settings = {name: dataclasses.replace(parts.settings, compute_dtype=dtype) for name, dtype in PRECISIONS.items()}
+    settings = {
+        name: dataclasses.replace(parts.settings, forward_settings=ForwardSettings(compute_dtype=dtype))
+        for name, dtype in PRECISIONS.items()
+    }
     seconds: dict[tuple[str, str], list[float]] = {}
     step_ratios = []
     for round_ in range(args.rounds + 1):  # round 0 warms both up

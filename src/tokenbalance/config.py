@@ -243,6 +243,15 @@ class OptimConfig:
         "denominator scope: the whole mini-batch (the paper's objective) or each micro-batch (the reference code)",
         choices=("mini_batch", "micro_batch"),
     )
+    logit_chunk_tokens: int = option(
+        0,
+        "response positions whose output layer and float32 log-softmax run at once in every log-prob forward "
+        "(0 = all of a micro-batch's at once); with a gradient each chunk's logits are recomputed in the backward "
+        "instead of kept, so no micro-batch's full-vocabulary float32 logits ever exist whole; the same log-probs "
+        "up to float rounding",
+        low=0,
+        high=10**9,
+    )
     group_by_length: bool = option(
         False,
         "cut each mini-batch into micro-batches of rows of similar response length, each forward stopping at its "

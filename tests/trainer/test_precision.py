@@ -13,6 +13,7 @@ from tokenbalance.trainer import precision
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
+from tokenbalance.trainer.precision import ForwardSettings
 
 # The logits of a forward under bfloat16 autocast: every matrix product rounds its inputs and its
 # output to bfloat16 (relative eps / 2 = 2^-8 each, eps = 2^-7 as torch.finfo gives it), and the
@@ -82,7 +83,9 @@ def test_log_probs_under_bfloat16_autocast_are_float32_within_bfloat16_rounding(
     packed = random_packed(policy.config.vocab_size)
     with torch.no_grad():
         exact = response_logprobs(policy, packed, temperature=1.0, with_entropy=True)
-        mixed = response_logprobs(policy, packed, temperature=1.0, with_entropy=True, compute_dtype=torch.bfloat16)
+        mixed = response_logprobs(
+            policy, packed, temperature=1.0, with_entropy=True, forward_settings=ForwardSettings(torch.bfloat16)
+        )
         logits = policy(input_ids=packed.input_ids_BL, attention_mask=packed.attention_mask_BL).logits
     assert mixed.logp_BT.dtype == torch.float32 and mixed.entropy_BT is not None
     assert mixed.entropy_BT.dtype == torch.float32

@@ -25,7 +25,7 @@ from tokenbalance.tasks.base import TaskExample
 from tokenbalance.trainer.batch import RolloutBatch, update_inputs
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
-from tokenbalance.trainer.precision import compute_dtype, forward_precision
+from tokenbalance.trainer.precision import ForwardSettings, forward_precision
 from tokenbalance.trainer.update import run_update_passes
 from tokenbalance.types import UpdatePass
 
@@ -50,6 +50,10 @@ class ProbeBatch:
     @property
     def micro_batch_rows(self) -> int:
         return self.config.optim.micro_batch_size
+
+    @property
+    def forward_settings(self) -> ForwardSettings:
+        return ForwardSettings.from_config(self.config)
 
     @property
     def mask_BT(self) -> torch.Tensor:
@@ -118,7 +122,7 @@ def probe_batch(
             "the checkpoint and the tokenizer do not match"
         )
     settings = StepSettings.from_config(config, world_size=1)
-    with forward_precision(model, settings.compute_dtype):  # model.autocast, as the trainer's rollout
+    with forward_precision(model, settings.forward_settings.compute_dtype):  # model.autocast, as the trainer's rollout
         batch = sample_batch(
             make_engine(config.rollout.engine, model, tokenizer),
             tokenizer,
@@ -138,7 +142,7 @@ def probe_batch(
         temperature=settings.temperature,
         micro_batch=settings.micro_batch_rows,
         with_entropy=False,
-        compute_dtype=settings.compute_dtype,
+        forward_settings=settings.forward_settings,
     )
     if with_hidden and batch.old_logprobs.hidden_BTD is None:
         old = batched_response_logprobs(
@@ -147,7 +151,7 @@ def probe_batch(
             temperature=settings.temperature,
             micro_batch=settings.micro_batch_rows,
             with_hidden=True,
-            compute_dtype=settings.compute_dtype,
+            forward_settings=settings.forward_settings,
         )
         batch = dataclasses.replace(batch, old=old)
     return ProbeBatch(config, model, tokenizer, device, method, batch)
@@ -181,7 +185,7 @@ def single_update(
         grad_clip=math.inf,
         token_mean_scope="mini_batch",
         ctx=DistContext(device=probe.device),
-        compute_dtype=compute_dtype(probe.config.model.autocast),
+        forward_settings=probe.forward_settings,
     ).metrics
 
 
@@ -193,5 +197,5 @@ def rescore(probe: ProbeBatch, rows=None) -> torch.Tensor:
         packed,
         temperature=probe.temperature,
         micro_batch=probe.micro_batch_rows,
-        compute_dtype=compute_dtype(probe.config.model.autocast),
+        forward_settings=probe.forward_settings,
     ).logp_BT

@@ -81,8 +81,9 @@ from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ran
 from tokenbalance.trainer.evaluate import evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
 from tokenbalance.trainer.precision import (
+    PLAIN_FORWARD,
+    ForwardSettings,
     check_update_resolution,
-    compute_dtype,
     forward_precision,
     typical_weight_magnitude,
 )
@@ -138,7 +139,7 @@ class StepSettings:
     mini_batch_rows: int  # per rank
     grad_clip: float
     token_mean_scope: str
-    compute_dtype: torch.dtype | None = None  # model.autocast: every forward's autocast type
+    forward_settings: ForwardSettings = PLAIN_FORWARD  # model.autocast, optim.logit_chunk_tokens
 
     @classmethod
     def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
@@ -157,7 +158,7 @@ class StepSettings:
             mini_batch_rows=max(1, o.mini_batch_size // world_size),
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
-            compute_dtype=compute_dtype(config.model.autocast),
+            forward_settings=ForwardSettings.from_config(config),
         )
 
     def sampling(self, seed: int) -> SamplingParams:
@@ -232,7 +233,9 @@ def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
     mine = prompt_indices(len(rt.train_examples), s.seed, first, share)
     state.data_position += s.prompts_per_step
     seed = derive_seed(s.seed, step, rt.ctx.rank) if round_ == 0 else derive_seed(s.seed, step, rt.ctx.rank, round_)
-    with forward_precision(state.policy, s.compute_dtype):  # the sampler's forwards: the run's precision
+    with forward_precision(
+        state.policy, s.forward_settings.compute_dtype
+    ):  # the sampler's forwards: the run's precision
         return sample_batch(
             rt.engine,
             rt.tokenizer,
@@ -320,7 +323,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             with_entropy=diag.wants_entropy,
             sampler_logprobs=s.sampler_logprobs,
             old_forward=first,
-            compute_dtype=s.compute_dtype,
+            forward_settings=s.forward_settings,
         )
     with timer("update"):
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
@@ -340,7 +343,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
 def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
     """The step's diagnostics, with the policy's log-probs on the batch's rows."""
     s, rt = parts.settings, parts.runtime
-    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx, s.compute_dtype)
+    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx, s.forward_settings)
     return StepDiagnostics(
         parts.config.diagnostics, parts.method, step, access, seed=derive_seed(s.seed, step, rt.ctx.rank, 31)
     )
@@ -366,7 +369,7 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
         temperature=s.temperature,
         grad_share=parts.config.diagnostics.logs_grad_share,
         with_hidden=method.needs_hidden_states,
-        compute_dtype=s.compute_dtype,
+        forward_settings=s.forward_settings,
     )
 
 
@@ -393,7 +396,7 @@ def update(
         grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         first_forward=first_forward,
         group_by_length=s.group_by_length,
-        compute_dtype=s.compute_dtype,
+        forward_settings=s.forward_settings,
     )
 
 
@@ -401,7 +404,7 @@ def run_evaluation(parts: TrainerParts) -> dict[str, float]:
     rt = parts.runtime
     rt.adapt_threads()
     # every rank evaluates the same examples; only the main rank's numbers are logged
-    with forward_precision(parts.state.policy, parts.settings.compute_dtype):
+    with forward_precision(parts.state.policy, parts.settings.forward_settings.compute_dtype):
         return evaluate(
             rt.engine,
             rt.tokenizer,

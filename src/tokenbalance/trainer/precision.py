@@ -17,8 +17,13 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from tokenbalance.config import RunConfig
 
 AUTOCAST_DTYPES = {"off": None, "bfloat16": torch.bfloat16}
 
@@ -28,6 +33,24 @@ def compute_dtype(autocast: str) -> torch.dtype | None:
     if autocast not in AUTOCAST_DTYPES:
         raise ValueError(f"model.autocast={autocast!r}: valid: {', '.join(AUTOCAST_DTYPES)}")
     return AUTOCAST_DTYPES[autocast]
+
+
+@dataclass(frozen=True)
+class ForwardSettings:
+    """How every forward of a run computes (the same for the rollout's, the old, reference and
+    current log-probs): ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``; ``None``:
+    the parameters' own), ``chunk_tokens`` how many response positions go through the output layer
+    and the log-softmax at once (``optim.logit_chunk_tokens``; 0: all of a micro-batch's at once)."""
+
+    compute_dtype: torch.dtype | None = None
+    chunk_tokens: int = 0
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> ForwardSettings:
+        return cls(compute_dtype(config.model.autocast), config.optim.logit_chunk_tokens)
+
+
+PLAIN_FORWARD = ForwardSettings()
 
 
 def model_device_type(model) -> str:

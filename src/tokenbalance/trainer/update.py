@@ -39,6 +39,7 @@ from tokenbalance.trainer.logprobs import (
     response_logprobs,
     row_chunks,
 )
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -136,13 +137,13 @@ def update_forward(
     grad_share: bool,
     with_hidden: bool = False,
     trim_padding: bool = False,
-    compute_dtype: torch.dtype | None = None,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
     (with gradient only under an entropy bonus), sum_j pi_j^2 with ``grad_share``; ``with_hidden``
     adds the (detached) hidden states, which changes nothing else; ``trim_padding`` stops at the
-    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`); ``compute_dtype``
-    its autocast type."""
+    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`); ``forward_settings``
+    its autocast type and output-layer chunks."""
     policy.train()
     return response_logprobs(
         policy,
@@ -153,7 +154,7 @@ def update_forward(
         entropy_grad=method.entropy_coeff != 0,
         with_sum_sq_probs=grad_share,
         trim_padding=trim_padding,
-        compute_dtype=compute_dtype,
+        forward_settings=forward_settings,
     )
 
 
@@ -197,7 +198,7 @@ def run_update_passes(
     grad_share: bool = False,
     first_forward: ResponseLogprobs | None = None,
     group_by_length: bool = False,
-    compute_dtype: torch.dtype | None = None,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> UpdateRecord:
     """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
     with ``grad_share`` also the per-token squared logit-gradient norms.
@@ -210,8 +211,9 @@ def run_update_passes(
     similar response length (:func:`~tokenbalance.trainer.logprobs.micro_batches`), each forward
     stopping at its own longest response; the same loss and gradient up to float rounding.
 
-    ``compute_dtype``: every forward under ``torch.autocast`` to it (``model.autocast``); the loss,
-    the backward's accumulation into the float32 parameters' gradients and the step stay float32.
+    ``forward_settings``: every forward's autocast type (``model.autocast``; the loss, the backward's
+    accumulation into the float32 parameters' gradients and the step stay float32) and output-layer
+    chunks (``optim.logit_chunk_tokens``).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -258,7 +260,7 @@ def run_update_passes(
                         temperature=temperature,
                         grad_share=trace is not None,
                         trim_padding=group_by_length,
-                        compute_dtype=compute_dtype,
+                        forward_settings=forward_settings,
                     )
                 first_forward = None  # only ever the first micro-batch's
                 if trace is not None and current.logp_BT.requires_grad:
