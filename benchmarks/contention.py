@@ -101,14 +101,16 @@ def main() -> None:
     parser.add_argument("--competitor", default="torch", choices=tuple(COMPETITORS))
     parser.add_argument("--lead-s", type=float, default=3.0, help="'before': how long the competitor runs first")
     parser.add_argument("--starts", nargs="+", default=list(STARTS), choices=STARTS)
+    parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=POLICIES)
     args = parser.parse_args()
+    policies = args.policies
     starts = ["alone", *[s for s in args.starts if s != "alone"]]
     seconds: dict[tuple[str, str], list[float]] = {}
     threads: dict[tuple[str, str], list[int]] = {}
     wait_policy: dict[tuple[str, str], str] = {}
     for round_ in range(args.rounds):
         for start in starts:
-            for policy in POLICIES:
+            for policy in policies:
                 result = measure(policy, args.work, start, args.repeats, args.competitor, args.lead_s)
                 seconds.setdefault((start, policy), []).extend(result["seconds"])
                 threads.setdefault((start, policy), []).extend(result["threads"])
@@ -119,9 +121,9 @@ def main() -> None:
                     flush=True,
                 )
     medians = {key: statistics.median(values) if values else float("nan") for key, values in seconds.items()}
-    torch_alone = medians[("alone", "torch")]
+    torch_alone = medians.get(("alone", "torch"), float("nan"))
     rows = []
-    for policy in POLICIES:
+    for policy in policies:
         alone = medians[("alone", policy)]
         row = [policy, f"{alone:.2f}", f"{alone / torch_alone:.3f}"]
         for start in starts[1:]:

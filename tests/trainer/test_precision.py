@@ -117,3 +117,16 @@ def test_a_step_under_autocast_keeps_float32_weights_gradients_and_optimizer_sta
     assert state and all(s["exp_avg"].dtype == s["exp_avg_sq"].dtype == torch.float32 for s in state.values())
     assert any(not torch.equal(p.detach(), before[n]) for n, p in policy.named_parameters())
     assert torch.isfinite(torch.tensor(metrics["loss/total"]))
+
+
+def test_autocast_leaves_the_embedded_policy_cache_key_alone():
+    from tokenbalance.trainer.embedded import embedded_key
+
+    assert embedded_key(apply_overrides(RunConfig(), ["model.autocast=bfloat16"])) == embedded_key(RunConfig())
+
+
+def test_the_sft_command_refuses_autocast(tiny_policy_dir, tmp_path, capsys):
+    from tokenbalance.cli import main
+
+    status = main(["sft", "--model", str(tiny_policy_dir), "--set", "model.autocast=bfloat16", "--out", str(tmp_path)])
+    assert status == 2 and "model.autocast=bfloat16: the SFT computes in float32" in capsys.readouterr().err

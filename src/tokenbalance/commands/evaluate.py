@@ -37,6 +37,7 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import evaluate
+    from tokenbalance.trainer.precision import compute_dtype, forward_precision
     from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
 
     config = config_from_args(args)
@@ -48,17 +49,18 @@ def run(args: argparse.Namespace) -> int:
     model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
     engine = make_engine(config.rollout.engine, model, tokenizer)
     responses: list[dict] | None = [] if args.responses else None
-    metrics = evaluate(
-        engine,
-        tokenizer,
-        get_task(config.data.task),
-        eval_examples(config.data),
-        eos_token_ids=set(engine.eos_token_ids),
-        max_new_tokens=config.rollout.max_new_tokens,
-        max_prompt_tokens=config.data.max_prompt_tokens,
-        seed=config.train.seed,
-        responses=responses,
-    )
+    with forward_precision(model, compute_dtype(config.model.autocast)):  # as the run's evaluations
+        metrics = evaluate(
+            engine,
+            tokenizer,
+            get_task(config.data.task),
+            eval_examples(config.data),
+            eos_token_ids=set(engine.eos_token_ids),
+            max_new_tokens=config.rollout.max_new_tokens,
+            max_prompt_tokens=config.data.max_prompt_tokens,
+            seed=config.train.seed,
+            responses=responses,
+        )
     if args.responses:
         document = {"written_by": WRITTEN_BY, "model": str(path), "metrics": metrics, "responses": responses}
         write_text_atomic(args.responses, dump_json(document, indent=1) + "\n")  # NaN as null
