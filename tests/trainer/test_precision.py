@@ -130,3 +130,13 @@ def test_the_sft_command_refuses_autocast(tiny_policy_dir, tmp_path, capsys):
 
     status = main(["sft", "--model", str(tiny_policy_dir), "--set", "model.autocast=bfloat16", "--out", str(tmp_path)])
     assert status == 2 and "model.autocast=bfloat16: the SFT computes in float32" in capsys.readouterr().err
+
+
+def test_autocast_warns_where_the_cpu_emulates_bfloat16(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device: device.type != "cpu")
+    assert "slower than float32" in (precision.slow_autocast_warning(torch.bfloat16, cpu) or "")
+    assert precision.slow_autocast_warning(torch.bfloat16, cuda) is None
+    assert precision.slow_autocast_warning(None, cpu) is None
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device: True)
+    assert precision.slow_autocast_warning(torch.bfloat16, cpu) is None

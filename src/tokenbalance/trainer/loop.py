@@ -46,6 +46,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -85,6 +86,7 @@ from tokenbalance.trainer.precision import (
     ForwardSettings,
     check_update_resolution,
     forward_precision,
+    slow_autocast_warning,
     typical_weight_magnitude,
 )
 from tokenbalance.trainer.progress import StepProgress, StepTimer
@@ -558,6 +560,9 @@ def prepare_training(
         )
     parameter_dtype = next(policy.parameters()).dtype
     check_update_resolution(parameter_dtype, config.optim.lr, typical_weight_magnitude(policy))
+    slow = slow_autocast_warning(ForwardSettings.from_config(config).compute_dtype, device)
+    if slow is not None:
+        warnings.warn(slow, RuntimeWarning, stacklevel=2)
     reference = None
     if method.needs_ref_logp:
         reference = copy.deepcopy(policy).eval()

@@ -53,6 +53,24 @@ class ForwardSettings:
 PLAIN_FORWARD = ForwardSettings()
 
 
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware: a GPU, or a CPU with AVX-512 BF16 or AMX
+    (elsewhere, e.g. an AVX2-only CPU, torch emulates bfloat16 products, slower than float32)."""
+    if device.type != "cpu":
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def slow_autocast_warning(dtype: torch.dtype | None, device: torch.device) -> str | None:
+    """The warning for ``model.autocast`` on a device that emulates its type (``None``: none due)."""
+    if dtype != torch.bfloat16 or native_bfloat16(device):
+        return None
+    return (
+        "model.autocast=bfloat16 on a CPU without AVX-512 BF16 or AMX: torch emulates bfloat16 products there, "
+        'slower than float32 (docs/training.md "Mixed precision"); model.autocast=off is faster on this machine'
+    )
+
+
 def model_device_type(model) -> str:
     """The device type of ``model``'s parameters ('cpu', 'cuda')."""
     return next(model.parameters()).device.type
