@@ -56,7 +56,7 @@ import inspect
 import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol
 
 import torch
 import torch.nn.functional as F
@@ -182,12 +182,13 @@ def autocast_dtype(device_type: str) -> torch.dtype | None:
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
-MaybeTensor = TypeVar("MaybeTensor", torch.Tensor, None)
+def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``tensor`` in ``dtype`` (itself with ``None``)."""
+    return tensor if dtype is None else tensor.to(dtype)
 
 
-def cast(tensor: MaybeTensor, dtype: torch.dtype | None) -> MaybeTensor:
-    """``tensor`` in ``dtype`` (itself when either is ``None``)."""
-    return tensor if tensor is None or dtype is None else tensor.to(dtype)
+def cast_bias(bias: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    return None if bias is None else cast(bias, dtype)
 
 
 def cache_dtype(weight: torch.Tensor) -> torch.dtype:
@@ -211,13 +212,13 @@ def layer_weights(model: PreTrainedModel, dtype: torch.dtype | None = None) -> l
                 input_norm=layer.input_layernorm,
                 post_attention_norm=layer.post_attention_layernorm,
                 qkv_weight=cast(qkv_weight, dtype),
-                qkv_bias=cast(qkv_bias, dtype),
+                qkv_bias=cast_bias(qkv_bias, dtype),
                 o_weight=cast(attn.o_proj.weight, dtype),
-                o_bias=cast(attn.o_proj.bias, dtype),
+                o_bias=cast_bias(attn.o_proj.bias, dtype),
                 gate_up_weight=cast(gate_up_weight, dtype),
-                gate_up_bias=cast(gate_up_bias, dtype),
+                gate_up_bias=cast_bias(gate_up_bias, dtype),
                 down_weight=cast(mlp.down_proj.weight, dtype),
-                down_bias=cast(mlp.down_proj.bias, dtype),
+                down_bias=cast_bias(mlp.down_proj.bias, dtype),
                 act_fn=mlp.act_fn,
                 num_heads=config.num_attention_heads,
                 num_kv_heads=config.num_key_value_heads,

@@ -214,24 +214,19 @@ def head_logprobs(
     them: the output layer (under ``compute_dtype``'s autocast), the logits upcast to float32 (at
     least) and divided by ``temperature``, the log-softmax over the vocabulary; the entropy and
     sum_j pi_j^2 when asked (:func:`response_logprobs`). Any leading shape in place of [B, T]."""
-    with_entropy, entropy_grad, with_sum_sq_probs = (
-        options.with_entropy,
-        options.entropy_grad,
-        options.with_sum_sq_probs,
-    )
     with forward_precision(head, options.compute_dtype):
         logits_BTV = head(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / options.temperature
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
     logp_BT = logp_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
     entropy_BT = sum_sq_BT = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            if with_sum_sq_probs and logits_BTV.dtype == torch.float32:  # from the entropy's own softmax
+    if options.with_entropy:
+        with torch.set_grad_enabled(options.entropy_grad and torch.is_grad_enabled()):
+            if options.with_sum_sq_probs and logits_BTV.dtype == torch.float32:  # from the entropy's own softmax
                 entropy_BT, sum_sq_BT = entropy_and_sum_sq_probs(logits_BTV)
             else:
                 entropy_BT = entropy_from_logits(logits_BTV)
-    if with_sum_sq_probs and sum_sq_BT is None:
+    if options.with_sum_sq_probs and sum_sq_BT is None:
         sum_sq_BT = sum_sq_probs(logp_BTV)
     return logp_BT, entropy_BT, sum_sq_BT
 
