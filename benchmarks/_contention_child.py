@@ -1,12 +1,16 @@
 """One measurement of benchmarks/contention.py, in its own process (the threading environment is read
 once, when torch loads): ``--policy tokenbalance`` chooses it as the CLI does, ``--policy torch``
-leaves torch's defaults. Prints one JSON line: the median seconds of each repeat."""
+leaves torch's defaults (and, for ``step``, no thread adapter). Prints a JSON line as each timed
+repeat ends (its wall-clock start, seconds and torch's thread count after it), then one with the
+median seconds of the repeats."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
+import sys
 import time
 
 from tokenbalance.threads import prepare_process
@@ -37,14 +41,19 @@ def main() -> None:
         from tokenbalance.trainer.loop import rl_step, rollout
 
         parts = embedded_batch().parts
+        if args.policy == "torch":  # torch's defaults: a fixed count, whatever the load
+            parts.runtime = dataclasses.replace(parts.runtime, threads=None)
         work = (lambda s: rl_step(parts, s)) if args.work == "step" else (lambda s: rollout(parts, s))
     work(0)  # warm-up
-    seconds = []
+    seconds, steps = [], []
     for step in range(1, args.repeats + 1):
-        start = time.perf_counter()
+        wall, start = time.time(), time.perf_counter()
         work(step)
         seconds.append(time.perf_counter() - start)
-    print(json.dumps({"median_s": statistics.median(seconds), "threads": threads, "chosen": chosen}))
+        steps.append({"start": wall, "seconds": seconds[-1], "threads": torch.get_num_threads()})
+        print(json.dumps(steps[-1]), flush=True)
+        sys.stdout.flush()
+    print(json.dumps({"median_s": statistics.median(seconds), "threads": threads, "chosen": chosen, "steps": steps}))
 
 
 if __name__ == "__main__":

@@ -7,7 +7,9 @@ sampled at T = 1 without top-p / top-k. TRL is the plain ``trl.GRPOTrainer`` (it
 generation, float32, no bf16 autocast), built by
 ``tokenbalance.integrations.trl.build.build_grpo_trainer``; ours is ``trainer.loop.rl_step`` with
 the HF-generate and the fast rollout engine (the default), and with the fast engine plus
-``rollout.old_logprobs=sampler`` (no old-policy forward, as TRL skips it when on-policy). Each contender runs ``--steps`` steps per round,
+``rollout.old_logprobs=sampler`` (no old-policy forward, as TRL skips it when on-policy), and with
+float32 weights under bfloat16 autocast and the output layer in chunks of 1024 positions
+(``model.autocast=bfloat16``, ``optim.logit_chunk_tokens=1024``, whatever ``--dtype``). Each contender runs ``--steps`` steps per round,
 rounds alternate, and the reported time is the median step; a step's tokens differ between
 runners (different samples), so tokens/s is reported too.
 
@@ -40,7 +42,7 @@ import torch
 
 from _common import machine_line, markdown_table, synchronize
 from _shapes import DTYPES, add_data_option, add_placement_options, placement, random_policy_dir, run_config
-from tokenbalance.config import RunConfig
+from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
@@ -59,6 +61,11 @@ os.environ.update(
 )
 
 
+# float32 master weights, every forward under bfloat16 autocast, the output layer 1024 positions at a time
+MIXED_OVERRIDES = ("model.autocast=bfloat16", "optim.logit_chunk_tokens=1024")
+MIXED = "ours, fast engine, float32 weights + bf16 autocast, logits in chunks"
+
+
 def our_steps(
     policy_dir: Path,
     engine: str,
@@ -69,8 +76,9 @@ def our_steps(
     dtype: str = "float32",
     max_new_tokens: int | None = None,
     data_count: int | None = None,
+    overrides: tuple[str, ...] = (),
 ) -> list[tuple[float, int]]:
-    config = run_config(data_count)
+    config = apply_overrides(run_config(data_count), list(overrides))
     config.rollout.engine = engine
     config.rollout.old_logprobs = old_logprobs
     config.rollout.max_new_tokens = max_new_tokens or config.rollout.max_new_tokens
@@ -192,6 +200,9 @@ def main(argv: list[str] | None = None) -> None:
         "ours, HF generate": lambda steps, first, seed: our_steps(policy_dir, "hf", steps, first, **ours),
         "ours, fast engine": lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, **ours),
         sampler: lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, "sampler", **ours),
+        MIXED: lambda steps, first, seed: our_steps(
+            policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=MIXED_OVERRIDES
+        ),
     }
     runs: dict[str, list[tuple[float, int]]] = {label: [] for label in contenders}
     peaks = dict.fromkeys(contenders, 0)

@@ -21,9 +21,16 @@
 #                            scores and token selection vs float32)
 #      - test_trl.py         the TRL subclass trains 2 steps (float32, and bf16 autocast for GRPO,
 #                            Lopti and NTHR)
+#      - test_mixed_precision.py  one GRPO and one AR + Lopti step with float32 weights under bf16
+#                            autocast (model.autocast) and the output layer in chunks
+#                            (optim.logit_chunk_tokens): float32 weights and AdamW state, every
+#                            weight moves, the fast engine decodes from a bf16 K/V cache; log-probs
+#                            under autocast and in chunks within bf16 rounding of float32's
 #   2. the benchmarks, at Qwen2.5-0.5B's shape with random weights built locally (no hub), bfloat16:
 #      - benchmarks/rollout_speed.py   rollout tokens/s of both engines (and HF eager), peak memory
-#      - benchmarks/rl_step_vs_trl.py  one RL step: our trainer vs TRL's GRPOTrainer, peak memory
+#      - benchmarks/rl_step_vs_trl.py  one RL step: our trainer vs TRL's GRPOTrainer, peak memory;
+#                                      ours also with float32 weights + bf16 autocast and the
+#                                      output layer in chunks of 1024 positions
 #      - benchmarks/update_cost.py     the update's FLOP/s as a share of the measured bf16 matmul rate
 #
 # Usage:

@@ -78,8 +78,77 @@ def test_use_threads_sets_the_count_and_zero_means_the_cpus_available(restore_th
     assert threads.use_threads(0) == 1
 
 
-def test_compute_device_records_the_count_used(restore_threads, monkeypatch):
+def test_compute_device_sets_the_count_and_keeps_automatic_as_zero(restore_threads, monkeypatch):
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     config = apply_overrides(RunConfig(), ["train.threads=0", "train.device=cpu"])
     assert compute_device(config) == torch.device("cpu")
-    assert config.train.threads == threads.available_cpus() == torch.get_num_threads()
+    assert config.train.threads == 0 and torch.get_num_threads() == threads.available_cpus()
+    fixed = apply_overrides(RunConfig(), ["train.threads=1", "train.device=cpu"])
+    compute_device(fixed)
+    assert fixed.train.threads == 1 == torch.get_num_threads()
+
+
+def test_threads_follow_the_cpus_others_leave_free():
+    assert threads.threads_for_load(most=2, cpus=2, busy_others=0.0) == 2
+    assert threads.threads_for_load(most=2, cpus=2, busy_others=0.4) == 2  # a stray process: keep both
+    assert threads.threads_for_load(most=2, cpus=2, busy_others=0.5) == 1  # half a CPU busy costs a thread
+    assert threads.threads_for_load(most=2, cpus=2, busy_others=1.9) == 1  # never below one
+    assert threads.threads_for_load(most=8, cpus=16, busy_others=3.0) == 8  # never above the allowed count
+    assert threads.threads_for_load(most=16, cpus=16, busy_others=3.0) == 13
+
+
+def test_others_busy_cpus_subtracts_this_process():
+    # 2 CPUs, 1 s of wall time = 100 jiffies each: 150 busy jiffies, of which this process used 1 CPU second
+    assert threads.others_busy_cpus((0.0, 0.0), (150.0, 200.0), own_cpu_s=1.0, wall_s=1.0, cpus=2) == 0.5
+    assert threads.others_busy_cpus((0.0, 0.0), (50.0, 200.0), own_cpu_s=1.0, wall_s=1.0, cpus=2) == 0.0
+    assert threads.others_busy_cpus((10.0, 200.0), (10.0, 200.0), own_cpu_s=0.0, wall_s=1.0, cpus=2) == 0.0
+
+
+class FakeMachine:
+    """/proc/stat, this process's CPU time and a clock that a test advances by hand: ``run(wall_s,
+    own_cpus, others_cpus)`` (2 CPUs, 100 jiffies per second each)."""
+
+    def __init__(self) -> None:
+        self.busy = self.total = self.own = self.now = 0.0
+        self.applied: list[int] = []
+
+    def run(self, wall_s: float, own_cpus: float, others_cpus: float) -> None:
+        self.now += wall_s
+        self.own += own_cpus * wall_s
+        self.busy += (own_cpus + others_cpus) * wall_s * 100
+        self.total += 2 * wall_s * 100
+
+    def adapter(self, most: int = 2) -> threads.ThreadAdapter:
+        return threads.ThreadAdapter(
+            most,
+            self.applied.append,
+            cpus=2,
+            cpu_times=lambda: (self.busy, self.total),
+            own_cpu_s=lambda: self.own,
+            clock=lambda: self.now,
+        )
+
+
+def test_the_adapter_drops_a_thread_when_a_job_starts_and_takes_it_back_when_it_ends():
+    machine = FakeMachine()
+    adapter = machine.adapter()
+    machine.run(2.0, own_cpus=2.0, others_cpus=0.0)  # alone
+    assert adapter.adapt() == 2 and machine.applied == []  # nothing to change: nothing applied
+    machine.run(2.0, own_cpus=1.0, others_cpus=1.0)  # a torch job starts and takes half the machine
+    assert adapter.adapt() == 1 and machine.applied == [1]
+    machine.run(2.0, own_cpus=0.7, others_cpus=1.3)  # it goes on
+    assert adapter.adapt() == 1 and machine.applied == [1]
+    machine.run(2.0, own_cpus=1.0, others_cpus=0.0)  # it ended
+    assert adapter.adapt() == 2 and machine.applied == [1, 2]
+
+
+def test_the_adapter_keeps_the_count_within_its_window_and_without_load_figures():
+    machine = FakeMachine()
+    adapter = machine.adapter()
+    machine.run(threads.ADAPT_WINDOW_S / 2, own_cpus=0.0, others_cpus=2.0)
+    assert adapter.adapt() == 2  # too short a window to judge
+    machine.run(threads.ADAPT_WINDOW_S, own_cpus=0.0, others_cpus=2.0)
+    assert adapter.adapt() == 1  # the whole window since the last decision counts
+    blind = threads.ThreadAdapter(2, machine.applied.append, cpus=2, cpu_times=lambda: None, clock=lambda: machine.now)
+    machine.run(5.0, own_cpus=0.0, others_cpus=2.0)
+    assert blind.adapt() == 2

@@ -76,8 +76,33 @@ class ModelConfig:
         1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)", low=300, high=65536
     )
     attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
-    dtype: str = option("float32", "parameter dtype", choices=("float32", "bfloat16", "float16"))
+    dtype: str = option(
+        "float32",
+        "parameter dtype (bfloat16 / float16 store the weights in half precision: refused when an AdamW step of "
+        "optim.lr would round away at the policy's typical |w|; model.autocast keeps float32 weights instead)",
+        choices=("float32", "bfloat16", "float16"),
+    )
+    autocast: str = option(
+        "off",
+        "compute type of every forward (rollout, old / reference / current log-probs, evaluation) through "
+        "torch.autocast, the weights staying model.dtype=float32 and the log-softmax, losses and optimizer state "
+        "float32: off, or bfloat16 (CPUs with AVX-512 BF16 or AMX, and GPUs); float16 is refused (it would need "
+        "a gradient scaler)",
+        choices=("off", "bfloat16", "float16"),
+    )
     cache_dir: str = option(".cache/tokenbalance", "where the embedded tokenizer and SFT policy are cached", path=True)
+
+    def __post_init__(self) -> None:
+        if self.autocast == "float16":
+            raise ValueError(
+                "model.autocast=float16: float16 needs a gradient scaler, which the trainer does not have; "
+                "use model.autocast=bfloat16"
+            )
+        if self.autocast != "off" and self.dtype != "float32":
+            raise ValueError(
+                f"model.autocast={self.autocast} keeps float32 master weights: it needs model.dtype=float32, "
+                f"got model.dtype={self.dtype}"
+            )
 
 
 @dataclass
@@ -245,6 +270,15 @@ class OptimConfig:
         "denominator scope: the whole mini-batch (the paper's objective) or each micro-batch (the reference code)",
         choices=("mini_batch", "micro_batch"),
     )
+    logit_chunk_tokens: int = option(
+        0,
+        "response positions whose output layer and float32 log-softmax run at once in every log-prob forward "
+        "(0 = all of a micro-batch's at once); with a gradient each chunk's logits are recomputed in the backward "
+        "instead of kept, so no micro-batch's full-vocabulary float32 logits ever exist whole; the same log-probs "
+        "up to float rounding",
+        low=0,
+        high=10**9,
+    )
     group_by_length: bool = option(
         False,
         "cut each mini-batch into micro-batches of rows of similar response length, each forward stopping at its "
@@ -324,9 +358,10 @@ class TrainConfig:
     device: str = option("auto", "cpu, cuda, cuda:N or auto")
     threads: int = option(
         0,
-        "CPU threads of every torch pool in the process (0 = the CPUs it may run on, shared among "
-        "torchrun ranks); a run writes the count it used to config.yaml, and only runs at the same "
-        "count are bit-identical (docs/training.md)",
+        "CPU threads of torch's compute pool (0 = automatic: the CPUs the process may run on, shared among "
+        "torchrun ranks, and in a single-process RL run fewer while other processes keep CPUs busy, re-decided "
+        "between the phases of every step and logged as timing/threads); only runs at the same fixed count are "
+        "bit-identical (docs/training.md)",
         low=0,
         high=1024,
     )

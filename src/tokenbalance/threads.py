@@ -19,16 +19,21 @@ Two decisions, in two places, because they take effect at different times:
   trainer never runs operators concurrently). The count is part of a run's numbers: reductions and
   matrix products split their work by it, so a run is bit-identical only at the same count
   (docs/training.md "Threads and bit-identical runs").
+* :class:`ThreadAdapter` (``train.threads=0``) re-decides the count between the phases of a run:
+  as many threads as the CPUs other processes leave free over the time since the last decision
+  (:func:`threads_for_load`), so a torch job that starts before, with or after the run no longer
+  doubles up on the cores.
 
 Standard library only: importing this module must not load torch.
 """
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import time
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 
 AUTO_ENV = "TOKENBALANCE_AUTO_ENV"
 BUSY_CPUS_FOR_PASSIVE = 0.5
@@ -57,6 +62,19 @@ def _cpu_times() -> tuple[float, float] | None:
     return total - idle, total
 
 
+def others_busy_cpus(
+    before: tuple[float, float], after: tuple[float, float], own_cpu_s: float, wall_s: float, cpus: int
+) -> float:
+    """How many CPUs processes other than this one kept busy between two (busy, total) jiffy counts
+    of the whole machine (:func:`_cpu_times`), this process having used ``own_cpu_s`` CPU seconds
+    over those ``wall_s`` seconds; 0.0 when the counts did not advance."""
+    if after[1] <= before[1] or wall_s <= 0:
+        return 0.0
+    jiffies_per_cpu = (after[1] - before[1]) / cpus
+    busy = (after[0] - before[0]) / jiffies_per_cpu
+    return max(0.0, busy - own_cpu_s / wall_s)
+
+
 def busy_cpus_of_others(sample_s: float = SAMPLE_S) -> float:
     """How many CPUs other processes kept busy over ``sample_s`` seconds (0.0 where the OS does not
     say: then the process keeps the default policy)."""
@@ -65,13 +83,9 @@ def busy_cpus_of_others(sample_s: float = SAMPLE_S) -> float:
         return 0.0
     time.sleep(sample_s)
     after, own_after = _cpu_times(), time.process_time()
-    if after is None or after[1] <= before[1]:
+    if after is None:
         return 0.0
-    cpus = os.cpu_count() or 1
-    jiffies_per_cpu = (after[1] - before[1]) / cpus
-    busy = (after[0] - before[0]) / jiffies_per_cpu
-    own = (own_after - own_before) / (sample_s or 1.0)
-    return max(0.0, busy - own)
+    return others_busy_cpus(before, after, own_after - own_before, sample_s, os.cpu_count() or 1)
 
 
 def user_set(environ: MutableMapping[str, str], name: str) -> bool:
@@ -121,3 +135,62 @@ def use_threads(count: int) -> int:
     except RuntimeError:  # already set in this process, or inter-op work has started: keep it
         pass
     return threads
+
+
+ADAPT_WINDOW_S = 0.5  # a shorter window since the last decision says too little about the load
+
+
+def threads_for_load(most: int, cpus: int, busy_others: float) -> int:
+    """The intra-op threads for a process allowed ``most``, on a machine of ``cpus`` CPUs of which
+    other processes keep ``busy_others`` busy: the CPUs they leave free, rounded to the nearest with
+    halves down (so half a CPU busy or more costs a thread), at least 1 and at most ``most``. On a shared
+    machine a thread more than the free CPUs only waits for the scheduler: each parallel region
+    then runs at the pace of its slowest thread."""
+    return max(1, min(most, math.ceil(cpus - busy_others - 0.5)))
+
+
+class ThreadAdapter:
+    """Re-decides torch's intra-op thread count from the load seen since the last decision
+    (``train.threads=0``): call :meth:`adapt` between phases of work. It decides only after at
+    least ``window_s`` seconds (a shorter window keeps the count); where the OS gives no load
+    (no ``/proc/stat``) it keeps ``most``.
+
+    ``set_threads`` applies a count (``torch.set_num_threads``); ``cpu_times`` and ``clock`` are
+    the machine's counters, replaceable in tests."""
+
+    def __init__(
+        self,
+        most: int,
+        set_threads: Callable[[int], None],
+        *,
+        cpus: int | None = None,
+        window_s: float = ADAPT_WINDOW_S,
+        cpu_times: Callable[[], tuple[float, float] | None] = _cpu_times,
+        own_cpu_s: Callable[[], float] = time.process_time,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.most, self.threads = most, most
+        self.cpus = cpus or os.cpu_count() or 1
+        self.window_s = window_s
+        self._set, self._cpu_times, self._own, self._clock = set_threads, cpu_times, own_cpu_s, clock
+        self._mark = self._sample()
+
+    def _sample(self) -> tuple[tuple[float, float] | None, float, float]:
+        return self._cpu_times(), self._own(), self._clock()
+
+    def adapt(self) -> int:
+        """The count to use from now on, applied: :func:`threads_for_load` of the load since the
+        last decision (unchanged within ``window_s`` of it)."""
+        (before, own_before, start), now = self._mark, self._sample()
+        after, own_after, end = now
+        if end - start < self.window_s:
+            return self.threads
+        self._mark = now
+        if before is None or after is None:
+            return self.threads
+        busy = others_busy_cpus(before, after, own_after - own_before, end - start, self.cpus)
+        threads = threads_for_load(self.most, self.cpus, busy)
+        if threads != self.threads:
+            self._set(threads)
+            self.threads = threads
+        return threads

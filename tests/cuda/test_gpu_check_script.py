@@ -26,6 +26,7 @@ BENCHMARK_ROWS = (
     "| tokenbalance FastEngine |",  # rollout_speed.py
     "| TRL GRPOTrainer |",  # rl_step_vs_trl.py
     "| ours, fast engine, sampler log-probs |",
+    "| ours, fast engine, float32 weights + bf16 autocast, logits in chunks |",  # model.autocast, chunks
     "matmul rate (512x512 bfloat16)",  # update_cost.py
 )
 

@@ -373,3 +373,29 @@ def test_compaction_keeps_the_unfinished_rows_in_order():
     assert fast.compaction(few) is None  # under a quarter finished
     few[:10] = True
     assert fast.compaction(few).tolist() == list(range(10, 40))
+
+
+def test_under_bfloat16_autocast_the_cache_is_bfloat16(model):
+    weight = model.get_input_embeddings().weight
+    assert fast.cache_dtype(weight) == torch.float32
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert fast.cache_dtype(weight) == torch.bfloat16
+        layers = fast.layer_weights(model, fast.autocast_dtype("cpu"))
+    assert {layer.qkv_weight.dtype for layer in layers} == {torch.bfloat16}
+    assert weight.dtype == torch.float32  # the model keeps its float32 weights
+
+
+@pytest.mark.parametrize("n", [1, 3])  # the static decoder, and the grouped one
+def test_under_bfloat16_autocast_sampler_logp_matches_a_full_forward_under_it(model, tokenizer, prompts, n):
+    # Both sides compute in bfloat16 (products rounded to 2^-8 relative) in different orders and
+    # shapes (cached one-token steps vs one forward; bfloat16 keys and values in the cache), so a
+    # logit differs by about one eps = 2^-7 of the logits' scale; log p by twice that. 4 eps leaves
+    # a margin and stays far below a wrong token or position (a whole unit of log p).
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        gen = FastEngine(model, tokenizer).generate(prompts, max_new_tokens=8, temperature=1.0, seed=3, n=n)
+        logits_BTV = full_forward_logits(model, gen)
+    expected_BT = torch.log_softmax(logits_BTV, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
+    mask = gen.response_mask_BT
+    tolerance = 4 * torch.finfo(torch.bfloat16).eps * max(1.0, float(logits_BTV.abs().max()))
+    assert float((gen.sampler_logp_BT[mask] - expected_BT[mask]).abs().max()) <= tolerance
+    assert gen.sampler_logp_BT.dtype == torch.float32

@@ -46,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.data import eval_examples
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import MODES, evaluate
+    from tokenbalance.trainer.precision import compute_dtype, forward_precision
     from tokenbalance.trainer.progress import StepProgress
     from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
 
@@ -59,9 +60,12 @@ def run(args: argparse.Namespace) -> int:
     engine = make_engine(config.rollout.engine, model, tokenizer)
     responses: list[dict] | None = [] if args.responses else None
     examples = eval_examples(config.data)
-    with StepProgress(
-        len(MODES) * len(examples), enabled=config.output.progress, description="eval", unit="response"
-    ) as bar:
+    with (
+        StepProgress(
+            len(MODES) * len(examples), enabled=config.output.progress, description="eval", unit="response"
+        ) as bar,
+        forward_precision(model, compute_dtype(config.model.autocast)),  # as the run's evaluations
+    ):
         metrics = evaluate(
             engine,
             tokenizer,

@@ -57,6 +57,11 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.trainer.sft import check_sft_target
 
     config = absolute_paths(config_from_args(args))
+    if config.model.autocast != "off":
+        raise ValueError(
+            f"model.autocast={config.model.autocast}: the SFT computes in float32 (autocast applies to RL runs, "
+            "evaluations and diagnostics); leave it off here"
+        )
     out = Path(args.out)
     check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
     task = get_task(config.data.task)

@@ -8,7 +8,12 @@ from dataclasses import dataclass
 import torch
 
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
-from tokenbalance.trainer.logprobs import PackedSequences, batched_response_logprobs, response_logprobs
+from tokenbalance.trainer.logprobs import (
+    PackedSequences,
+    batched_response_logprobs,
+    response_logprobs,
+)
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.types import LossNormaliser
 
 
@@ -22,13 +27,20 @@ class StepPolicy:
     temperature: float
     micro_batch_rows: int
     ctx: DistContext
+    forward_settings: ForwardSettings = PLAIN_FORWARD  # the forwards' precision and chunks, as the update's
 
     def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
         packed = self.packed.rows(rows_R)
         if torch.is_grad_enabled():
-            return response_logprobs(self.policy, packed, temperature=self.temperature).logp_BT
+            return response_logprobs(
+                self.policy, packed, temperature=self.temperature, forward_settings=self.forward_settings
+            ).logp_BT
         return batched_response_logprobs(
-            self.policy, packed, temperature=self.temperature, micro_batch=self.micro_batch_rows
+            self.policy,
+            packed,
+            temperature=self.temperature,
+            micro_batch=self.micro_batch_rows,
+            forward_settings=self.forward_settings,
         ).logp_BT
 
     def sum_gradients(self, params: list) -> None:

@@ -25,6 +25,7 @@ from tokenbalance.tasks.base import TaskExample
 from tokenbalance.trainer.batch import RolloutBatch, update_inputs
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
+from tokenbalance.trainer.precision import ForwardSettings, forward_precision
 from tokenbalance.trainer.update import run_update_passes
 from tokenbalance.types import UpdatePass
 
@@ -49,6 +50,10 @@ class ProbeBatch:
     @property
     def micro_batch_rows(self) -> int:
         return self.config.optim.micro_batch_size
+
+    @property
+    def forward_settings(self) -> ForwardSettings:
+        return ForwardSettings.from_config(self.config)
 
     @property
     def mask_BT(self) -> torch.Tensor:
@@ -122,17 +127,18 @@ def probe_batch(
             "the checkpoint and the tokenizer do not match"
         )
     settings = StepSettings.from_config(config, world_size=1)
-    batch = sample_batch(
-        make_engine(config.rollout.engine, model, tokenizer),
-        tokenizer,
-        task,
-        chosen,
-        prompt_ids,
-        torch.arange(prompts),
-        group_size=group_size,
-        sampling=settings.sampling(derive_seed(config.train.seed, 0, 0, PROBE_SEED_SALT)),
-        device=device,
-    )
+    with forward_precision(model, settings.forward_settings.compute_dtype):  # model.autocast, as the trainer's rollout
+        batch = sample_batch(
+            make_engine(config.rollout.engine, model, tokenizer),
+            tokenizer,
+            task,
+            chosen,
+            prompt_ids,
+            torch.arange(prompts),
+            group_size=group_size,
+            sampling=settings.sampling(derive_seed(config.train.seed, 0, 0, PROBE_SEED_SALT)),
+            device=device,
+        )
     batch = with_logprobs(
         batch,
         policy=model,
@@ -141,6 +147,7 @@ def probe_batch(
         temperature=settings.temperature,
         micro_batch=settings.micro_batch_rows,
         with_entropy=False,
+        forward_settings=settings.forward_settings,
     )
     if with_hidden and batch.old_logprobs.hidden_BTD is None:
         old = batched_response_logprobs(
@@ -149,6 +156,7 @@ def probe_batch(
             temperature=settings.temperature,
             micro_batch=settings.micro_batch_rows,
             with_hidden=True,
+            forward_settings=settings.forward_settings,
         )
         batch = dataclasses.replace(batch, old=old)
     return ProbeBatch(config, model, tokenizer, device, method, batch)
@@ -182,6 +190,7 @@ def single_update(
         grad_clip=math.inf,
         token_mean_scope="mini_batch",
         ctx=DistContext(device=probe.device),
+        forward_settings=probe.forward_settings,
     ).metrics
 
 
@@ -189,5 +198,9 @@ def rescore(probe: ProbeBatch, rows=None) -> torch.Tensor:
     """[B, T] the policy's current log-probs of the probe's responses (or of ``rows``)."""
     packed = probe.rollout.packed if rows is None else probe.rollout.packed.rows(rows)
     return batched_response_logprobs(
-        probe.model, packed, temperature=probe.temperature, micro_batch=probe.micro_batch_rows
+        probe.model,
+        packed,
+        temperature=probe.temperature,
+        micro_batch=probe.micro_batch_rows,
+        forward_settings=probe.forward_settings,
     ).logp_BT

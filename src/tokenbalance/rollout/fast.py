@@ -176,8 +176,32 @@ def fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | N
     return weight, torch.cat(biases)
 
 
-def layer_weights(model: PreTrainedModel) -> list[LayerWeights]:
-    """Every decoder layer's current weights (fused copies: call again after an optimizer step)."""
+def autocast_dtype(device_type: str) -> torch.dtype | None:
+    """The type ``torch.autocast`` computes matrix products in on ``device_type`` here and now
+    (``None`` outside an autocast region)."""
+    return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
+
+
+def cast(tensor: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``tensor`` in ``dtype`` (itself with ``None``)."""
+    return tensor if dtype is None else tensor.to(dtype)
+
+
+def cast_bias(bias: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Tensor | None:
+    return None if bias is None else cast(bias, dtype)
+
+
+def cache_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The K/V cache's type: the autocast type under ``torch.autocast`` (``model.autocast``: half the
+    bytes each attention step reads, the keys and values as the products made them), else the
+    weights'."""
+    return autocast_dtype(weight.device.type) or weight.dtype
+
+
+def layer_weights(model: PreTrainedModel, dtype: torch.dtype | None = None) -> list[LayerWeights]:
+    """Every decoder layer's current weights (fused copies: call again after an optimizer step),
+    the matrices and biases cast to ``dtype`` when given (under autocast: cast once per call
+    instead of at every product)."""
     config, layers = model.config, []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -187,14 +211,14 @@ def layer_weights(model: PreTrainedModel) -> list[LayerWeights]:
             LayerWeights(
                 input_norm=layer.input_layernorm,
                 post_attention_norm=layer.post_attention_layernorm,
-                qkv_weight=qkv_weight,
-                qkv_bias=qkv_bias,
-                o_weight=attn.o_proj.weight,
-                o_bias=attn.o_proj.bias,
-                gate_up_weight=gate_up_weight,
-                gate_up_bias=gate_up_bias,
-                down_weight=mlp.down_proj.weight,
-                down_bias=mlp.down_proj.bias,
+                qkv_weight=cast(qkv_weight, dtype),
+                qkv_bias=cast_bias(qkv_bias, dtype),
+                o_weight=cast(attn.o_proj.weight, dtype),
+                o_bias=cast_bias(attn.o_proj.bias, dtype),
+                gate_up_weight=cast(gate_up_weight, dtype),
+                gate_up_bias=cast_bias(gate_up_bias, dtype),
+                down_weight=cast(mlp.down_proj.weight, dtype),
+                down_bias=cast_bias(mlp.down_proj.bias, dtype),
                 act_fn=mlp.act_fn,
                 num_heads=config.num_attention_heads,
                 num_kv_heads=config.num_key_value_heads,
@@ -418,12 +442,13 @@ class GroupedCacheDecoder:
         self.prompt_ids_US, self.prompt_mask_US = prompt_ids_BS[self.first_U], prompt_mask_BS[self.first_U]
         weight = model.get_input_embeddings().weight
         groups = self.first_U.shape[0]
+        dtype = cache_dtype(weight)
 
         def buffers(rows: int, length: int, layer: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
             shape = (rows, layer.num_kv_heads, length, layer.head_dim)
             return (
-                torch.empty(shape, dtype=weight.dtype, device=weight.device),
-                torch.empty(shape, dtype=weight.dtype, device=weight.device),
+                torch.empty(shape, dtype=dtype, device=weight.device),
+                torch.empty(shape, dtype=dtype, device=weight.device),
             )
 
         self.prompt_caches = [buffers(groups, width, layer) for layer in layers]
@@ -504,7 +529,7 @@ class StaticCacheDecoder:
         self.model, self.layers, self.width = model, layers, width
         self.prompt_ids_BS, self.prompt_mask_BS = prompt_ids_BS, prompt_mask_BS
         embed = model.get_input_embeddings()
-        dtype, device = embed.weight.dtype, embed.weight.device
+        dtype, device = cache_dtype(embed.weight), embed.weight.device
         self.caches = [
             (
                 torch.empty(batch, layer.num_kv_heads, length, layer.head_dim, dtype=dtype, device=device),
@@ -771,7 +796,7 @@ class FastEngine(PromptEngine):
         chunk = max(n, (self.max_batch_size or rows) // n * n)  # whole groups per sub-batch
         pieces = []
         with eval_mode(model), torch.no_grad():
-            layers = layer_weights(model) if self.path == "static" else []
+            layers = layer_weights(model, autocast_dtype(device.type)) if self.path == "static" else []
             for start in range(0, rows, chunk):
                 ids_BS, mask_BS = prompt_ids_BS[start : start + chunk], prompt_mask_BS[start : start + chunk]
                 if self.path == "static" and n > 1:

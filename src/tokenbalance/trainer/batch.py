@@ -19,7 +19,13 @@ from tokenbalance.algorithms.methods import Method, NTHRInputs, build_update_pas
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
 from tokenbalance.tasks.base import ScoreResult, Task, TaskExample
 from tokenbalance.trainer.evaluate import full_reward
-from tokenbalance.trainer.logprobs import PackedSequences, ResponseLogprobs, batched_response_logprobs, pack_sequences
+from tokenbalance.trainer.logprobs import (
+    PackedSequences,
+    ResponseLogprobs,
+    batched_response_logprobs,
+    pack_sequences,
+)
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.trainer.scoring import decode_responses, score_responses
 from tokenbalance.types import UpdatePass
 
@@ -209,13 +215,15 @@ def with_logprobs(
     sampler_logprobs: bool = False,
     old_forward: ResponseLogprobs | None = None,
     group_by_length: bool = False,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> RolloutBatch:
     """The batch with old-policy log-probs (a no-grad forward of ``policy``; with
     ``sampler_logprobs`` the sampler's own, which saves that forward unless NTHR needs the hidden
     states) and reference log-probs when the method has a KL term. ``old_forward``: the policy's
     forward of the batch already run (with gradient, for the update: ``trainer/update.py``); the old
     log-probs are then its values, detached (the same bits as the no-grad forward's).
-    ``group_by_length``: the forwards' micro-batches hold rows of similar response length."""
+    ``group_by_length``: the forwards' micro-batches hold rows of similar response length.
+    ``forward_settings``: both forwards' autocast type and output-layer chunks, the update's too."""
     if old_forward is not None:
         old = ResponseLogprobs(
             logp_BT=old_forward.logp_BT.detach(),
@@ -240,13 +248,19 @@ def with_logprobs(
             with_hidden=method.needs_hidden_states,
             with_entropy=with_entropy,
             group_by_length=group_by_length,
+            forward_settings=forward_settings,
         )
     ref_logp_BT = None
     if method.needs_ref_logp:
         if reference is None:
             raise ValueError(f"method {method.name!r} has a KL term: a reference policy is required")
         ref_logp_BT = batched_response_logprobs(
-            reference, batch.packed, temperature=temperature, micro_batch=micro_batch, group_by_length=group_by_length
+            reference,
+            batch.packed,
+            temperature=temperature,
+            micro_batch=micro_batch,
+            group_by_length=group_by_length,
+            forward_settings=forward_settings,
         ).logp_BT
     return dataclasses.replace(batch, old=old, ref_logp_BT=ref_logp_BT)
 

@@ -31,7 +31,8 @@ SFT_SUMMARY = "tokenbalance_sft.json"
 def embedded_key(config: RunConfig) -> str:
     data = config.data
     relevant = {
-        "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir")},
+        # model.autocast is how RL forwards compute, not what the SFT builds: not part of the key
+        "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir", "autocast")},
         "sft": config.sft.result_settings(),
         "data": (
             {"task": data.task, "template": data.template, "train_difficulties": list(data.train_difficulties)}

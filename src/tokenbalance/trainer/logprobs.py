@@ -30,11 +30,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+from torch.utils.checkpoint import checkpoint
 from transformers import DynamicCache
 
 from tokenbalance.algorithms.logit_grad import sum_sq_probs
 from tokenbalance.algorithms.surrogate import entropy_and_sum_sq_probs, entropy_from_logits
 from tokenbalance.rollout.fast import cache_kwargs
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, forward_precision
 
 
 @dataclass(frozen=True)
@@ -191,6 +193,76 @@ def full_sequence_hidden(model, packed: PackedSequences) -> torch.Tensor:
     return hidden_BLD[:, P - 1 : P - 1 + T]
 
 
+HeadOutputs = tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]
+
+
+@dataclass(frozen=True)
+class HeadOptions:
+    """What :func:`head_logprobs` computes (the arguments of :func:`response_logprobs` of that name)."""
+
+    temperature: float
+    compute_dtype: torch.dtype | None
+    with_entropy: bool
+    entropy_grad: bool
+    with_sum_sq_probs: bool
+
+
+def head_logprobs(
+    head: torch.nn.Module, hidden_BTD: torch.Tensor, targets_BT: torch.Tensor, options: HeadOptions
+) -> HeadOutputs:
+    """``(logp_BT, entropy_BT, sum_sq_probs_BT)`` of ``targets_BT`` from the hidden states that predict
+    them: the output layer (under ``compute_dtype``'s autocast), the logits upcast to float32 (at
+    least) and divided by ``temperature``, the log-softmax over the vocabulary; the entropy and
+    sum_j pi_j^2 when asked (:func:`response_logprobs`). Any leading shape in place of [B, T]."""
+    with forward_precision(head, options.compute_dtype):
+        logits_BTV = head(hidden_BTD)
+    logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / options.temperature
+    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
+    logp_BT = logp_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
+    entropy_BT = sum_sq_BT = None
+    if options.with_entropy:
+        with torch.set_grad_enabled(options.entropy_grad and torch.is_grad_enabled()):
+            if options.with_sum_sq_probs and logits_BTV.dtype == torch.float32:  # from the entropy's own softmax
+                entropy_BT, sum_sq_BT = entropy_and_sum_sq_probs(logits_BTV)
+            else:
+                entropy_BT = entropy_from_logits(logits_BTV)
+    if options.with_sum_sq_probs and sum_sq_BT is None:
+        sum_sq_BT = sum_sq_probs(logp_BTV)
+    return logp_BT, entropy_BT, sum_sq_BT
+
+
+def chunked_head_logprobs(
+    head: torch.nn.Module, hidden_BTD: torch.Tensor, targets_BT: torch.Tensor, chunk_tokens: int, options: HeadOptions
+) -> HeadOutputs:
+    """:func:`head_logprobs` over ``chunk_tokens`` positions at a time (the [B, T] positions in row
+    order), so at most one chunk's [chunk, V] float32 logits exist at once. With a gradient each
+    chunk runs under activation checkpointing: only its hidden states are kept, and its logits are
+    recomputed in the backward. The values equal the whole computation's up to the rounding of a
+    matrix product of fewer rows (the BLAS kernel may split it differently)."""
+    B, T, D = hidden_BTD.shape
+    hidden_ND, targets_N = hidden_BTD.reshape(B * T, D), targets_BT.reshape(B * T)
+    keep = torch.is_grad_enabled() and hidden_ND.requires_grad
+
+    def run(hidden_CD: torch.Tensor, targets_C: torch.Tensor) -> HeadOutputs:
+        return head_logprobs(head, hidden_CD, targets_C, options)
+
+    parts: list[HeadOutputs] = []
+    for start in range(0, B * T, chunk_tokens):
+        piece = (hidden_ND[start : start + chunk_tokens], targets_N[start : start + chunk_tokens])
+        parts.append(checkpoint(run, *piece, use_reentrant=False) if keep else run(*piece))
+
+    def joined(index: int) -> torch.Tensor | None:
+        values = [part[index] for part in parts]
+        present = [v for v in values if v is not None]
+        if len(present) < len(values):
+            return None
+        return torch.cat(present).view(B, T) if present else hidden_BTD.new_zeros(B, T, dtype=torch.float32)
+
+    logp_BT = joined(0)
+    assert logp_BT is not None
+    return logp_BT, joined(1), joined(2)
+
+
 def response_logprobs(
     model,
     packed: PackedSequences,
@@ -202,6 +274,7 @@ def response_logprobs(
     with_sum_sq_probs: bool = False,
     share_prompts: bool = True,
     trim_padding: bool = False,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """Log-probs of the response tokens under ``model`` at ``temperature``.
 
@@ -212,6 +285,9 @@ def response_logprobs(
     ``with_sum_sq_probs`` adds sum_j pi_j^2 per position (detached), from the entropy's float32
     softmax when both are asked for on float32 logits, otherwise from the log-softmax above.
     ``trim_padding``: the decoder stops at the rows' longest response; zeros after it (module doc).
+    ``forward_settings``: the autocast type of the decoder and the output layer (``model.autocast``,
+    :mod:`tokenbalance.trainer.precision`; the logits are then upcast, so the log-softmax is float32
+    either way) and the positions per chunk of the output layer (:func:`head_logprobs`).
     """
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
@@ -219,21 +295,21 @@ def response_logprobs(
     if trim_padding:
         packed = packed.without_trailing_padding()
     shared = shared_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
-    hidden_BTD = full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
-    logits_BTV = model.get_output_embeddings()(hidden_BTD)
-    logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / temperature
+    with forward_precision(model, forward_settings.compute_dtype):
+        hidden_BTD = (
+            full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
+        )
     targets_BT = packed.input_ids_BL[:, packed.prompt_len :]
-    logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
-    logp_BT = logp_BTV.gather(-1, targets_BT[..., None]).squeeze(-1)
-    entropy_BT = sum_sq_BT = None
-    if with_entropy:
-        with torch.set_grad_enabled(entropy_grad and torch.is_grad_enabled()):
-            if with_sum_sq_probs and logits_BTV.dtype == torch.float32:  # from the entropy's own softmax
-                entropy_BT, sum_sq_BT = entropy_and_sum_sq_probs(logits_BTV)
-            else:
-                entropy_BT = entropy_from_logits(logits_BTV)
-    if with_sum_sq_probs and sum_sq_BT is None:
-        sum_sq_BT = sum_sq_probs(logp_BTV)
+    head_options = HeadOptions(
+        temperature, forward_settings.compute_dtype, with_entropy, entropy_grad, with_sum_sq_probs
+    )
+    head = model.get_output_embeddings()
+    if forward_settings.chunk_tokens:
+        logp_BT, entropy_BT, sum_sq_BT = chunked_head_logprobs(
+            head, hidden_BTD, targets_BT, forward_settings.chunk_tokens, head_options
+        )
+    else:
+        logp_BT, entropy_BT, sum_sq_BT = head_logprobs(head, hidden_BTD, targets_BT, head_options)
     missing = width - logp_BT.shape[1]  # trailing padding columns not run: zeros there
 
     def full_width(values: torch.Tensor, *, hidden: bool = False) -> torch.Tensor:
@@ -260,6 +336,7 @@ def batched_response_logprobs(
     with_entropy: bool = False,
     share_prompts: bool = True,
     group_by_length: bool = False,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time
     (rows of similar length together with ``group_by_length``: :func:`micro_batches`).
@@ -281,6 +358,7 @@ def batched_response_logprobs(
                 with_entropy=with_entropy,
                 share_prompts=share_prompts,
                 trim_padding=group_by_length,
+                forward_settings=forward_settings,
             )
             for chunk in chunks
         ]

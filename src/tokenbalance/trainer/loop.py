@@ -13,7 +13,11 @@ One RL step:
    current policy, reference log-probs with the frozen initial policy, both at the rollout
    temperature (docs/methods.md §1); when the update's first micro-batch is the whole batch
    (one pass, one micro-batch: the defaults without Lopti), the old-policy forward runs with
-   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits);
+   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits).
+   Timed by the work done, alike for every method: that shared forward is update time
+   (``timing/update_s``: every forward with gradient, backward and optimizer step), and
+   ``timing/logprob_s`` holds the no-gradient forwards (the old policy's when not shared, the
+   reference's);
 5. advantages, token weights and the update passes (``update_inputs``);
 6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
 7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
@@ -43,6 +47,7 @@ import copy
 import hashlib
 import json
 import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,6 +69,7 @@ from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.base import Task, TaskExample
+from tokenbalance.threads import ThreadAdapter
 from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
 from tokenbalance.trainer.checkpoint import (
     latest_checkpoint,
@@ -77,6 +83,14 @@ from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import append_outcomes, evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
+from tokenbalance.trainer.precision import (
+    PLAIN_FORWARD,
+    ForwardSettings,
+    check_update_resolution,
+    forward_precision,
+    slow_autocast_warning,
+    typical_weight_magnitude,
+)
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
@@ -129,6 +143,7 @@ class StepSettings:
     mini_batch_rows: int  # per rank
     grad_clip: float
     token_mean_scope: str
+    forward_settings: ForwardSettings = PLAIN_FORWARD  # model.autocast, optim.logit_chunk_tokens
 
     @classmethod
     def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
@@ -147,6 +162,7 @@ class StepSettings:
             mini_batch_rows=max(1, o.mini_batch_size // world_size),
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
+            forward_settings=ForwardSettings.from_config(config),
         )
 
     def sampling(self, seed: int) -> SamplingParams:
@@ -176,10 +192,16 @@ class Runtime:
     eval_examples: list[TaskExample]
     device: torch.device
     ctx: DistContext
+    threads: ThreadAdapter | None = None  # train.threads=0 on a CPU: the count follows the load
 
     @property
     def eos_token_ids(self) -> set[int]:
         return set(self.engine.eos_token_ids)
+
+    def adapt_threads(self) -> None:
+        """Between phases: re-decide the CPU thread count from the load (``train.threads=0``)."""
+        if self.threads is not None:
+            self.threads.adapt()
 
 
 @dataclass
@@ -215,17 +237,20 @@ def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
     mine = prompt_indices(len(rt.train_examples), s.seed, first, share)
     state.data_position += s.prompts_per_step
     seed = derive_seed(s.seed, step, rt.ctx.rank) if round_ == 0 else derive_seed(s.seed, step, rt.ctx.rank, round_)
-    return sample_batch(
-        rt.engine,
-        rt.tokenizer,
-        rt.task,
-        [rt.train_examples[i] for i in mine],
-        [rt.train_prompt_ids[i] for i in mine],
-        torch.arange(first, first + share),
-        group_size=s.group_size,
-        sampling=s.sampling(seed),
-        device=rt.device,
-    )
+    with forward_precision(
+        state.policy, s.forward_settings.compute_dtype
+    ):  # the sampler's forwards: the run's precision
+        return sample_batch(
+            rt.engine,
+            rt.tokenizer,
+            rt.task,
+            [rt.train_examples[i] for i in mine],
+            [rt.train_prompt_ids[i] for i in mine],
+            torch.arange(first, first + share),
+            group_size=s.group_size,
+            sampling=s.sampling(seed),
+            device=rt.device,
+        )
 
 
 def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch, dict[str, float]]:
@@ -283,11 +308,14 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     """One RL step, top to bottom (module docstring); returns its metrics, averaged over ranks."""
     s, state, method = parts.settings, parts.state, parts.method
     timer = StepTimer()
+    parts.runtime.adapt_threads()
     with timer("rollout"):
         batch, sampled, sampling_metrics = rollout(parts, step)
     diag = step_diagnostics(parts, step, batch)
-    with timer("logprob"):
-        first = first_update_forward(parts, batch)  # the old policy's forward, kept for the update
+    parts.runtime.adapt_threads()
+    with timer("update"):  # the update's first forward (with gradient); the old log-probs come with it
+        first = first_update_forward(parts, batch)
+    with timer("logprob"):  # the forwards without gradient: the old policy's (unless shared) and the reference's
         batch = with_logprobs(
             batch,
             policy=state.policy,
@@ -299,24 +327,27 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
             with_entropy=diag.wants_entropy,
             sampler_logprobs=s.sampler_logprobs,
             old_forward=first,
+            forward_settings=s.forward_settings,
         )
     with timer("update"):
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
     with timer("diag"):
         probe_metrics = diag.before_update(passes, batch)  # the opt-in gradient-norm probe
+    parts.runtime.adapt_threads()
     with timer("update"):
         record = update(parts, batch, passes, first_forward=first)
     del first
     with timer("diag"):
         diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
-    return mean_over_ranks(metrics, parts.runtime.ctx) | timer.metrics(tokens=float(batch.mask_BT.sum()))
+    timings = timer.metrics(tokens=float(batch.mask_BT.sum())) | {"timing/threads": float(torch.get_num_threads())}
+    return mean_over_ranks(metrics, parts.runtime.ctx) | timings
 
 
 def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
     """The step's diagnostics, with the policy's log-probs on the batch's rows."""
     s, rt = parts.settings, parts.runtime
-    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx)
+    access = StepPolicy(parts.state.policy, batch.packed, s.temperature, s.micro_batch_rows, rt.ctx, s.forward_settings)
     return StepDiagnostics(
         parts.config.diagnostics, parts.method, step, access, seed=derive_seed(s.seed, step, rt.ctx.rank, 31)
     )
@@ -342,6 +373,7 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
         temperature=s.temperature,
         grad_share=parts.config.diagnostics.logs_grad_share,
         with_hidden=method.needs_hidden_states,
+        forward_settings=s.forward_settings,
     )
 
 
@@ -368,6 +400,7 @@ def update(
         grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         first_forward=first_forward,
         group_by_length=s.group_by_length,
+        forward_settings=s.forward_settings,
     )
 
 
@@ -375,19 +408,21 @@ def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
     """The held-out metrics at ``step``; the main rank appends the per-example outcomes to the run
     directory (``eval_outcomes.jsonl``)."""
     rt = parts.runtime
+    rt.adapt_threads()
     responses: list[dict] = []
     # every rank evaluates the same examples; only the main rank's numbers are logged
-    metrics = evaluate(
-        rt.engine,
-        rt.tokenizer,
-        rt.task,
-        rt.eval_examples,
-        eos_token_ids=rt.eos_token_ids,
-        max_new_tokens=parts.settings.max_new_tokens,
-        max_prompt_tokens=parts.config.data.max_prompt_tokens,
-        seed=parts.settings.seed,
-        responses=responses,
-    )
+    with forward_precision(parts.state.policy, parts.settings.forward_settings.compute_dtype):
+        metrics = evaluate(
+            rt.engine,
+            rt.tokenizer,
+            rt.task,
+            rt.eval_examples,
+            eos_token_ids=rt.eos_token_ids,
+            max_new_tokens=parts.settings.max_new_tokens,
+            max_prompt_tokens=parts.config.data.max_prompt_tokens,
+            seed=parts.settings.seed,
+            responses=responses,
+        )
     if rt.ctx.is_main:
         append_outcomes(parts.run_dir, step, responses)
     return metrics
@@ -508,6 +543,14 @@ def resume_state(parts: TrainerParts) -> int:
     return step
 
 
+def thread_adapter(config: RunConfig, device: torch.device, ctx: DistContext) -> ThreadAdapter | None:
+    """With ``train.threads=0`` in a single CPU process, a :class:`~tokenbalance.threads.ThreadAdapter`
+    starting from torch's current count (ranks of one node would see each other as load: none)."""
+    if config.train.threads or device.type != "cpu" or ctx.world_size > 1:
+        return None
+    return ThreadAdapter(torch.get_num_threads(), torch.set_num_threads)
+
+
 def prepare_training(
     config: RunConfig, run_dir: Path, policy, tokenizer, device: torch.device, ctx: DistContext, *, resume: bool = False
 ) -> TrainerParts:
@@ -526,6 +569,11 @@ def prepare_training(
             f"dynamic_sampling.target_groups={method.dynamic_sampling.target(config.rollout.prompts_per_step)} must be "
             f"divisible by the number of ranks ({ctx.world_size}): each rank trains the same number of whole groups"
         )
+    parameter_dtype = next(policy.parameters()).dtype
+    check_update_resolution(parameter_dtype, config.optim.lr, typical_weight_magnitude(policy))
+    slow = slow_autocast_warning(ForwardSettings.from_config(config).compute_dtype, device)
+    if slow is not None:
+        warnings.warn(slow, RuntimeWarning, stacklevel=2)
     reference = None
     if method.needs_ref_logp:
         reference = copy.deepcopy(policy).eval()
@@ -552,6 +600,7 @@ def prepare_training(
             eval_examples=evals,
             device=device,
             ctx=ctx,
+            threads=thread_adapter(config, device, ctx),
         ),
     )
     if resume:

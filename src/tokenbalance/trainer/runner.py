@@ -175,11 +175,11 @@ def check_real_model_settings(config: RunConfig, tokenizer) -> None:
 
 def compute_device(config: RunConfig) -> torch.device:
     """The device a command computes on, with this process's torch threads set from
-    ``train.threads`` (:func:`tokenbalance.threads.use_threads`); ``config.train.threads`` becomes the
-    count used, so a saved config records it."""
+    ``train.threads`` (:func:`tokenbalance.threads.use_threads`). A fixed count stays in the config;
+    0 stays 0 (automatic: the RL loop then adapts the count to the load, ``timing/threads``)."""
     from tokenbalance.threads import use_threads
 
-    config.train.threads = use_threads(config.train.threads)
+    use_threads(config.train.threads)
     return resolve_device(config.train.device)
 
 
@@ -342,7 +342,7 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
         run_dir = Path(os.path.abspath(run_dir))
         config = absolute_paths(config)  # config.yaml names files the same from any working directory
         config.output.run_dir = str(run_dir)
-        device = compute_device(config)  # records the thread count used in config.yaml
+        device = compute_device(config)  # train.threads=0 stays 0: the loop adapts the count
         ctx = init_distributed(device)
         lock = RunLock(run_dir).acquire() if ctx.is_main else None
         with progress_log(run_dir / LOG_FILE if ctx.is_main else None):

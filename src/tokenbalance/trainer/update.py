@@ -39,6 +39,7 @@ from tokenbalance.trainer.logprobs import (
     response_logprobs,
     row_chunks,
 )
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -136,11 +137,13 @@ def update_forward(
     grad_share: bool,
     with_hidden: bool = False,
     trim_padding: bool = False,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
     (with gradient only under an entropy bonus), sum_j pi_j^2 with ``grad_share``; ``with_hidden``
     adds the (detached) hidden states, which changes nothing else; ``trim_padding`` stops at the
-    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`)."""
+    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`); ``forward_settings``
+    its autocast type and output-layer chunks."""
     policy.train()
     return response_logprobs(
         policy,
@@ -151,6 +154,7 @@ def update_forward(
         entropy_grad=method.entropy_coeff != 0,
         with_sum_sq_probs=grad_share,
         trim_padding=trim_padding,
+        forward_settings=forward_settings,
     )
 
 
@@ -194,6 +198,7 @@ def run_update_passes(
     grad_share: bool = False,
     first_forward: ResponseLogprobs | None = None,
     group_by_length: bool = False,
+    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> UpdateRecord:
     """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
     with ``grad_share`` also the per-token squared logit-gradient norms.
@@ -205,6 +210,10 @@ def run_update_passes(
     ``group_by_length``: a mini-batch of several micro-batches is cut into micro-batches of rows of
     similar response length (:func:`~tokenbalance.trainer.logprobs.micro_batches`), each forward
     stopping at its own longest response; the same loss and gradient up to float rounding.
+
+    ``forward_settings``: every forward's autocast type (``model.autocast``; the loss, the backward's
+    accumulation into the float32 parameters' gradients and the step stay float32) and output-layer
+    chunks (``optim.logit_chunk_tokens``).
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
@@ -251,6 +260,7 @@ def run_update_passes(
                         temperature=temperature,
                         grad_share=trace is not None,
                         trim_padding=group_by_length,
+                        forward_settings=forward_settings,
                     )
                 first_forward = None  # only ever the first micro-batch's
                 if trace is not None and current.logp_BT.requires_grad:

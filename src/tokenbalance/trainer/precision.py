@@ -1,0 +1,126 @@
+"""The compute type of a run's forwards, and the check that a half-precision policy can still learn.
+
+``model.autocast=bfloat16`` runs every forward of the policy and the reference (rollout, old,
+reference and current log-probs, evaluation) under ``torch.autocast``: matrix products in
+bfloat16, while the parameters stay in ``model.dtype`` (float32 master weights), and the
+log-softmax, the losses, the gradients' accumulation and AdamW's state stay float32. Old and new
+log-probs come from the same path, so a ratio is 1 at the first mini-batch as in float32. float16
+would need a gradient scaler (its range): refused.
+
+``model.dtype=bfloat16`` stores the parameters in bfloat16: an AdamW step moves a weight by about
+the learning rate, which rounds away when it is below half of bfloat16's spacing at the weight
+(:func:`check_update_resolution`). docs/training.md "Mixed precision".
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from tokenbalance.config import RunConfig
+
+AUTOCAST_DTYPES = {"off": None, "bfloat16": torch.bfloat16}
+
+
+def compute_dtype(autocast: str) -> torch.dtype | None:
+    """The autocast type ``model.autocast`` names (``None``: off; the config refuses float16)."""
+    if autocast not in AUTOCAST_DTYPES:
+        raise ValueError(f"model.autocast={autocast!r}: valid: {', '.join(AUTOCAST_DTYPES)}")
+    return AUTOCAST_DTYPES[autocast]
+
+
+@dataclass(frozen=True)
+class ForwardSettings:
+    """How every forward of a run computes (the same for the rollout's, the old, reference and
+    current log-probs): ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``; ``None``:
+    the parameters' own), ``chunk_tokens`` how many response positions go through the output layer
+    and the log-softmax at once (``optim.logit_chunk_tokens``; 0: all of a micro-batch's at once)."""
+
+    compute_dtype: torch.dtype | None = None
+    chunk_tokens: int = 0
+
+    @classmethod
+    def from_config(cls, config: RunConfig) -> ForwardSettings:
+        return cls(compute_dtype(config.model.autocast), config.optim.logit_chunk_tokens)
+
+
+PLAIN_FORWARD = ForwardSettings()
+
+
+def native_bfloat16(device: torch.device) -> bool:
+    """Whether ``device`` multiplies bfloat16 in hardware: a GPU, or a CPU with AVX-512 BF16 or AMX
+    (elsewhere, e.g. an AVX2-only CPU, torch emulates bfloat16 products, slower than float32)."""
+    if device.type != "cpu":
+        return True
+    return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
+
+
+def slow_autocast_warning(dtype: torch.dtype | None, device: torch.device) -> str | None:
+    """The warning for ``model.autocast`` on a device that emulates its type (``None``: none due)."""
+    if dtype != torch.bfloat16 or native_bfloat16(device):
+        return None
+    return (
+        "model.autocast=bfloat16 on a CPU without AVX-512 BF16 or AMX: torch emulates bfloat16 products there, "
+        'slower than float32 (docs/training.md "Mixed precision"); model.autocast=off is faster on this machine'
+    )
+
+
+def model_device_type(model) -> str:
+    """The device type of ``model``'s parameters ('cpu', 'cuda')."""
+    return next(model.parameters()).device.type
+
+
+@contextlib.contextmanager
+def forward_precision(model, dtype: torch.dtype | None) -> Iterator[None]:
+    """``torch.autocast`` to ``dtype`` on ``model``'s device around a forward; nothing with ``None``."""
+    if dtype is None:
+        yield
+        return
+    with torch.autocast(device_type=model_device_type(model), dtype=dtype):
+        yield
+
+
+def spacing(dtype: torch.dtype, magnitude: float) -> float:
+    """The distance between ``dtype``'s neighbouring values at ``magnitude`` (> 0, normal range):
+    2^(exponent - mantissa bits); bfloat16 at 0.02: 2^(-6 - 7) = 1.2e-4."""
+    mantissa_bits = round(-math.log2(torch.finfo(dtype).eps))
+    return 2.0 ** (math.floor(math.log2(magnitude)) - mantissa_bits)
+
+
+def typical_weight_magnitude(model) -> float:
+    """The median over ``model``'s trainable matrices (2-D and above) of each one's mean |w|."""
+    means = [
+        float(p.detach().abs().float().mean())
+        for p in model.parameters()
+        if p.requires_grad and p.dim() >= 2 and p.numel()
+    ]
+    if not means:
+        return 0.0
+    means.sort()
+    return means[len(means) // 2]
+
+
+def lost_update(dtype: torch.dtype, lr: float, magnitude: float) -> bool:
+    """Whether an AdamW step of about ``lr`` on a weight of ``magnitude`` rounds back to the weight
+    in ``dtype`` (it is below half the spacing there)."""
+    return magnitude > 0 and lr < spacing(dtype, magnitude) / 2
+
+
+def check_update_resolution(dtype: torch.dtype, lr: float, magnitude: float) -> None:
+    """``ValueError`` naming the fix when a half-precision policy would not move at ``lr``
+    (:func:`lost_update` at its typical weight magnitude); float32 and float64 always pass."""
+    if dtype not in (torch.bfloat16, torch.float16) or not lost_update(dtype, lr, magnitude):
+        return
+    name = str(dtype).removeprefix("torch.")
+    raise ValueError(
+        f"model.dtype={name} with optim.lr={lr:g}: an AdamW step (about lr) is below half of {name}'s spacing "
+        f"({spacing(dtype, magnitude):.2g}) at the policy's typical |w| ({magnitude:.2g}), so updates round away "
+        f"and training silently freezes; use model.dtype=float32 with model.autocast=bfloat16 (float32 master "
+        f"weights, bfloat16 compute)"
+    )

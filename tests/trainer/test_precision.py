@@ -1,0 +1,142 @@
+"""Mixed precision (``model.autocast``, ``trainer/precision.py``): every forward of a step in
+bfloat16 while the weights, gradients and AdamW state stay float32; log-probs within bfloat16
+rounding of float32's; and the refusal of a bfloat16-stored policy whose updates would round away."""
+
+import pytest
+import torch
+
+from tests.tolerances import dtype_atol
+from tests.trainer.conftest import SMALL_RUN
+from tokenbalance.config import RunConfig, apply_overrides
+from tokenbalance.models import load_policy
+from tokenbalance.trainer import precision
+from tokenbalance.trainer.distributed import DistContext
+from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
+from tokenbalance.trainer.loop import prepare_training, rl_step
+from tokenbalance.trainer.precision import ForwardSettings
+
+# The logits of a forward under bfloat16 autocast: every matrix product rounds its inputs and its
+# output to bfloat16 (relative eps / 2 = 2^-8 each, eps = 2^-7 as torch.finfo gives it), and the
+# errors of the few products along a path mostly cancel in the residual stream, so a logit moves by
+# about one eps at its magnitude or less; log p = z - logsumexp(z) moves by at most twice the
+# largest logit change. 2 eps leaves a wide margin (the tiny policy's log-probs moved by 0.1 eps,
+# a 4-layer, 128-wide one's by 0.4 eps) and still fails on any error of a float32 computation
+# that would matter (a wrong token or position moves log p by a whole unit).
+LOGIT_ULPS = 2
+
+
+def test_bfloat16_spacing_and_the_lost_update():
+    assert precision.spacing(torch.bfloat16, 0.02) == 2.0**-13  # 1.2e-4: the issue's example
+    assert precision.spacing(torch.float32, 1.0) == 2.0**-23
+    assert precision.lost_update(torch.bfloat16, 1e-6, 0.02)  # lr 1e-6 on |w| 0.02: w + step == w
+    assert not precision.lost_update(torch.bfloat16, 1e-4, 0.02)  # above half the spacing: it lands
+    assert not precision.lost_update(torch.bfloat16, 1e-6, 0.0)  # no weights to judge by
+
+
+def test_a_bfloat16_policy_that_cannot_move_is_refused_naming_the_fix():
+    with pytest.raises(ValueError, match=r"model.dtype=bfloat16 with optim.lr=1e-06.*model.autocast=bfloat16"):
+        precision.check_update_resolution(torch.bfloat16, 1e-6, 0.02)
+    precision.check_update_resolution(torch.float32, 1e-9, 0.02)  # float32 weights: never refused
+    precision.check_update_resolution(torch.bfloat16, 1e-3, 0.02)
+
+
+def test_typical_weight_magnitude_is_the_median_matrix_mean():
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2))
+    with torch.no_grad():
+        for layer, value in zip(model, (0.1, 0.02, 3.0)):
+            layer.weight.fill_(value)
+            layer.bias.fill_(100.0)  # vectors do not count
+    assert precision.typical_weight_magnitude(model) == pytest.approx(0.1)
+
+
+def test_prepare_training_refuses_a_frozen_bfloat16_policy(tiny_policy_dir, tmp_path):
+    config = apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={tiny_policy_dir}", "optim.lr=1e-7"])
+    policy, tokenizer = load_policy(tiny_policy_dir, dtype=torch.bfloat16)
+    device = torch.device("cpu")
+    with pytest.raises(ValueError, match="model.autocast=bfloat16"):
+        prepare_training(config, tmp_path, policy, tokenizer, device, DistContext(device=device))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.autocast=float16"], "model.autocast=float16: float16 needs a gradient scaler"),
+        (["model.dtype=bfloat16", "model.autocast=bfloat16"], "needs model.dtype=float32"),
+    ],
+)
+def test_autocast_settings_that_cannot_apply_are_refused(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(RunConfig(), overrides)
+
+
+def random_packed(vocab: int, rows: int = 4, prompt_len: int = 5, response_len: int = 7):
+    generator = torch.Generator().manual_seed(0)
+    prompt = torch.randint(3, vocab, (rows, prompt_len), generator=generator)
+    response = torch.randint(3, vocab, (rows, response_len), generator=generator)
+    response_mask = torch.ones_like(response)
+    response_mask[0, 4:] = 0  # a shorter response
+    return pack_sequences(prompt, torch.ones_like(prompt), response, response_mask)
+
+
+def test_log_probs_under_bfloat16_autocast_are_float32_within_bfloat16_rounding(tiny_policy_dir):
+    policy, _ = load_policy(tiny_policy_dir)
+    packed = random_packed(policy.config.vocab_size)
+    with torch.no_grad():
+        exact = response_logprobs(policy, packed, temperature=1.0, with_entropy=True)
+        mixed = response_logprobs(
+            policy, packed, temperature=1.0, with_entropy=True, forward_settings=ForwardSettings(torch.bfloat16)
+        )
+        logits = policy(input_ids=packed.input_ids_BL, attention_mask=packed.attention_mask_BL).logits
+    assert mixed.logp_BT.dtype == torch.float32 and mixed.entropy_BT is not None
+    assert mixed.entropy_BT.dtype == torch.float32
+    tolerance = 2 * dtype_atol(torch.bfloat16, float(logits.abs().max()), LOGIT_ULPS)
+    assert float((mixed.logp_BT - exact.logp_BT).abs().max()) <= tolerance
+    assert not torch.equal(mixed.logp_BT, exact.logp_BT)  # bfloat16 really ran
+
+
+def test_a_step_under_autocast_keeps_float32_weights_gradients_and_optimizer_state(tiny_policy_dir, tmp_path):
+    config = apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={tiny_policy_dir}", "model.autocast=bfloat16"])
+    policy, tokenizer = load_policy(tiny_policy_dir)
+    device = torch.device("cpu")
+    parts = prepare_training(config, tmp_path, policy, tokenizer, device, DistContext(device=device))
+    head_dtypes: list[torch.dtype] = []
+    hook = policy.get_output_embeddings().register_forward_hook(lambda m, i, out: head_dtypes.append(out.dtype))
+    grad_dtypes: set[torch.dtype] = set()
+    for param in policy.parameters():
+        param.register_hook(lambda grad: grad_dtypes.add(grad.dtype))
+    before = {name: p.detach().clone() for name, p in policy.named_parameters()}
+    try:
+        metrics = rl_step(parts, 0)
+    finally:
+        hook.remove()
+    # every forward of the step (rollout, log-probs, update) computed its logits in bfloat16
+    assert head_dtypes and set(head_dtypes) == {torch.bfloat16}
+    assert grad_dtypes == {torch.float32}
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}
+    state = parts.state.optimizer.state
+    assert state and all(s["exp_avg"].dtype == s["exp_avg_sq"].dtype == torch.float32 for s in state.values())
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in policy.named_parameters())
+    assert torch.isfinite(torch.tensor(metrics["loss/total"]))
+
+
+def test_autocast_leaves_the_embedded_policy_cache_key_alone():
+    from tokenbalance.trainer.embedded import embedded_key
+
+    assert embedded_key(apply_overrides(RunConfig(), ["model.autocast=bfloat16"])) == embedded_key(RunConfig())
+
+
+def test_the_sft_command_refuses_autocast(tiny_policy_dir, tmp_path, capsys):
+    from tokenbalance.cli import main
+
+    status = main(["sft", "--model", str(tiny_policy_dir), "--set", "model.autocast=bfloat16", "--out", str(tmp_path)])
+    assert status == 2 and "model.autocast=bfloat16: the SFT computes in float32" in capsys.readouterr().err
+
+
+def test_autocast_warns_where_the_cpu_emulates_bfloat16(monkeypatch):
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device: device.type != "cpu")
+    assert "slower than float32" in (precision.slow_autocast_warning(torch.bfloat16, cpu) or "")
+    assert precision.slow_autocast_warning(torch.bfloat16, cuda) is None
+    assert precision.slow_autocast_warning(None, cpu) is None
+    monkeypatch.setattr(precision, "native_bfloat16", lambda device: True)
+    assert precision.slow_autocast_warning(torch.bfloat16, cpu) is None
