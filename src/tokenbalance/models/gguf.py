@@ -27,7 +27,7 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tokenbalance.outputs import current_umask
+from tokenbalance.outputs import umask_modes
 
 MODEL_RECORD = "tokenbalance_model.json"
 
@@ -208,7 +208,7 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
         (tmp / MODEL_RECORD).write_text(json.dumps({**summary, "files": files}, indent=1) + "\n")
         if out_dir.exists():  # empty, or written by an earlier build-model (checked by the caller)
             shutil.rmtree(out_dir)
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the model directory is an ordinary one
+        umask_modes(tmp)  # mkdtemp and safetensors make it private; the model directory is an ordinary one
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
