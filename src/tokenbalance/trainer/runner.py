@@ -230,14 +230,16 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) 
 
 
 def before_after_table(run_dir: Path) -> str:
-    """Held-out accuracy at the first and the last evaluation of a run, per difficulty."""
+    """Held-out accuracy per difficulty and mean reward at the first and the last evaluation of a
+    run (the reward is what moves on a task of your own whose responses are seldom fully right)."""
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "eval"]
     if not evals:
         return "no evaluation logged"
     first, last = evals[0], evals[-1]
-    keys = sorted({k for k in first if k.startswith("eval/") and "/acc" in k})
+    keys = sorted({k for k in first if k.startswith("eval/") and ("/acc" in k or k.endswith("/reward"))})
     lines = [
-        f"{'held-out accuracy':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}{'change':>10}"
+        f"{'held-out accuracy, reward':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}"
+        f"{'change':>10}"
     ]
     for key in keys:
         before, after = first[key], last.get(key, float("nan"))
