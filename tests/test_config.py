@@ -72,3 +72,17 @@ def test_replace_sections_sets_typed_values_checks_them_and_shares_nothing():
         replace_sections(base, train={"steps": -1})  # checked as a loaded config is
     with pytest.raises(ValueError, match=r"train.sed: unknown option \(did you mean 'seed'\?\)"):
         replace_sections(base, train={"sed": 1})
+
+
+def test_the_vocabulary_size_is_described_as_a_cap():
+    (line,) = [line for line in describe_options(RunConfig()) if "model.vocab_size" in line]
+    assert "1024" in line and "vocabulary, at most" in line and "gives fewer" in line
+
+
+def test_sft_help_names_every_source_of_targets(capsys):
+    from tokenbalance.cli import build_parser
+
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["sft", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "supervised warm start on generated solutions (K&K, arith) or on your rows' --target-column" in text

@@ -21,7 +21,11 @@ import tokenbalance
 
 PACKAGE = Path(tokenbalance.__file__).parent
 ALLOWED_THIRD_PARTY = {"numpy", "torch"}
-SHARED = ("tokenbalance.checks", "tokenbalance.user_code")  # standard library only; every layer may import them
+SHARED = (
+    "tokenbalance.checks",
+    "tokenbalance.user_code",
+    "tokenbalance.outputs",
+)  # stdlib only; every layer may import them
 ALGORITHMS_INTERNAL = ("tokenbalance.algorithms", "tokenbalance.types", *SHARED)
 TASKS_INTERNAL = ("tokenbalance.tasks", *SHARED)
 TASKS_LAZY_THIRD_PARTY = {"pyarrow", "math_verify"}
@@ -68,7 +72,7 @@ def forbidden_imports(
 
 
 def test_shared_modules_import_only_the_standard_library():
-    for module in ("checks.py", "user_code.py"):
+    for module in ("checks.py", "user_code.py", "outputs.py"):
         names = [name for name, _ in imported_modules(PACKAGE / module)]
         assert names and all(name.split(".")[0] in sys.stdlib_module_names | {"__future__"} for name in names)
 

@@ -73,7 +73,11 @@ class ModelConfig:
     num_heads: int = option(4, "embedded model attention heads", low=1, high=128)
     intermediate_size: int = option(512, "embedded model MLP size", low=8, high=65536)
     vocab_size: int = option(
-        1024, "embedded tokenizer vocabulary (byte-level BPE trained on task text)", low=300, high=65536
+        1024,
+        "embedded tokenizer vocabulary, at most (byte-level BPE trained on task text; a corpus with fewer "
+        "merges to learn gives fewer: the build's log line says the real size)",
+        low=300,
+        high=65536,
     )
     attn_implementation: str = option("sdpa", "attention kernel", choices=("sdpa", "eager"))
     dtype: str = option(

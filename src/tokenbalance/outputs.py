@@ -123,7 +123,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     try:
         with os.fdopen(handle, "w") as out:
             out.write(text)
-        os.chmod(tmp, 0o666 & ~current_umask())
+        umask_modes(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -135,6 +135,30 @@ def current_umask() -> int:
     mask = os.umask(0)
     os.umask(mask)
     return mask
+
+
+def umask_modes(path: str | os.PathLike) -> None:
+    """Give ``path`` (a file, or a directory and everything under it) the permissions a plain write
+    would: 0666 less the umask for a file, 0777 less the umask for a directory or an executable
+    file. Every atomic writer calls it on its temporary file or directory before the rename:
+    ``mkstemp``/``mkdtemp`` make them private (0600/0700), and so does safetensors for its files,
+    so without it colleagues could not read a policy, checkpoint or cache the umask shares."""
+    mask = current_umask()
+
+    def fix(item: str, directory: bool) -> None:
+        if os.path.islink(item):
+            return
+        executable = directory or os.stat(item).st_mode & 0o111
+        os.chmod(item, (0o777 if executable else 0o666) & ~mask)
+
+    root = os.fspath(path)
+    fix(root, os.path.isdir(root))
+    if os.path.isdir(root) and not os.path.islink(root):
+        for parent, dirs, files in os.walk(root):
+            for name in dirs:
+                fix(os.path.join(parent, name), True)
+            for name in files:
+                fix(os.path.join(parent, name), False)
 
 
 def recorded_files(record: str | os.PathLike) -> set[str]:

@@ -373,3 +373,4 @@ def test_the_documented_example_is_the_tested_one():
     for row in (TRAIN_ROWS[0], TRAIN_ROWS[1], EVAL_ROWS[1]):
         assert json.dumps(row) in section
     assert "--data train.jsonl --eval-data test.jsonl" in section and "--prompt-column question" in section
+    assert "--reward gsm8k_reward.py:gsm8k" in section  # the file form: no PYTHONPATH to set

@@ -20,7 +20,7 @@ def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
         "train", "--model", str(tiny_policy_dir), "--method", "grpo", "--run-dir", str(run_dir), *sets
     )
     assert result.returncode == 0, result.stderr
-    assert "held-out accuracy" in result.stdout and "greedy/acc_3" in result.stdout
+    assert "held-out accuracy, reward" in result.stdout and "greedy/acc_3" in result.stdout
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["kind"] for r in records] == ["eval", "train", "train", "eval"]
     checkpoint_model = run_dir / "checkpoints" / "step_000002" / "model"

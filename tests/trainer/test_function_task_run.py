@@ -3,6 +3,7 @@ file and reward module (written here, put on sys.path) train the tiny policy for
 resume; every bad input is one line before any model work; a bad reward at scoring time names the
 row and the value."""
 
+import json
 import math
 
 import pytest
@@ -95,6 +96,16 @@ def test_train_two_steps_on_your_file_and_reward_then_resume(user_files, tmp_pat
         assert record["eval/greedy/reward"] == mean([reward for _, _, reward in greedy])
         assert record["eval/sample/reward"] == mean([reward for _, _, reward in sample])
         assert record["eval/greedy/acc"] == record["eval/greedy/acc_0"] == record["eval/greedy/reward"]
+        assert not [key for key in record if key.endswith("format_error")]  # no format_ok in the scores: n/a
+
+    # the end-of-run table: accuracy and the mean reward, before and after
+    table = runner.before_after_table(run_dir).splitlines()
+    assert table[0].split() == ["held-out", "accuracy,", "reward", "step", "0", "step", "2", "change"]
+    rows = {line.split()[0]: [float(v) for v in line.split()[1:]] for line in table[1:]}
+    assert set(rows) == {f"{mode}/{key}" for mode in ("greedy", "sample") for key in ("acc", "acc_0", "reward")}
+    for mode in ("greedy", "sample"):
+        before, after = evals[0][f"eval/{mode}/reward"], evals[1][f"eval/{mode}/reward"]
+        assert rows[f"{mode}/reward"] == pytest.approx([before, after, after - before], abs=5e-4)
 
     saved = yaml.safe_load((run_dir / "config.yaml").read_text())["data"]
     assert saved["task"] == "function" and saved["reward"] == f"{GSM8K_MODULE}:gsm8k_logged"
@@ -110,6 +121,26 @@ def test_train_two_steps_on_your_file_and_reward_then_resume(user_files, tmp_pat
     step3 = user_files.CALLS[checks : checks + per_step]
     assert resumed[-1]["reward/mean"] == mean([reward for _, _, reward in step3])
     assert main(["train", "--resume", str(run_dir), "--reward", f"{GSM8K_MODULE}:gsm8k"]) == 2
+
+
+def test_the_end_of_run_table_shows_the_mean_reward_beside_the_accuracies(tmp_path):
+    lines = [
+        {"step": 0, "kind": "eval", "eval/greedy/acc": 0.0, "eval/greedy/reward": 0.25, "eval/greedy/response_len": 9},
+        {"step": 1, "kind": "train", "reward/mean": 0.3},
+        {
+            "step": 40,
+            "kind": "eval",
+            "eval/greedy/acc": 0.0,
+            "eval/greedy/reward": 0.375,
+            "eval/greedy/response_len": 7,
+        },
+    ]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    assert runner.before_after_table(tmp_path).splitlines() == [
+        "held-out accuracy, reward       step 0   step 40    change",
+        "greedy/acc                       0.000     0.000    +0.000",
+        "greedy/reward                    0.250     0.375    +0.125",
+    ]
 
 
 @pytest.mark.parametrize(

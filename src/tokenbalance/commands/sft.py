@@ -15,9 +15,8 @@ from tokenbalance.commands.train import add_config_arguments, config_from_args, 
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "sft", help="supervised warm start on generated solutions (K&K, arith) or on your rows' --target-column"
-    )
+    summary = "supervised warm start on generated solutions (K&K, arith) or on your rows' --target-column"
+    parser = subparsers.add_parser("sft", help=summary, description=summary + " (docs/tasks.md)")
     add_config_arguments(parser)
     parser.add_argument(
         "--out",

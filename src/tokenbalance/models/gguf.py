@@ -16,7 +16,6 @@ close to, not equal to, the published bf16 weights.
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import shutil
@@ -27,7 +26,8 @@ import zipfile
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from tokenbalance.outputs import current_umask
+from tokenbalance.extras import missing_package
+from tokenbalance.outputs import umask_modes
 
 MODEL_RECORD = "tokenbalance_model.json"
 
@@ -64,18 +64,17 @@ def packaged_model(name: str) -> PackagedModel:
     return PACKAGED_MODELS[name]
 
 
-GGUF_PACKAGES = ("gguf", "accelerate")  # transformers reads GGUF with gguf, and loads it with accelerate
 PARTIAL_MARK = ".tokenbalance-build-model-partial"  # in a model directory being built; holds the builder's pid
 
 
 def check_gguf_support() -> None:
     """``ValueError`` naming the package to install when transformers cannot read GGUF files here
     (checked before any download: both are in the ``gguf`` extra)."""
-    for name in GGUF_PACKAGES:
-        if importlib.util.find_spec(name) is None:
-            raise ValueError(
-                f"reading a GGUF file needs the {name} package: pip install {name} (or pip install -e '.[gguf]')"
-            )
+    name = missing_package("gguf")
+    if name is not None:
+        raise ValueError(
+            f"reading a GGUF file needs the {name} package: pip install {name} (or pip install -e '.[gguf]')"
+        )
 
 
 def is_alive(pid: int) -> bool:
@@ -208,7 +207,7 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
         (tmp / MODEL_RECORD).write_text(json.dumps({**summary, "files": files}, indent=1) + "\n")
         if out_dir.exists():  # empty, or written by an earlier build-model (checked by the caller)
             shutil.rmtree(out_dir)
-        tmp.chmod(0o777 & ~current_umask())  # mkdtemp makes it private; the model directory is an ordinary one
+        umask_modes(tmp)  # mkdtemp and safetensors make it private; the model directory is an ordinary one
         tmp.rename(out_dir)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -45,6 +45,7 @@ from transformers import (
 )
 
 from tokenbalance.models.tokenizer import REASONING_TAGS
+from tokenbalance.outputs import umask_modes
 
 CONFIG_FILE = "config.json"
 SAFETENSORS_PATTERNS = ("*.safetensors", "*.safetensors.index.json")
@@ -69,6 +70,7 @@ def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path
     try:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
+        umask_modes(staging)
         replace_directory(staging, target)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)

@@ -17,6 +17,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from tokenbalance.outputs import umask_modes
+
 PARQUET_SUFFIXES = (".parquet",)
 JSONL_SUFFIXES = (".jsonl", ".json", ".ndjson")
 _MISSING = object()
@@ -202,6 +204,7 @@ def write_parquet_atomic(
     os.close(handle)
     try:
         pq.write_table(table, temp_name)
+        umask_modes(temp_name)
         os.replace(temp_name, target)
     except BaseException:
         Path(temp_name).unlink(missing_ok=True)

@@ -28,7 +28,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tokenbalance.models import save_policy
-from tokenbalance.outputs import write_text_atomic
+from tokenbalance.outputs import umask_modes, write_text_atomic
 
 __all__ = [
     "checkpoint_dirs",
@@ -95,6 +95,7 @@ def save_checkpoint(run_dir: Path, step: int, model, tokenizer, optimizer, state
         tensors, meta = optimizer_to_flat(optimizer)
         save_file(tensors, str(tmp / OPTIMIZER_FILE))
         (tmp / STATE_FILE).write_text(json.dumps({**state, "step": step, "optimizer": meta}, indent=1))
+        umask_modes(tmp)
         if final.exists():
             shutil.rmtree(final)
         os.replace(tmp, final)

@@ -41,10 +41,12 @@ def evaluate(
     on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, float]:
     """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,
-    response_len_incorrect,format_error}`` metrics (a length over no response is NaN).
+    response_len_incorrect,format_error}`` metrics (a length over no response is NaN);
+    ``format_error`` only for a task whose scores carry ``format_ok`` (K&K, a reward returning it):
+    for any other it would be a constant 0 that means nothing.
 
     ``responses``: when given, one record per response is appended to it, in order (mode, the
-    example's data source, index and difficulty, reward, correct, tokens, format_ok, text).
+    example's data source, index and difficulty, reward, correct, tokens, format_ok or None, text).
     ``on_batch``: called after each batch with the number of responses scored so far (both modes:
     ``len(MODES) * len(examples)`` in all), e.g. a progress display's ``advance``."""
     prompts = encode_prompts(tokenizer, examples, max_prompt_tokens)
@@ -68,12 +70,13 @@ def evaluate(
                 batch, texts, score_responses(task, texts, batch), out.response_mask_BT.sum(dim=1).tolist()
             ):
                 correct = result.reward == target
-                format_ok = float(result.metrics.get("format_ok", 1.0))
+                format_ok = float(result.metrics["format_ok"]) if "format_ok" in result.metrics else None
                 per_level[example.difficulty].append(float(correct))
                 rewards.append(result.reward)
                 lengths.append(length)
                 lengths_by_outcome[correct].append(length)
-                format_errors.append(1.0 - format_ok)
+                if format_ok is not None:
+                    format_errors.append(1.0 - format_ok)
                 if responses is not None:
                     responses.append(
                         {
@@ -101,7 +104,8 @@ def evaluate(
         for correct, name in ((True, "correct"), (False, "incorrect")):
             chosen = lengths_by_outcome[correct]
             metrics[f"{prefix}/response_len_{name}"] = sum(chosen) / len(chosen) if chosen else float("nan")
-        metrics[f"{prefix}/format_error"] = sum(format_errors) / len(format_errors)
+        if format_errors:
+            metrics[f"{prefix}/format_error"] = sum(format_errors) / len(format_errors)
     return metrics
 
 

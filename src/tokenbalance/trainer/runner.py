@@ -10,7 +10,6 @@ read); only then the embedded policy build or the model load.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import netrc
 import os
@@ -24,6 +23,7 @@ import torch
 from tokenbalance.checks import check_choice
 from tokenbalance.config import OutputConfig, RunConfig, absolute_paths, load_config
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
+from tokenbalance.extras import missing_package
 from tokenbalance.outputs import check_writable_dir
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
 from tokenbalance.trainer.progress import progress_log
@@ -38,7 +38,7 @@ from tokenbalance.trainer.rundir import (
     verify_checkpoint,
 )
 
-REPORTING_EXTRAS = (("tensorboard", "tensorboard"), ("wandb", "wandb"))
+REPORTING_EXTRAS = ("tensorboard", "wandb")  # output flags named as their extras (tokenbalance.extras)
 WANDB_OPTIONS = ("wandb_project", "wandb_entity", "wandb_name", "wandb_mode")
 WANDB_ENV_MODES = ("offline", "online", "disabled", "dryrun", "run")  # what wandb takes from WANDB_MODE
 
@@ -128,8 +128,9 @@ def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume:
         path = getattr(config.data, key)
         if path is not None and not Path(path).is_file():
             raise ValueError(f"data.{key}={path!r}: no such file")
-    for flag, module in REPORTING_EXTRAS:
-        if getattr(config.output, flag) and importlib.util.find_spec(module) is None:
+    for flag in REPORTING_EXTRAS:
+        module = missing_package(flag) if getattr(config.output, flag) else None
+        if module is not None:
             raise ValueError(f"output.{flag}=true needs the {module} package: pip install {module}")
     problem = wandb_problem(config.output, os.environ)
     if problem:
@@ -230,14 +231,16 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) 
 
 
 def before_after_table(run_dir: Path) -> str:
-    """Held-out accuracy at the first and the last evaluation of a run, per difficulty."""
+    """Held-out accuracy per difficulty and mean reward at the first and the last evaluation of a
+    run (the reward is what moves on a task of your own whose responses are seldom fully right)."""
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "eval"]
     if not evals:
         return "no evaluation logged"
     first, last = evals[0], evals[-1]
-    keys = sorted({k for k in first if k.startswith("eval/") and "/acc" in k})
+    keys = sorted({k for k in first if k.startswith("eval/") and ("/acc" in k or k.endswith("/reward"))})
     lines = [
-        f"{'held-out accuracy':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}{'change':>10}"
+        f"{'held-out accuracy, reward':<28}{'step ' + str(first['step']):>10}{'step ' + str(last['step']):>10}"
+        f"{'change':>10}"
     ]
     for key in keys:
         before, after = first[key], last.get(key, float("nan"))

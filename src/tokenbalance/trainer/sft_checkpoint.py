@@ -23,6 +23,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
+from tokenbalance.outputs import umask_modes
 from tokenbalance.trainer.checkpoint import checkpoint_dirs, optimizer_from_flat, optimizer_to_flat
 
 STATE = "sft_state.json"
@@ -50,6 +51,7 @@ def save(
         save_file({**tensors, GENERATOR_KEY: generator.get_state()}, str(tmp / "optimizer.safetensors"))
         (tmp / STATE).write_text(json.dumps({"step": step, "losses": losses, "fingerprint": key, "optimizer": meta}))
         final = directory / f"step_{step:06d}"
+        umask_modes(tmp)
         if final.exists():
             shutil.rmtree(final)
         tmp.rename(final)
