@@ -41,12 +41,8 @@ def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
         return row_pairs(data)
     task = get_task(data.task)
     check_sft_target(task, sft)
-    if sft.error_rate:
-        return [
-            SFTPair(e.prompt, task.sft_response(e, sft.target, error_rate=sft.error_rate))  # type: ignore[call-arg]
-            for e in sft_examples(data, sft.train_count)
-        ]
-    return [SFTPair(e.prompt, task.sft_response(e, sft.target)) for e in sft_examples(data, sft.train_count)]
+    noisy = {"error_rate": sft.error_rate} if sft.error_rate else {}  # a task without a noisy teacher never sees it
+    return [SFTPair(e.prompt, task.sft_response(e, sft.target, **noisy)) for e in sft_examples(data, sft.train_count)]
 
 
 def check_sft_target(task, sft: SFTConfig) -> None:
