@@ -18,8 +18,8 @@ def default_dtype_unchanged():
 def forget_function_task():
     """A config with data.reward registers the task 'function'; other tests expect kk and arith only."""
     yield
-    from tokenbalance.tasks.base import TASK_FACTORIES, unregister_task
     from tokenbalance.tasks.function import FUNCTION_TASK
+    from tokenbalance.tasks.registry import TASK_FACTORIES, unregister_task
 
     if FUNCTION_TASK in TASK_FACTORIES:
         unregister_task(FUNCTION_TASK)

@@ -109,3 +109,131 @@ def test_the_tasks_check_allows_pyarrow_only_lazily(tmp_path):
         "probe.py imports tokenbalance.models",
         "probe.py imports pandas (lazily)",
     ]
+
+
+# The floors of the package, lowest first (ARCHITECTURE: the folders are the layers). A module
+# imports only from its own floor or below, lazily or not; nothing imports ``commands`` or ``cli``.
+FLOORS: tuple[tuple[str, ...], ...] = (
+    ("types", "checks", "options", "outputs", "user_code", "threads", "extras"),
+    ("algorithms", "tasks", "models", "rollout"),
+    ("diagnostics",),
+    ("config",),
+    ("run", "integrations"),
+    ("trainer",),
+    ("analysis",),
+    ("ablate",),
+    ("commands", "cli"),
+)
+FLOOR_OF = {name: number for number, names in enumerate(FLOORS) for name in names}
+
+
+def module_of(path: Path) -> str:
+    """``tokenbalance.trainer.loop`` for ``.../tokenbalance/trainer/loop.py`` (a package: its name)."""
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def package_imports(path: Path) -> list[str]:
+    """Every ``tokenbalance`` module ``path`` imports, lazily or not, relative imports resolved;
+    ``from X import name`` counts as ``X.name`` where that is a module of the package."""
+    module = module_of(path)
+    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.extend(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[: len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base] if base else anchor)
+            for alias in node.names:
+                candidate = f"{base}.{alias.name}"
+                found.append(candidate if module_path(candidate) is not None else base)
+    return [name for name in found if name == "tokenbalance" or name.startswith("tokenbalance.")]
+
+
+def module_path(module: str) -> Path | None:
+    relative = Path(*module.split(".")[1:])
+    for path in (PACKAGE / relative.with_suffix(".py"), PACKAGE / relative / "__init__.py"):
+        if module != "tokenbalance" and path.exists():
+            return path
+    return None
+
+
+def floor_breaches(files) -> list[str]:
+    bad = []
+    for path in files:
+        source = module_of(path).split(".")
+        if len(source) < 2:
+            continue
+        for name in package_imports(path):
+            target = name.split(".")
+            if len(target) < 2 or target[1] == source[1]:
+                continue
+            if target[1] not in FLOOR_OF or source[1] not in FLOOR_OF:
+                bad.append(f"{module_of(path)} imports {name}: a folder with no floor (add it to FLOORS)")
+            elif FLOOR_OF[target[1]] > FLOOR_OF[source[1]] or (
+                target[1] == "cli" or (target[1] == "commands" and source[1] != "cli")
+            ):
+                bad.append(f"{module_of(path)} imports {name}, a higher floor")
+    return bad
+
+
+def import_circles(files) -> list[list[str]]:
+    """The circles of the module graph (each once, as the list of its modules)."""
+    graph = {module_of(path): set() for path in files}
+    for path in files:
+        for name in package_imports(path):
+            if name in graph and name != module_of(path):
+                graph[module_of(path)].add(name)
+    circles, state, stack = [], {}, []
+
+    def visit(node: str) -> None:
+        state[node] = "open"
+        stack.append(node)
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == "open":
+                circles.append(stack[stack.index(nxt) :])
+            elif nxt not in state:
+                visit(nxt)
+        stack.pop()
+        state[node] = "done"
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node)
+    return circles
+
+
+def package_files() -> list[Path]:
+    return sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
+
+
+def test_every_folder_imports_only_its_floor_or_below():
+    files = package_files()
+    folders = {module_of(p).split(".")[1] for p in files}
+    assert folders <= set(FLOOR_OF), f"folders with no floor: {sorted(folders - set(FLOOR_OF))}"
+    assert floor_breaches(files) == []
+
+
+def test_no_import_circles():
+    # a package's __init__ only hands names on; an import through it is an import of the module
+    files = [p for p in package_files() if p.name != "__init__.py"]
+    assert import_circles(files) == []
+
+
+def test_the_floor_and_circle_checks_detect_breaches(tmp_path, monkeypatch):
+    root = tmp_path / "tokenbalance"
+    for folder in ("algorithms", "trainer"):
+        (root / folder).mkdir(parents=True)
+    (root / "__init__.py").write_text("")
+    low, high = root / "algorithms" / "low.py", root / "trainer" / "high.py"
+    low.write_text("def f():\n    from tokenbalance.trainer import high\n")
+    high.write_text("from tokenbalance.algorithms import low\n")
+    monkeypatch.setattr(sys.modules[__name__], "PACKAGE", root)
+    assert floor_breaches([low, high]) == [
+        "tokenbalance.algorithms.low imports tokenbalance.trainer.high, a higher floor"
+    ]
+    assert import_circles([low, high]) == [["tokenbalance.algorithms.low", "tokenbalance.trainer.high"]]

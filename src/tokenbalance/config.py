@@ -41,8 +41,9 @@ from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
 from tokenbalance.outputs import write_text_atomic
-from tokenbalance.tasks.base import DEFAULT_TASK, SFT_TARGETS, TASK_NAMES
+from tokenbalance.tasks.base import SFT_TARGETS
 from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec, register_function_task
+from tokenbalance.tasks.registry import DEFAULT_TASK, TASK_NAMES
 from tokenbalance.user_code import is_spec, normalized_spec
 
 METHOD_PREFIX = "method."

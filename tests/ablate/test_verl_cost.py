@@ -5,8 +5,8 @@ import re
 import pytest
 
 from tests.integrations.verl_cpu.launch import REPO_ROOT
-from tokenbalance.ablate import verl_cost
-from tokenbalance.ablate.verl_cost import CellCost
+from tokenbalance.ablate.verl import cost as verl_cost
+from tokenbalance.ablate.verl.cost import CellCost
 
 COMMON = (REPO_ROOT / "examples" / "verl" / "common.sh").read_text()
 

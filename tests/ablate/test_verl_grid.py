@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from tokenbalance.ablate.grid import GRID_METHODS
-from tokenbalance.ablate.verl_grid import verl_launch
+from tokenbalance.ablate.verl.grid import verl_launch
 from tokenbalance.algorithms.methods import get_method
 from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.cli import main

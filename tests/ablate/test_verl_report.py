@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from tests.tolerances import dtype_atol
-from tokenbalance.ablate import verl_results
-from tokenbalance.ablate.verl_results import cell_status, evaluation_record, merged_steps
+from tokenbalance.ablate.verl import results as verl_results
+from tokenbalance.ablate.verl.results import cell_status, evaluation_record, merged_steps
 from tokenbalance.cli import main
 from tokenbalance.tasks.kk.reward import score_response
 

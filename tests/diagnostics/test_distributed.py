@@ -7,12 +7,12 @@ import torch
 from tests.tolerances import dtype_atol
 from tests.trainer.test_distributed import ROWS, fixed_batch, on_two_gloo_ranks
 from tokenbalance.algorithms.methods import build_update_passes, get_method
-from tokenbalance.diagnostics.access import StepPolicy
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
+from tokenbalance.trainer.step_policy import StepPolicy
 
 
 def bucket_norms(policy_dir, rows: slice, ctx: DistContext) -> dict:

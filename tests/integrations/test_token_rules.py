@@ -304,7 +304,7 @@ def test_verl_entropy_rule_runs_in_the_lopti_loss_and_is_refused_elsewhere(rules
 
 def test_the_grid_and_verl_launch_validation_name_the_rule(rules):
     from tokenbalance.ablate.grid import grid_method
-    from tokenbalance.ablate.verl_grid import POLICY_LOSS, verl_launch
+    from tokenbalance.ablate.verl.grid import POLICY_LOSS, verl_launch
 
     row = grid_method(rules["surprise"])  # tokenbalance ablate --methods FILE.py:RULE
     assert (row.key, row.label, row.preset, row.baseline) == ("surprise", "surprise", rules["surprise"], "grpo")

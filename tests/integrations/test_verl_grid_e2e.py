@@ -44,7 +44,7 @@ if _missing:
     pytest.skip(f"{_missing} not installed", allow_module_level=True)
 
 from tests.integrations.verl_cpu.launch import REPO_ROOT, _kill_group, child_env, cpu_overrides, prepare_inputs
-from tokenbalance.ablate.verl_results import merged_steps, read_sitting
+from tokenbalance.ablate.verl.results import merged_steps, read_sitting
 from tokenbalance.cli import main
 
 pytestmark = pytest.mark.slow

@@ -50,7 +50,7 @@ from tokenbalance.algorithms.methods import KLConfig, Method, passes_from_advant
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.algorithms.weights import ARConfig
-from tokenbalance.integrations.verl import lopti, plugin
+from tokenbalance.integrations.verl import lopti, plugin, validation
 from tokenbalance.integrations.verl.config import TokenBalancePolicyLossConfig
 from tokenbalance.integrations.verl.losses import lopti_ppo_loss, select_pass
 from tokenbalance.integrations.verl.names import (
@@ -233,7 +233,7 @@ def test_import_verl_registers_our_trainer_subclass():
     assert trainer_cls._update_actor is not PPOTrainerSync._update_actor
     assert trainer_cls._setup is not PPOTrainerSync._setup
     assert lopti.build_lopti_trainer() is trainer_cls  # idempotent: the plugin runs in every process
-    assert lopti.LOPTI_TRAINER_IMPORT_ERROR is None
+    assert validation.TRAINER_IMPORT_ERROR is None
 
 
 def lopti_launch_config():
@@ -259,9 +259,9 @@ def test_without_transfer_queue_the_trainer_is_skipped_and_a_launch_fails_clearl
     for name in [name for name in sys.modules if name.startswith("verl.trainer.ppo.v1")]:
         monkeypatch.delitem(sys.modules, name)  # restored after the test
     monkeypatch.setitem(sys.modules, "transfer_queue", None)  # `import transfer_queue` raises ImportError
-    monkeypatch.setattr(lopti, "LOPTI_TRAINER_IMPORT_ERROR", None)
+    monkeypatch.setattr(validation, "TRAINER_IMPORT_ERROR", None)
     plugin.register_all()
-    assert "transfer_queue" in lopti.LOPTI_TRAINER_IMPORT_ERROR
+    assert "transfer_queue" in validation.TRAINER_IMPORT_ERROR
     with pytest.raises(
         ValueError,
         match=(

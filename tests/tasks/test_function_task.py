@@ -24,8 +24,8 @@ from tokenbalance.config import DataConfig, RunConfig, apply_overrides, load_con
 from tokenbalance.integrations.trl.rewards import TaskReward
 from tokenbalance.integrations.verl.reward import compute_score
 from tokenbalance.tasks import FunctionTask, RewardFunction, Task, get_task, load_reward_function
-from tokenbalance.tasks.base import TASK_FACTORIES, unregister_task
 from tokenbalance.tasks.function import FUNCTION_TASK, RewardOutputError, register_function_task
+from tokenbalance.tasks.registry import TASK_FACTORIES, unregister_task
 
 
 @pytest.fixture

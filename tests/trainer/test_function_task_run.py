@@ -15,8 +15,8 @@ from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
-from tokenbalance.tasks.base import unregister_task
 from tokenbalance.tasks.function import CHECKED_ROWS, FUNCTION_TASK
+from tokenbalance.tasks.registry import unregister_task
 from tokenbalance.trainer import runner
 from tokenbalance.trainer.data import function_task_for_run, rl_examples
 from tokenbalance.trainer.runner import run_training

@@ -6,8 +6,6 @@
 * :mod:`.progress`: the grid's progress display and time-left estimate;
 * :mod:`.results`, :mod:`.stats`, :mod:`.report`: the cells' numbers, CIs over seeds, the tables;
 * :mod:`.curves`, :mod:`.figure1`: the reward curves and the Figure 1 panels on one batch;
-* :mod:`.verl_grid`: the same grid at paper scale on verl: each row's launch, the cells;
-* :mod:`.verl_cost`, :mod:`.verl_scripts`, :mod:`.verl_cell_script`: its estimated cost and the scripts a
-  cluster runs (one per cell, a one-node driver, a Slurm array);
-* :mod:`.verl_results`, :mod:`.verl_report`: its cells read back from their verl logs, and the same table.
+* :mod:`.verl`: the same grid at paper scale on verl (its own subpackage): each row's launch, the
+  scripts a cluster runs, their cost, and the table read back from the cells' verl logs.
 """

@@ -3,7 +3,7 @@ change after one SGD step, gradient norm per probability bucket (AR-Lopti, arXiv
 
 One batch of responses is sampled from the first seed's start policy (the policy every cell of
 that seed starts from) with the grid's rollout settings, exactly as ``tokenbalance diagnose
-buckets`` samples it (:func:`tokenbalance.diagnostics.probe.probe_batch`). On that batch, for each
+buckets`` samples it (:func:`tokenbalance.analysis.probe.probe_batch`). On that batch, for each
 row (GRPO and AR + Lopti by default), at the same parameters:
 
 * (a) the share of tokens per bucket of old-policy probability (the same for both rows; log scale,
@@ -11,7 +11,7 @@ row (GRPO and AR + Lopti by default), at the same parameters:
 * (b) the mean advantage of positive / negative tokens per bucket, after the row's token weights;
 * (c) the mean change of token probability per bucket after one SGD step (lr 1e-3, the paper's;
   a Lopti row's step is its two passes) and (d) the share of positive-advantage tokens whose
-  probability rose (Figure 3), from :func:`tokenbalance.diagnostics.experiments.bucket_experiment`;
+  probability rose (Figure 3), from :func:`tokenbalance.analysis.experiments.bucket_experiment`;
 * (e) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
   (:func:`tokenbalance.diagnostics.grad_norms.bucket_gradient_norms`; KL and entropy off).
 
@@ -52,14 +52,14 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     import torch
 
     from tokenbalance.algorithms.methods import get_method
+    from tokenbalance.analysis.experiments import bucket_experiment
+    from tokenbalance.analysis.probe import method_passes, probe_batch
     from tokenbalance.config import load_config, replace_sections
-    from tokenbalance.diagnostics.access import StepPolicy
     from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
-    from tokenbalance.diagnostics.experiments import bucket_experiment
     from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
-    from tokenbalance.diagnostics.probe import method_passes, probe_batch
     from tokenbalance.diagnostics.step import update_advantages
     from tokenbalance.trainer.distributed import DistContext
+    from tokenbalance.trainer.step_policy import StepPolicy
 
     methods = {row.key: get_method(row.preset) for row in rows}
     from tokenbalance.trainer.data import rl_examples

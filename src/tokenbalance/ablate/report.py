@@ -6,7 +6,7 @@ relative change), ``cells.csv`` (each cell's own numbers, from its ``metrics.jso
 ``step_cost.csv``. Statistics: :mod:`tokenbalance.ablate.stats` (t interval over seeds; paired by
 seed). Only complete cells count; a row's difference uses the seeds both it and its baseline have.
 A :class:`ReportSource` says where the numbers come from: the local grid's cells by default, the
-cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl_report`); the tables are the same.
+cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl.report`); the tables are the same.
 """
 
 from __future__ import annotations

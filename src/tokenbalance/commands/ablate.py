@@ -207,9 +207,9 @@ def list_grids() -> None:
 
 def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
     """Print the verl grid's size and estimated cost, then write its scripts into ``OUT/verl``."""
-    from tokenbalance.ablate.verl_cost import CellCost, assumptions, cost_table
-    from tokenbalance.ablate.verl_grid import verl_cells
-    from tokenbalance.ablate.verl_scripts import write_verl_grid
+    from tokenbalance.ablate.verl.cost import CellCost, assumptions, cost_table
+    from tokenbalance.ablate.verl.grid import verl_cells
+    from tokenbalance.ablate.verl.scripts import write_verl_grid
     from tokenbalance.outputs import record_written
 
     models = tuple(_split(args.verl_models, "--verl-models") or ())
@@ -253,7 +253,7 @@ def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
 
 def report_verl(args: argparse.Namespace, plan, out: Path) -> int:
     """The paper-layout report of each model from the verl cells' logs in ``OUT/verl``."""
-    from tokenbalance.ablate.verl_report import write_verl_reports
+    from tokenbalance.ablate.verl.report import write_verl_reports
 
     grid_dir = out / "verl"
     if not (grid_dir / "cells.txt").is_file():

@@ -1,8 +1,8 @@
 """``tokenbalance diagnose``: the papers' measurements on a checkpoint and a fresh batch of rollouts.
 
 Argument parsing, rendering and the ``--json`` file only; the measurements are the library's
-(:mod:`tokenbalance.diagnostics.experiments` says what each does and how it differs from the
-paper), on a :func:`~tokenbalance.diagnostics.probe.probe_batch` of ``--prompts`` x
+(:mod:`tokenbalance.analysis.experiments` says what each does and how it differs from the
+paper), on a :func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x
 ``--group-size`` responses to training prompts with the method's advantages (``--method``):
 
 * ``buckets``: the AR-Lopti paper's bucket-only update (Figure 1 c/e/f and Figure 3), one SGD step
@@ -96,9 +96,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def probe(args: argparse.Namespace, *, with_hidden: bool = False):
-    """The command's :class:`~tokenbalance.diagnostics.probe.ProbeBatch`: the config of the flags
+    """The command's :class:`~tokenbalance.analysis.probe.ProbeBatch`: the config of the flags
     (``--method`` sets ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
-    from tokenbalance.diagnostics.probe import probe_batch
+    from tokenbalance.analysis.probe import probe_batch
     from tokenbalance.trainer.checkpoint import policy_dir
 
     config = config_from_args(args)  # --model: a run directory is resolved there too
@@ -137,8 +137,8 @@ def _write_json(path: str | None, data: dict) -> None:
 def run_buckets(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
+    from tokenbalance.analysis.experiments import bucket_experiment, probe_classes
     from tokenbalance.diagnostics.buckets import parse_edges
-    from tokenbalance.diagnostics.experiments import bucket_experiment, probe_classes
     from tokenbalance.diagnostics.token_classes import class_profile
 
     edges = parse_edges(args.edges)
@@ -232,7 +232,7 @@ def run_lld(args: argparse.Namespace) -> int:
         return 0
     import torch
 
-    from tokenbalance.diagnostics.experiments import LLDSettings, lld_experiment
+    from tokenbalance.analysis.experiments import LLDSettings, lld_experiment
 
     if args.lr is not None and not args.lr > 0:
         raise ValueError(f"--lr: must be > 0, got {args.lr}")
@@ -300,7 +300,7 @@ def run_lld(args: argparse.Namespace) -> int:
 def run_nthr(args: argparse.Namespace) -> int:
     if printed_config_help(args):
         return 0
-    from tokenbalance.diagnostics.experiments import nthr_groups
+    from tokenbalance.analysis.experiments import nthr_groups
     from tokenbalance.diagnostics.nthr_view import bracket_selected
 
     batch = probe(args, with_hidden=True)

@@ -8,6 +8,6 @@
 * ``plots``: figures from ``metrics.jsonl`` (``tokenbalance plot``);
 * ``sinks``: JSONL always, TensorBoard / W&B on request.
 
-The measurement modules import only the standard library, numpy, torch and the algorithm core;
-``tokenbalance diagnose`` (``tokenbalance.commands.diagnose``) runs them on a checkpoint.
+Pure measurements: they import only the standard library, numpy, torch and the algorithm core
+(never the trainer); :mod:`tokenbalance.analysis` builds probe batches and runs them on a checkpoint.
 """

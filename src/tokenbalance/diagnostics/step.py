@@ -16,7 +16,7 @@ The trainer calls two hooks of :class:`StepDiagnostics` in each RL step:
   groups).
 
 Model access goes through one :class:`PolicyAccess` object the trainer passes in (log-probs of
-rows of the batch, data-parallel reductions; :class:`tokenbalance.diagnostics.access.StepPolicy`),
+rows of the batch, data-parallel reductions; :class:`tokenbalance.trainer.step_policy.StepPolicy`),
 and the batch is read through :class:`StepBatch`, so this module imports only torch and the
 algorithm core. The trainer logs the time spent here as ``timing/diag_s`` (the old-policy entropy
 is computed inside ``timing/logprob_s``). How each measurement differs from the papers is said in
@@ -101,7 +101,7 @@ class UpdateTrace(Protocol):
 class PolicyAccess(Protocol):
     """What the diagnostics need from the runner: the policy, its log-probs on rows of the step's
     batch, and the data-parallel reductions. One object per step (the trainer's is
-    :class:`tokenbalance.diagnostics.access.StepPolicy`)."""
+    :class:`tokenbalance.trainer.step_policy.StepPolicy`)."""
 
     @property
     def policy(self) -> torch.nn.Module: ...

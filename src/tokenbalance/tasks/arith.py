@@ -24,12 +24,12 @@ import os
 import threading
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from fractions import Fraction
 from typing import Any
 
 import numpy as np
 
 from tokenbalance.checks import check_range
+from tokenbalance.tasks.arith_expr import Expr, evaluate_expression, render_expression
 from tokenbalance.tasks.base import SFT_TARGETS, BaseTask, ProgressFactory, ScoreResult, TaskExample, drawn_choices
 from tokenbalance.tasks.files import RowReader, read_rows, write_parquet_atomic
 
@@ -68,10 +68,6 @@ LEVEL_SPECS = {
     4: LevelSpec(operations=5, max_operand=100, operators="+-*/", negatives=True, max_value=20000),
     5: LevelSpec(operations=7, max_operand=100, operators="+-*/", negatives=True, max_value=100000),
 }
-_PRECEDENCE = {"+": 1, "-": 1, "*": 2, "/": 2}
-
-# An expression node: an int leaf, or (operator, left, right).
-Expr = Any
 
 
 @dataclass(frozen=True)
@@ -95,37 +91,6 @@ def _check_split(split: object) -> str:
     if split not in SPLITS:
         raise ValueError(f"split must be one of {', '.join(SPLITS)}, got {split!r}")
     return str(split)
-
-
-def evaluate_expression(node: Expr) -> Fraction:
-    """Exact value of a generated expression tree (our own trees, never model text)."""
-    if isinstance(node, int):
-        return Fraction(node)
-    operator, left, right = node
-    a, b = evaluate_expression(left), evaluate_expression(right)
-    if operator == "+":
-        return a + b
-    if operator == "-":
-        return a - b
-    if operator == "*":
-        return a * b
-    if b == 0:
-        raise ZeroDivisionError
-    return a / b
-
-
-def render_expression(node: Expr, parent: str | None = None, is_right: bool = False) -> str:
-    """Infix text with the fewest parentheses; negative numbers are parenthesised, e.g. ``(-3)``."""
-    if isinstance(node, int):
-        return f"({node})" if node < 0 else str(node)
-    operator, left, right = node
-    text = f"{render_expression(left, operator)} {operator} {render_expression(right, operator, True)}"
-    if parent is not None:
-        weaker = _PRECEDENCE[operator] < _PRECEDENCE[parent]
-        same_on_right = _PRECEDENCE[operator] == _PRECEDENCE[parent] and is_right and parent in "-/"
-        if weaker or same_on_right or (is_right and parent == "*" and operator == "/"):
-            return f"({text})"
-    return text
 
 
 def _random_tree(rng: np.random.Generator, spec: LevelSpec, operations: int) -> Expr:

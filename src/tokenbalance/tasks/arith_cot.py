@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tokenbalance.tasks.arith import evaluate_expression, render_expression
+from tokenbalance.tasks.arith_expr import evaluate_expression, render_expression
 
 LEADS = ("", "Now ", "Next, ", "Then ", "So ")
 EQUALS = ("=", "is", "gives", "makes", "equals")

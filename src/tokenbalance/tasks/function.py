@@ -37,16 +37,9 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from tokenbalance.checks import check_choice
-from tokenbalance.tasks.base import (
-    TASK_FACTORIES,
-    BaseTask,
-    ProgressFactory,
-    ScoreError,
-    ScoreResult,
-    TaskExample,
-    register_task,
-)
+from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreError, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows
+from tokenbalance.tasks.registry import TASK_FACTORIES, register_task
 from tokenbalance.user_code import clip_text, first_line, load_function, normalized_spec, shown
 
 FUNCTION_TASK = "function"

@@ -17,8 +17,9 @@ from collections.abc import Callable, Iterator
 
 from tokenbalance.config import EVAL_SET_USES, DataConfig
 from tokenbalance.tasks import get_task
-from tokenbalance.tasks.base import TASK_FACTORIES, Task, TaskExample
+from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.tasks.function import register_function_task
+from tokenbalance.tasks.registry import TASK_FACTORIES
 
 _memo: dict | None = None  # set inside ``reused_examples()``
 

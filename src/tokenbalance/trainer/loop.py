@@ -62,7 +62,6 @@ from tokenbalance.algorithms.filtering import (
 )
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
-from tokenbalance.diagnostics.access import StepPolicy
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import check_special_tokens
@@ -94,6 +93,7 @@ from tokenbalance.trainer.precision import (
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
+from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateRecord, reusable_first_forward, run_update_passes, update_forward
 from tokenbalance.types import UpdatePass
 

@@ -3,7 +3,7 @@ extra for the report, and a one-shot pause that lets the test kill a cell at a k
 
 * ``score``: the share of the response's characters that are letters of the solution (:mod:`.reward`);
 * ``correct``: its square, a stand-in for the K&K reward's 0/1 accuracy extra of the same name, the
-  variable the verl report reads (:data:`tokenbalance.ablate.verl_results.ACCURACY_VARIABLE`). It
+  variable the verl report reads (:data:`tokenbalance.ablate.verl.results.ACCURACY_VARIABLE`). It
   differs from the score, so the test sees which one the table took;
 * the pause: when ``GRID_TEST_PAUSE_AFTER`` names a file that exists (a cell's checkpoint tracker),
   the first call that finds it creates ``GRID_TEST_PAUSED`` (exclusively: once per test) and sleeps

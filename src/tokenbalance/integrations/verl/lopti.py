@@ -20,7 +20,7 @@ count).
 
 verl's v1 trainer imports ``transfer_queue``, ``cachetools``, ``fastapi`` and ``uvicorn``, which
 verl 0.9.1 does not declare; our ``verl`` extra installs them. Where one is missing the trainer
-is not registered (:data:`LOPTI_TRAINER_IMPORT_ERROR` says why) and a launch asking for it is
+is not registered (:data:`.validation.TRAINER_IMPORT_ERROR` says why) and a launch asking for it is
 rejected with that reason (:mod:`.validation`). Command::
 
     bash examples/verl/kk_lopti.sh       # docs/verl.md
@@ -34,11 +34,6 @@ from typing import Any
 from tokenbalance.algorithms.passes import lopti_pass_names
 from tokenbalance.integrations.verl.batch_meta import with_extra_info
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
-
-LOPTI_TRAINER_IMPORT_ERROR: str | None = None
-"""Why verl's v1 trainer could not be imported (set by the plugin; then neither this trainer nor
-the NTHR trainer is registered); ``None`` once both are."""
-
 
 __all__ = ["lopti_pass_names", "with_update_pass", "merge_pass_metrics"]
 

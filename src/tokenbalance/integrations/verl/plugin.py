@@ -25,7 +25,7 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from tokenbalance.integrations.verl import compat, lopti, nthr_trainer
+from tokenbalance.integrations.verl import compat, lopti, nthr_trainer, validation
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
 from tokenbalance.integrations.verl.losses import policy_loss
 from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
@@ -43,9 +43,9 @@ def register_all() -> None:
     try:
         lopti.build_lopti_trainer()
         nthr_trainer.build_nthr_trainer()
-        lopti.LOPTI_TRAINER_IMPORT_ERROR = None
+        validation.TRAINER_IMPORT_ERROR = None
     except ImportError as error:  # v1 trainer deps (TransferQueue, cachetools, fastapi, uvicorn) missing
-        lopti.LOPTI_TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
+        validation.TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 
 
 register_all()

@@ -74,9 +74,13 @@ def policy_loss_config(config):
     return TokenBalancePolicyLossConfig(**section)
 
 
+TRAINER_IMPORT_ERROR: str | None = None
+"""Why verl's v1 trainer could not be imported (set by the plugin; then neither our Lopti trainer
+nor the NTHR trainer is registered and a launch asking for one is refused); ``None`` once both are."""
+
+
 def validate_launch(config) -> None:
     """Raise ``ValueError`` naming the key if ``config`` (verl's composed config) cannot run."""
-    from tokenbalance.integrations.verl import lopti
     from tokenbalance.integrations.verl.config import lopti_fields_set, rule_entropy_problem, token_rule
 
     _reject_nthr(config)
@@ -108,10 +112,10 @@ def validate_launch(config) -> None:
             f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: the {LOPTI_TRAINER} trainer needs a "
             f"tokenbalance loss; valid: {', '.join(POLICY_LOSS_NAMES)}"
         )
-    if ours_on and lopti.LOPTI_TRAINER_IMPORT_ERROR is not None:
+    if ours_on and TRAINER_IMPORT_ERROR is not None:
         raise ValueError(
             f"trainer.v1.trainer_mode={trainer_mode}: verl's v1 trainer could not be imported "
-            f"({lopti.LOPTI_TRAINER_IMPORT_ERROR}); install tokenbalance's verl extra (pip install -e '.[verl]': "
+            f"({TRAINER_IMPORT_ERROR}); install tokenbalance's verl extra (pip install -e '.[verl]': "
             "TransferQueue, cachetools, fastapi, uvicorn)"
         )
     if ours_on and trainer_mode == NTHR_TRAINER:

@@ -1,8 +1,8 @@
 """The shell code of one sitting of a verl grid cell, written once per grid as ``OUT/verl/run_cell.sh``.
 
-Each ``cells/<cell>/run.sh`` (:mod:`.verl_scripts`) sets the cell's ``CELL``, ``SEED``, ``CELL_DIR``
+Each ``cells/<cell>/run.sh`` (:mod:`.scripts`) sets the cell's ``CELL``, ``SEED``, ``CELL_DIR``
 and ``LAUNCH`` and sources it; the comment at the top of :data:`SITTING_SCRIPT` says what a sitting
-does. The STATUS lines it writes are read back by :mod:`.verl_results`.
+does. The STATUS lines it writes are read back by :mod:`.results`.
 """
 
 # DRY_RUN read the same way by every script that reads it (the driver, a cell's sitting, common.sh,

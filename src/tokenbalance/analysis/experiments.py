@@ -1,4 +1,4 @@
-"""The papers' offline experiments on a :class:`~tokenbalance.diagnostics.probe.ProbeBatch`
+"""The papers' offline experiments on a :class:`~tokenbalance.analysis.probe.ProbeBatch`
 (``tokenbalance diagnose`` renders them; the grid's Figure 1 calls :func:`bucket_experiment`).
 
 * :func:`bucket_experiment`: the AR-Lopti paper's bucket-only update (Figure 1 c/e/f, Figure 3):
@@ -25,11 +25,11 @@ import torch
 
 from tokenbalance.algorithms.methods import Method, NTHRInputs, compute_advantages
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct
+from tokenbalance.analysis.probe import ProbeBatch, method_passes, rescore, single_update
 from tokenbalance.diagnostics.buckets import bucket_masks, interval_label, probability_change_stats
 from tokenbalance.diagnostics.grad_norms import gradient_free_method
 from tokenbalance.diagnostics.lld import sequence_deltas
 from tokenbalance.diagnostics.nthr_view import GroupSelection, nthr_selections
-from tokenbalance.diagnostics.probe import ProbeBatch, method_passes, rescore, single_update
 from tokenbalance.diagnostics.step import update_advantages
 from tokenbalance.diagnostics.token_classes import logp_change_by_class, token_classes
 from tokenbalance.types import UpdatePass

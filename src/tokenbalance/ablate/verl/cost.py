@@ -80,7 +80,7 @@ class CellCost:
 def assumptions() -> list[str]:
     """The lines that say what the estimate is made of."""
     return [
-        "cost: an ESTIMATE from the settings, not a measurement (src/tokenbalance/ablate/verl_cost.py):",
+        "cost: an ESTIMATE from the settings, not a measurement (src/tokenbalance/ablate/verl/cost.py):",
         f"  tokens per RL step: {PROMPTS_PER_STEP} prompts x {SAMPLES_PER_PROMPT} samples x ({MAX_PROMPT_TOKENS} + "
         f"{MAX_RESPONSE_TOKENS}) tokens = {tokens_per_step():,} (the scripts' length caps: an upper bound; "
         "shorter responses cost less in proportion)",

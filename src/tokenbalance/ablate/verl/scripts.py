@@ -6,7 +6,7 @@ Layout of ``OUT/verl/``::
                                does not stop it, the failed ones are listed at the end (exit status 1)
     slurm_array.sh             one Slurm array task per cell (its header says how to adapt it)
     cells.txt                  the cells, one a line (array task i runs line i + 1)
-    run_cell.sh                one sitting of a cell (:mod:`.verl_cell_script`), sourced by each run.sh
+    run_cell.sh                one sitting of a cell (:mod:`.cell_script`), sourced by each run.sh
     cells/<cell>/run.sh        the cell: its row, model, seed and launch (preset script, hyper-parameters)
     cells/<cell>/STATUS        not started | running: ... | completed: ... | failed at step N: ...
     cells/<cell>/metrics.sitting-<k>.jsonl, train.log, checkpoints/, hydra/   written by its sittings
@@ -30,8 +30,8 @@ import shlex
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
-from tokenbalance.ablate.verl_cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
-from tokenbalance.ablate.verl_grid import VerlCell
+from tokenbalance.ablate.verl.cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
+from tokenbalance.ablate.verl.grid import VerlCell
 from tokenbalance.outputs import write_text_atomic
 
 NOT_STARTED = "not started"

@@ -2,7 +2,7 @@
 
 One report per model in ``OUT/verl/report-<model>/`` (``results.md``, ``accuracy.csv``, ``cells.csv``,
 ``step_cost.csv``, ``reward_curves.png``): the local grid's report (:mod:`.report`, :mod:`.stats`,
-:mod:`.curves`) on the cells read by :mod:`.verl_results`: per people count and their average,
+:mod:`.curves`) on the cells read by :mod:`.results`: per people count and their average,
 mean and 95% CI over seeds, paired differences against the baseline row, the cost per step from
 verl's timings and the training-reward curves.
 """
@@ -15,8 +15,8 @@ from tokenbalance.ablate.curves import reward_curves
 from tokenbalance.ablate.grid import GridMethod, GridPlan, GridPreset
 from tokenbalance.ablate.report import ReportSource, write_report
 from tokenbalance.ablate.results import MODES, CellResult
-from tokenbalance.ablate.verl_grid import VerlCell, verl_cells
-from tokenbalance.ablate.verl_results import ACCURACY_VARIABLE, collect_verl, sitting_files
+from tokenbalance.ablate.verl.grid import VerlCell, verl_cells
+from tokenbalance.ablate.verl.results import ACCURACY_VARIABLE, collect_verl, sitting_files
 
 MODEL_NAMES = {"3b": "Qwen2.5-3B-Instruct", "7b": "Qwen2.5-7B-Instruct-1M"}  # examples/verl/common.sh
 MODE_TITLES = {

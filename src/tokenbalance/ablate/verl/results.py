@@ -1,7 +1,7 @@
 """Read a verl grid's cells back: each cell's STATUS and its verl metrics over every sitting.
 
 A cell's metrics are the JSON lines verl's file logger wrote (``{"step": n, "data": {key: value}}``),
-one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`.verl_cell_script`). They are merged by
+one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`.cell_script`). They are merged by
 step in sitting order: a later sitting's value of a key replaces an earlier one's at the same step
 (a resumed sitting runs again the steps after its checkpoint; the model that finishes descends from
 the later run), keys it did not log are kept. A line torn by a kill (the last one, without its line
@@ -27,8 +27,8 @@ from pathlib import Path
 import yaml
 
 from tokenbalance.ablate.results import CellResult
-from tokenbalance.ablate.verl_grid import VerlCell
-from tokenbalance.ablate.verl_scripts import NOT_STARTED
+from tokenbalance.ablate.verl.grid import VerlCell
+from tokenbalance.ablate.verl.scripts import NOT_STARTED
 
 # the K&K reward's accuracy (0/1 per response; tokenbalance.integrations.verl.reward returns it as an extra)
 ACCURACY_VARIABLE = "correct"

@@ -9,8 +9,8 @@ is returned with the reason (NTHR with Lopti: two trainers; a token rule that re
 does not get, :mod:`tokenbalance.integrations.verl_rules`). The RL steps of the local grid do not
 apply: the paper's schedule is the scripts' 5 epochs.
 
-The scripts a cluster runs are written by :mod:`.verl_scripts`, the cost estimate is
-:mod:`.verl_cost`, the table from the cells' verl logs :mod:`.verl_report`. Nothing here imports
+The scripts a cluster runs are written by :mod:`.scripts`, the cost estimate is
+:mod:`.cost`, the table from the cells' verl logs :mod:`.report`. Nothing here imports
 verl or the verl integration (which needs verl): the grid is text, written on any machine.
 """
 

@@ -1,5 +1,5 @@
 """A probe batch: a policy and one fresh batch of its rollouts with old log-probs, built with the
-trainer's own pieces, for the offline diagnostics (:mod:`tokenbalance.diagnostics.experiments`,
+trainer's own pieces, for the offline diagnostics (:mod:`tokenbalance.analysis.experiments`,
 ``tokenbalance diagnose``) and the grid's Figure 1.
 
 :func:`probe_batch` runs the trainer's checks before any model work, takes the device and threads
