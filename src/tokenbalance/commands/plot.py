@@ -1,9 +1,11 @@
 """``tokenbalance plot``: figures of one or more runs from their ``metrics.jsonl`` (PNG and SVG).
 
 Reads nothing but ``RUN_DIR/metrics.jsonl``; several runs are overlaid with a legend; a run that
-lacks a panel's keys is listed there as "(no data)" (docs/metrics.md, "Plots").
+lacks a panel's keys is listed there as "(no data)" (docs/metrics.md, "Plots"). ``--testbeds``
+draws the across-testbeds figure from grids' records instead (docs/results.md).
 
     tokenbalance plot runs/grpo-A runs/ar_lopti-B --out plots/
+    tokenbalance plot --testbeds docs/results/testbeds.json --out docs/results/
 """
 
 from __future__ import annotations
@@ -16,7 +18,18 @@ from tokenbalance.commands.train import nonempty
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("plot", help="plot training curves and diagnostics of runs (metrics.jsonl)")
     parser.add_argument(
-        "run_dirs", nargs="+", type=nonempty, metavar="RUN_DIR", help="run directories holding metrics.jsonl"
+        "run_dirs", nargs="*", type=nonempty, metavar="RUN_DIR", help="run directories holding metrics.jsonl"
+    )
+    parser.add_argument(
+        "--testbeds",
+        type=nonempty,
+        metavar="MANIFEST",
+        help="instead of runs: a JSON list of {name, accuracy, profile} (a grid's accuracy.csv and its start "
+        "policy's diagnose buckets --json), drawn as each method's paired gain over GRPO against the share of "
+        "low-probability tokens that are decisions (testbeds_<mode>.png); needs --out",
+    )
+    parser.add_argument(
+        "--mode", choices=("greedy", "sample"), default="greedy", help="with --testbeds: which accuracy"
     )
     parser.add_argument(
         "--out",
@@ -37,6 +50,10 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.diagnostics.plots import load_run, plot_runs
 
     formats = tuple(f.strip() for f in args.format.split(",") if f.strip())
+    if args.testbeds is not None:
+        return plot_testbeds(args, formats)
+    if not args.run_dirs:
+        raise ValueError("give RUN_DIR(s) to plot, or --testbeds MANIFEST")
     labels = [label.strip() for label in args.labels.split(",")] if args.labels is not None else None
     written = plot_runs(args.run_dirs, args.out, formats=formats, labels=labels)
     for run_dir in args.run_dirs:
@@ -44,5 +61,27 @@ def run(args: argparse.Namespace) -> int:
         if skipped:
             print(f"{run_dir}: skipped {skipped} unreadable line(s) in metrics.jsonl")
     for path in written:
+        print(path)
+    return 0
+
+
+def plot_testbeds(args: argparse.Namespace, formats: tuple[str, ...]) -> int:
+    from pathlib import Path
+
+    from tokenbalance.ablate.testbeds import read_manifest, gain_points, gains_figure
+    from tokenbalance.diagnostics.plots import save_figures
+
+    if args.run_dirs or args.labels is not None:
+        raise ValueError("--testbeds draws from its manifest alone: drop the RUN_DIR(s) and --labels")
+    if args.out is None:
+        raise ValueError("--testbeds needs --out DIR (where testbeds_<mode>.png goes)")
+    points = [
+        p for name, acc, prof in read_manifest(Path(args.testbeds)) for p in gain_points(name, acc, prof, args.mode)
+    ]
+    if not points:
+        raise ValueError(f"{args.testbeds}: no row of any testbed is compared with GRPO in {args.mode} accuracy")
+    for path in save_figures(
+        Path(args.out), {f"testbeds_{args.mode}": lambda: gains_figure(points, args.mode)}, formats
+    ):
         print(path)
     return 0

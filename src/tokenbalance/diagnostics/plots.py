@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -373,9 +374,6 @@ def plot_runs(
     method and seed, :func:`run_label`)."""
     if not run_dirs:
         raise ValueError("no run directory given")
-    bad = [f for f in formats if f not in FORMATS]
-    if bad:
-        raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")
     if labels is not None and len(labels) != len(run_dirs):
         raise ValueError(f"--labels: {len(labels)} label(s) for {len(run_dirs)} run(s); give one per RUN_DIR")
     runs = [load_run(d) for d in run_dirs]
@@ -383,13 +381,22 @@ def plot_runs(
         run.name = label
     _unique_names(runs)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
-    names = [f"{name}.{fmt}" for name in FIGURES for fmt in formats]
+    return save_figures(out, {name: lambda make=make: make(runs) for name, make in FIGURES.items()}, formats)
+
+
+def save_figures(out: Path, makers: dict[str, Callable[[], Figure]], formats: tuple[str, ...] = FORMATS) -> list[Path]:
+    """Draw each figure and write it in every format to ``out`` (``--out``); a file there that
+    tokenbalance did not write is never replaced (checked before drawing). Returns the files."""
+    bad = [f for f in formats if f not in FORMATS]
+    if bad:
+        raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")
+    names = [f"{name}.{fmt}" for name in makers for fmt in formats]
     check_files_replaceable(out, names, "--out")  # a figure file of the user's is never replaced
     out.mkdir(parents=True, exist_ok=True)
     record_written(out, names)  # before writing: a figure half-written by a killed process is still ours
     written = []
-    for name, make in FIGURES.items():
-        fig = make(runs)
+    for name, make in makers.items():
+        fig = make()
         for fmt in formats:
             path = out / f"{name}.{fmt}"
             fig.savefig(path, format=fmt, dpi=110)

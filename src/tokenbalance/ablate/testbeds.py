@@ -1,0 +1,115 @@
+"""Across testbeds: each method's paired gain over GRPO against the share of low-probability tokens
+that are decisions (the evidence issue's figure; docs/results.md, "Across testbeds").
+
+A testbed is a grid's ``accuracy.csv`` (``tokenbalance ablate``) and the token-class profile of
+its start policy (``tokenbalance diagnose buckets --json``); a manifest lists them, paths relative
+to it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from tokenbalance.diagnostics.plots import colour, new_figure
+
+BASELINE_ROW = "grpo"
+
+
+@dataclass(frozen=True)
+class GainPoint:
+    """One method on one testbed: the x of the figure (profile of the start policy) and its paired
+    difference from GRPO over seeds (mean and 95% t interval, accuracy.csv's ``diff_*``)."""
+
+    testbed: str
+    row: str
+    label: str
+    low_share: float  # share of sampled tokens below the lowest bucket edge
+    decision_share: float  # share of those that are decision tokens
+    gain: float
+    ci_low: float
+    ci_high: float
+    seeds: int
+
+
+def read_manifest(path: Path) -> list[tuple[str, Path, Path]]:
+    """``(name, accuracy.csv, profile.json)`` per testbed; one-line ``ValueError`` naming what is wrong."""
+    try:
+        entries = json.loads(path.read_text())
+    except (OSError, ValueError) as error:
+        raise ValueError(f"{path}: cannot read the testbed manifest ({error})") from None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"{path}: a testbed manifest is a non-empty JSON list of {{name, accuracy, profile}}")
+    out = []
+    for i, entry in enumerate(entries):
+        missing = {"name", "accuracy", "profile"} - set(entry if isinstance(entry, dict) else ())
+        if missing:
+            raise ValueError(f"{path}: entry {i} lacks {', '.join(sorted(missing))}")
+        accuracy, profile = path.parent / entry["accuracy"], path.parent / entry["profile"]
+        for file in (accuracy, profile):
+            if not file.is_file():
+                raise ValueError(f"{path}: entry {entry['name']!r}: no file {file}")
+        out.append((str(entry["name"]), accuracy, profile))
+    return out
+
+
+def class_shares(profile_path: Path) -> tuple[float, float]:
+    """``(low_share, decision_share)`` of a ``diagnose buckets --json`` file's class profile."""
+    profile = json.loads(profile_path.read_text()).get("class_profile")
+    if not profile:
+        raise ValueError(f"{profile_path}: no class_profile (diagnose buckets on a task with token classes)")
+    return float(profile["low_share"]), float(profile["low_decision_share"])
+
+
+def gain_points(name: str, accuracy: Path, profile: Path, mode: str = "greedy") -> list[GainPoint]:
+    """The rows of ``accuracy.csv`` compared with GRPO on the difficulty average, for ``mode``."""
+    low_share, decision_share = class_shares(profile)
+    points = []
+    with accuracy.open(newline="") as f:
+        for row in csv.DictReader(f):
+            if row["mode"] != mode or row["column"] != f"eval/{mode}/acc" or row["baseline"] != BASELINE_ROW:
+                continue
+            if not row["diff_mean"]:
+                continue
+            points.append(
+                GainPoint(
+                    name,
+                    row["row"],
+                    row["label"],
+                    low_share,
+                    decision_share,
+                    float(row["diff_mean"]),
+                    float(row["diff_ci_low"]) if row["diff_ci_low"] else math.nan,
+                    float(row["diff_ci_high"]) if row["diff_ci_high"] else math.nan,
+                    int(row["diff_n"]),
+                )
+            )
+    return points
+
+
+def gains_figure(points: list[GainPoint], mode: str = "greedy"):
+    """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar;
+    the methods are spread a little along x so their bars do not hide each other."""
+    fig = new_figure(1, 1, 6.4, 4.2)
+    ax = fig.subplots()
+    rows = list(dict.fromkeys(p.row for p in points))
+    for i, row in enumerate(rows):
+        mine = [p for p in points if p.row == row]
+        xs = [p.decision_share + 0.01 * (i - (len(rows) - 1) / 2) for p in mine]
+        ys = [100 * p.gain for p in mine]
+        below = [100 * (p.gain - p.ci_low) for p in mine]
+        above = [100 * (p.ci_high - p.gain) for p in mine]
+        ax.errorbar(xs, ys, yerr=[below, above], fmt="o", color=colour(i), capsize=2, label=mine[0].label)
+    for name in dict.fromkeys(p.testbed for p in points):
+        first = next(p for p in points if p.testbed == name)
+        ax.annotate(name, (first.decision_share, 0), textcoords="offset points", xytext=(3, -12), fontsize=7)
+    ax.axhline(0, color="0.6", lw=0.8)
+    ax.set_xlim(-0.05, 1.05)
+    ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy")
+    ax.set_ylabel(f"paired gain over GRPO, {mode} accuracy (points)")
+    ax.set_title("each method's gain over GRPO across testbeds (95% interval over seeds)", fontsize=9)
+    ax.legend(fontsize=7, loc="best")
+    return fig

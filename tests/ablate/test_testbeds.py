@@ -1,0 +1,91 @@
+"""The across-testbeds figure: points read from a grid's accuracy.csv and a class profile."""
+
+import csv
+import json
+
+import pytest
+
+from tokenbalance.ablate.testbeds import read_manifest, gain_points
+from tokenbalance.cli import main
+
+FIELDS = [
+    "mode",
+    "row",
+    "label",
+    "column",
+    "n",
+    "mean",
+    "baseline",
+    "diff_n",
+    "diff_mean",
+    "diff_ci_low",
+    "diff_ci_high",
+]
+
+
+def write_testbed(directory, diffs: dict[str, tuple[float, float, float]], low_share=0.1, decision_share=0.6):
+    directory.mkdir(parents=True, exist_ok=True)
+    rows = [dict(mode="greedy", row="grpo", label="GRPO", column="eval/greedy/acc", n=8, mean=0.5, baseline="start")]
+    for row, (mean, low, high) in diffs.items():
+        for mode in ("greedy", "sample"):
+            for column in (f"eval/{mode}/acc", f"eval/{mode}/acc_1"):
+                shift = 0.0 if (mode, column) == ("greedy", "eval/greedy/acc") else 1.0  # only the average counts
+                rows.append(
+                    dict(
+                        mode=mode,
+                        row=row,
+                        label=f"+ {row}",
+                        column=column,
+                        n=8,
+                        mean=0.5,
+                        baseline="grpo",
+                        diff_n=8,
+                        diff_mean=mean + shift,
+                        diff_ci_low=low + shift,
+                        diff_ci_high=high + shift,
+                    )
+                )
+    with (directory / "accuracy.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=FIELDS)
+        writer.writeheader()
+        writer.writerows(rows)
+    profile = {"class_profile": {"low_share": low_share, "low_decision_share": decision_share}}
+    (directory / "profile.json").write_text(json.dumps(profile))
+
+
+def test_points_are_the_rows_compared_with_grpo_on_the_average(tmp_path):
+    write_testbed(tmp_path / "a", {"ar": (0.01, -0.005, 0.025), "lopti": (-0.02, -0.04, 0.0)})
+    points = gain_points("a", tmp_path / "a" / "accuracy.csv", tmp_path / "a" / "profile.json")
+    assert [(p.row, p.gain, p.ci_low, p.ci_high, p.seeds) for p in points] == [
+        ("ar", 0.01, -0.005, 0.025, 8),
+        ("lopti", -0.02, -0.04, 0.0, 8),
+    ]
+    assert {(p.low_share, p.decision_share, p.testbed) for p in points} == {(0.1, 0.6, "a")}
+
+
+def test_the_manifest_is_checked_before_anything_is_drawn(tmp_path):
+    write_testbed(tmp_path / "a", {"ar": (0.01, 0.0, 0.02)})
+    manifest = tmp_path / "m.json"
+    manifest.write_text(json.dumps([{"name": "a", "accuracy": "a/accuracy.csv", "profile": "a/nothing.json"}]))
+    with pytest.raises(ValueError, match=r"entry 'a': no file .*nothing\.json"):
+        read_manifest(manifest)
+    manifest.write_text(json.dumps([{"name": "a", "accuracy": "a/accuracy.csv"}]))
+    with pytest.raises(ValueError, match="entry 0 lacks profile"):
+        read_manifest(manifest)
+
+
+def test_plot_testbeds_writes_the_figure_and_never_replaces_a_users_file(tmp_path, capsys):
+    write_testbed(tmp_path / "a", {"ar": (0.01, 0.0, 0.02)}, decision_share=0.9)
+    write_testbed(tmp_path / "b", {"ar": (-0.01, -0.02, 0.0)}, decision_share=0.1)
+    manifest = tmp_path / "m.json"
+    manifest.write_text(
+        json.dumps([{"name": n, "accuracy": f"{n}/accuracy.csv", "profile": f"{n}/profile.json"} for n in "ab"])
+    )
+    out = tmp_path / "fig"
+    assert main(["plot", "--testbeds", str(manifest), "--out", str(out), "--format", "png"]) == 0
+    assert (out / "testbeds_greedy.png").stat().st_size > 1000
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "testbeds_greedy.png").write_bytes(b"user")
+    assert main(["plot", "--testbeds", str(manifest), "--out", str(tmp_path / "mine"), "--format", "png"]) != 0
+    assert (tmp_path / "mine" / "testbeds_greedy.png").read_bytes() == b"user"
+    assert "tokenbalance did not write them" in capsys.readouterr().err
