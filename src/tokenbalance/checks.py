@@ -1,17 +1,10 @@
-"""Scalar argument checks shared by the config (:mod:`tokenbalance.options`), the algorithms, the
-tasks and the models: one range check and one choice check, one message format.
+"""Scalar argument checks shared by every layer: a range, a choice and a field's declared type.
 
-Standard library only, so every layer may import it (tests/test_layering.py allows it next to the
-standard library). Each check raises ``ValueError`` naming the argument, the value and what is
-allowed::
+Standard library only, so every layer may import it (tests/test_layering.py). Each check raises one
+``ValueError`` naming the argument, the value and what is allowed (docs/reliability.md)::
 
     check_range("optim.lr", 0, 0.0, 1.0, low_open=True)   # optim.lr: must be in (0.0, 1.0], got 0
-    check_range("count", 0, 1, integer=True)               # count: must be an integer in [1, inf], got 0
-    check_choice("kl.estimator", "k5", ("k1", "k3"))       # kl.estimator: unknown value 'k5'; valid: 'k1', 'k3'
     check_type("output.wandb", "flase", bool)               # output.wandb: expected true or false, got 'flase'
-
-``check_type`` checks a value against a field's declared type (``typing.get_type_hints`` of a
-dataclass): a config value is never taken for another type than the one declared.
 """
 
 from __future__ import annotations

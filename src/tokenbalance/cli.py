@@ -1,11 +1,7 @@
-"""The ``tokenbalance`` command line.
+"""The ``tokenbalance`` command line: one module per sub-command under :mod:`tokenbalance.commands`.
 
-Each sub-command lives in its own module under :mod:`tokenbalance.commands` and exposes
-``add_parser(subparsers)`` (which registers its arguments and sets ``func``) so that importing
-the CLI stays cheap: heavy imports happen inside ``func``.
-
-    tokenbalance list-methods            # the method presets and their hyper-parameters
-    tokenbalance gen-data kk --people 3 --split test --out kk3_test.parquet
+Each exposes ``add_parser(subparsers)``, which registers its arguments and sets ``func``; heavy
+imports happen inside ``func``, so importing the CLI stays cheap. The commands: README.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Config fields that carry their own help text and validity rule.
 
-:func:`option` declares a dataclass field with its default, help text and what is valid
-(``choices`` or a ``low``/``high`` range); :func:`validate` checks a whole tree of such dataclasses
-and names the field, the value and the allowed range (with :mod:`tokenbalance.checks`, the
-algorithms' and tasks' checks too). Every value must also be of its field's declared type
-(``bool`` only true/false, ``int`` never a float, a tuple field a list), and a string is never
-empty. ``path=True`` marks a field that names a file or directory (taken verbatim from the
-command line, made absolute when a run starts: :func:`path_fields`). Used by :mod:`tokenbalance.config` and by
-every module that contributes a config section.
+:func:`option` declares a dataclass field with its default, help and what is valid (``choices`` or
+a ``low``/``high`` range; ``path=True`` for a file or directory, made absolute when a run starts:
+:func:`path_fields`); :func:`validate` checks a whole tree of them, declared types included, naming
+the field, the value and what is allowed. The rules: docs/reliability.md ("Nothing typed is
+silently taken for something else").
 """
 
 from __future__ import annotations

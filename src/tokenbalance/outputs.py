@@ -1,17 +1,9 @@
 """Where commands write: never over a file tokenbalance did not write, and checked before the work.
 
-Every command that writes (``train``, ``sft``, ``gen-data``, ``plot``, ``diagnose --json``) goes
-through these checks before its expensive part, so an output problem is reported in seconds, not
-after an experiment:
-
-* :func:`check_writable_dir`: the directory (or the nearest part of its path that exists) can be
-  written, found by creating and removing a small probe file there;
-* :func:`check_output_file`: a named output file is new, or, with ``--force``, a file that
-  tokenbalance wrote (``written_by`` tells); a file of the user's is never replaced;
-* :func:`written_files` / :func:`record_written`: the manifest of a directory tokenbalance writes
-  files into beside the user's (``plot --out``): only files listed there may be overwritten.
-
-The rule (docs/reliability.md): no command deletes or overwrites a file it did not write.
+Every command that writes (``train``, ``sft``, ``gen-data``, ``plot``, ``diagnose --json``) checks its
+output here before its expensive part: a writable directory (a probe file), a new output file or,
+with ``--force``, one tokenbalance wrote, and the manifest of a directory shared with the user's
+files (``plot --out``). The rule and each command's case: docs/reliability.md.
 """
 
 from __future__ import annotations

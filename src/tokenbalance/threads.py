@@ -1,31 +1,11 @@
-"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy chosen so that a
-run beside another busy process slows in proportion to the cores it loses instead of collapsing.
+"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy under which a run
+beside another busy process slows in proportion to the cores it loses instead of collapsing.
 
-Two decisions, in two places, because they take effect at different times:
-
-* :func:`prepare_process` runs before torch is imported (``tokenbalance.cli.main`` calls it first;
-  the benchmarks too). It sets ``MKL_DYNAMIC=FALSE`` (MKL never lowers its own thread count, so a
-  matrix product's summation order does not depend on the machine's load) and chooses OpenMP's
-  wait policy. OpenMP reads that policy once, when torch loads it, and it only changes timing,
-  never a number. The default lets idle threads spin a while before sleeping, which is fastest on
-  a quiet machine; with another busy process on the cores, the spinning thread takes the core its
-  partner needs and every parallel region waits for the scheduler (the product loop of
-  ``benchmarks/contention.py`` shows how much). So when other processes keep at least half a CPU
-  busy over a short sample at start, the process sleeps instead of spinning (``PASSIVE``).
-  A value the user set in the environment is kept; values this module chose are listed in
-  ``TOKENBALANCE_AUTO_ENV`` so that child processes decide again instead of inheriting them.
-* :func:`use_threads` runs once the config is known: torch's intra-op pool (OpenMP and MKL) gets
-  ``train.threads`` threads (0 = every CPU this process may run on) and the inter-op pool one (the
-  trainer never runs operators concurrently). The count is part of a run's numbers: reductions and
-  matrix products split their work by it, so a run is bit-identical only at the same count
-  (docs/training.md "Threads and bit-identical runs").
-* :class:`ThreadAdapter` (``train.threads=0``) re-decides the count between the phases of a run:
-  as many threads as the CPUs other processes leave free over the time since the last decision
-  (:func:`threads_for_load`), so a torch job that starts before, with or after the run no longer
-  doubles up on the cores.
-
-Standard library only: importing this module must not load torch.
-"""
+:func:`prepare_process` runs before torch is imported (``cli.main`` calls it first): ``MKL_DYNAMIC=FALSE``
+and OpenMP's wait policy. :func:`use_threads` gives torch ``train.threads`` threads once the config is
+known; :class:`ThreadAdapter` (``train.threads=0``) re-decides the count between a run's phases from
+the load. Standard library only: importing this module must not load torch. Why, and what stays
+bit-identical: docs/training.md "Threads and bit-identical runs"."""
 
 from __future__ import annotations
 

@@ -1,27 +1,7 @@
 """Typed containers that cross module boundaries.
 
-Shape-suffix convention, the one list for the whole project (each letter means one thing everywhere):
-
-====  ===========================================================================
-``B``  sequences (responses; an RL batch holds P prompts x G responses, prompt-major)
-``T``  response token positions
-``P``  prompts (distinct prompts of a batch)
-``G``  members of a prompt's group (responses to the same prompt)
-``S``  prompt token positions (a left-padded prompt)
-``L``  positions of a whole sequence, prompt + response (L = S + T)
-``U``  rows of distinct prompts inside a batch (``first_U`` indexes one row per prompt)
-``V``  vocabulary
-``D``  hidden size (per head inside attention)
-``H``  attention heads
-``K``  key/value heads (grouped-query attention)
-``R``  query heads per key/value head
-``M``  queries that share one prompt's keys and values in grouped decoding (G x R)
-``E``  width of a fused projection (queries, keys and values side by side)
-====  ===========================================================================
-
-``logp_BT`` is a [B, T] tensor of log-probs; ``hidden_BTD`` a [B, T, D] tensor; ``rewards_PG``
-[P, G]. Masks are bool (or 0/1) tensors where true marks a valid response token; values at other
-positions are never read. Docstrings say whether a tensor carries gradient.
+Tensor names carry their shape as a suffix (``logp_BT`` is [B, T], ``rewards_PG`` [P, G]): the one
+list of suffix letters is docs/methods.md §1 ("Shape suffixes").
 """
 
 from __future__ import annotations

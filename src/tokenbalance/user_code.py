@@ -1,12 +1,9 @@
 """Load a user's function named ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``: one loader for every
 setting that names user code (``data.reward``, a token rule given as ``train.method``).
 
-Standard library only, so that every layer may import it (tests/test_layering.py allows it beside
-:mod:`tokenbalance.checks`). Every failure is one ``ValueError`` line naming the setting, the
-module and the attribute: a malformed name, a module that cannot be imported (or raises when
-imported), a missing attribute (with the closest name), a value that is not callable.
+Standard library only, so every layer may import it (tests/test_layering.py). Every failure is one
+``ValueError`` line naming the setting, the module and the attribute (docs/tasks.md)::
 
-    load_function("mypkg.rewards:gsm8k", "data.reward")
     load_function("rules.py:high_entropy", "train.method")    # a file, imported once per process
 """
 

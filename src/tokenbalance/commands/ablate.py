@@ -1,19 +1,11 @@
 """``tokenbalance ablate``: a grid of methods x seeds, resumable, into one results directory with
 the paper-layout table (mean and 95% CI over seeds, paired differences), the reward curves, the
-per-step cost and the Figure 1 panels on one batch (docs/ablate.md).
+per-step cost and the Figure 1 panels; ``--runner verl`` writes the grid at paper scale instead.
 
-    tokenbalance ablate --preset kk-smoke                          # a short trial (CPU)
-    tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4         # the default rows, 5 seeds
-    tokenbalance ablate --preset kk-tiny --methods grpo,ar_lopti --out runs/ablate-two
-    tokenbalance ablate --preset kk-tiny --report-only             # tables and figures from the cells on disk
-    tokenbalance ablate --runner verl --verl-models 3b,7b          # the grid at paper scale: verl scripts, cost
-    tokenbalance ablate --runner verl --verl-models 3b --report-only   # the table from the verl cells' logs
-    tokenbalance ablate --list                                     # grid presets and rows
+    tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4    # run it again after an interruption: it resumes
+    tokenbalance ablate --runner verl --verl-models 3b,7b     # verl scripts, one per cell (docs/scale.md)
 
-Run the same command again after an interruption: completed cells are kept, started ones resume.
-On one GPU add ``--device cuda``; a cluster runs the ``--runner verl`` grid, one job per cell
-(``OUT/verl/slurm_array.sh``; one node: ``OUT/verl/run_grid.sh``; docs/scale.md).
-"""
+Every option, preset and output file: docs/ablate.md."""
 
 from __future__ import annotations
 

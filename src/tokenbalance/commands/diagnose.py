@@ -1,20 +1,10 @@
 """``tokenbalance diagnose``: the papers' measurements on a checkpoint and a fresh batch of rollouts.
 
 Argument parsing, rendering and the ``--json`` file only; the measurements are the library's
-(:mod:`tokenbalance.analysis.experiments` says what each does and how it differs from the
-paper), on a :func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x
-``--group-size`` responses to training prompts with the method's advantages (``--method``):
-
-* ``buckets``: the AR-Lopti paper's bucket-only update (Figure 1 c/e/f and Figure 3), one SGD step
-  (lr 1e-3, the paper's) on all tokens, on the lowest bucket's and on the highest bucket's;
-* ``lld``: the NTHR paper's LLD protocol (§4), one update per mixed question (AdamW at
-  ``optim.lr`` unless ``--optimizer sgd`` / ``--lr``; ``--pos-only`` is the paper's Pos Only);
-* ``nthr``: the incorrect responses of mixed groups with the tokens NTHR selects (down-weights)
-  highlighted, plus p, eta and tau per group: rich colours on a terminal, ``[brackets]`` otherwise.
-
-    tokenbalance diagnose buckets runs/RUN --prompts 16 --group-size 8 --json buckets.json
-    tokenbalance diagnose lld runs/RUN/checkpoints/step_000020 --prompts 32
-    tokenbalance diagnose nthr --model /models/Qwen2.5-0.5B-Instruct --set data.template=qwen-instruct
+(:mod:`tokenbalance.analysis.experiments` says how each differs from the paper), on a
+:func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x ``--group-size`` responses with
+the advantages of ``--method``: ``buckets`` (AR-Lopti Figures 1 and 3), ``lld`` (the NTHR paper's
+LLD protocol), ``nthr`` (the tokens NTHR protects, in context). Each: docs/metrics.md ("Offline diagnostics").
 """
 
 from __future__ import annotations

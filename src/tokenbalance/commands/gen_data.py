@@ -1,15 +1,11 @@
-"""``tokenbalance gen-data``: write task data files.
+"""``tokenbalance gen-data``: write task data files (the options marked kk: / arith: are that task's).
 
     tokenbalance gen-data kk --people 3 --split test --out kk3_test.parquet       # Logic-RL 3ppl/test
-    tokenbalance gen-data kk --people 3-7 --split train --merge --out merge_34567ppl/train.parquet
     tokenbalance gen-data kk --people 3-7 --split test --per-level-source --out data/{n}ppl/test_new.parquet
     tokenbalance gen-data arith --level 2 --split train --count 1000 --out arith_l2_train.parquet
 
-K&K files have exactly the Logic-RL schema and, with the defaults, the published rows. An existing
-file is never replaced unless ``--force`` is given and gen-data wrote it (docs/reliability.md). Progress
-goes to stderr (for more than 2,000 puzzles drawn); stdout gets one line per file written. Each
-task writes its own files (``Task.write_data``); the options marked kk: / arith: are theirs.
-"""
+An existing file is replaced only with ``--force`` and only if gen-data wrote it; progress goes to
+stderr, one line per file written to stdout. Every option and the files' schemas: docs/tasks.md."""
 
 from __future__ import annotations
 

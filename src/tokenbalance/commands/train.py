@@ -1,4 +1,4 @@
-"""``tokenbalance train``: the RL loop (docs in tokenbalance.trainer.loop).
+"""``tokenbalance train``: the RL loop (docs/training.md).
 
 With no arguments it builds (or reuses) the embedded tiny policy and runs AR + Lopti on K&K.
 """

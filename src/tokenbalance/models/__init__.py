@@ -1,21 +1,11 @@
 """Tiny causal LMs and tokenizers built locally; any Hugging Face causal LM loaded from a directory.
 
     from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, save_policy, train_tokenizer
-    from tokenbalance.tasks import get_task
-    tokenizer = train_tokenizer(get_task("kk").tokenizer_corpus([2, 3], "compact"), vocab_size=1024)
     model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
-    save_policy(model, tokenizer, "runs/tiny/init")
     model, tokenizer = load_policy("runs/tiny/init")       # or any local HF causal-LM directory
 
-Nothing here reaches for the Hugging Face hub: tokenizers are trained on task text, models are
-built from an architecture config, and loading takes local directories only.
-Modules: ``tokenizer`` (byte-level BPE trained on any text; the tasks give theirs), ``tiny`` (model config and builder),
-``loading`` (atomic safetensors save, checked local load, tag checks).
-
-CPU: everything above as written (tiny models train and generate on a laptop core).
-One GPU: ``load_policy(path, device="cuda", dtype=torch.bfloat16)``, or ``model.to("cuda")``.
-Tests: ``.venv/bin/pytest tests/models -q``.
-"""
+Nothing here reaches for the Hugging Face hub. The modules and how each differs from the usual
+Hugging Face habits: docs/training.md ("Models")."""
 
 from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_policy, save_policy
 from tokenbalance.models.tiny import TinyModelConfig, build_tiny_model, count_parameters

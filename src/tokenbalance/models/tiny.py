@@ -1,14 +1,10 @@
 """Tiny causal LMs (Llama or Qwen2 architecture) built from a config and a local tokenizer.
 
-    from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters
     model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
-    count_parameters(model)          # 1,152,256 (llama defaults, the 801-token K&K vocabulary)
 
-The model is a stock ``transformers`` class (``LlamaForCausalLM`` / ``Qwen2ForCausalLM``), so it
-saves, loads, generates and trains exactly like a hub checkpoint of that family; only the sizes are
-small enough for a CPU (the AR-Lopti paper trains Qwen2.5-3B/7B). Initialisation is the library's
-own (normal, std 0.02), drawn from a private RNG seeded with ``seed``: the same seed gives the same
-weights and the global torch RNG is left untouched.
+A stock ``transformers`` class, so it saves, loads, generates and trains like a hub checkpoint of
+that family, only small enough for a CPU (the AR-Lopti paper trains Qwen2.5-3B/7B). The same seed
+gives the same weights; the global torch RNG is left untouched. More: docs/training.md ("Models").
 """
 
 from __future__ import annotations

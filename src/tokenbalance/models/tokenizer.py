@@ -1,24 +1,11 @@
 """A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
 
-    from tokenbalance.models import train_tokenizer
-    from tokenbalance.tasks import get_task
     tokenizer = train_tokenizer(get_task("kk").tokenizer_corpus([2, 3], "plain"), vocab_size=1024)
-    tokenizer.save_pretrained("runs/tiny-tok")                            # Hugging Face format
 
-Byte-level BPE (GPT-2 / Qwen style pre-tokenisation, no normaliser) so that
-``decode(encode(text)) == text`` for every string: the K&K reward reads the decoded text and needs
-the tags and "X is a knight" sentences byte-exact. Unlike Qwen's tokenizer, which is trained on the
-web, this one is trained on K&K prompts and solutions only, so a 1,024-token vocabulary covers the
-task in few tokens: a 3-people ``plain`` prompt is 148 tokens on average, its CoT response 212.
-On K&K text the vocabulary saturates at 801 tokens whatever ``vocab_size`` above that is asked for:
-by then every pre-tokenised word of the corpus is a single token and no pair is left to merge.
-
-Special tokens (``skip_special_tokens=True`` drops them): pad ``<|pad|>``, eos ``<|endoftext|>``
-and the chat turn tokens ``<|im_start|>``, ``<|im_end|>``. The reasoning tags ``<think>``,
-``</think>``, ``<answer>``, ``</answer>`` are single *added, non-special* tokens: they always
-encode to one id, and they stay in the decoded text even with ``skip_special_tokens=True``
-(the reward needs them). ``clean_up_tokenization_spaces`` is off, so decoding never edits spaces.
-"""
+``decode(encode(text)) == text`` for every string (no normaliser, no space clean-up), and the
+reasoning tags are single added, non-special tokens that stay in the decoded text: the K&K reward
+reads them byte-exact. Unlike Qwen's web-trained tokenizer it is trained on the task's text only;
+its special tokens and vocabulary sizes: docs/training.md ("Models")."""
 
 from __future__ import annotations
 

@@ -1,22 +1,11 @@
 """``arith``: generated multi-step integer arithmetic with ``\\boxed{}`` answers, a second domain
 next to Knights & Knaves; plus a reader for DeepScaleR-style math parquet files.
 
-Problems are random expression trees over ``+ - * /`` (every division exact, every value an
-integer), rendered with the fewest parentheses, e.g. ``Compute (14 - 5) * 3 + 12 / 4.``. Example i of
-a split depends only on ``(seed, split, level, i)``, so any slice is reproducible on its own.
-
-Scoring (spec ``kk.md`` §15, the math side evaluations): take the text after the first ``</think>``
-(the whole text when there is none), find the last ``\\boxed{...}`` (or ``\\fbox{...}``) by brace
-matching, and compare it with the gold answer using math-verify's LaTeX parser and ``verify``,
-under a time limit. Reward 1 if equivalent, else 0 (no box, unparsable, wrong or timed out).
-
-Differences from the reference DeepScaleR scorer: math-verify replaces the MATH-normalisation +
-sympy ``simplify`` pair (spec §15 recommends it); only math-verify's LaTeX extraction is used,
-never its plain-expression extraction (which goes through sympy's ``parse_expr``/``eval``), and
-model text is never passed to ``eval``/``exec``/``sympify`` here. Time limits use ``signal.alarm``
-(math-verify's mechanism) and so only apply on the main thread; elsewhere the answer is capped at
-``MAX_ANSWER_CHARS`` characters and checked without a limit.
-"""
+Problems are random expression trees over ``+ - * /`` with every division exact, e.g.
+``Compute (14 - 5) * 3 + 12 / 4.``; example i depends only on ``(seed, split, level, i)``. Scoring: the
+last ``\\boxed{}`` after ``</think>`` against the gold answer with math-verify, not the reference
+DeepScaleR scorer's MATH-normalisation + sympy, and never ``eval`` of model text. Levels, templates,
+the time limit: docs/tasks.md ("Arithmetic", "Deliberate differences from the reference")."""
 
 from __future__ import annotations
 

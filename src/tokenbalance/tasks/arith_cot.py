@@ -1,19 +1,11 @@
 """Step-by-step working for a generated arithmetic problem: the SFT targets ``cot`` and
-``cot_random`` of the ``arith`` task.
+``cot_random`` of the ``arith`` task, one sentence per operation, e.g.::
 
-The working reduces the expression one operation at a time, an operation being ready when both its
-operands are numbers, and writes each reduction as a sentence, e.g. for ``(14 - 5) * 3 + 12 / 4``::
+    14 - 5 = 9, so we have 9 * 3 + 12 / 4. 9 * 3 = 27, so we have 27 + 12 / 4. ...
 
-    14 - 5 = 9, so we have 9 * 3 + 12 / 4. 9 * 3 = 27, so we have 27 + 12 / 4.
-    12 / 4 = 3, so we have 27 + 3. 27 + 3 = 30. The answer is \\boxed{30}.
-
-``cot`` always takes the leftmost ready operation and the first wording of every slot.
-``cot_random`` draws, once per problem from a generator seeded by its level and index, which ready
-operation comes next and each slot's wording (:data:`LEADS`, :data:`EQUALS`, :data:`LINKS`,
-:data:`CLOSERS`): the same problem always gets the same text, different problems different ones, so
-that a policy which has learnt the working still has real choices to make at every step, as a
-model writing its own reasoning does. Every order and wording is valid and ends in the answer.
-"""
+``cot`` always takes the leftmost ready operation and the first wording of every slot; ``cot_random``
+draws both once per problem (seeded by its level and index), so a policy that has learnt the
+working still has real choices to make. docs/tasks.md ("Arithmetic")."""
 
 from __future__ import annotations
 

@@ -1,20 +1,11 @@
 """The task vocabulary the trainer uses: :class:`TaskExample`, :class:`ScoreResult` and the
 :class:`Task` protocol (with :class:`BaseTask`'s defaults); the registry is :mod:`.registry`.
 
-A task makes examples (generated or read from files), renders their prompt text under a named
-template, and scores a response against an example. Prompts are plain strings with any chat
-template already applied (the Logic-RL convention): a trainer tokenizes ``example.prompt`` as is.
+    examples = get_task("kk").examples("test", difficulty=3)     # 100 Logic-RL test puzzles
+    result = get_task("kk").score(response_text, examples[0])    # ScoreResult(reward=3.0, metrics={...})
 
-    task = get_task("kk")
-    examples = task.examples("test", difficulty=3)            # 100 Logic-RL test puzzles
-    result = task.score(response_text, examples[0])           # ScoreResult(reward=3.0, metrics={...})
-
-A new task is added by touching ``tasks/`` only: implement the protocol (subclass
-:class:`BaseTask`) and call ``register_task("name", NameTask)``; the trainer, the config's
-``data.task`` choices and ``gen-data`` read everything task-specific through the protocol.
-
-Nothing here imports pyarrow or math-verify; tasks import them lazily where they need them.
-"""
+Prompts are plain strings with any chat template already applied (the Logic-RL convention); a new
+task touches ``tasks/`` only. Each member and its defaults: docs/tasks.md ("The Task protocol")."""
 
 from __future__ import annotations
 

@@ -1,12 +1,8 @@
 """Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name
-the file, the row and the column.
+the file, the row (from 0, in file order; the line too for JSON lines) and the column (nested ones
+with dots, e.g. ``reward_model.ground_truth.solution_text_format``).
 
-Rows are numbered from 0 in file order (as ``pandas`` / ``extra_info.index`` number them); for JSON
-lines the line number is given too. Nested columns are named with dots, e.g.
-``reward_model.ground_truth.solution_text_format``.
-
-pyarrow is imported inside the functions that need it, so importing the tasks stays light.
-"""
+pyarrow is imported inside the functions that need it, so importing the tasks stays light."""
 
 from __future__ import annotations
 

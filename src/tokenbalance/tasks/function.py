@@ -1,31 +1,11 @@
 """``function``: your prompts and your reward function as a task, without a subclass.
 
-``tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward mypkg.rewards:gsm8k``
-(the options ``data.train_file``, ``data.eval_file`` and ``data.reward``) trains on the rows of a
-parquet or JSON-lines file and scores each response with ``fn(response, **row)``:
-
-* ``response``: the decoded response text (special tokens kept, EOS dropped), passed by position;
-* ``row``: the row's columns by name: those the function names as parameters, or all of them when it
-  takes ``**kwargs``. A parameter without a default is a column every row must have.
-* it returns a finite number (the reward), or ``(reward, correct)``, or a dict with ``"reward"`` (or
-  ``"score"``, verl's name), an optional ``"correct"`` and other numbers, logged as metrics.
-  A response is correct (``reward/acc``, ``eval/*/acc``) when its reward equals ``data.max_reward``
-  (default 1), as for every task; a returned ``correct`` flag must agree with that.
-
-The prompt is the column ``data.prompt_column`` (default ``prompt``): text used as is, or chat
-messages (``[{"role": "user", "content": ...}, ...]``) rendered with the policy tokenizer's chat
-template; ``data.template`` says which: ``auto`` (by the value's type), ``text``, or ``chat`` (text
-becomes one user message). The trainer hands the renderer in when a run starts
-(:func:`tokenbalance.trainer.data.function_task_for_run`), as this package imports no tokenizer.
-
-One loader (:func:`load_reward_function`) and one check of what the function returns
-(:meth:`RewardFunction.result`) serve our trainer, the TRL reward
-(``TaskReward(tokenizer, reward="mypkg.rewards:gsm8k")``) and verl's
-(``+reward.custom_reward_function.reward_kwargs.reward=mypkg.rewards:gsm8k``); docs/tasks.md.
-
     tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward rewards.py:gsm8k
-    tokenbalance train --model PATH --device cuda --set model.dtype=bfloat16 --data ... --reward ...
-"""
+
+Each response is scored with ``fn(response, **row)``; a chat prompt is rendered with the policy
+tokenizer's template, handed in when a run starts (:func:`tokenbalance.trainer.data.function_task_for_run`).
+One loader and one check of what the function returns serve our trainer, TRL and verl. The function's
+contract, the prompts and the checks: docs/tasks.md ("Your data and your reward, no subclass")."""
 
 from __future__ import annotations
 

@@ -4,11 +4,8 @@
     rows = kk.generate_rows(3, "test")                       # the 100 Logic-RL 3-people test rows
     kk.compute_score(prompt + response, rows[0]["reward_model"]["ground_truth"])   # 3.0, -0.5, -1.0 or -3.0
 
-Modules: ``statements`` (trees, repr parser, English rendering), ``solver`` (truth table),
-``generator`` (seeded sampler), ``formatter`` (names, quiz, solution texts), ``cot`` (synthetic
-chain of thought), ``templates`` (prompts), ``records`` (Logic-RL rows), ``reward``, ``io``
-(parquet / JSON lines), ``task`` (the trainer-facing task object).
-"""
+The modules (statements, solver, generator, formatter, cot, templates, records, reward, io, task)
+and the differences from the reference: docs/tasks.md ("Knights & Knaves")."""
 
 from tokenbalance.tasks.kk.generator import KKProblem, generate_problems, iter_problems
 from tokenbalance.tasks.kk.io import read_kk_examples, write_logic_rl_parquet

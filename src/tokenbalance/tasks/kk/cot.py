@@ -1,18 +1,11 @@
 """Synthetic chain of thought for a Knights & Knaves puzzle (spec ``kk.md`` §7): a deterministic
 depth-first search over people whose events become the ``cot_head`` / ``cot_repeat_steps`` /
-``cot_foot`` columns.
-
-With a random generator the same search takes its choices at random instead (who is considered
-first, knight or knave first, the order of the people a claim mentions): a different but equally
-valid trace ending in the same unique solution (``sft.target=cot_random``; not the reference's).
-
-These columns are not used by the Logic-RL prompt or reward; they are produced so generated files
-match the published ones column for column (and for SFT data).
-
-Difference from the reference: the search events are plain dataclasses, and the "does some
-completion of the undecided people make q's claim hold" test uses truth masks (one bit operation)
-instead of enumerating the completions; the answer, and so the text, is the same.
-"""
+``cot_foot`` columns (the Logic-RL prompt and reward do not read them: they make generated files
+match the published ones, and serve as SFT targets). With a random generator the search takes its
+choices at random (``sft.target=cot_random``, not the reference's): another valid trace to the same
+solution. Differences from the reference: the events are plain dataclasses, and the claim test uses
+truth masks instead of enumerating completions (same text). docs/tasks.md ("Deliberate differences"),
+docs/training.md ("The embedded default")."""
 
 from __future__ import annotations
 

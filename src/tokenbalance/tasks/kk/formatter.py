@@ -1,15 +1,10 @@
 """Knights & Knaves natural-language formatter: names, quiz text and solution texts, bit-exact with
-the K&K data (spec ``kk.md`` §6).
+the K&K data (spec ``kk.md`` §6). Puzzle i gets its own ``numpy.random.default_rng(seed + i)``: first
+the names (``rng.choice(COMMON_NAMES, size=n, replace=False)``), then one saying template per person.
 
-Each puzzle gets its own ``numpy.random.default_rng(seed + index)``: first the names
-(``rng.choice(COMMON_NAMES, size=n, replace=False)``, NumPy's own without-replacement algorithm),
-then one saying template per person in index order.
-
-The names list, the saying templates and the quiz sentences come from the K&K generator
-(AlphaPav/mem-kk-logic, MIT License, (c) 2024 AlphaPav). Only the default options the Logic-RL
-data uses are implemented (no alternative role words, no role flip, no uncommon names, no
-statement reordering).
-"""
+The names, saying templates and quiz sentences come from the K&K generator (AlphaPav/mem-kk-logic,
+MIT License, (c) 2024 AlphaPav). Only the default options the Logic-RL data uses are implemented (no
+alternative role words, role flip, uncommon names or statement reordering). docs/tasks.md."""
 
 from __future__ import annotations
 

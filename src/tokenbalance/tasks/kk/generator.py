@@ -1,17 +1,11 @@
 """Knights & Knaves puzzle sampler, bit-exact with the K&K generator behind the Logic-RL data
-(spec ``kk.md`` §4-5, §8.1).
+(spec ``kk.md`` §4-5, §8.1): one ``numpy.random.default_rng(seed)`` stream, the reference's RNG call
+order (dice first even at depth 1; leaves reject only "I am a knave"; an operator's children distinct),
+the k-th accepted puzzle (new in the run, exactly one solution) at *global index* k.
 
-One ``numpy.random.default_rng(seed)`` stream (seed 1234 for the published data) draws the puzzles
-in order; the k-th accepted puzzle has *global index* k. Each person's statement is sampled with the
-reference's RNG call order (dice first even at depth 1; leaves reject only "I am a knave"; children
-of an operator are distinct). A candidate is kept when it is new in this run and has exactly one
-solution.
-
-Differences from the reference: the puzzles are produced lazily by :func:`iter_problems` (so the
-slice 1000..1099 needs no more work than the reference and nothing is kept that is not asked for);
-running out of retries raises ``ValueError`` (the reference's check is a no-op and would silently
-return fewer puzzles); the uniqueness test uses the bit-mask solver.
-"""
+Differences from the reference: puzzles come lazily (:func:`iter_problems`: nothing is kept that is not
+asked for), running out of retries raises ``ValueError`` instead of silently returning fewer, and the
+uniqueness test uses the bit-mask solver. docs/tasks.md ("Generation", "Deliberate differences")."""
 
 from __future__ import annotations
 

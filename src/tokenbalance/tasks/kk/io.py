@@ -2,15 +2,9 @@
 K&K JSON-lines files back into :class:`~tokenbalance.tasks.base.TaskExample` (spec ``kk.md`` §9).
 
 Written files have the 16 Logic-RL columns with their Arrow types (struct fields in alphabetical
-order, as the published files store them). Differences from the published files: no Hugging Face
-``datasets`` schema metadata is written (readers that need it, e.g. ``datasets.load_dataset``,
-infer the same features from the Arrow types), and the file is written atomically.
-
-Readers accept either a Logic-RL row (``prompt`` and ``reward_model`` present) or a bare K&K record
-(``quiz``, ``solution_text_format``, ...). Required: ``quiz`` and the ground truth
-(``reward_model.ground_truth.solution_text_format``, else ``solution_text_format``). Every other
-known column, when present, must be well-formed too. Errors name the file, row and column.
-"""
+order, as the published files store them), written atomically and without Hugging Face ``datasets``
+schema metadata (``datasets.load_dataset`` infers the same features from the Arrow types). What the
+readers require: docs/tasks.md ("Data schema")."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""Logic-RL rows for generated Knights & Knaves puzzles (spec ``kk.md`` §8.1, §9).
+"""Logic-RL rows for generated Knights & Knaves puzzles (spec ``kk.md`` §8.1, §9): the 11 K&K record
+fields then the 5 Logic-RL fields, in the file's column order.
 
-A row has the 11 K&K record fields (``quiz, names, knight_knave, solution, solution_text,
-solution_text_format, cot_head, cot_repeat_steps, cot_foot, statements, index``) followed by the 5
-Logic-RL fields (``data_source, prompt, ability, reward_model, extra_info``), in the file's column
-order. With the defaults (seed 1234, template ``qwen-instruct``, data source ``kk_logic``) the rows
-for n = 3..7 equal the published ``{n}ppl/{train,test}.parquet`` rows.
-
-Default slices (global generator indices): train 100..999, test 1000..1099 (the Logic-RL split
-of the K&K *train* generation). For n = 2, which Logic-RL does not ship and which has only a few
-hundred distinct puzzles, the K&K release layout is used instead: train 100..299, test 0..99.
-"""
+With the defaults (seed 1234, template ``qwen-instruct``, data source ``kk_logic``, train 100..999,
+test 1000..1099) the rows for n = 3..7 equal the published ``{n}ppl/{train,test}.parquet`` rows;
+n = 2, which Logic-RL does not ship, takes the K&K release's slices. docs/tasks.md ("Generation")."""
 
 from __future__ import annotations
 

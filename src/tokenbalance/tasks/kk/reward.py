@@ -1,24 +1,10 @@
 """Knights & Knaves reward, scoring exactly as Logic-RL / AR-Lopti's ``kk.compute_score`` does
-(spec ``kk.md`` §11).
+(spec ``kk.md`` §11): format (+1 / -1) + answer (+2 correct, -1.5 wrong, -2 unparsable or skipped),
+so the only totals are 3, -0.5, -1 and -3, on the decoded prompt **plus** response; every quirk kept.
 
-Total = format score (+1 / -1) + answer score (+2 correct, -1.5 wrong, -2 unparsable or skipped),
-so the only totals are 3, -0.5, -1 and -3. All the reference's quirks are kept:
-
-* the input is the decoded prompt **plus** response; the assistant part starts after the *first*
-  ``"Assistant:"``, else after the first ``"<|im_start|>assistant"``; with neither, no answer is
-  read (-2) but the format is still judged on the whole string;
-* ``<think>``, ``</think>``, ``<answer>``, ``</answer>`` must each occur exactly once, in that order
-  (the prompt's trailing ``<think>`` counts, so a model must not open a second one);
-* the answer is the *last* ``<answer>...</answer>`` block, stripped; an empty one is unparsable;
-* count guard: ``knight`` + ``knave`` substring counts in the lower-cased answer must equal the number
-  of people;
-* each gold name must appear as ``Name is a knight|knave`` (``\\s+`` between words, any case).
-
-Differences from the reference: nothing is printed (outcomes are logged at DEBUG level);
-:func:`score_with_metrics` also returns the components; :func:`score_response` scores a bare
-response by putting the template's assistant header in front (spec §11.5); the ground truth may
-be given as the ``solution_text_format`` string instead of the ``reward_model.ground_truth`` dict.
-"""
+Differences from the reference: nothing is printed (DEBUG logging); :func:`score_with_metrics` also
+returns the components; :func:`score_response` scores a bare response (spec §11.5); the ground truth
+may be the ``solution_text_format`` string. The quirks: docs/tasks.md ("Reward")."""
 
 from __future__ import annotations
 

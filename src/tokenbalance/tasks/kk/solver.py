@@ -1,15 +1,11 @@
-"""Knights & Knaves solver: every consistent knight/knave assignment of a puzzle, by truth table
-(spec ``kk.md`` §3.2-3.3).
+"""Knights & Knaves solver: every consistent assignment of a puzzle (each knight's statement true,
+each knave's false), by truth table in ``itertools.product([True, False], repeat=n)`` order as the
+reference (spec ``kk.md`` §3.2-3.3).
 
-An assignment is consistent when each knight's statement is true and each knave's is false.
-Candidates are enumerated in ``itertools.product([True, False], repeat=n)`` order (all knights
-first), so the solutions come out in the reference's order.
-
-Difference from the reference: instead of evaluating the trees once per candidate, each statement
-is compiled into a *truth mask*, a Python int whose bit ``a`` is the statement's value under
-candidate ``a``; consistency is then a handful of bit operations over all 2**n candidates at once.
-The results are identical; the generator and the chain of thought get a large speed-up from it.
-"""
+Difference from the reference: each statement is compiled into a *truth mask*, a Python int whose
+bit ``a`` is its value under candidate ``a``, so consistency is a few bit operations over all 2**n
+candidates at once instead of one tree evaluation per candidate. Same results, a much faster
+generator and chain of thought (docs/tasks.md, "Deliberate differences")."""
 
 from __future__ import annotations
 

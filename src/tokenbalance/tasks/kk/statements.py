@@ -1,19 +1,11 @@
 """Knights & Knaves statements: the syntax tree, its Python-repr text form, a parser for that text
 and the natural-language rendering (spec ``kk.md`` §3.1, §6.4).
 
-A statement is a nested tuple, exactly as the reference stores it:
-
-* ``('telling-truth', j)``: "person j is a knight"; ``('lying', j)``: "person j is a knave";
-* ``('not', S)``, ``('and', S1, S2, ...)``, ``('or', S1, S2, ...)``, ``('->', S1, S2)``,
-  ``('<=>', S1, S2)``.
-
-Person indices are plain ``int`` (0-based) and tags plain ``str``, so ``repr`` of a puzzle (a tuple
-of statements, one per person) is the ``statements`` column of the Logic-RL files.
-
-Difference from the reference: the reference turns the ``statements`` text back into trees with
-``eval``; :func:`parse_statements` is a small tokenizer + recursive-descent parser that accepts only
-this grammar, so untrusted files can never run code.
-"""
+A statement is a nested tuple, exactly as the reference stores it: ``('telling-truth', j)``,
+``('lying', j)``, ``('not', S)``, ``('and', S1, ...)``, ``('or', S1, ...)``, ``('->', S1, S2)``,
+``('<=>', S1, S2)`` (0-based ``int`` indices), so ``repr`` of a puzzle is its ``statements`` column.
+Difference from the reference, which reads that column back with ``eval``: :func:`parse_statements`
+accepts only this grammar, so untrusted files can never run code (docs/tasks.md)."""
 
 from __future__ import annotations
 

@@ -1,29 +1,11 @@
 """The Knights & Knaves task object for the trainer (the :class:`~tokenbalance.tasks.base.Task`
-protocol): Logic-RL examples, prompt rendering, the reference reward, the trainer's example ranges,
-SFT targets, the tokenizer corpus and ``gen-data``.
+protocol): Logic-RL examples, prompt rendering, the reference reward, SFT targets, the tokenizer
+corpus and ``gen-data``.
 
-``score`` puts ``example.prompt`` in front of the response and calls
-:func:`~tokenbalance.tasks.kk.reward.score_with_metrics`, which is how the reference scores
-(decoded prompt + response).
-Its three flags (format_ok, answer_parsed, correct) are the metrics.
-
-Generated examples of a run keep disjoint ranges of global generator indices per number of
-people n (:meth:`KKTask.example_source`; docs/tasks.md):
-
-==========  ==================================  ===========================
-use         n >= 3                              n = 2 (only ~398 puzzles exist)
-==========  ==================================  ===========================
-held-out    test 1000 .. 1000 + eval_count - 1  test 0 .. 99 (the K&K test split)
-validation  test 10000 .. 10000 + count - 1     none (refused)
-RL          train 100 .. 100 + rl_count - 1     train 100 .. 397
-            (rl_count 900: Logic-RL's train set;
-            at most 1900)
-SFT         train 2000 .. 2000 + count - 1      train 100 .. 397 (shared with RL)
-==========  ==================================  ===========================
-
-so the held-out set is never trained on, and a setting tuned on the validation range
-(``data.eval_set=validation``) is never tuned on the held-out puzzles.
-"""
+``score`` puts ``example.prompt`` in front of the response, as the reference scores; its metrics are
+the flags format_ok, answer_parsed and correct. Generated examples keep disjoint ranges of global
+generator indices per use (held-out, validation, RL, SFT; :meth:`KKTask.example_source`), so the
+held-out puzzles are never trained or tuned on: the ranges are in docs/training.md ("Data")."""
 
 from __future__ import annotations
 

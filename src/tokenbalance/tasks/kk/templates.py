@@ -1,20 +1,10 @@
 """Knights & Knaves prompt templates (spec ``kk.md`` §10): the prompt is ``prefix + quiz + suffix``,
 the chat template already baked in; nothing wraps it again.
 
-* ``qwen-instruct``: the template of the shipped Logic-RL / AR-Lopti data, byte-exact (Qwen chat
-  special tokens ``<|im_start|>`` / ``<|im_end|>``; SHA-256 checked in the tests).
-* ``qwen-base``: Logic-RL's template for base models, byte-exact (``User:`` / ``Assistant:`` turns).
-* ``compact``: ours. No instruction and the puzzle as terse statements (``Zoey says Oliver knave.``),
-  built from the ``statements`` column: the embedded CPU default, where prompt length is run time.
-  Same reward semantics as ``plain``.
-* ``plain``: ours, not in the reference. A short instruction with no special tokens, for a tiny
-  local tokenizer. It keeps everything the reward relies on: the instruction text holds no
-  ``Assistant:``, the prompt ends with ``\\nAssistant: <think>``, so the reward's split marker is the
-  prompt's last turn and the opening ``<think>`` is counted, exactly as with ``qwen-base``.
-
-The typos and odd spacing of the two reference templates ("and<answer>", two spaces before "Now",
-"solves it.The", "User:{quiz}") are kept on purpose: they are what the published models saw.
-"""
+``qwen-instruct`` and ``qwen-base`` are Logic-RL's, byte-exact, typos and odd spacing kept on purpose
+("and<answer>", two spaces before "Now", "solves it.The", "User:{quiz}": what the published models
+saw); ``compact`` and ``plain`` are ours, for a tiny local tokenizer, built so the unchanged reward
+works on them. Each: docs/tasks.md ("Templates")."""
 
 from __future__ import annotations
 
