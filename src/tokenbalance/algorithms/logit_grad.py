@@ -68,12 +68,14 @@ def logit_grad_sq(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor, sum_sq_probs_BT
     """The exact ||dL/dz||^2 of each token: g^2 ||e_o - pi||^2 with g = ``dlogp_BT``.
 
     Args:
-        dlogp_BT: [B, T] dL/d log p_o (from autograd, or a closed form), 0 where the loss has no term.
+        dlogp_BT: [B, T] dL/d log p_o (from autograd, or a closed form), 0 where the loss has no term;
+            a token's aggregation weight c gives the norm per unit advantage.
         logp_BT: [B, T] log p of the sampled tokens under the policy the loss was evaluated at.
         sum_sq_probs_BT: [B, T] sum_j pi_j^2 of that policy at those positions.
 
     Returns:
-        [B, T] float tensor (no gradient); padding holds whatever the inputs give there (mask it).
+        [B, T] tensor in the type of ``dlogp_BT`` promoted with ``logp_BT``'s (float64 for a float64
+        ``dlogp_BT``), no gradient; padding holds whatever the inputs give there (mask it).
     """
     check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
     g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
@@ -88,32 +90,3 @@ def logit_grad_sq_bound(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor) -> torch.
     check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
     g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
     return 2 * g_BT.square() * (1 - torch.exp(logp_BT.detach().to(g_BT.dtype))).square()
-
-
-def loss_and_baseline_gradients(
-    loss: torch.Tensor,
-    logp_BT: torch.Tensor,
-    advantages_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    method,
-    normaliser_mask_BT: torch.Tensor,
-    policy_normaliser: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(g_BT, g_before_BT)`` of a host's micro-batch (the TRL subclass, the verl loss): ``g`` =
-    dL/d log p of ``loss`` (``autograd.grad`` down to ``logp_BT`` only; no parameter gradient),
-    ``g_before`` = the host's advantage times the token's weight in ``method``'s policy aggregation
-    (ratio 1, no clip, no token weight, no Lopti split) in float64."""
-    from tokenbalance.algorithms.aggregate import token_coefficients
-
-    (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
-    if dlogp_BT is None:  # no gradient reaches the log-probs (every advantage 0)
-        dlogp_BT = torch.zeros_like(logp_BT)
-    coef_BT = token_coefficients(
-        mask_BT.bool(),
-        method.policy_agg_mode,
-        normaliser=policy_normaliser,
-        denominator_mask_BT=normaliser_mask_BT,
-        max_response_len=method.max_response_len,
-    ).to(logp_BT.device)
-    return dlogp_BT, advantages_BT.detach().double() * coef_BT

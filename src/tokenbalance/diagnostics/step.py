@@ -32,9 +32,11 @@ from typing import Protocol
 
 import torch
 
-from tokenbalance.algorithms.methods import compute_advantages
-from tokenbalance.diagnostics.buckets import bucket_masks, bucket_shares, bucket_token_stats, check_bucket_edges
+from tokenbalance.algorithms.methods import Method, compute_advantages
+from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats, check_bucket_edges
+from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms, probe_rows
+from tokenbalance.diagnostics.grad_share import grad_shares
 from tokenbalance.diagnostics.lld import lld_rows, lld_stats
 from tokenbalance.types import LossNormaliser, UpdatePass
 
@@ -136,7 +138,9 @@ def update_advantages(passes: list[UpdatePass], mask_BT: torch.Tensor) -> tuple[
 class StepDiagnostics:
     """Diagnostics of one RL step; build a new one per step."""
 
-    def __init__(self, config, method, step: int, access: PolicyAccess, *, seed: int = 0) -> None:
+    def __init__(
+        self, config: DiagnosticsConfig, method: Method, step: int, access: PolicyAccess, *, seed: int = 0
+    ) -> None:
         self.config = config
         self.method = method
         self.access = access
@@ -231,13 +235,18 @@ class StepDiagnostics:
     def grad_shares(
         self, batch: StepBatch, logit_grad_sq_BT: torch.Tensor, unit_logit_grad_sq_BT: torch.Tensor
     ) -> dict[str, float]:
-        """``diag/bucket<b>/grad_share`` (the update's squared logit-gradient norms) and
-        ``grad_share_before`` (the estimator's advantage alone: its square times the norm per unit
-        advantage), per bucket of the old probability (docs/metrics.md)."""
+        """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (docs/metrics.md), the estimator's
+        advantages recomputed from the rewards."""
         mask_BT = batch.mask_BT
         base_adv_BT = compute_advantages(
             self.method, batch.rewards_B, batch.group_ids_B, mask_BT, batch.old_logp_BT, batch.ref_logp_BT
         )
-        before_BT = base_adv_BT.double().square() * unit_logit_grad_sq_BT
-        values = {"grad_share": logit_grad_sq_BT, "grad_share_before": before_BT}
-        return bucket_shares(batch.old_logp_BT, mask_BT, values, self.edges, mode=self.config.bucket_mode)
+        return grad_shares(
+            batch.old_logp_BT,
+            mask_BT,
+            logit_grad_sq_BT,
+            unit_logit_grad_sq_BT,
+            base_adv_BT,
+            self.edges,
+            mode=self.config.bucket_mode,
+        )

@@ -1,8 +1,8 @@
 """Rollout engines: prompts as token ids in, sampled responses with masks and log-probs out.
 
-    from tokenbalance.rollout import HFGenerateEngine
-    gen = HFGenerateEngine(model, tokenizer).generate(prompt_ids, max_new_tokens=128,
-                                                      temperature=1.0, seed=0)
+    from tokenbalance.rollout import HFGenerateEngine, SamplingParams
+    sampling = SamplingParams(max_new_tokens=128, temperature=1.0, seed=0)
+    gen = HFGenerateEngine(model, tokenizer).generate(prompt_ids, sampling, n=4)
     gen.response_ids_BT, gen.response_mask_BT, gen.sampler_logp_BT, gen.finished_B
 
 Modules: ``base`` (:class:`Generation`, :class:`SamplingParams`, the :class:`RolloutEngine`

@@ -2,7 +2,7 @@
 
     from tokenbalance.rollout.fast import FastEngine
     engine = FastEngine(model, tokenizer)
-    gen = engine.generate(prompt_ids, max_new_tokens=256, temperature=1.0, seed=step)
+    gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
 Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine` (left-padded
 prompts, response mask through the first EOS, ``sampler_logp_BT`` under the processed
@@ -785,13 +785,13 @@ class FastEngine(PromptEngine):
             return device.type == "cpu" and torch.get_num_threads() == 1
         return self.compact
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`; ``n`` samples per prompt
-        (n > 1 on the static path: grouped decoding)."""
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation:
+        """P prompts, ``n`` samples each, drawn as ``sampling`` says -> a :class:`Generation` of P x n rows,
+        prompt-major (n > 1 on the static path: grouped decoding)."""
         model = self.model
-        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, sampling, n)
         eos_ids = torch.tensor(self.eos_token_ids, device=device)
-        generator = torch.Generator(device=device).manual_seed(params.seed)
+        generator = torch.Generator(device=device).manual_seed(sampling.seed)
         rows = prompt_ids_BS.shape[0]
         chunk = max(n, (self.max_batch_size or rows) // n * n)  # whole groups per sub-batch
         pieces = []
@@ -800,13 +800,13 @@ class FastEngine(PromptEngine):
             for start in range(0, rows, chunk):
                 ids_BS, mask_BS = prompt_ids_BS[start : start + chunk], prompt_mask_BS[start : start + chunk]
                 if self.path == "static" and n > 1:
-                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens, n)
+                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens, n)
                 elif self.path == "static":
-                    decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens)
+                    decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens)
                 else:
-                    decoder = ModelCacheDecoder(model, ids_BS, mask_BS, params.max_new_tokens)
+                    decoder = ModelCacheDecoder(model, ids_BS, mask_BS, sampling.max_new_tokens)
                 pieces.append(
-                    sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id, compact=self.compacts(device))
+                    sampling_loop(decoder, sampling, generator, eos_ids, self.pad_token_id, compact=self.compacts(device))
                 )
         width = max(tokens_BT.shape[1] for tokens_BT, _, _ in pieces)
         response_ids_BT = torch.cat([pad_columns(tokens, width, self.pad_token_id) for tokens, _, _ in pieces])

@@ -2,7 +2,7 @@
 
     from tokenbalance.rollout import HFGenerateEngine
     engine = HFGenerateEngine(model, tokenizer)
-    gen = engine.generate(prompt_ids, max_new_tokens=256, temperature=1.0, seed=step)
+    gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
     texts = tokenizer.batch_decode(gen.response_token_lists(), skip_special_tokens=False)
 
 The simplest engine and the reference for the faster ones: a tiny model on a CPU, or a small one
@@ -144,8 +144,9 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 
 
 class PromptEngine:
-    """What every engine here shares: the pad / EOS ids, :meth:`generate` as a thin wrapper over
-    ``generate_with(prompt_ids, SamplingParams)``, and the checked, left-padded prompt batch."""
+    """What every engine here shares: the pad / EOS ids and the checked, left-padded prompt batch.
+    Each engine's ``generate(prompt_ids, sampling, *, n=1)`` is the
+    :class:`~tokenbalance.rollout.base.RolloutEngine` protocol's."""
 
     def __init__(
         self,
@@ -159,24 +160,6 @@ class PromptEngine:
         self.model = model
         self.pad_token_id: int = tokenizer.pad_token_id
         self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
-
-    def generate(
-        self,
-        prompt_ids: list[list[int]],
-        *,
-        n: int = 1,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        seed: int,
-    ) -> Generation:
-        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, seed)
-        return self.generate_with(prompt_ids, params, n=n)
-
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """P prompts, ``n`` samples each -> a :class:`Generation` of P x n rows, prompt-major."""
-        raise NotImplementedError
 
     def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams, n: int = 1):
         """Validate the prompts against the model, repeat each ``n`` times (prompt-major) and
@@ -227,15 +210,16 @@ class HFGenerateEngine(PromptEngine):
             model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
     """
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation:
+        """P prompts, ``n`` samples each, drawn as ``sampling`` says -> a :class:`Generation` of P x n rows,
+        prompt-major."""
         model = self.model
-        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, sampling, n)
         recorder = SampledTokenLogProbs()
-        processors = LogitsProcessorList([*sampling_processors(params), recorder])
-        config = self.generation_config(params)
+        processors = LogitsProcessorList([*sampling_processors(sampling), recorder])
+        config = self.generation_config(sampling)
         neutral = GenerationConfig(pad_token_id=self.pad_token_id, eos_token_id=list(self.eos_token_ids))
-        with generation_mode(model, neutral), seeded(params.seed, device), torch.no_grad():
+        with generation_mode(model, neutral), seeded(sampling.seed, device), torch.no_grad():
             sequences_BL = model.generate(
                 input_ids=prompt_ids_BS,
                 attention_mask=prompt_mask_BS.long(),

@@ -47,17 +47,11 @@ from collections.abc import Iterator, Sequence
 import torch
 from trl import GRPOTrainer
 
-from tokenbalance.algorithms.logit_grad import (
-    logit_grad_sq,
-    logit_grad_sq_bound,
-    loss_and_baseline_gradients,
-    softmax_grad_sq,
-)
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
 from tokenbalance.algorithms.nthr import nthr_correct
-from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, check_bucket_edges
+from tokenbalance.diagnostics.grad_share import loss_grad_shares
 from tokenbalance.integrations.hidden import capture_last_hidden, decoder_of
 from tokenbalance.integrations.trl.config import (
     check_config,
@@ -238,31 +232,21 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         update_pass: UpdatePass,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
-        """This micro-batch's token and gradient shares per bucket of the old probability.
-
-        After: g = dL/d log p of the loss (``autograd.grad`` down to ``logp_BT`` only). Before: g =
-        the host's advantage (before NTHR / AR / TR-GRPO weights and the Lopti split) times its
-        token's weight in the policy aggregation, at ratio 1 with no clip, over all valid tokens.
-        """
-        dlogp_BT, base_BT = loss_and_baseline_gradients(
+        """This micro-batch's token and gradient shares per bucket of the old probability
+        (:func:`~tokenbalance.diagnostics.grad_share.loss_grad_shares`; "before" with the host's
+        advantage, before NTHR / AR / TR-GRPO weights and the Lopti split, over all valid tokens)."""
+        return loss_grad_shares(
             loss,
             logp_BT,
-            advantages_BT,
+            old_logp_BT,
             mask_BT,
+            advantages_BT,
             method=self.balance_method,
             normaliser_mask_BT=update_pass.normaliser_mask_BT,
             policy_normaliser=normaliser.policy,
+            edges=self.grad_share_edges,
+            sum_sq_probs_BT=sum_sq_probs_BT,
         )
-        if sum_sq_probs_BT is not None:
-            after_BT = logit_grad_sq(dlogp_BT, logp_BT, sum_sq_probs_BT)
-            before_BT = base_BT.square() * softmax_grad_sq(logp_BT, sum_sq_probs_BT).double()
-            suffix = ""
-        else:
-            after_BT = logit_grad_sq_bound(dlogp_BT, logp_BT)
-            before_BT = logit_grad_sq_bound(base_BT, logp_BT.double())
-            suffix = "_bound"
-        values = {"token_frac": mask_BT, f"grad_share{suffix}": after_BT, f"grad_share_before{suffix}": before_BT}
-        return bucket_shares(old_logp_BT, mask_BT, values, self.grad_share_edges)
 
     def _policy_module(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)
