@@ -1,23 +1,11 @@
-"""The norm of a token's loss gradient with respect to the logits, in closed form.
+"""The norm of a token's loss gradient with respect to the logits, in closed form (docs/methods.md §2.9).
 
-For one response position with logits z (already divided by the log-prob temperature),
-pi = softmax(z) and the sampled token o with p = pi_o, the log-softmax gives
-d log p / dz = e_o - pi. A loss that reaches the logits only through log p_o (the policy
-surrogate and the KL term do; an entropy bonus does not) therefore has dL/dz = g (e_o - pi) with
-g = dL/d log p_o, and
-
-    ||dL/dz||^2 = g^2 ||e_o - pi||^2 = g^2 (1 - 2p + sum_j pi_j^2) = g^2 ((1 - p)^2 + sum_{j != o} pi_j^2).
-
-The only quantity beyond log p is sum_j pi_j^2, one reduction over the vocabulary in the forward
-that already computes the log-softmax (:func:`sum_sq_probs`). Where a runner sees log-probs only
-(verl's policy loss), the AR-Lopti paper's bound is used (Yang et al. 2025, arXiv 2505.12929,
-Proposition 4.2, core step; docs/methods.md §8.5): Cauchy-Schwarz with sum_{j != o} pi_j = 1 - p
-gives sum_{j != o} pi_j^2 <= (1 - p)^2, so
-
-    ||dL/dz||^2 <= 2 g^2 (1 - p)^2            (||dL/dz|| <= sqrt(2) |g| (1 - p)).
-
-Shares of these squared norms across tokens (``diag/bucket<b>/grad_share*``, docs/metrics.md) are
-what the diagnostics log; the bound's constant 2 cancels in a share.
+For logits z at the log-prob temperature, pi = softmax(z) and the sampled token o with p = pi_o, a
+loss that reaches the logits through log p_o (the surrogate and the KL term do; an entropy bonus
+does not) has dL/dz = g (e_o - pi), g = dL/d log p_o, so ||dL/dz||^2 = g^2 (1 - 2p + sum_j pi_j^2):
+one reduction over the vocabulary beyond log p (:func:`sum_sq_probs`). With log-probs only, the
+AR-Lopti bound (Yang et al. 2025, Proposition 4.2's core step): ||dL/dz||^2 <= 2 g^2 (1 - p)^2.
+The gradient share built on them: :mod:`tokenbalance.diagnostics.grad_share`.
 """
 
 from __future__ import annotations

@@ -1,29 +1,11 @@
 """The per-step diagnostics of a training run (``diagnostics`` config section), logged under ``diag/``.
 
-The trainer calls two hooks of :class:`StepDiagnostics` in each RL step:
-
-* :meth:`~StepDiagnostics.before_update` (after the passes are built, before any optimizer step):
-  the per-bucket gradient norms every ``grad_norm_every`` steps (opt-in; one forward + backward per
-  bucket and one for all tokens over a probe of ``grad_norm_rows`` responses). Nothing else runs
-  before the update.
-* :meth:`~StepDiagnostics.after_update`: reads the batch, the passes and the update's record (the
-  per-token clip flags the loss returned and, with ``grad_share``, the per-token squared
-  logit-gradient norms; nothing recomputed): the bucket statistics (default on: old log-probs, the
-  update's advantages, the clip flags and the old-policy entropy of the old log-prob pass; no extra
-  forward), each bucket's share of the squared logit-gradient norm before and after the method's
-  token stage (default on; the estimator's advantages are recomputed from the rewards, a [B, T]
-  function) and the LLD monitor (opt-in; one no-grad forward over the correct responses of mixed
-  groups).
-
-Model access goes through one :class:`PolicyAccess` object the trainer passes in (log-probs of
-rows of the batch, data-parallel reductions; :class:`tokenbalance.trainer.step_policy.StepPolicy`),
-and the batch is read through :class:`StepBatch`, so this module imports only torch and the
-algorithm core. The trainer logs the time spent here as ``timing/diag_s`` (the old-policy entropy
-is computed inside ``timing/logprob_s``). How each measurement differs from the papers is said in
-its module (buckets, grad_norms, lld).
-
-    tokenbalance train --set diagnostics.grad_norm_every=10 --set diagnostics.lld=true
-    tokenbalance plot runs/RUN
+The trainer calls two hooks of :class:`StepDiagnostics`: :meth:`~StepDiagnostics.before_update`
+(the opt-in per-bucket gradient norms) and :meth:`~StepDiagnostics.after_update` (bucket
+statistics, gradient shares and the opt-in LLD monitor, from the batch, the passes and the update's
+record; nothing recomputed). The model is reached through one :class:`PolicyAccess`, the batch read
+through :class:`StepBatch`, so this module imports only torch and the algorithm core. Every key and
+its cost: docs/metrics.md.
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Rollouts with ``transformers``' ``model.generate`` (any Hugging Face causal LM, CPU or one GPU).
 
-    from tokenbalance.rollout import HFGenerateEngine
     engine = HFGenerateEngine(model, tokenizer)
     gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
-    texts = tokenizer.batch_decode(gen.response_token_lists(), skip_special_tokens=False)
 
-The simplest engine and the reference for the faster ones: a tiny model on a CPU, or a small one
-on one GPU (``model.to("cuda")`` first; the engine follows the model's device). It differs from
-calling ``generate`` directly in three ways:
-
-* The sampling distribution is exactly the one asked for. ``generate`` fills every option left
-  unset from the checkpoint's ``generation_config.json`` (Qwen2.5 ships ``repetition_penalty=1.05``,
-  ``top_k=20``, ``top_p=0.8``); here the model's generation config is swapped for a neutral one
-  during the call, so only temperature, top-k and top-p apply.
-* ``sampler_logp_BT`` (the log-prob of each sampled token under the distribution it was drawn
-  from) is recorded by a logits processor placed after temperature / top-k / top-p, which keeps
-  one step of log-probs at a time instead of ``output_scores``' [T, B, V] history (20 GB for a
-  batch of 64 x 512 tokens with Qwen's 151k vocabulary).
-* Seeding uses a forked RNG: ``seed`` fixes the samples and the global torch RNG is untouched.
+The reference engine. Unlike a plain ``generate`` call it samples exactly the distribution asked
+for (the checkpoint's generation config swapped for a neutral one), records each sampled token's
+log-prob one step at a time, and seeds a forked RNG; details in docs/training.md ("Rollout engines").
 """
 
 from __future__ import annotations

@@ -1,41 +1,11 @@
 """``TokenBalanceGRPOTrainer``: TRL's ``GRPOTrainer`` with AR, TR-GRPO, Lopti, NTHR and your token rules.
 
 TRL keeps generation, rewards, advantages, reference log-probs, logging, checkpoints and
-accelerate / DeepSpeed / vLLM. Two methods are overridden:
-
-* ``_compute_loss`` - TRL's forward (``_get_per_token_logps_and_entropies``, the fused LM head) is
-  reused; the loss is ours: the host advantages go through
-  :func:`tokenbalance.algorithms.methods.passes_from_advantages` (NTHR / AR weights, Lopti split) and :func:`tokenbalance.algorithms.loss.pass_loss` (clipped / dual-clip
-  surrogate, TR-GRPO weights, k3 KL, aggregation). NTHR's hidden states are captured on this same
-  forward (``hidden.py``).
-* ``_generate_and_score_completions`` - adds one [B] tensor, ``group_ids`` (prompt-group id of each
-  completion, from TRL's layout), which survives TRL's shuffle so NTHR can find the groups; for
-  NTHR's default ``positives="correct"`` also ``rewards`` (each completion's weighted reward sum,
-  kept from ``_calculate_rewards``), from which the correct completions are found: reward equal to
-  the maximum (``nthr_max_reward``, or the sum of ``weight * reward_func.max_reward`` over the
-  reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.TaskReward`'s K&K 3) or at least
-  ``nthr.correct_threshold``.
-
-The low-probability gradient share (``diag/bucket<b>/token_frac``, ``grad_share``,
-``grad_share_before``; docs/metrics.md) is logged from the same forward: the fused head is asked for
-``log_sum_sq_probs`` as well (the one extra reduction over the vocabulary of the exact logit-gradient
-norm) and dL/d log p comes from ``torch.autograd.grad`` on the loss's own graph down to the
-log-probs (elementwise in the tokens: no backward through the model). Per training micro-batch,
-averaged over TRL's logging window. A TRL whose fused head does not give ``log_sum_sq_probs`` gets
-the (1 - p) bound under ``grad_share_bound`` / ``grad_share_before_bound``.
-
-Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each
-generation batch for 2 x mu optimizer rounds, and ``_compute_loss`` picks the pass from the round
-(low-probability tokens first). TRL's own loop then does both optimizer steps, with its clipping,
-scheduler and gradient synchronisation.
-
-Differences from the paper / our trainer (docs/trl.md): the advantages are TRL's (std epsilon 1e-4,
-not 1e-6); the token-mean is TRL's ``dapo`` scope (tokens of the optimizer step over all ranks),
-identical to our trainer's default; the lr scheduler steps once per Lopti pass.
-
-    python -m tokenbalance.integrations.trl.smoke --method lopti --steps 2        # CPU, tiny model
-    accelerate launch --num_processes 1 my_train.py                                # one GPU
-    accelerate launch --num_processes 8 --config_file zero2.yaml my_train.py       # one node
+accelerate / DeepSpeed / vLLM. ``_compute_loss`` reuses TRL's forward (the fused LM head; NTHR's
+hidden states captured on it) with our maths (``passes_from_advantages``, ``pass_loss``) and logs the
+gradient share from the same forward (docs/metrics.md); ``_generate_and_score_completions`` adds
+each completion's group id (and reward, for NTHR); Lopti's two passes are TRL's own rounds
+(``num_iterations`` = 2 x mu). What each override does, the differences and commands: docs/trl.md.
 """
 
 from __future__ import annotations
