@@ -15,7 +15,7 @@ import _before_torch  # noqa: F401  (the threading environment, before torch loa
 import torch
 
 from _common import interleaved_medians, testbed_policy_and_prompts
-from tokenbalance.rollout.fast import FastEngine
+from tokenbalance.rollout import FastEngine, SamplingParams
 
 FIELDS = ("response_ids_BT", "response_mask_BT", "sampler_logp_BT", "finished_B")
 
@@ -36,7 +36,8 @@ def main() -> None:
 
         def generate(compact: bool, chosen=chosen, kwargs=kwargs):
             engine = FastEngine(policy, tokenizer, compact=compact)
-            return engine.generate(chosen, max_new_tokens=args.max_new_tokens, seed=3, **kwargs)
+            sampling = {k: v for k, v in kwargs.items() if k != "n"}
+            return engine.generate(chosen, SamplingParams(args.max_new_tokens, seed=3, **sampling), n=kwargs["n"])
 
         seconds, outputs = interleaved_medians(
             {"full": lambda: generate(False), "compacted": lambda: generate(True)}, args.repeats, warmup=0

@@ -36,7 +36,7 @@ from _common import (
     profile_shares,
     testbed_policy_and_prompts,
 )
-from tokenbalance.rollout.fast import FastEngine
+from tokenbalance.rollout import FastEngine, SamplingParams
 
 
 def linear_flops_per_token(model: torch.nn.Module) -> int:
@@ -121,7 +121,8 @@ def main() -> None:
         engine = FastEngine(policy, tokenizer)
 
         def generate(engine=engine, chosen=chosen, kwargs=kwargs):
-            return engine.generate(chosen, max_new_tokens=args.max_new_tokens, seed=3, **kwargs)
+            sampling = {k: v for k, v in kwargs.items() if k != "n"}
+            return engine.generate(chosen, SamplingParams(args.max_new_tokens, seed=3, **sampling), n=kwargs["n"])
 
         calls[label] = generate
         seconds, outputs = interleaved_medians({label: generate}, args.repeats, warmup=1)

@@ -40,7 +40,7 @@ def child(vocab: int, rows: int, prompt_tokens: int, response_tokens: int, chunk
     from tokenbalance.algorithms.methods import get_method
     from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
     from tokenbalance.trainer.precision import ForwardSettings
-    from tokenbalance.trainer.update import update_forward
+    from tokenbalance.trainer.update import UpdateSettings, update_forward
     from tokenbalance.types import UpdatePass
 
     torch.manual_seed(0)
@@ -66,9 +66,15 @@ def child(vocab: int, rows: int, prompt_tokens: int, response_tokens: int, chunk
     before = resident_mb()
     start = time.perf_counter()
     old = batched_response_logprobs(policy, packed, temperature=1.0, micro_batch=rows, forward_settings=settings)
-    current = update_forward(
-        policy, packed, method=method, temperature=1.0, grad_share=False, forward_settings=settings
+    update = UpdateSettings(
+        temperature=1.0,
+        mini_batch_rows=rows,
+        micro_batch_rows=rows,
+        grad_clip=1.0,
+        token_mean_scope="mini_batch",
+        forward_settings=settings,
     )
+    current = update_forward(policy, packed, method, update)
     out = pass_loss(
         method,
         update_pass,

@@ -57,7 +57,7 @@ def peak_generation_memory(device: torch.device, engine, prompts, params, group_
         return 0
     synchronize(device)
     torch.cuda.reset_peak_memory_stats(device)
-    engine.generate_with(prompts, params, n=group_size)
+    engine.generate(prompts, params, n=group_size)
     synchronize(device)
     return torch.cuda.max_memory_allocated(device)
 
@@ -82,10 +82,7 @@ def main(argv: list[str] | None = None) -> None:
     distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     seconds, generations = interleaved_medians(
-        {
-            label: (lambda e=engine: e.generate_with(distinct, params, n=args.group_size))
-            for label, engine in contenders
-        },
+        {label: (lambda e=engine: e.generate(distinct, params, n=args.group_size)) for label, engine in contenders},
         args.repeats,
         sync=lambda: synchronize(device),
     )
@@ -118,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         print()
         engine = contenders[-1][1]
         print(
-            profile_shares(
-                lambda: engine.generate_with(distinct, params, n=args.group_size), "FastEngine, one generation"
-            )
+            profile_shares(lambda: engine.generate(distinct, params, n=args.group_size), "FastEngine, one generation")
         )
 
 

@@ -5,7 +5,7 @@ responses, sampled once). For each method, from the same weights and a fresh opt
 
 * prepare: the old-policy log-prob pass (with last-layer hidden states for NTHR) and
   ``build_update_passes`` (advantages, AR / NTHR weights, the Lopti split);
-* update: ``run_update_passes`` (forward + backward + AdamW per pass and mini-batch); GRPO's is
+* update: ``run_update`` (forward + backward + AdamW per pass and mini-batch); GRPO's is
   also timed with every row running its own prompt (``share_prompts=False``), to show that gain.
 
 The reference log-probs (the KL term, the same for every method) are computed once, outside the
@@ -41,7 +41,7 @@ from tokenbalance.trainer import update as update_module
 from tokenbalance.trainer.evaluate import full_reward
 from tokenbalance.trainer.logprobs import batched_response_logprobs, response_logprobs
 from tokenbalance.trainer.loop import make_optimizer
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
 METHODS = ("grpo", "ar", "tr_grpo", "nthr", "lopti", "ar_lopti")
 UNSHARED = "grpo, prompts not shared"
@@ -106,20 +106,22 @@ def method_work(batch: RLBatch, method, old, ref_logp_BT) -> Callable[[], None]:
 
 def update(batch: RLBatch, method, passes, old_logp_BT, ref_logp_BT) -> dict:
     cfg, policy = batch.parts.config, batch.parts.state.policy
-    return run_update_passes(
-        method=method,
-        passes=passes,
-        policy=policy,
-        optimizer=make_optimizer(policy, cfg),
-        packed=batch.packed,
-        old_logp_BT=old_logp_BT,
-        ref_logp_BT=ref_logp_BT,
-        temperature=cfg.rollout.temperature,
-        mini_batch_rows=cfg.optim.mini_batch_size,
-        micro_batch_rows=cfg.optim.micro_batch_size,
-        grad_clip=cfg.optim.grad_clip,
-        token_mean_scope=cfg.optim.token_mean_scope,
-        ctx=batch.parts.runtime.ctx,
+    return run_update(
+        UpdateSpec(
+            method,
+            passes,
+            UpdateRows(batch.packed, old_logp_BT, ref_logp_BT),
+            UpdateSettings(
+                temperature=cfg.rollout.temperature,
+                mini_batch_rows=cfg.optim.mini_batch_size,
+                micro_batch_rows=cfg.optim.micro_batch_size,
+                grad_clip=cfg.optim.grad_clip,
+                token_mean_scope=cfg.optim.token_mean_scope,
+            ),
+        ),
+        policy,
+        make_optimizer(policy, cfg),
+        batch.parts.runtime.ctx,
     ).metrics
 
 

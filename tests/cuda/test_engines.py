@@ -22,7 +22,7 @@ from tests.cuda.helpers import (
 )
 from tests.models.helpers import kk_tokenizer
 from tests.rollout.test_hf_engine import full_forward_logits
-from tokenbalance.rollout import FastEngine, HFGenerateEngine
+from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
 
 pytestmark = pytest.mark.cuda
 
@@ -56,7 +56,7 @@ def test_fast_engine_draws_the_full_forward_samplers_tokens_in_float32(
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
     assert engine.path == "static"
     kwargs = dict(max_new_tokens=8, temperature=temperature, top_k=top_k, top_p=top_p, seed=11)
-    gen = engine.generate(PROMPTS, n=n, **kwargs)
+    gen = engine.generate(PROMPTS, SamplingParams(**kwargs), n=n)
     assert gen.response_ids_BT.device.type == device.type
     rows = [prompt for prompt in PROMPTS for _ in range(n)]
     tokens, logps = reference_sample(model, rows, tokenizer.pad_token_id, **kwargs)
@@ -71,7 +71,7 @@ def test_fast_engine_draws_the_full_forward_samplers_tokens_in_float32(
 def test_greedy_decoding_is_the_full_forward_argmax_in_float32(models, tokenizer, engine_name):
     model = models["float32"]
     gen = ENGINES[engine_name](model, tokenizer, eos_token_ids=NO_EOS).generate(
-        PROMPTS, max_new_tokens=8, temperature=0, seed=0
+        PROMPTS, SamplingParams(max_new_tokens=8, temperature=0, seed=0)
     )
     tokens, logps = reference_sample(model, PROMPTS, tokenizer.pad_token_id, max_new_tokens=8, temperature=0, seed=0)
     assert torch.equal(gen.response_ids_BT, tokens)
@@ -84,7 +84,7 @@ def test_greedy_decoding_is_the_full_forward_argmax_in_float32(models, tokenizer
 def test_sampling_follows_the_full_forward_distribution(models, tokenizer, device, engine_name, dtype_name):
     model, dtype, temperature = models[dtype_name], DTYPES[dtype_name], 0.8
     engine = ENGINES[engine_name](model, tokenizer, eos_token_ids=NO_EOS)
-    gen = engine.generate(PROMPTS, n=256, max_new_tokens=6, temperature=temperature, seed=5)
+    gen = engine.generate(PROMPTS, SamplingParams(max_new_tokens=6, temperature=temperature, seed=5), n=256)
     assert gen.response_ids_BT.shape == (len(PROMPTS) * 256, 6) and gen.response_ids_BT.device.type == device.type
     logits_BTV = full_forward_logits(model, gen)  # the same dtype as the engine, then float32
 
@@ -104,7 +104,7 @@ def test_the_frequency_test_rejects_a_wrong_temperature(models, tokenizer):
     """The chi-square test above would fail an engine whose temperature were 10% off."""
     model = models["float32"]
     gen = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
-        PROMPTS, n=256, max_new_tokens=6, temperature=0.88, seed=5
+        PROMPTS, SamplingParams(max_new_tokens=6, temperature=0.88, seed=5), n=256
     )
     probs_NV = torch.softmax(full_forward_logits(model, gen) / 0.8, dim=-1).flatten(0, 1)
     _, _, p_value = rank_chi_square(probs_NV, gen.response_ids_BT.flatten())

@@ -19,7 +19,7 @@ from tests.cuda.helpers import LOGIT_ULPS, ParityTask, logit_atol
 from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, build_update_passes, get_method
 from tokenbalance.algorithms.nthr import nthr_token_scores
 from tokenbalance.models import load_policy
-from tokenbalance.rollout import make_engine
+from tokenbalance.rollout import SamplingParams, make_engine
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
 from tokenbalance.trainer.scoring import decode_responses
 
@@ -66,7 +66,9 @@ def test_nthr_hidden_state_path_in_bfloat16(policy_dir, device):
     examples = task.examples("train", difficulty=2, count=PROMPTS, template="compact")
     engine = make_engine("auto", policy, tokenizer)
     gen = engine.generate(
-        [tokenizer.encode(e.prompt) for e in examples], n=GROUP, max_new_tokens=16, temperature=1.0, seed=0
+        [tokenizer.encode(e.prompt) for e in examples],
+        SamplingParams(max_new_tokens=16, temperature=1.0, seed=0),
+        n=GROUP,
     )
     texts = decode_responses(tokenizer, gen.response_ids_BT, gen.response_mask_BT, set(engine.eos_token_ids))
     rewards_B = torch.tensor(

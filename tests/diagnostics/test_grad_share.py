@@ -19,7 +19,7 @@ from tokenbalance.algorithms.methods import KLConfig, apply_method_overrides, bu
 from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
 EDGES = (0.0, 0.25, 0.5, 0.75, 1.0)
 
@@ -48,21 +48,23 @@ def update(method, *, temperature=1.0, micro=ROWS, mini=ROWS, grad_share=True, l
     ref = old + 0.05 * torch.sin(torch.arange(old.numel(), dtype=old.dtype)).view_as(old)  # KL gradient != 0
     passes, _ = build_update_passes(method, scores, groups, mask, old, ref)
     handle = policy.get_output_embeddings().register_forward_hook(logits_hook) if logits_hook else None
-    record = run_update_passes(
-        method=method,
-        passes=passes,
-        policy=policy,
-        optimizer=torch.optim.SGD(policy.parameters(), lr=0.1),
-        packed=packed,
-        old_logp_BT=old,
-        ref_logp_BT=ref,
-        temperature=temperature,
-        mini_batch_rows=mini,
-        micro_batch_rows=micro,
-        grad_clip=1e9,
-        token_mean_scope="mini_batch",
-        ctx=DistContext(),
-        grad_share=grad_share,
+    record = run_update(
+        UpdateSpec(
+            method,
+            passes,
+            UpdateRows(packed, old, ref),
+            UpdateSettings(
+                temperature=temperature,
+                mini_batch_rows=mini,
+                micro_batch_rows=micro,
+                grad_clip=1e9,
+                token_mean_scope="mini_batch",
+                grad_share=grad_share,
+            ),
+        ),
+        policy,
+        torch.optim.SGD(policy.parameters(), lr=0.1),
+        DistContext(),
     )
     if handle is not None:
         handle.remove()

@@ -43,10 +43,10 @@ def test_lld_is_zero_when_no_update_happens(small_config, mixed_rewards, monkeyp
     replace_section(small_config, "train", steps=1)
     replace_section(small_config, "diagnostics", lld=True, lld_epsilon=-1e-4)
 
-    def no_update(**kwargs):
-        return UpdateRecord(metrics={}, clipped_BT=torch.zeros_like(kwargs["old_logp_BT"], dtype=torch.bool))
+    def no_update(spec, policy, optimizer, ctx):
+        return UpdateRecord(metrics={}, clipped_BT=torch.zeros_like(spec.batch.old_logp_BT, dtype=torch.bool))
 
-    monkeypatch.setattr(loop, "run_update_passes", no_update)
+    monkeypatch.setattr(loop, "run_update", no_update)
     (train,), _ = train_records(small_config)
     assert train["diag/lld/groups"] == 2
     assert abs(train["diag/lld/delta_mean"]) < 1e-5 and train["diag/lld/frac_below_eps"] == 0.0

@@ -2,7 +2,7 @@
 
 TRL side: ``TokenBalanceGRPOTrainer.compute_loss`` on a hand-built ``inputs`` dict shaped like the
 one ``_generate_and_score_completions`` returns, TRL's own forward (fused LM head) included.
-Our side: ``build_update_passes`` + ``pass_loss`` (per pass) and ``run_update_passes`` (whole
+Our side: ``build_update_passes`` + ``pass_loss`` (per pass) and ``run_update`` (whole
 schedules, gradient accumulation), with our trainer's log-prob function. Same float64 model,
 same tensors, sampling temperature 0.1 so that token probabilities spread over (0, 1) on this
 random model (TR-GRPO weights above 1, both Lopti passes non-empty).
@@ -44,7 +44,7 @@ from tokenbalance.trainer.logprobs import (
     pack_sequences,
     response_logprobs,
 )
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
 TEMPERATURE = 0.1
 MAX_LEN = 7
@@ -239,8 +239,8 @@ def sgd_update(model, lr: float) -> None:
         ("seq_mean", "grpo", "micro_batch"),  # TRL's per-micro-batch scope = our token_mean_scope="micro_batch"
     ],
 )
-def test_schedule_with_accumulation_matches_run_update_passes(name, loss_type, scope, tokenizer, tmp_path):
-    """Whole update: our ``run_update_passes`` vs TRL rounds of 2 accumulated micro-batches (SGD)."""
+def test_schedule_with_accumulation_matches_run_update(name, loss_type, scope, tokenizer, tmp_path):
+    """Whole update: our ``run_update`` vs TRL rounds of 2 accumulated micro-batches (SGD)."""
     lr = 0.05
     method = method_case(name)
     trainer = make_trainer(method, tokenizer, tmp_path, loss_type=loss_type, gradient_accumulation_steps=2)
@@ -252,20 +252,22 @@ def test_schedule_with_accumulation_matches_run_update_passes(name, loss_type, s
     our_policy = copy.deepcopy(policy)
     optimizer = torch.optim.SGD(our_policy.parameters(), lr=lr)
     B = ours.mask_BT.shape[0]
-    metrics = run_update_passes(
-        method=trainer.balance_method,
-        passes=ours.passes,
-        policy=our_policy,
-        optimizer=optimizer,
-        packed=ours.packed,
-        old_logp_BT=ours.old.logp_BT,
-        ref_logp_BT=ours.ref_logp_BT,
-        temperature=TEMPERATURE,
-        mini_batch_rows=B,
-        micro_batch_rows=B // 2,
-        grad_clip=1e9,
-        token_mean_scope=scope,
-        ctx=DistContext(),
+    metrics = run_update(
+        UpdateSpec(
+            trainer.balance_method,
+            ours.passes,
+            UpdateRows(ours.packed, ours.old.logp_BT, ours.ref_logp_BT),
+            UpdateSettings(
+                temperature=TEMPERATURE,
+                mini_batch_rows=B,
+                micro_batch_rows=B // 2,
+                grad_clip=1e9,
+                token_mean_scope=scope,
+            ),
+        ),
+        our_policy,
+        optimizer,
+        DistContext(),
     ).metrics
     assert metrics["optim/steps"] == len(ours.passes)
 

@@ -1,7 +1,7 @@
 """The gradient share is the same metric in the TRL subclass and in our trainer's update on one batch.
 
 TRL side: ``compute_loss`` on the hand-built inputs of ``test_trl_equivalence`` (TRL's fused head,
-asked for ``log_sum_sq_probs``). Our side: ``run_update_passes`` with ``grad_share`` on one
+asked for ``log_sum_sq_probs``). Our side: ``run_update`` with ``grad_share`` on one
 mini-batch of one micro-batch, the shares computed as the trainer's diagnostics do. TRL's kernel
 runs the log-softmax in float32 at temperature 0.1, which bounds the agreement (as in
 ``test_trl_equivalence``).
@@ -28,7 +28,7 @@ from tests.tolerances import dtype_atol
 from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES
 from tokenbalance.trainer.distributed import DistContext
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 from tokenbalance.types import LossNormaliser
 
 BUCKETS = len(DEFAULT_EDGES) - 1
@@ -37,21 +37,23 @@ BUCKETS = len(DEFAULT_EDGES) - 1
 def our_shares(ours: OurSide, policy, batch) -> dict[str, float]:
     B = ours.mask_BT.shape[0]
     our_policy = copy.deepcopy(policy)
-    record = run_update_passes(
-        method=ours.method,
-        passes=ours.passes,
-        policy=our_policy,
-        optimizer=torch.optim.SGD(our_policy.parameters(), lr=0.0),
-        packed=ours.packed,
-        old_logp_BT=ours.old.logp_BT,
-        ref_logp_BT=ours.ref_logp_BT,
-        temperature=TEMPERATURE,
-        mini_batch_rows=B,
-        micro_batch_rows=B,
-        grad_clip=1e9,
-        token_mean_scope="mini_batch",
-        ctx=DistContext(),
-        grad_share=True,
+    record = run_update(
+        UpdateSpec(
+            ours.method,
+            ours.passes,
+            UpdateRows(ours.packed, ours.old.logp_BT, ours.ref_logp_BT),
+            UpdateSettings(
+                temperature=TEMPERATURE,
+                mini_batch_rows=B,
+                micro_batch_rows=B,
+                grad_clip=1e9,
+                token_mean_scope="mini_batch",
+                grad_share=True,
+            ),
+        ),
+        our_policy,
+        torch.optim.SGD(our_policy.parameters(), lr=0.0),
+        DistContext(),
     )
     advantages_BT = ours.advantages_B[:, None].expand_as(ours.mask_BT).double()  # GRPO's outcome advantage
     values = {

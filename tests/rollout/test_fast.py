@@ -5,7 +5,7 @@ import torch
 
 from tests.models.helpers import kk_tokenizer, tiny_model
 from tests.rollout.test_hf_engine import PROMPTS, assert_prompt_errors, full_forward_logits, random_model
-from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine, fast
+from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine, SamplingParams, fast
 from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
 
 NO_EOS = [10**6]
@@ -84,7 +84,7 @@ def test_engine_satisfies_the_protocol_and_picks_the_static_path(model, tokenize
 def test_same_tokens_as_a_full_forward_sampler(model, tokenizer, prompts, temperature, top_k, top_p):
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
     kwargs = dict(max_new_tokens=10, temperature=temperature, top_k=top_k, top_p=top_p, seed=7)
-    gen = engine.generate(prompts, **kwargs)
+    gen = engine.generate(prompts, SamplingParams(**kwargs))
     tokens, logps = reference_sample(model, engine, prompts, **kwargs)
     assert_matches_reference(gen, tokens, logps, NO_EOS)
     assert gen.response_ids_BT.shape == (3, 10) and not gen.finished_B.any()
@@ -96,7 +96,7 @@ def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokeni
     used = []
     monkeypatch.setattr(fast, "GroupedCacheDecoder", spy(fast.GroupedCacheDecoder, used))
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
-    gen = engine.generate(prompts[:3], n=4, max_new_tokens=6, temperature=1.0, seed=3)
+    gen = engine.generate(prompts[:3], SamplingParams(max_new_tokens=6, temperature=1.0, seed=3), n=4)
     tokens, logps = reference_sample(model, engine, grouped, max_new_tokens=6, temperature=1.0, seed=3)
     assert_matches_reference(gen, tokens, logps, NO_EOS)
     assert len({tuple(row) for row in gen.response_ids_BT[:4].tolist()}) > 1  # a group's rows still differ
@@ -118,14 +118,14 @@ def test_n_samples_per_prompt_are_prompt_major_and_marked(model, tokenizer, prom
     """``n`` repeats each prompt in a row and records G; the same call with the prompts repeated by
     hand and n = 1 samples the same first tokens' distribution layout (rows p * G + g)."""
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
-    gen = engine.generate(prompts[:2], n=3, max_new_tokens=4, temperature=0, seed=0)
+    gen = engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, temperature=0, seed=0), n=3)
     assert gen.group_size == 3 and gen.batch_size == 6
     assert gen.prompt_B.tolist() == [0, 0, 0, 1, 1, 1]
-    single = engine.generate(prompts[:2], max_new_tokens=4, temperature=0, seed=0)
+    single = engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, temperature=0, seed=0))
     assert torch.equal(gen.response_ids_BT[[0, 3]], single.response_ids_BT)  # greedy: each group's rows agree
     assert torch.equal(gen.response_ids_BT[0], gen.response_ids_BT[2])
     with pytest.raises(ValueError, match="n \\(samples per prompt\\) must be an integer >= 1"):
-        engine.generate(prompts[:2], n=0, max_new_tokens=4, temperature=0, seed=0)
+        engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, temperature=0, seed=0), n=0)
 
 
 @pytest.mark.parametrize("path", ["static", "model"])
@@ -135,7 +135,7 @@ def test_rows_finish_at_different_times(tokenizer, path):
     eos_ids = list(range(100, 160))  # ~12% of the vocabulary: rows stop at varied steps
     engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, path=path)
     kwargs = dict(max_new_tokens=12, temperature=1.0, seed=0)
-    gen = engine.generate(prompts, **kwargs)
+    gen = engine.generate(prompts, SamplingParams(**kwargs))
     tokens, logps = reference_sample(model, engine, prompts, **kwargs)
     assert_matches_reference(gen, tokens, logps, eos_ids)
     lengths = gen.response_lengths_B
@@ -146,10 +146,12 @@ def test_rows_finish_at_different_times(tokenizer, path):
 
 def test_stops_early_when_every_row_has_finished(tokenizer, prompts):
     model = random_model("llama")
-    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=4, temperature=0, seed=0)
+    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
+        prompts, SamplingParams(max_new_tokens=4, temperature=0, seed=0)
+    )
     eos_ids = free.response_ids_BT[:, 1].tolist()  # every row emits one of these at step <= 1
     engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids)
-    gen = engine.generate(prompts, max_new_tokens=20, temperature=0, seed=0)
+    gen = engine.generate(prompts, SamplingParams(max_new_tokens=20, temperature=0, seed=0))
     assert gen.finished_B.all() and gen.response_ids_BT.shape[1] <= 2
     tokens, logps = reference_sample(model, engine, prompts, max_new_tokens=20, temperature=0, seed=0)
     assert_matches_reference(gen, tokens, logps, eos_ids)
@@ -160,7 +162,7 @@ def test_mask_is_true_through_the_first_eos_and_pad_after(tokenizer):
     prompts = [tokenizer.encode(f"{name} is a knave") for name in ("A", "B", "Zoey", "Oliver")] * 2
     eos_ids = list(range(100, 180))
     gen = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(
-        prompts, max_new_tokens=8, temperature=1.0, seed=1
+        prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=1)
     )
     pad = tokenizer.pad_token_id
     for ids, mask, logp in zip(gen.response_ids_BT.tolist(), gen.response_mask_BT.tolist(), gen.sampler_logp_BT):
@@ -176,7 +178,7 @@ def test_fallback_path_matches_the_reference(tokenizer, prompts):
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, path="model")
     assert engine.path == "model"
     kwargs = dict(max_new_tokens=6, temperature=0.9, top_k=30, seed=3)
-    gen = engine.generate(prompts, **kwargs)
+    gen = engine.generate(prompts, SamplingParams(**kwargs))
     assert_matches_reference(gen, *reference_sample(model, engine, prompts, **kwargs), NO_EOS)
 
 
@@ -184,7 +186,7 @@ def test_sub_batches_continue_the_same_random_stream(tokenizer, prompts):
     model = random_model("qwen2")
     batch = prompts * 2
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, max_batch_size=4)
-    gen = engine.generate(batch, max_new_tokens=5, temperature=1.0, seed=2)
+    gen = engine.generate(batch, SamplingParams(max_new_tokens=5, temperature=1.0, seed=2))
     generator = torch.Generator().manual_seed(2)
     width = max(map(len, batch))
     first, second = (
@@ -198,11 +200,13 @@ def test_sub_batches_continue_the_same_random_stream(tokenizer, prompts):
 
 def test_sub_batches_of_different_lengths_are_padded_together(tokenizer, prompts):
     model = random_model("llama")
-    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    free = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
+        prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0)
+    )
     eos = free.response_ids_BT[0, 0].item()  # row 0 stops at once; its sub-batch is 1 column wide
     whole, split = (
         FastEngine(model, tokenizer, eos_token_ids=[eos], max_batch_size=size).generate(
-            prompts, max_new_tokens=6, temperature=0, seed=0
+            prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0)
         )
         for size in (None, 1)
     )
@@ -217,17 +221,19 @@ def test_same_seed_same_output_different_seed_different(tokenizer, prompts):
     torch.manual_seed(99)
     expected_next = torch.rand(2)
     torch.manual_seed(99)
-    a = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
+    a = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=5))
     assert torch.equal(torch.rand(2), expected_next)  # the global RNG is untouched
-    b = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
-    c = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=6)
+    b = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=5))
+    c = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=6))
     assert torch.equal(a.response_ids_BT, b.response_ids_BT) and torch.equal(a.sampler_logp_BT, b.sampler_logp_BT)
     assert not torch.equal(a.response_ids_BT, c.response_ids_BT)
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampler_logp_is_the_tempered_log_softmax_of_a_full_forward(model, tokenizer, prompts, temperature):
-    gen = FastEngine(model, tokenizer).generate(prompts, max_new_tokens=8, temperature=temperature, seed=3)
+    gen = FastEngine(model, tokenizer).generate(
+        prompts, SamplingParams(max_new_tokens=8, temperature=temperature, seed=3)
+    )
     logits_BTV = full_forward_logits(model, gen)
     expected_BT = torch.log_softmax(logits_BTV / temperature, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
     mask = gen.response_mask_BT
@@ -237,19 +243,21 @@ def test_sampler_logp_is_the_tempered_log_softmax_of_a_full_forward(model, token
 
 def test_greedy_logp_is_the_untempered_log_softmax_and_ignores_the_seed(model, tokenizer, prompts):
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
-    gen = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=1)
+    gen = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=1))
     logits_BTV = full_forward_logits(model, gen)
     assert torch.equal(gen.response_ids_BT, logits_BTV.argmax(-1))
     expected_BT = torch.log_softmax(logits_BTV, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
     torch.testing.assert_close(gen.sampler_logp_BT, expected_BT, **LOGP_TOL)
-    other = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=2)
+    other = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=2))
     assert torch.equal(gen.response_ids_BT, other.response_ids_BT)
 
 
 def test_greedy_equals_the_hf_engine(model, tokenizer, prompts):
-    fast = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    fast = FastEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
+        prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0)
+    )
     hf = HFGenerateEngine(model, tokenizer, eos_token_ids=NO_EOS).generate(
-        prompts, max_new_tokens=6, temperature=0, seed=0
+        prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0)
     )
     assert torch.equal(fast.prompt_ids_BS, hf.prompt_ids_BS) and torch.equal(fast.response_ids_BT, hf.response_ids_BT)
     torch.testing.assert_close(fast.sampler_logp_BT, hf.sampler_logp_BT, **LOGP_TOL)
@@ -296,7 +304,7 @@ def test_draw_never_picks_a_token_without_mass():
 def test_eval_mode_during_generation_and_previous_mode_restored(tokenizer, prompts):
     model = random_model()
     model.train()
-    FastEngine(model, tokenizer).generate(prompts, max_new_tokens=2, temperature=1.0, seed=0)
+    FastEngine(model, tokenizer).generate(prompts, SamplingParams(max_new_tokens=2, temperature=1.0, seed=0))
     assert model.training
 
 
@@ -317,7 +325,7 @@ def test_prompt_and_parameter_errors(tokenizer):
     engine = FastEngine(tiny_model(max_position_embeddings=64), tokenizer, eos_token_ids=NO_EOS)
     assert_prompt_errors(engine)
     with pytest.raises(ValueError, match="top_p must be in"):
-        engine.generate([[5]], max_new_tokens=2, temperature=1.0, top_p=0, seed=0)
+        engine.generate([[5]], SamplingParams(max_new_tokens=2, temperature=1.0, top_p=0, seed=0))
     no_pad = kk_tokenizer()
     no_pad.pad_token = None
     with pytest.raises(ValueError, match="no pad token"):
@@ -354,10 +362,10 @@ def test_finished_rows_leave_the_batch_and_no_bit_changes(
         monkeypatch.setattr(
             decoder, "select", lambda self, keep, t, o=original: kept.append(len(keep)) or o(self, keep, t)
         )
-    kwargs = dict(n=group_size, max_new_tokens=40, temperature=temperature, top_k=top_k, top_p=top_p, seed=5)
-    compacted = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(prompts, **kwargs)
+    sampling = SamplingParams(max_new_tokens=40, temperature=temperature, top_k=top_k, top_p=top_p, seed=5)
+    compacted = FastEngine(model, tokenizer, eos_token_ids=eos_ids).generate(prompts, sampling, n=group_size)
     assert kept and min(kept) >= fast.MIN_COMPACT_ROWS  # it ran, never below the bound
-    full = FastEngine(model, tokenizer, eos_token_ids=eos_ids, compact=False).generate(prompts, **kwargs)
+    full = FastEngine(model, tokenizer, eos_token_ids=eos_ids, compact=False).generate(prompts, sampling, n=group_size)
     lengths = full.response_lengths_B
     assert len(set(lengths.tolist())) >= 5 and 0 < int(full.finished_B.sum()) <= 48
     for field in ("response_ids_BT", "response_mask_BT", "sampler_logp_BT", "finished_B"):
@@ -392,7 +400,9 @@ def test_under_bfloat16_autocast_sampler_logp_matches_a_full_forward_under_it(mo
     # logit differs by about one eps = 2^-7 of the logits' scale; log p by twice that. 4 eps leaves
     # a margin and stays far below a wrong token or position (a whole unit of log p).
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        gen = FastEngine(model, tokenizer).generate(prompts, max_new_tokens=8, temperature=1.0, seed=3, n=n)
+        gen = FastEngine(model, tokenizer).generate(
+            prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=3), n=n
+        )
         logits_BTV = full_forward_logits(model, gen)
     expected_BT = torch.log_softmax(logits_BTV, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
     mask = gen.response_mask_BT

@@ -50,7 +50,9 @@ def test_engine_satisfies_the_protocol(model, tokenizer):
 
 
 def test_shapes_dtypes_and_left_padding(model, tokenizer, prompts):
-    gen = HFGenerateEngine(model, tokenizer).generate(prompts, max_new_tokens=7, temperature=1.0, seed=0)
+    gen = HFGenerateEngine(model, tokenizer).generate(
+        prompts, SamplingParams(max_new_tokens=7, temperature=1.0, seed=0)
+    )
     lengths = [len(p) for p in prompts]
     batch, width = len(prompts), max(lengths)
     assert gen.prompt_ids_BS.shape == gen.prompt_mask_BS.shape == (batch, width)
@@ -67,7 +69,7 @@ def test_shapes_dtypes_and_left_padding(model, tokenizer, prompts):
 def test_greedy_equals_a_manual_argmax_loop(model, tokenizer, prompts):
     steps = 6
     gen = HFGenerateEngine(model, tokenizer, eos_token_ids=[10**6]).generate(
-        prompts, max_new_tokens=steps, temperature=0, seed=0
+        prompts, SamplingParams(max_new_tokens=steps, temperature=0, seed=0)
     )
     for row, prompt in enumerate(prompts):
         ids, expected_ids, expected_logp = list(prompt), [], []
@@ -85,8 +87,8 @@ def test_greedy_equals_a_manual_argmax_loop(model, tokenizer, prompts):
 
 def test_greedy_is_deterministic_and_ignores_the_seed(model, tokenizer, prompts):
     engine = HFGenerateEngine(model, tokenizer)
-    first = engine.generate(prompts, max_new_tokens=5, temperature=0, seed=1)
-    second = engine.generate(prompts, max_new_tokens=5, temperature=0, seed=2)
+    first = engine.generate(prompts, SamplingParams(max_new_tokens=5, temperature=0, seed=1))
+    second = engine.generate(prompts, SamplingParams(max_new_tokens=5, temperature=0, seed=2))
     assert torch.equal(first.response_ids_BT, second.response_ids_BT)
 
 
@@ -95,10 +97,10 @@ def test_sampling_is_reproducible_with_a_seed_and_leaves_the_global_rng_alone(to
     torch.manual_seed(99)
     expected_next = torch.rand(2)
     torch.manual_seed(99)
-    a = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
+    a = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=5))
     assert torch.equal(torch.rand(2), expected_next)
-    b = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=5)
-    c = engine.generate(prompts, max_new_tokens=8, temperature=1.0, seed=6)
+    b = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=5))
+    c = engine.generate(prompts, SamplingParams(max_new_tokens=8, temperature=1.0, seed=6))
     assert torch.equal(a.response_ids_BT, b.response_ids_BT)
     assert torch.equal(a.sampler_logp_BT, b.sampler_logp_BT)
     assert not torch.equal(a.response_ids_BT, c.response_ids_BT)
@@ -106,7 +108,9 @@ def test_sampling_is_reproducible_with_a_seed_and_leaves_the_global_rng_alone(to
 
 @pytest.mark.parametrize("temperature", [1.0, 0.7, 1.5])
 def test_sampler_logp_is_the_tempered_log_softmax_of_a_full_forward(model, tokenizer, prompts, temperature):
-    gen = HFGenerateEngine(model, tokenizer).generate(prompts, max_new_tokens=8, temperature=temperature, seed=3)
+    gen = HFGenerateEngine(model, tokenizer).generate(
+        prompts, SamplingParams(max_new_tokens=8, temperature=temperature, seed=3)
+    )
     logits_BTV = full_forward_logits(model, gen)
     expected_BT = torch.log_softmax(logits_BTV / temperature, -1).gather(2, gen.response_ids_BT[..., None])[..., 0]
     mask = gen.response_mask_BT
@@ -117,7 +121,7 @@ def test_sampler_logp_is_the_tempered_log_softmax_of_a_full_forward(model, token
 def test_sampler_logp_with_top_k_and_top_p(model, tokenizer, prompts):
     temperature, top_k, top_p = 0.8, 20, 0.9
     gen = HFGenerateEngine(model, tokenizer).generate(
-        prompts, max_new_tokens=8, temperature=temperature, top_k=top_k, top_p=top_p, seed=4
+        prompts, SamplingParams(max_new_tokens=8, temperature=temperature, top_p=top_p, top_k=top_k, seed=4)
     )
     scores_BTV = full_forward_logits(model, gen) / temperature
     kth_best = scores_BTV.topk(top_k, -1).values[..., -1:]
@@ -145,7 +149,7 @@ def test_response_mask_runs_through_the_first_eos(tokenizer):
     prompts = prompts * 3
     eos_ids = list(range(100, 180))  # ~15% of the vocabulary: responses end at varied positions
     gen = HFGenerateEngine(model, tokenizer, eos_token_ids=eos_ids).generate(
-        prompts, max_new_tokens=6, temperature=1.0, seed=0
+        prompts, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0)
     )
     pad = tokenizer.pad_token_id
     lengths = []
@@ -165,13 +169,13 @@ def test_response_mask_runs_through_the_first_eos(tokenizer):
 def test_pad_equal_to_eos_keeps_only_the_first_eos(tokenizer, prompts):
     model = random_model("llama")
     free = HFGenerateEngine(model, tokenizer, eos_token_ids=[10**6]).generate(
-        prompts, max_new_tokens=6, temperature=0, seed=0
+        prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0)
     )
     eos = free.response_ids_BT[0, 2].item()  # row 0 emits it at step 2 (maybe earlier too)
     shared = kk_tokenizer()
     shared.pad_token = shared.convert_ids_to_tokens(eos)
     engine = HFGenerateEngine(model, shared, eos_token_ids=[eos])
-    gen = engine.generate(prompts, max_new_tokens=6, temperature=0, seed=0)
+    gen = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=0, seed=0))
     first = free.response_ids_BT[0].tolist().index(eos)
     width = gen.response_ids_BT.shape[1]
     assert gen.response_mask_BT[0].tolist() == [True] * (first + 1) + [False] * (width - first - 1)
@@ -186,7 +190,7 @@ def test_mask_through_first_eos_by_hand():
 
 def test_budget_exhausted_rows_are_unfinished(tokenizer, prompts):
     gen = HFGenerateEngine(random_model(), tokenizer, eos_token_ids=[10**6]).generate(
-        prompts, max_new_tokens=3, temperature=1.0, seed=0
+        prompts, SamplingParams(max_new_tokens=3, temperature=1.0, seed=0)
     )
     assert gen.response_ids_BT.shape == (3, 3)
     assert gen.response_mask_BT.all() and not gen.finished_B.any()
@@ -198,21 +202,21 @@ def test_eval_mode_during_generation_and_previous_mode_restored(tokenizer, promp
     model.model.layers[0].register_forward_hook(lambda module, args, out: seen.append(module.training))
     engine = HFGenerateEngine(model, tokenizer)
     model.train()
-    engine.generate(prompts, max_new_tokens=2, temperature=1.0, seed=0)
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, temperature=1.0, seed=0))
     assert model.training and seen and not any(seen)
     model.eval()
-    engine.generate(prompts, max_new_tokens=2, temperature=1.0, seed=0)
+    engine.generate(prompts, SamplingParams(max_new_tokens=2, temperature=1.0, seed=0))
     assert not model.training
 
 
 def test_the_checkpoint_generation_config_does_not_change_sampling(tokenizer, prompts):
     model = random_model()
     engine = HFGenerateEngine(model, tokenizer)
-    plain = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=0)
+    plain = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
     model.generation_config.repetition_penalty = 3.0
     model.generation_config.top_k = 2
     model.generation_config.suppress_tokens = plain.response_ids_BT[:, 0].tolist()
-    again = engine.generate(prompts, max_new_tokens=6, temperature=1.0, seed=0)
+    again = engine.generate(prompts, SamplingParams(max_new_tokens=6, temperature=1.0, seed=0))
     assert torch.equal(plain.response_ids_BT, again.response_ids_BT)
     assert model.generation_config.repetition_penalty == 3.0  # restored
 
@@ -233,15 +237,17 @@ def assert_prompt_errors(engine):
     """The prompt checks every engine shares (a model with 64 positions and a 512-token vocabulary),
     then a prompt exactly at the length limit generates the full budget."""
     with pytest.raises(ValueError, match="prompt_ids is empty"):
-        engine.generate([], max_new_tokens=4, temperature=1.0, seed=0)
+        engine.generate([], SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
     with pytest.raises(ValueError, match="prompt 1 is empty"):
-        engine.generate([[5, 6], []], max_new_tokens=4, temperature=1.0, seed=0)
+        engine.generate([[5, 6], []], SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
     too_long = r"prompt 1 has 55 tokens, more than the limit of 54 \(max_position_embeddings 64 - max_new_tokens 10\)"
     with pytest.raises(ValueError, match=too_long):
-        engine.generate([[5] * 54, [5] * 55], max_new_tokens=10, temperature=1.0, seed=0)
+        engine.generate([[5] * 54, [5] * 55], SamplingParams(max_new_tokens=10, temperature=1.0, seed=0))
     with pytest.raises(ValueError, match=r"prompt 0 has a token id outside the vocabulary \[0, 512\)"):
-        engine.generate([[5, 512]], max_new_tokens=4, temperature=1.0, seed=0)
-    gen = engine.generate([[5] * 54], max_new_tokens=10, temperature=1.0, seed=0)  # exactly at the limit
+        engine.generate([[5, 512]], SamplingParams(max_new_tokens=4, temperature=1.0, seed=0))
+    gen = engine.generate(
+        [[5] * 54], SamplingParams(max_new_tokens=10, temperature=1.0, seed=0)
+    )  # exactly at the limit
     assert gen.response_ids_BT.shape == (1, 10)
 
 
@@ -270,7 +276,9 @@ def test_sampling_params_validation(kwargs, message):
 
 def test_engine_validates_sampling_params(tokenizer):
     with pytest.raises(ValueError, match="top_p must be in"):
-        HFGenerateEngine(tiny_model(), tokenizer).generate([[5]], max_new_tokens=2, temperature=1.0, top_p=0, seed=0)
+        HFGenerateEngine(tiny_model(), tokenizer).generate(
+            [[5]], SamplingParams(max_new_tokens=2, temperature=1.0, top_p=0, seed=0)
+        )
 
 
 def test_generation_checks_shapes_and_dtypes():

@@ -58,10 +58,10 @@ def test_rollout_and_logprob_paths_emit_no_deprecation_warning(model, tokenizer)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         generations = [
-            FastEngine(model, tokenizer, path="auto").generate_with(prompts, params, n=2),  # grouped static decoder
-            FastEngine(model, tokenizer, path="auto").generate_with(prompts, params),  # static decoder
-            FastEngine(model, tokenizer, path="model").generate_with(prompts, params, n=2),  # model's forward + cache
-            HFGenerateEngine(model, tokenizer).generate_with(prompts, params, n=2),
+            FastEngine(model, tokenizer, path="auto").generate(prompts, params, n=2),  # grouped static decoder
+            FastEngine(model, tokenizer, path="auto").generate(prompts, params),  # static decoder
+            FastEngine(model, tokenizer, path="model").generate(prompts, params, n=2),  # model's forward + cache
+            HFGenerateEngine(model, tokenizer).generate(prompts, params, n=2),
         ]
         for generation in generations:
             packed = pack_sequences(

@@ -114,10 +114,11 @@ class AnswerEngine:
     def __init__(self, tokenizer, examples):
         self.tokenizer, self.examples, self.calls = tokenizer, examples, 0
 
-    def generate(self, prompts, *, n=1, max_new_tokens, temperature, seed):
+    def generate(self, prompts, sampling, *, n=1):
+        start = sampling.seed
         texts = [
             f" {e.ground_truth}" if i % 2 == 0 else f" {int(e.ground_truth) + 1}"
-            for i, e in enumerate(self.examples[seed : seed + len(prompts)])
+            for i, e in enumerate(self.examples[start : start + len(prompts)])
         ]
         eos = self.tokenizer.eos_token_id
         ids = [self.tokenizer.encode(t, add_special_tokens=False) + [eos] for t in texts]

@@ -19,7 +19,7 @@ from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext, gather_keys, mean_over_ranks
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
 from tokenbalance.trainer.loop import make_optimizer
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
 ROWS, GROUP, T = 8, 4, 5
 
@@ -43,20 +43,22 @@ def one_update(policy_dir, rows: slice, ctx: DistContext):
     method = get_method("ar_lopti")
     passes, _ = build_update_passes(method, scores, groups, mask, old, old)
     optimizer = make_optimizer(policy, RunConfig())
-    metrics = run_update_passes(
-        method=method,
-        passes=passes,
-        policy=policy,
-        optimizer=optimizer,
-        packed=packed,
-        old_logp_BT=old,
-        ref_logp_BT=old,
-        temperature=1.0,
-        mini_batch_rows=8 // ctx.world_size,
-        micro_batch_rows=2,
-        grad_clip=1.0,
-        token_mean_scope="mini_batch",
-        ctx=ctx,
+    metrics = run_update(
+        UpdateSpec(
+            method,
+            passes,
+            UpdateRows(packed, old, old),
+            UpdateSettings(
+                temperature=1.0,
+                mini_batch_rows=8 // ctx.world_size,
+                micro_batch_rows=2,
+                grad_clip=1.0,
+                token_mean_scope="mini_batch",
+            ),
+        ),
+        policy,
+        optimizer,
+        ctx,
     ).metrics
     assert metrics["optim/steps"] == 2
     # the pre-clip gradient norm sees the summed gradient: a rank that averaged (or skipped the
@@ -139,20 +141,18 @@ def update_with_low_tokens_on_rank_zero(policy_dir, rows, ctx):
     old = torch.full(mask.shape, math.log(0.1 if ctx.rank == 0 else 0.9)).masked_fill(~mask, 0.0)
     method = get_method("ar_lopti")
     passes, prep = build_update_passes(method, scores, groups, mask, old, old)
-    metrics = run_update_passes(
-        method=method,
-        passes=passes,
-        policy=policy,
-        optimizer=make_optimizer(policy, RunConfig()),
-        packed=packed,
-        old_logp_BT=old,
-        ref_logp_BT=old,
-        temperature=1.0,
-        mini_batch_rows=4,
-        micro_batch_rows=2,
-        grad_clip=1.0,
-        token_mean_scope="mini_batch",
-        ctx=ctx,
+    metrics = run_update(
+        UpdateSpec(
+            method,
+            passes,
+            UpdateRows(packed, old, old),
+            UpdateSettings(
+                temperature=1.0, mini_batch_rows=4, micro_batch_rows=2, grad_clip=1.0, token_mean_scope="mini_batch"
+            ),
+        ),
+        policy,
+        make_optimizer(policy, RunConfig()),
+        ctx,
     ).metrics
     local = {**prep, **metrics}
     return local, mean_over_ranks(local, ctx)

@@ -8,7 +8,7 @@ from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import apply_method_overrides, build_update_passes, get_method
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs, row_chunks
-from tokenbalance.trainer.update import rows_with_terms, run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, rows_with_terms, run_update
 
 ROWS, GROUP, T = 8, 4, 6
 
@@ -64,20 +64,18 @@ def test_lopti_update_with_skipped_rows_equals_the_plain_loop(scope, quantile):
         passes, _ = build_update_passes(method, scores, groups, mask, old, old)
         optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-2)
         if skip:
-            run_update_passes(
-                method=method,
-                passes=passes,
-                policy=policy,
-                optimizer=optimizer,
-                packed=packed,
-                old_logp_BT=old,
-                ref_logp_BT=old,
-                temperature=1.0,
-                mini_batch_rows=4,
-                micro_batch_rows=2,
-                grad_clip=1.0,
-                token_mean_scope=scope,
-                ctx=DistContext(),
+            run_update(
+                UpdateSpec(
+                    method,
+                    passes,
+                    UpdateRows(packed, old, old),
+                    UpdateSettings(
+                        temperature=1.0, mini_batch_rows=4, micro_batch_rows=2, grad_clip=1.0, token_mean_scope=scope
+                    ),
+                ),
+                policy,
+                optimizer,
+                DistContext(),
             )
         else:
             reference_update(method, passes, policy, optimizer, packed, old, 4, 2, scope)

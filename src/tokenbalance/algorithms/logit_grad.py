@@ -1,23 +1,11 @@
-"""The norm of a token's loss gradient with respect to the logits, in closed form.
+"""The norm of a token's loss gradient with respect to the logits, in closed form (docs/methods.md §2.9).
 
-For one response position with logits z (already divided by the log-prob temperature),
-pi = softmax(z) and the sampled token o with p = pi_o, the log-softmax gives
-d log p / dz = e_o - pi. A loss that reaches the logits only through log p_o (the policy
-surrogate and the KL term do; an entropy bonus does not) therefore has dL/dz = g (e_o - pi) with
-g = dL/d log p_o, and
-
-    ||dL/dz||^2 = g^2 ||e_o - pi||^2 = g^2 (1 - 2p + sum_j pi_j^2) = g^2 ((1 - p)^2 + sum_{j != o} pi_j^2).
-
-The only quantity beyond log p is sum_j pi_j^2, one reduction over the vocabulary in the forward
-that already computes the log-softmax (:func:`sum_sq_probs`). Where a runner sees log-probs only
-(verl's policy loss), the AR-Lopti paper's bound is used (Yang et al. 2025, arXiv 2505.12929,
-Proposition 4.2, core step; docs/methods.md §8.5): Cauchy-Schwarz with sum_{j != o} pi_j = 1 - p
-gives sum_{j != o} pi_j^2 <= (1 - p)^2, so
-
-    ||dL/dz||^2 <= 2 g^2 (1 - p)^2            (||dL/dz|| <= sqrt(2) |g| (1 - p)).
-
-Shares of these squared norms across tokens (``diag/bucket<b>/grad_share*``, docs/metrics.md) are
-what the diagnostics log; the bound's constant 2 cancels in a share.
+For logits z at the log-prob temperature, pi = softmax(z) and the sampled token o with p = pi_o, a
+loss that reaches the logits through log p_o (the surrogate and the KL term do; an entropy bonus
+does not) has dL/dz = g (e_o - pi), g = dL/d log p_o, so ||dL/dz||^2 = g^2 (1 - 2p + sum_j pi_j^2):
+one reduction over the vocabulary beyond log p (:func:`sum_sq_probs`). With log-probs only, the
+AR-Lopti bound (Yang et al. 2025, Proposition 4.2's core step): ||dL/dz||^2 <= 2 g^2 (1 - p)^2.
+The gradient share built on them: :mod:`tokenbalance.diagnostics.grad_share`.
 """
 
 from __future__ import annotations
@@ -68,12 +56,14 @@ def logit_grad_sq(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor, sum_sq_probs_BT
     """The exact ||dL/dz||^2 of each token: g^2 ||e_o - pi||^2 with g = ``dlogp_BT``.
 
     Args:
-        dlogp_BT: [B, T] dL/d log p_o (from autograd, or a closed form), 0 where the loss has no term.
+        dlogp_BT: [B, T] dL/d log p_o (from autograd, or a closed form), 0 where the loss has no term;
+            a token's aggregation weight c gives the norm per unit advantage.
         logp_BT: [B, T] log p of the sampled tokens under the policy the loss was evaluated at.
         sum_sq_probs_BT: [B, T] sum_j pi_j^2 of that policy at those positions.
 
     Returns:
-        [B, T] float tensor (no gradient); padding holds whatever the inputs give there (mask it).
+        [B, T] tensor in the type of ``dlogp_BT`` promoted with ``logp_BT``'s (float64 for a float64
+        ``dlogp_BT``), no gradient; padding holds whatever the inputs give there (mask it).
     """
     check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
     g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
@@ -88,32 +78,3 @@ def logit_grad_sq_bound(dlogp_BT: torch.Tensor, logp_BT: torch.Tensor) -> torch.
     check_shape("dlogp_BT", dlogp_BT, tuple(logp_BT.shape))
     g_BT = dlogp_BT.detach().to(torch.promote_types(dlogp_BT.dtype, logp_BT.dtype))
     return 2 * g_BT.square() * (1 - torch.exp(logp_BT.detach().to(g_BT.dtype))).square()
-
-
-def loss_and_baseline_gradients(
-    loss: torch.Tensor,
-    logp_BT: torch.Tensor,
-    advantages_BT: torch.Tensor,
-    mask_BT: torch.Tensor,
-    *,
-    method,
-    normaliser_mask_BT: torch.Tensor,
-    policy_normaliser: float,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(g_BT, g_before_BT)`` of a host's micro-batch (the TRL subclass, the verl loss): ``g`` =
-    dL/d log p of ``loss`` (``autograd.grad`` down to ``logp_BT`` only; no parameter gradient),
-    ``g_before`` = the host's advantage times the token's weight in ``method``'s policy aggregation
-    (ratio 1, no clip, no token weight, no Lopti split) in float64."""
-    from tokenbalance.algorithms.aggregate import token_coefficients
-
-    (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
-    if dlogp_BT is None:  # no gradient reaches the log-probs (every advantage 0)
-        dlogp_BT = torch.zeros_like(logp_BT)
-    coef_BT = token_coefficients(
-        mask_BT.bool(),
-        method.policy_agg_mode,
-        normaliser=policy_normaliser,
-        denominator_mask_BT=normaliser_mask_BT,
-        max_response_len=method.max_response_len,
-    ).to(logp_BT.device)
-    return dlogp_BT, advantages_BT.detach().double() * coef_BT

@@ -26,7 +26,7 @@ from tokenbalance.trainer.batch import RolloutBatch, update_inputs
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
 from tokenbalance.trainer.precision import ForwardSettings, forward_precision
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 from tokenbalance.types import UpdatePass
 
 PROBE_SEED_SALT = 97  # the probe's sampling seed: derive_seed(train.seed, 0, 0, 97)
@@ -176,22 +176,17 @@ def single_update(
     """One optimizer step per pass on ``rows`` (all: the whole batch), without gradient clipping."""
     rows = slice(None) if rows is None else rows
     old = probe.old.logp_BT[rows]
-    return run_update_passes(
-        method=method,
-        passes=passes,
-        policy=probe.model,
-        optimizer=optimizer,
-        packed=probe.rollout.packed.rows(rows),
-        old_logp_BT=old,
-        ref_logp_BT=old if method.needs_ref_logp else None,
+    batch = UpdateRows(probe.rollout.packed.rows(rows), old, old if method.needs_ref_logp else None)
+    settings = UpdateSettings(
         temperature=probe.temperature,
         mini_batch_rows=old.shape[0],
         micro_batch_rows=probe.micro_batch_rows,
         grad_clip=math.inf,
         token_mean_scope="mini_batch",
-        ctx=DistContext(device=probe.device),
         forward_settings=probe.forward_settings,
-    ).metrics
+    )
+    spec = UpdateSpec(method, passes, batch, settings)
+    return run_update(spec, probe.model, optimizer, DistContext(device=probe.device)).metrics
 
 
 def rescore(probe: ProbeBatch, rows=None) -> torch.Tensor:

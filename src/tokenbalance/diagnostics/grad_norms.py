@@ -1,23 +1,11 @@
 """Policy-gradient norm restricted to each probability bucket (AR-Lopti paper, Figure 1 d).
 
-For each bucket b (and for all tokens) the gradient of the method's policy loss with the
-advantages of every token outside b set to 0 and the denominator kept at *all* valid tokens of the
-probe batch (the reference's ``mask_prob_interval`` runs), KL and entropy terms off. The gradient
-is linear in the per-token terms, so for disjoint buckets that cover every token the per-bucket
-gradient vectors add up to the all-token gradient exactly (tested); their squared norms add up only
-when the vectors are orthogonal, which they are not in general.
-
-Differences from the paper: the paper reports the step's pre-clip ``actor/grad_norm`` of separate
-training runs whose advantages were masked; here every bucket is measured on the same probe batch
-at the same parameters (the old policy, before the step's update), so the numbers are comparable
-within a step. The optimizer is never stepped and ``.grad`` is restored afterwards. Cost: one
-forward and one backward per bucket plus one for all tokens, over the probe batch, every
-``diagnostics.grad_norm_every`` steps.
-
-The module needs only a function that returns log-probs with gradient for some rows, so it
-imports only the standard library, torch and the algorithm core.
-
-    tokenbalance train --set diagnostics.grad_norm_every=5 --set diagnostics.grad_norm_rows=16
+For each bucket (and for all tokens) the norm of the gradient of the method's policy loss with the
+advantages outside the bucket set to 0 and the denominator kept at all valid probe tokens, KL and
+entropy off, at the old policy on one probe batch; the optimizer never steps and ``.grad`` is
+restored. Needs only a function returning log-probs with gradient, so it imports the standard
+library, torch and the algorithm core. What it measures and how it differs from the paper:
+docs/metrics.md ("Gradient norm per bucket").
 """
 
 from __future__ import annotations
@@ -30,6 +18,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from tokenbalance.algorithms.loss import pass_loss
+from tokenbalance.algorithms.methods import Method
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
@@ -48,7 +37,7 @@ def parameter_group(name: str) -> str:
     return "other"
 
 
-def gradient_free_method(method):
+def gradient_free_method(method: Method) -> Method:
     """The method with its KL and entropy terms switched off (the policy term alone)."""
     return method.replace(kl=dataclasses.replace(method.kl, coef=0.0), entropy_coeff=0.0)
 
@@ -66,7 +55,7 @@ def grouped_norms(named_grads: Sequence[tuple[str, torch.Tensor | None]]) -> tup
 
 def bucket_gradient_norms(
     *,
-    method,
+    method: Method,
     named_params: Sequence[tuple[str, torch.nn.Parameter]],
     logp_fn: Callable[[slice], torch.Tensor],
     old_logp_BT: torch.Tensor,

@@ -1,29 +1,11 @@
 """The per-step diagnostics of a training run (``diagnostics`` config section), logged under ``diag/``.
 
-The trainer calls two hooks of :class:`StepDiagnostics` in each RL step:
-
-* :meth:`~StepDiagnostics.before_update` (after the passes are built, before any optimizer step):
-  the per-bucket gradient norms every ``grad_norm_every`` steps (opt-in; one forward + backward per
-  bucket and one for all tokens over a probe of ``grad_norm_rows`` responses). Nothing else runs
-  before the update.
-* :meth:`~StepDiagnostics.after_update`: reads the batch, the passes and the update's record (the
-  per-token clip flags the loss returned and, with ``grad_share``, the per-token squared
-  logit-gradient norms; nothing recomputed): the bucket statistics (default on: old log-probs, the
-  update's advantages, the clip flags and the old-policy entropy of the old log-prob pass; no extra
-  forward), each bucket's share of the squared logit-gradient norm before and after the method's
-  token stage (default on; the estimator's advantages are recomputed from the rewards, a [B, T]
-  function) and the LLD monitor (opt-in; one no-grad forward over the correct responses of mixed
-  groups).
-
-Model access goes through one :class:`PolicyAccess` object the trainer passes in (log-probs of
-rows of the batch, data-parallel reductions; :class:`tokenbalance.trainer.step_policy.StepPolicy`),
-and the batch is read through :class:`StepBatch`, so this module imports only torch and the
-algorithm core. The trainer logs the time spent here as ``timing/diag_s`` (the old-policy entropy
-is computed inside ``timing/logprob_s``). How each measurement differs from the papers is said in
-its module (buckets, grad_norms, lld).
-
-    tokenbalance train --set diagnostics.grad_norm_every=10 --set diagnostics.lld=true
-    tokenbalance plot runs/RUN
+The trainer calls two hooks of :class:`StepDiagnostics`: :meth:`~StepDiagnostics.before_update`
+(the opt-in per-bucket gradient norms) and :meth:`~StepDiagnostics.after_update` (bucket
+statistics, gradient shares and the opt-in LLD monitor, from the batch, the passes and the update's
+record; nothing recomputed). The model is reached through one :class:`PolicyAccess`, the batch read
+through :class:`StepBatch`, so this module imports only torch and the algorithm core. Every key and
+its cost: docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -32,9 +14,11 @@ from typing import Protocol
 
 import torch
 
-from tokenbalance.algorithms.methods import compute_advantages
-from tokenbalance.diagnostics.buckets import bucket_masks, bucket_shares, bucket_token_stats, check_bucket_edges
+from tokenbalance.algorithms.methods import Method, compute_advantages
+from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats, check_bucket_edges
+from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms, probe_rows
+from tokenbalance.diagnostics.grad_share import grad_shares
 from tokenbalance.diagnostics.lld import lld_rows, lld_stats
 from tokenbalance.types import LossNormaliser, UpdatePass
 
@@ -136,7 +120,9 @@ def update_advantages(passes: list[UpdatePass], mask_BT: torch.Tensor) -> tuple[
 class StepDiagnostics:
     """Diagnostics of one RL step; build a new one per step."""
 
-    def __init__(self, config, method, step: int, access: PolicyAccess, *, seed: int = 0) -> None:
+    def __init__(
+        self, config: DiagnosticsConfig, method: Method, step: int, access: PolicyAccess, *, seed: int = 0
+    ) -> None:
         self.config = config
         self.method = method
         self.access = access
@@ -231,13 +217,18 @@ class StepDiagnostics:
     def grad_shares(
         self, batch: StepBatch, logit_grad_sq_BT: torch.Tensor, unit_logit_grad_sq_BT: torch.Tensor
     ) -> dict[str, float]:
-        """``diag/bucket<b>/grad_share`` (the update's squared logit-gradient norms) and
-        ``grad_share_before`` (the estimator's advantage alone: its square times the norm per unit
-        advantage), per bucket of the old probability (docs/metrics.md)."""
+        """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (docs/metrics.md), the estimator's
+        advantages recomputed from the rewards."""
         mask_BT = batch.mask_BT
         base_adv_BT = compute_advantages(
             self.method, batch.rewards_B, batch.group_ids_B, mask_BT, batch.old_logp_BT, batch.ref_logp_BT
         )
-        before_BT = base_adv_BT.double().square() * unit_logit_grad_sq_BT
-        values = {"grad_share": logit_grad_sq_BT, "grad_share_before": before_BT}
-        return bucket_shares(batch.old_logp_BT, mask_BT, values, self.edges, mode=self.config.bucket_mode)
+        return grad_shares(
+            batch.old_logp_BT,
+            mask_BT,
+            logit_grad_sq_BT,
+            unit_logit_grad_sq_BT,
+            base_adv_BT,
+            self.edges,
+            mode=self.config.bucket_mode,
+        )

@@ -1,22 +1,11 @@
 """Rollout engines: prompts as token ids in, sampled responses with masks and log-probs out.
 
-    from tokenbalance.rollout import HFGenerateEngine
-    gen = HFGenerateEngine(model, tokenizer).generate(prompt_ids, max_new_tokens=128,
-                                                      temperature=1.0, seed=0)
-    gen.response_ids_BT, gen.response_mask_BT, gen.sampler_logp_BT, gen.finished_B
+    from tokenbalance.rollout import HFGenerateEngine, SamplingParams
+    gen = HFGenerateEngine(model, tokenizer).generate(prompt_ids, SamplingParams(max_new_tokens=128, seed=0), n=4)
 
-Modules: ``base`` (:class:`Generation`, :class:`SamplingParams`, the :class:`RolloutEngine`
-protocol), ``hf`` (``transformers`` ``generate``; CPU or one GPU), ``fast`` (a preallocated-KV-cache decode
-loop for Llama / Qwen2, falling back to the model's own cached forward otherwise).
-:func:`make_engine` picks one by name. No vLLM engine here.
-
-``auto`` (the trainer's default) picks ``fast`` only where it is measured faster and safe: on CPU,
-for a Llama / Qwen2 model of at most :data:`FAST_ENGINE_MAX_PARAMS` parameters (the fast engine
-builds fused copies of the attention and MLP weights for every call: cheap for a tiny model, a few
-GB for a 3B one). Everywhere else, GPUs included, ``hf``. Measurements: ``docs/results.md``.
-
-CPU: as above. One GPU: move the model first (``model.to("cuda")``); the engine follows its device.
-Tests: ``.venv/bin/pytest tests/rollout -q``.
+``base`` (:class:`Generation`, :class:`SamplingParams`, the :class:`RolloutEngine` protocol), ``hf``
+(``transformers``' ``generate``), ``fast`` (a preallocated-KV-cache decode loop for Llama / Qwen2);
+:func:`make_engine` picks one by name, ``auto`` as docs/training.md ("Rollout engines") says.
 """
 
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams

@@ -131,24 +131,14 @@ class Generation:
 class RolloutEngine(Protocol):
     """Samples responses to tokenised prompts.
 
-    ``generate`` takes P prompts as lists of token ids (no padding) and ``n`` (G, as vLLM's ``n``)
-    and returns a :class:`Generation` of P x n rows, prompt-major (row ``p * n + g``), with
-    ``group_size = n``: the engine knows the groups, nothing downstream rediscovers them.
-    ``temperature == 0`` means greedy. The same ``seed`` and inputs give the same output on the same
-    device and software versions.
+    ``generate`` takes P prompts as lists of token ids (no padding), one :class:`SamplingParams`
+    and ``n`` (G, as vLLM's ``n``) and returns a :class:`Generation` of P x n rows, prompt-major
+    (row ``p * n + g``), with ``group_size = n``: the engine knows the groups, nothing downstream
+    rediscovers them. ``temperature == 0`` means greedy. The same ``seed`` and inputs give the
+    same output on the same device and software versions.
     """
 
     eos_token_ids: tuple[int, ...]
     pad_token_id: int
 
-    def generate(
-        self,
-        prompt_ids: list[list[int]],
-        *,
-        n: int = 1,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        seed: int,
-    ) -> Generation: ...
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation: ...

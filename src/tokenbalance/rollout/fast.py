@@ -1,51 +1,12 @@
 """Rollouts for small models with a preallocated KV cache and a hand-written decode loop.
 
-    from tokenbalance.rollout.fast import FastEngine
     engine = FastEngine(model, tokenizer)
-    gen = engine.generate(prompt_ids, max_new_tokens=256, temperature=1.0, seed=step)
+    gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
-Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine` (left-padded
-prompts, response mask through the first EOS, ``sampler_logp_BT`` under the processed
-distribution, ``finished_B``), but faster on small models, where ``generate`` spends most of its
-time outside arithmetic (cache objects, mask building, logits processors, stopping criteria). For
-``LlamaForCausalLM`` and ``Qwen2ForCausalLM`` the engine runs the decoder layers itself:
-
-* one K/V buffer per layer, [B, H_kv, S + T, Dh], allocated once per batch; prefill writes
-  columns [0, P) in one pass (each distinct prompt computed once, then copied to the rows of its
-  group), then each step writes one column for the whole batch;
-* an RL batch (B / G distinct prompts, each repeated G times in a row) keeps each prompt's K/V
-  once ([U, H_kv, S, Dh]) and reads it once per group at every step (``GroupedCacheDecoder``):
-  decode-time attention is bound by reading the cache, and the prompt is most of it;
-* left padding is an explicit boolean attention mask and per-row position ids (RoPE);
-  ``scaled_dot_product_attention`` with ``enable_gqa`` for grouped-query attention;
-* q/k/v and gate/up projections fused into one matrix each (rebuilt every call, so the engine
-  always samples from the model's current weights); the LM head runs on the last position only;
-* sampling is :func:`sample_next` (temperature, top-k, top-p, then an inverse-CDF draw with B
-  float64 uniforms per step from one ``torch.Generator`` seeded with ``seed`` on the model's
-  device; argmax when temperature == 0), drawn for all B rows every step, finished rows then
-  overwritten with pad; the loop stops as soon as every row has emitted an EOS;
-* finished rows leave the batch (at one CPU thread, the default there: ``compact``): once a
-  quarter of the rows still decoded have emitted their EOS, their K/V columns are dropped and the
-  next steps run only the others (never fewer than ``MIN_COMPACT_ROWS``); the uniforms are still
-  drawn for all B rows, so every token and log-prob is bit for bit the full batch's
-  (``tests/rollout/test_fast.py``). A reasoning trace of 100-440 tokens then stops paying for
-  the rows that finished at 100.
-
-With the same seed it samples exactly the tokens of a step-by-step sampler that runs the model's
-full forward (no cache) and calls :func:`sample_next` (``tests/rollout/test_fast.py``). It does
-not reproduce ``HFGenerateEngine``'s tokens (that engine draws from the global RNG), only its
-distribution. Other architectures (or a sliding-window / dynamic-RoPE config) use the model's
-own forward with a ``DynamicCache``, the same sampler and the same loop: correct, not faster;
-``engine.path`` says which (``"static"`` or ``"model"``); ``path="static"`` refuses with a
-``ValueError`` naming the architecture instead of falling back.
-
-Speed: measured against ``generate`` by ``benchmarks/rollout_speed.py``; the figures and the
-command are in docs/results.md#speed. What remains of a decode step is attention reading the
-response K/V cache (memory-bound) and matrix multiplies, not Python overhead.
-
-CPU: ``FastEngine(model, tokenizer).generate(...)`` (``torch.set_num_threads`` as you like).
-One GPU: ``model.to("cuda")`` first; the cache, masks and generator follow the model's device.
-Tests: ``.venv/bin/pytest tests/rollout/test_fast.py -q``.
+Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine`, faster on small
+models: for Llama / Qwen2 it runs the decoder layers itself (fused projections, one prefill per
+prompt group, finished rows leaving the batch); other models use their own cached forward. What it
+does, what it reproduces bit for bit and its speed: docs/training.md ("Rollout engines").
 """
 
 from __future__ import annotations
@@ -785,13 +746,13 @@ class FastEngine(PromptEngine):
             return device.type == "cpu" and torch.get_num_threads() == 1
         return self.compact
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`; ``n`` samples per prompt
-        (n > 1 on the static path: grouped decoding)."""
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation:
+        """P prompts, ``n`` samples each, drawn as ``sampling`` says -> a :class:`Generation` of P x n rows,
+        prompt-major (n > 1 on the static path: grouped decoding)."""
         model = self.model
-        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, sampling, n)
         eos_ids = torch.tensor(self.eos_token_ids, device=device)
-        generator = torch.Generator(device=device).manual_seed(params.seed)
+        generator = torch.Generator(device=device).manual_seed(sampling.seed)
         rows = prompt_ids_BS.shape[0]
         chunk = max(n, (self.max_batch_size or rows) // n * n)  # whole groups per sub-batch
         pieces = []
@@ -800,13 +761,15 @@ class FastEngine(PromptEngine):
             for start in range(0, rows, chunk):
                 ids_BS, mask_BS = prompt_ids_BS[start : start + chunk], prompt_mask_BS[start : start + chunk]
                 if self.path == "static" and n > 1:
-                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens, n)
+                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens, n)
                 elif self.path == "static":
-                    decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, params.max_new_tokens)
+                    decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens)
                 else:
-                    decoder = ModelCacheDecoder(model, ids_BS, mask_BS, params.max_new_tokens)
+                    decoder = ModelCacheDecoder(model, ids_BS, mask_BS, sampling.max_new_tokens)
                 pieces.append(
-                    sampling_loop(decoder, params, generator, eos_ids, self.pad_token_id, compact=self.compacts(device))
+                    sampling_loop(
+                        decoder, sampling, generator, eos_ids, self.pad_token_id, compact=self.compacts(device)
+                    )
                 )
         width = max(tokens_BT.shape[1] for tokens_BT, _, _ in pieces)
         response_ids_BT = torch.cat([pad_columns(tokens, width, self.pad_token_id) for tokens, _, _ in pieces])

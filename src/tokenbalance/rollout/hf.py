@@ -1,23 +1,11 @@
 """Rollouts with ``transformers``' ``model.generate`` (any Hugging Face causal LM, CPU or one GPU).
 
-    from tokenbalance.rollout import HFGenerateEngine
     engine = HFGenerateEngine(model, tokenizer)
-    gen = engine.generate(prompt_ids, max_new_tokens=256, temperature=1.0, seed=step)
-    texts = tokenizer.batch_decode(gen.response_token_lists(), skip_special_tokens=False)
+    gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
-The simplest engine and the reference for the faster ones: a tiny model on a CPU, or a small one
-on one GPU (``model.to("cuda")`` first; the engine follows the model's device). It differs from
-calling ``generate`` directly in three ways:
-
-* The sampling distribution is exactly the one asked for. ``generate`` fills every option left
-  unset from the checkpoint's ``generation_config.json`` (Qwen2.5 ships ``repetition_penalty=1.05``,
-  ``top_k=20``, ``top_p=0.8``); here the model's generation config is swapped for a neutral one
-  during the call, so only temperature, top-k and top-p apply.
-* ``sampler_logp_BT`` (the log-prob of each sampled token under the distribution it was drawn
-  from) is recorded by a logits processor placed after temperature / top-k / top-p, which keeps
-  one step of log-probs at a time instead of ``output_scores``' [T, B, V] history (20 GB for a
-  batch of 64 x 512 tokens with Qwen's 151k vocabulary).
-* Seeding uses a forked RNG: ``seed`` fixes the samples and the global torch RNG is untouched.
+The reference engine. Unlike a plain ``generate`` call it samples exactly the distribution asked
+for (the checkpoint's generation config swapped for a neutral one), records each sampled token's
+log-prob one step at a time, and seeds a forked RNG; details in docs/training.md ("Rollout engines").
 """
 
 from __future__ import annotations
@@ -144,8 +132,9 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 
 
 class PromptEngine:
-    """What every engine here shares: the pad / EOS ids, :meth:`generate` as a thin wrapper over
-    ``generate_with(prompt_ids, SamplingParams)``, and the checked, left-padded prompt batch."""
+    """What every engine here shares: the pad / EOS ids and the checked, left-padded prompt batch.
+    Each engine's ``generate(prompt_ids, sampling, *, n=1)`` is the
+    :class:`~tokenbalance.rollout.base.RolloutEngine` protocol's."""
 
     def __init__(
         self,
@@ -159,24 +148,6 @@ class PromptEngine:
         self.model = model
         self.pad_token_id: int = tokenizer.pad_token_id
         self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
-
-    def generate(
-        self,
-        prompt_ids: list[list[int]],
-        *,
-        n: int = 1,
-        max_new_tokens: int,
-        temperature: float,
-        top_p: float = 1.0,
-        top_k: int = 0,
-        seed: int,
-    ) -> Generation:
-        params = SamplingParams(max_new_tokens, temperature, top_p, top_k, seed)
-        return self.generate_with(prompt_ids, params, n=n)
-
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """P prompts, ``n`` samples each -> a :class:`Generation` of P x n rows, prompt-major."""
-        raise NotImplementedError
 
     def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams, n: int = 1):
         """Validate the prompts against the model, repeat each ``n`` times (prompt-major) and
@@ -227,15 +198,16 @@ class HFGenerateEngine(PromptEngine):
             model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
     """
 
-    def generate_with(self, prompt_ids: list[list[int]], params: SamplingParams, *, n: int = 1) -> Generation:
-        """:meth:`generate` with the options in a :class:`SamplingParams`."""
+    def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation:
+        """P prompts, ``n`` samples each, drawn as ``sampling`` says -> a :class:`Generation` of P x n rows,
+        prompt-major."""
         model = self.model
-        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, params, n)
+        prompt_ids_BS, prompt_mask_BS, device = self.padded_prompts(prompt_ids, sampling, n)
         recorder = SampledTokenLogProbs()
-        processors = LogitsProcessorList([*sampling_processors(params), recorder])
-        config = self.generation_config(params)
+        processors = LogitsProcessorList([*sampling_processors(sampling), recorder])
+        config = self.generation_config(sampling)
         neutral = GenerationConfig(pad_token_id=self.pad_token_id, eos_token_id=list(self.eos_token_ids))
-        with generation_mode(model, neutral), seeded(params.seed, device), torch.no_grad():
+        with generation_mode(model, neutral), seeded(sampling.seed, device), torch.no_grad():
             sequences_BL = model.generate(
                 input_ids=prompt_ids_BS,
                 attention_mask=prompt_mask_BS.long(),

@@ -130,15 +130,7 @@ def sample_batch(
     device: torch.device,
 ) -> RolloutBatch:
     """Sample ``group_size`` responses to each prompt and score them (no log-probs yet)."""
-    generation = engine.generate(
-        prompt_ids_P,
-        n=group_size,
-        max_new_tokens=sampling.max_new_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        top_k=sampling.top_k,
-        seed=sampling.seed,
-    )
+    generation = engine.generate(prompt_ids_P, sampling, n=group_size)
     texts = decode_responses(
         tokenizer, generation.response_ids_BT, generation.response_mask_BT, set(engine.eos_token_ids)
     )

@@ -12,6 +12,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 
+from tokenbalance.rollout.base import RolloutEngine, SamplingParams
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
 
@@ -27,7 +28,7 @@ def full_reward(task: Task) -> float:
 
 
 def evaluate(
-    engine,
+    engine: RolloutEngine,
     tokenizer,
     task: Task,
     examples: list[TaskExample],
@@ -59,12 +60,8 @@ def evaluate(
         lengths_by_outcome: dict[bool, list[int]] = {True: [], False: []}
         for start in range(0, len(prompts), batch_size):
             batch = examples[start : start + batch_size]
-            out = engine.generate(
-                prompts[start : start + batch_size],
-                max_new_tokens=max_new_tokens,
-                temperature=temperature,
-                seed=seed + start,
-            )
+            sampling = SamplingParams(max_new_tokens, temperature, seed=seed + start)
+            out = engine.generate(prompts[start : start + batch_size], sampling)
             texts = decode_responses(tokenizer, out.response_ids_BT, out.response_mask_BT, eos_token_ids)
             for example, text, result, length in zip(
                 batch, texts, score_responses(task, texts, batch), out.response_mask_BT.sum(dim=1).tolist()

@@ -83,7 +83,6 @@ from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ran
 from tokenbalance.trainer.evaluate import append_outcomes, evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
 from tokenbalance.trainer.precision import (
-    PLAIN_FORWARD,
     ForwardSettings,
     check_update_resolution,
     forward_precision,
@@ -94,8 +93,7 @@ from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.scoring import encode_prompts
 from tokenbalance.trainer.step_policy import StepPolicy
-from tokenbalance.trainer.update import UpdateRecord, reusable_first_forward, run_update_passes, update_forward
-from tokenbalance.types import UpdatePass
+from tokenbalance.trainer.update import UpdateSettings, UpdateSpec, reusable_first_forward, run_update, update_forward
 
 
 def derive_seed(*parts: int) -> int:
@@ -126,24 +124,18 @@ def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) 
     return prompt_indices(num_examples, seed, step * per_step, per_step)
 
 
-@dataclass(frozen=True)
-class StepSettings:
-    """What the config fixes for every step of a run, derived once (:meth:`from_config`)."""
+@dataclass(frozen=True, kw_only=True)
+class StepSettings(UpdateSettings):
+    """What the config fixes for every step of a run, derived once (:meth:`from_config`): the
+    update's settings (mini-batches per rank) and the rollout's."""
 
     seed: int
     prompts_per_step: int  # all ranks
     group_size: int
     max_new_tokens: int
-    temperature: float  # sampling and log-probs
     top_p: float
     top_k: int
     sampler_logprobs: bool  # old log-probs from the sampler instead of a forward
-    micro_batch_rows: int
-    group_by_length: bool  # micro-batches of rows of similar length
-    mini_batch_rows: int  # per rank
-    grad_clip: float
-    token_mean_scope: str
-    forward_settings: ForwardSettings = PLAIN_FORWARD  # model.autocast, optim.logit_chunk_tokens
 
     @classmethod
     def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
@@ -163,6 +155,7 @@ class StepSettings:
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
             forward_settings=ForwardSettings.from_config(config),
+            grad_share=config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         )
 
     def sampling(self, seed: int) -> SamplingParams:
@@ -306,13 +299,13 @@ def rollout_metrics(batch: RolloutBatch) -> dict[str, float]:
 
 def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     """One RL step, top to bottom (module docstring); returns its metrics, averaged over ranks."""
-    s, state, method = parts.settings, parts.state, parts.method
+    s, state, method, rt = parts.settings, parts.state, parts.method, parts.runtime
     timer = StepTimer()
-    parts.runtime.adapt_threads()
+    rt.adapt_threads()
     with timer("rollout"):
         batch, sampled, sampling_metrics = rollout(parts, step)
     diag = step_diagnostics(parts, step, batch)
-    parts.runtime.adapt_threads()
+    rt.adapt_threads()
     with timer("update"):  # the update's first forward (with gradient); the old log-probs come with it
         first = first_update_forward(parts, batch)
     with timer("logprob"):  # the forwards without gradient: the old policy's (unless shared) and the reference's
@@ -333,15 +326,16 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
         passes, pass_metrics = update_inputs(method, batch, policy=state.policy, temperature=s.temperature)
     with timer("diag"):
         probe_metrics = diag.before_update(passes, batch)  # the opt-in gradient-norm probe
-    parts.runtime.adapt_threads()
+    rt.adapt_threads()
     with timer("update"):
-        record = update(parts, batch, passes, first_forward=first)
-    del first
+        spec = UpdateSpec(method, passes, batch, settings=s, first_forward=first)
+        record = run_update(spec, state.policy, state.optimizer, rt.ctx)
+    del spec, first
     with timer("diag"):
         diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
     timings = timer.metrics(tokens=float(batch.mask_BT.sum())) | {"timing/threads": float(torch.get_num_threads())}
-    return mean_over_ranks(metrics, parts.runtime.ctx) | timings
+    return mean_over_ranks(metrics, rt.ctx) | timings
 
 
 def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> StepDiagnostics:
@@ -361,47 +355,9 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
     s, method, policy = parts.settings, parts.method, parts.state.policy
     if s.sampler_logprobs and not method.needs_hidden_states:
         return None  # no old-policy forward to share
-    rows = batch.packed.input_ids_BL.shape[0]
-    if not reusable_first_forward(
-        method, policy, rows=rows, micro_batch_rows=s.micro_batch_rows, mini_batch_rows=s.mini_batch_rows
-    ):
+    if not reusable_first_forward(method, policy, batch.packed.input_ids_BL.shape[0], s):
         return None
-    return update_forward(
-        policy,
-        batch.packed,
-        method=method,
-        temperature=s.temperature,
-        grad_share=parts.config.diagnostics.logs_grad_share,
-        with_hidden=method.needs_hidden_states,
-        forward_settings=s.forward_settings,
-    )
-
-
-def update(
-    parts: TrainerParts, batch: RolloutBatch, passes: list[UpdatePass], first_forward: ResponseLogprobs | None = None
-) -> UpdateRecord:
-    """Step 6: the passes, each over mini-batches (one optimizer step each) of micro-batches
-    (the first micro-batch's forward may be ``first_forward``, :func:`first_update_forward`)."""
-    s = parts.settings
-    return run_update_passes(
-        method=parts.method,
-        passes=passes,
-        policy=parts.state.policy,
-        optimizer=parts.state.optimizer,
-        packed=batch.packed,
-        old_logp_BT=batch.old_logp_BT,
-        ref_logp_BT=batch.ref_logp_BT,
-        temperature=s.temperature,
-        mini_batch_rows=s.mini_batch_rows,
-        micro_batch_rows=s.micro_batch_rows,
-        grad_clip=s.grad_clip,
-        token_mean_scope=s.token_mean_scope,
-        ctx=parts.runtime.ctx,
-        grad_share=parts.config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
-        first_forward=first_forward,
-        group_by_length=s.group_by_length,
-        forward_settings=s.forward_settings,
-    )
+    return update_forward(policy, batch.packed, method, s, with_hidden=method.needs_hidden_states)
 
 
 def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:

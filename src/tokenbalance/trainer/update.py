@@ -1,35 +1,27 @@
-"""The update phase of one RL step: run the method's passes, mini-batches and micro-batches.
+"""The update phase of one RL step: the method's passes, mini-batches and micro-batches.
 
-For each pass (one for GRPO, two for Lopti) and each contiguous mini-batch: one optimizer step,
-with the gradient accumulated over micro-batches. The loss denominators are the mini-batch's
-(summed over ranks: the paper's global token-mean) or, with ``token_mean_scope="micro_batch"``,
-each micro-batch's with the loss divided by the number of micro-batches (the reference code).
-The pre-clip gradient norm is logged; a non-finite norm skips the step (the reference does not).
-
-With ``grad_share`` the record also holds each token's squared logit-gradient norm, from autograd's
-dL/d log p of every micro-batch's own backward (``retain_grad``; no extra backward) and the forward's
-sum_j pi_j^2 (:mod:`tokenbalance.algorithms.logit_grad`), for the diagnostics' gradient shares.
-
-The old policy's forward as the update's first: before the first optimizer step the policy *is*
-the old policy, so when the whole batch is one micro-batch of one mini-batch of a single pass
-(the defaults; not Lopti, whose first pass runs only some rows), the loop runs
-:func:`update_forward` once, with gradient, takes the old log-probs from it (detached) and hands
-it to :func:`run_update_passes` as ``first_forward`` (:func:`reusable_first_forward` says when).
-That saves one forward per step and changes no bit: the forward with gradient computes the same
-values as the no-gradient one (``tests/trainer/test_first_forward.py``).
+:func:`run_update` takes one :class:`UpdateSpec` (the method, its passes, the batch's rows and the
+run's :class:`UpdateSettings`): for each pass and each contiguous mini-batch one optimizer step,
+the gradient accumulated over micro-batches. The loss denominators, the skipped non-finite steps,
+the old policy's forward shared as the first micro-batch's and the metrics' pooling over passes:
+docs/training.md ("One RL step", step 6). With ``grad_share`` the record also holds each token's
+squared logit-gradient norms for the diagnostics' gradient share (docs/metrics.md).
 """
 
 from __future__ import annotations
 
 import math
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 
 from tokenbalance.algorithms.aggregate import token_coefficients
-from tokenbalance.algorithms.logit_grad import softmax_grad_sq
+from tokenbalance.algorithms.logit_grad import logit_grad_sq
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
+from tokenbalance.algorithms.methods import Method
 from tokenbalance.trainer.distributed import DistContext, sum_gradients, sum_normaliser
 from tokenbalance.trainer.logprobs import (
     PackedSequences,
@@ -41,6 +33,73 @@ from tokenbalance.trainer.logprobs import (
 )
 from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.types import LossNormaliser, UpdatePass
+
+
+@dataclass(frozen=True, kw_only=True)
+class UpdateSettings:
+    """How a run's updates run, fixed by its config (the trainer's ``StepSettings`` is one).
+
+    Attributes:
+        temperature: the log-prob temperature (the sampling one).
+        mini_batch_rows: rows per optimizer step (per rank).
+        micro_batch_rows: rows per forward and backward (the gradient accumulates over them).
+        grad_clip: the pre-clip gradient norm's limit.
+        token_mean_scope: ``"mini_batch"`` (one denominator, summed over ranks) or ``"micro_batch"``.
+        group_by_length: micro-batches of rows of similar response length, each forward stopping
+            at its own longest response (:func:`~tokenbalance.trainer.logprobs.micro_batches`).
+        forward_settings: every forward's autocast type and output-layer chunks.
+        grad_share: record the per-token squared logit-gradient norms (:class:`UpdateRecord`).
+    """
+
+    temperature: float
+    mini_batch_rows: int
+    micro_batch_rows: int
+    grad_clip: float
+    token_mean_scope: str
+    group_by_length: bool = False
+    forward_settings: ForwardSettings = PLAIN_FORWARD
+    grad_share: bool = False
+
+
+class UpdateBatch(Protocol):
+    """The rows an update trains on (B sequences, T response tokens): the trainer's
+    :class:`~tokenbalance.trainer.batch.RolloutBatch` once it has its log-probs, or :class:`UpdateRows`."""
+
+    @property
+    def packed(self) -> PackedSequences: ...
+
+    @property
+    def old_logp_BT(self) -> torch.Tensor:
+        """[B, T] old-policy log-probs (no gradient)."""
+        ...
+
+    @property
+    def ref_logp_BT(self) -> torch.Tensor | None:
+        """[B, T] reference log-probs when the method has a KL term."""
+        ...
+
+
+@dataclass(frozen=True)
+class UpdateRows:
+    """An :class:`UpdateBatch` given as its tensors (a probe's rows, a test's batch)."""
+
+    packed: PackedSequences
+    old_logp_BT: torch.Tensor
+    ref_logp_BT: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class UpdateSpec:
+    """One step's update: ``method``'s ``passes`` over ``batch``, run as ``settings`` say.
+    ``first_forward``: :func:`update_forward` of all rows before any optimizer step (the old
+    policy's forward with gradient, :func:`reusable_first_forward`), used as the first
+    micro-batch's forward when that micro-batch holds every row, otherwise dropped."""
+
+    method: Method
+    passes: Sequence[UpdatePass]
+    batch: UpdateBatch
+    settings: UpdateSettings
+    first_forward: ResponseLogprobs | None = None
 
 
 @dataclass(frozen=True)
@@ -80,25 +139,24 @@ class LogitGradTrace:
         rows: slice | torch.Tensor,
         current: ResponseLogprobs,
         micro_pass: UpdatePass,
-        method,
+        method: Method,
         normaliser: LossNormaliser,
         scale: float,
     ) -> None:
         """One micro-batch after its backward: ``current.logp_BT.grad`` is dL/d log p (scaled)."""
         if current.sum_sq_probs_BT is None:
             raise ValueError("grad_share: the update's forward must return sum_sq_probs_BT")
-        geometry_BT = softmax_grad_sq(current.logp_BT, current.sum_sq_probs_BT).double()
         dlogp_BT = current.logp_BT.grad
-        if dlogp_BT is not None:
-            self.logit_grad_sq_BT[rows] += dlogp_BT.double().square() * geometry_BT
+        if dlogp_BT is not None:  # squared in float64, as the sums are kept
+            self.logit_grad_sq_BT[rows] += logit_grad_sq(dlogp_BT.double(), current.logp_BT, current.sum_sq_probs_BT)
         coef_BT = token_coefficients(
             micro_pass.policy_mask_BT,
             method.policy_agg_mode,
             normaliser=normaliser.policy,
             denominator_mask_BT=micro_pass.normaliser_mask_BT,
             max_response_len=method.max_response_len,
-        ).to(geometry_BT.device)
-        self.unit_logit_grad_sq_BT[rows] += (coef_BT * scale).square() * geometry_BT
+        ).to(current.logp_BT.device)
+        self.unit_logit_grad_sq_BT[rows] += logit_grad_sq(coef_BT * scale, current.logp_BT, current.sum_sq_probs_BT)
 
 
 def rows_with_terms(
@@ -131,30 +189,27 @@ def zero_missing_gradients(params: list[torch.Tensor]) -> None:
 def update_forward(
     policy,
     packed: PackedSequences,
+    method: Method,
+    settings: UpdateSettings,
     *,
-    method,
-    temperature: float,
-    grad_share: bool,
     with_hidden: bool = False,
     trim_padding: bool = False,
-    forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
-    (with gradient only under an entropy bonus), sum_j pi_j^2 with ``grad_share``; ``with_hidden``
-    adds the (detached) hidden states, which changes nothing else; ``trim_padding`` stops at the
-    rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`); ``forward_settings``
-    its autocast type and output-layer chunks."""
+    (with gradient only under an entropy bonus), sum_j pi_j^2 with ``settings.grad_share``;
+    ``with_hidden`` adds the (detached) hidden states, which changes nothing else; ``trim_padding``
+    stops at the rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`)."""
     policy.train()
     return response_logprobs(
         policy,
         packed,
-        temperature=temperature,
+        temperature=settings.temperature,
         with_entropy=True,
         with_hidden=with_hidden,
         entropy_grad=method.entropy_coeff != 0,
-        with_sum_sq_probs=grad_share,
+        with_sum_sq_probs=settings.grad_share,
         trim_padding=trim_padding,
-        forward_settings=forward_settings,
+        forward_settings=settings.forward_settings,
     )
 
 
@@ -166,59 +221,33 @@ def trains_like_it_evaluates(policy) -> bool:
     return not any(isinstance(m, torch.nn.modules.dropout._DropoutNd) and m.p > 0 for m in policy.modules())
 
 
-def reusable_first_forward(method, policy, *, rows: int, micro_batch_rows: int, mini_batch_rows: int) -> bool:
-    """Whether the old-policy forward of a batch of ``rows`` rows can be the update's first forward
-    (module docstring): one pass, the whole batch one micro-batch of one mini-batch, no activation
-    checkpointing and no dropout. Whether that pass then runs every row is checked when it runs."""
+def reusable_first_forward(method: Method, policy, rows: int, settings: UpdateSettings) -> bool:
+    """Whether the old-policy forward of a batch of ``rows`` rows can be the update's first forward:
+    one pass, the whole batch one micro-batch of one mini-batch, no activation checkpointing and
+    no dropout (then it computes the same bits as the no-gradient forward). Whether that pass then
+    runs every row is checked when it runs."""
     return (
         len(method.pass_names) == 1
-        and rows <= micro_batch_rows
-        and rows <= mini_batch_rows
+        and rows <= settings.micro_batch_rows
+        and rows <= settings.mini_batch_rows
         and torch.is_grad_enabled()
         and not checkpointing(policy)
         and trains_like_it_evaluates(policy)
     )
 
 
-def run_update_passes(
-    *,
-    method,
-    passes: list[UpdatePass],
-    policy,
-    optimizer: torch.optim.Optimizer,
-    packed: PackedSequences,
-    old_logp_BT: torch.Tensor,
-    ref_logp_BT: torch.Tensor | None,
-    temperature: float,
-    mini_batch_rows: int,
-    micro_batch_rows: int,
-    grad_clip: float,
-    token_mean_scope: str,
-    ctx: DistContext,
-    grad_share: bool = False,
-    first_forward: ResponseLogprobs | None = None,
-    group_by_length: bool = False,
-    forward_settings: ForwardSettings = PLAIN_FORWARD,
-) -> UpdateRecord:
-    """Execute ``passes`` in order; returns the metrics and where the clip acted (:class:`UpdateRecord`);
-    with ``grad_share`` also the per-token squared logit-gradient norms.
-
-    ``first_forward``: :func:`update_forward` of all rows, run before any step (the old policy's
-    forward, module docstring); used as the first micro-batch's forward when that micro-batch holds
-    every row, otherwise dropped.
-
-    ``group_by_length``: a mini-batch of several micro-batches is cut into micro-batches of rows of
-    similar response length (:func:`~tokenbalance.trainer.logprobs.micro_batches`), each forward
-    stopping at its own longest response; the same loss and gradient up to float rounding.
-
-    ``forward_settings``: every forward's autocast type (``model.autocast``; the loss, the backward's
-    accumulation into the float32 parameters' gradients and the step stay float32) and output-layer
-    chunks (``optim.logit_chunk_tokens``).
+def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: DistContext) -> UpdateRecord:
+    """Execute ``spec.passes`` in order on ``policy`` with ``optimizer`` (``ctx``: the data-parallel
+    ranks); returns the metrics and where the clip acted (:class:`UpdateRecord`), with
+    ``grad_share`` also the per-token squared logit-gradient norms.
 
     Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
     ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
     metrics (fractions, ratios) are averaged over passes weighted by each pass's token count.
     """
+    method, passes, settings = spec.method, spec.passes, spec.settings
+    packed, old_logp_BT, ref_logp_BT = spec.batch.packed, spec.batch.old_logp_BT, spec.batch.ref_logp_BT
+    first_forward = spec.first_forward
     params = [p for p in policy.parameters() if p.requires_grad]
     num_rows = old_logp_BT.shape[0]
     totals: dict[str, float] = defaultdict(float)
@@ -227,16 +256,18 @@ def run_update_passes(
     grad_norms: list[float] = []
     skipped = 0
     clipped_BT = torch.zeros(old_logp_BT.shape, dtype=torch.bool, device=old_logp_BT.device)
-    trace = LogitGradTrace(old_logp_BT) if grad_share else None
+    trace = LogitGradTrace(old_logp_BT) if settings.grad_share else None
     policy.train()
     for update_pass, tokens in zip(passes, pass_tokens):
         pass_sums: dict[str, float] = defaultdict(float)
         pass_counts: dict[str, int] = defaultdict(int)
-        for mini in row_chunks(num_rows, mini_batch_rows):
+        for mini in row_chunks(num_rows, settings.mini_batch_rows):
             mini_pass = update_pass.select_rows(mini)
-            micro_slices = micro_batches(packed, mini, micro_batch_rows, group_by_length=group_by_length)
+            micro_slices = micro_batches(
+                packed, mini, settings.micro_batch_rows, group_by_length=settings.group_by_length
+            )
             normaliser = None
-            if token_mean_scope == "mini_batch":
+            if settings.token_mean_scope == "mini_batch":
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
             micro_runs = []
@@ -254,13 +285,7 @@ def run_update_passes(
                     current = first_forward  # the old policy's forward of these rows, with gradient
                 else:
                     current = update_forward(
-                        policy,
-                        packed.rows(active),
-                        method=method,
-                        temperature=temperature,
-                        grad_share=trace is not None,
-                        trim_padding=group_by_length,
-                        forward_settings=forward_settings,
+                        policy, packed.rows(active), method, settings, trim_padding=settings.group_by_length
                     )
                 first_forward = None  # only ever the first micro-batch's
                 if trace is not None and current.logp_BT.requires_grad:
@@ -291,7 +316,7 @@ def run_update_passes(
                     mini_metrics[key] += value * weight
             # micro-batch scope: every rank's loss is already a mean, so ranks average
             sum_gradients(params, ctx, scale=1.0 if normaliser is not None else 1.0 / ctx.world_size)
-            norm = float(torch.nn.utils.clip_grad_norm_(params, grad_clip))
+            norm = float(torch.nn.utils.clip_grad_norm_(params, settings.grad_clip))
             grad_norms.append(norm)
             if math.isfinite(norm):
                 optimizer.step()

@@ -1,41 +1,11 @@
 """``TokenBalanceGRPOTrainer``: TRL's ``GRPOTrainer`` with AR, TR-GRPO, Lopti, NTHR and your token rules.
 
 TRL keeps generation, rewards, advantages, reference log-probs, logging, checkpoints and
-accelerate / DeepSpeed / vLLM. Two methods are overridden:
-
-* ``_compute_loss`` - TRL's forward (``_get_per_token_logps_and_entropies``, the fused LM head) is
-  reused; the loss is ours: the host advantages go through
-  :func:`tokenbalance.algorithms.methods.passes_from_advantages` (NTHR / AR weights, Lopti split) and :func:`tokenbalance.algorithms.loss.pass_loss` (clipped / dual-clip
-  surrogate, TR-GRPO weights, k3 KL, aggregation). NTHR's hidden states are captured on this same
-  forward (``hidden.py``).
-* ``_generate_and_score_completions`` - adds one [B] tensor, ``group_ids`` (prompt-group id of each
-  completion, from TRL's layout), which survives TRL's shuffle so NTHR can find the groups; for
-  NTHR's default ``positives="correct"`` also ``rewards`` (each completion's weighted reward sum,
-  kept from ``_calculate_rewards``), from which the correct completions are found: reward equal to
-  the maximum (``nthr_max_reward``, or the sum of ``weight * reward_func.max_reward`` over the
-  reward functions, e.g. :class:`~tokenbalance.integrations.trl.rewards.TaskReward`'s K&K 3) or at least
-  ``nthr.correct_threshold``.
-
-The low-probability gradient share (``diag/bucket<b>/token_frac``, ``grad_share``,
-``grad_share_before``; docs/metrics.md) is logged from the same forward: the fused head is asked for
-``log_sum_sq_probs`` as well (the one extra reduction over the vocabulary of the exact logit-gradient
-norm) and dL/d log p comes from ``torch.autograd.grad`` on the loss's own graph down to the
-log-probs (elementwise in the tokens: no backward through the model). Per training micro-batch,
-averaged over TRL's logging window. A TRL whose fused head does not give ``log_sum_sq_probs`` gets
-the (1 - p) bound under ``grad_share_bound`` / ``grad_share_before_bound``.
-
-Lopti's two passes need no override of the loop: ``num_iterations`` = 2 x mu makes TRL reuse each
-generation batch for 2 x mu optimizer rounds, and ``_compute_loss`` picks the pass from the round
-(low-probability tokens first). TRL's own loop then does both optimizer steps, with its clipping,
-scheduler and gradient synchronisation.
-
-Differences from the paper / our trainer (docs/trl.md): the advantages are TRL's (std epsilon 1e-4,
-not 1e-6); the token-mean is TRL's ``dapo`` scope (tokens of the optimizer step over all ranks),
-identical to our trainer's default; the lr scheduler steps once per Lopti pass.
-
-    python -m tokenbalance.integrations.trl.smoke --method lopti --steps 2        # CPU, tiny model
-    accelerate launch --num_processes 1 my_train.py                                # one GPU
-    accelerate launch --num_processes 8 --config_file zero2.yaml my_train.py       # one node
+accelerate / DeepSpeed / vLLM. ``_compute_loss`` reuses TRL's forward (the fused LM head; NTHR's
+hidden states captured on it) with our maths (``passes_from_advantages``, ``pass_loss``) and logs the
+gradient share from the same forward (docs/metrics.md); ``_generate_and_score_completions`` adds
+each completion's group id (and reward, for NTHR); Lopti's two passes are TRL's own rounds
+(``num_iterations`` = 2 x mu). What each override does, the differences and commands: docs/trl.md.
 """
 
 from __future__ import annotations
@@ -47,17 +17,11 @@ from collections.abc import Iterator, Sequence
 import torch
 from trl import GRPOTrainer
 
-from tokenbalance.algorithms.logit_grad import (
-    logit_grad_sq,
-    logit_grad_sq_bound,
-    loss_and_baseline_gradients,
-    softmax_grad_sq,
-)
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import Method, NTHRInputs, passes_from_advantages
 from tokenbalance.algorithms.nthr import nthr_correct
-from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, check_bucket_edges
+from tokenbalance.diagnostics.grad_share import loss_grad_shares
 from tokenbalance.integrations.hidden import capture_last_hidden, decoder_of
 from tokenbalance.integrations.trl.config import (
     check_config,
@@ -238,31 +202,21 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         update_pass: UpdatePass,
         normaliser: LossNormaliser,
     ) -> dict[str, float]:
-        """This micro-batch's token and gradient shares per bucket of the old probability.
-
-        After: g = dL/d log p of the loss (``autograd.grad`` down to ``logp_BT`` only). Before: g =
-        the host's advantage (before NTHR / AR / TR-GRPO weights and the Lopti split) times its
-        token's weight in the policy aggregation, at ratio 1 with no clip, over all valid tokens.
-        """
-        dlogp_BT, base_BT = loss_and_baseline_gradients(
+        """This micro-batch's token and gradient shares per bucket of the old probability
+        (:func:`~tokenbalance.diagnostics.grad_share.loss_grad_shares`; "before" with the host's
+        advantage, before NTHR / AR / TR-GRPO weights and the Lopti split, over all valid tokens)."""
+        return loss_grad_shares(
             loss,
             logp_BT,
-            advantages_BT,
+            old_logp_BT,
             mask_BT,
+            advantages_BT,
             method=self.balance_method,
             normaliser_mask_BT=update_pass.normaliser_mask_BT,
             policy_normaliser=normaliser.policy,
+            edges=self.grad_share_edges,
+            sum_sq_probs_BT=sum_sq_probs_BT,
         )
-        if sum_sq_probs_BT is not None:
-            after_BT = logit_grad_sq(dlogp_BT, logp_BT, sum_sq_probs_BT)
-            before_BT = base_BT.square() * softmax_grad_sq(logp_BT, sum_sq_probs_BT).double()
-            suffix = ""
-        else:
-            after_BT = logit_grad_sq_bound(dlogp_BT, logp_BT)
-            before_BT = logit_grad_sq_bound(base_BT, logp_BT.double())
-            suffix = "_bound"
-        values = {"token_frac": mask_BT, f"grad_share{suffix}": after_BT, f"grad_share_before{suffix}": before_BT}
-        return bucket_shares(old_logp_BT, mask_BT, values, self.grad_share_edges)
 
     def _policy_module(self) -> torch.nn.Module:
         return self.accelerator.unwrap_model(self.model)

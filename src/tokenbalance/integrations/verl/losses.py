@@ -32,11 +32,10 @@ from typing import Any
 import torch
 
 from tokenbalance.algorithms.aggregate import loss_normaliser
-from tokenbalance.algorithms.logit_grad import logit_grad_sq_bound, loss_and_baseline_gradients
 from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import passes_from_advantages
-from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES
+from tokenbalance.diagnostics.grad_share import loss_grad_shares
 from tokenbalance.integrations.verl.config import method_from_actor_config
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 from tokenbalance.types import LossNormaliser, UpdatePass
@@ -84,34 +83,26 @@ def grad_share_bound_metrics(
     normaliser: LossNormaliser,
     edges=DEFAULT_EDGES,
 ) -> dict[str, float]:
-    """``diag/bucket<b>/token_frac``, ``grad_share_bound`` and ``grad_share_before_bound`` of one micro-batch.
-
-    After: 2 g^2 (1 - p)^2 with g = dL/d log p of ``loss`` (``autograd.grad`` down to ``log_prob``,
-    p the current probability). Before: the same with g = verl's advantage times the token's weight
-    in the policy aggregation (ratio 1, no clip, no token weight, no Lopti split), all valid tokens.
-    Buckets by the old probability. verl averages these over micro-batches, so a micro-batch whose
-    loss has no gradient through the log-probs (every advantage 0) counts 0 in every bucket instead of
-    NaN. Nothing when ``log_prob`` carries no gradient.
+    """``diag/bucket<b>/token_frac``, ``grad_share_bound`` and ``grad_share_before_bound`` of one
+    micro-batch (:func:`~tokenbalance.diagnostics.grad_share.loss_grad_shares`, the bound: p the
+    current probability; "before" with verl's advantage, all valid tokens; buckets by the old
+    probability). verl averages these over micro-batches, so a micro-batch whose loss has no
+    gradient through the log-probs (every advantage 0) counts 0 in every bucket instead of NaN.
+    Nothing when ``log_prob`` carries no gradient.
     """
     if not log_prob.requires_grad:
         return {}
-    mask_BT = response_mask.bool()
-    dlogp_BT, base_BT = loss_and_baseline_gradients(
+    shares = loss_grad_shares(
         loss,
         log_prob,
+        old_log_prob,
+        response_mask.bool(),
         advantages,
-        mask_BT,
         method=method,
         normaliser_mask_BT=update_pass.normaliser_mask_BT,
         policy_normaliser=normaliser.policy,
+        edges=edges,
     )
-    logp_BT = log_prob.detach().double()
-    values = {
-        "token_frac": mask_BT,
-        "grad_share_bound": logit_grad_sq_bound(dlogp_BT, logp_BT),
-        "grad_share_before_bound": logit_grad_sq_bound(base_BT, logp_BT),
-    }
-    shares = bucket_shares(old_log_prob, mask_BT, values, edges)
     return {key: 0.0 if math.isnan(value) else value for key, value in shares.items()}
 
 
