@@ -15,10 +15,10 @@ from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
+from tokenbalance.run.examples import rl_examples, task_for
 from tokenbalance.tasks.function import CHECKED_ROWS, FUNCTION_TASK
 from tokenbalance.tasks.registry import unregister_task
 from tokenbalance.trainer import runner
-from tokenbalance.trainer.data import function_task_for_run, rl_examples
 from tokenbalance.trainer.runner import run_training
 
 RUN = [o for o in SMALL_RUN if not o.startswith("data.")] + ["train.method=grpo"]
@@ -250,6 +250,9 @@ def test_chat_prompts_use_the_policy_chat_template(user_files, tmp_path, tiny_po
     write_jsonl(tmp_path / "chat.jsonl", [{"prompt": chat, "answer": "4"}, {"prompt": "3 + 3?", "answer": "6"}])
     overrides = [f"data.train_file={tmp_path / 'chat.jsonl'}", f"data.eval_file={tmp_path / 'chat.jsonl'}"]
     config = apply_overrides(RunConfig(), [*overrides, f"data.reward={GSM8K_MODULE}:gsm8k"]).data
-    task = function_task_for_run(config, tokenizer)
-    assert [e.prompt for e in rl_examples(config)] == ["<|system|>Be brief.\n<|user|>2 + 2?\n<|assistant|>", "3 + 3?"]
-    assert task.render_prompt(rl_examples(config)[1], "chat") == "<|user|>3 + 3?\n<|assistant|>"
+    task = task_for(config, tokenizer)
+    assert [e.prompt for e in rl_examples(config, task)] == [
+        "<|system|>Be brief.\n<|user|>2 + 2?\n<|assistant|>",
+        "3 + 3?",
+    ]
+    assert task.render_prompt(rl_examples(config, task)[1], "chat") == "<|user|>3 + 3?\n<|assistant|>"

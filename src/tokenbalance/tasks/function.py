@@ -15,8 +15,8 @@ parquet or JSON-lines file and scores each response with ``fn(response, **row)``
 The prompt is the column ``data.prompt_column`` (default ``prompt``): text used as is, or chat
 messages (``[{"role": "user", "content": ...}, ...]``) rendered with the policy tokenizer's chat
 template; ``data.template`` says which: ``auto`` (by the value's type), ``text``, or ``chat`` (text
-becomes one user message). The trainer hands the renderer in when a run starts
-(:func:`tokenbalance.trainer.data.function_task_for_run`), as this package imports no tokenizer.
+becomes one user message). The run's setup hands the renderer in
+(:func:`tokenbalance.run.examples.task_for`), as this package imports no tokenizer.
 
 One loader (:func:`load_reward_function`) and one check of what the function returns
 (:meth:`RewardFunction.result`) serve our trainer, the TRL reward
@@ -29,6 +29,7 @@ One loader (:func:`load_reward_function`) and one check of what the function ret
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -39,7 +40,6 @@ from typing import Any
 from tokenbalance.checks import check_choice
 from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreError, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows
-from tokenbalance.tasks.registry import TASK_FACTORIES, register_task
 from tokenbalance.user_code import clip_text, first_line, load_function, normalized_spec, shown
 
 FUNCTION_TASK = "function"
@@ -247,6 +247,12 @@ class FunctionTask(BaseTask):
         self.prompt_column = prompt_column
         self.render_chat = render_chat
 
+    def with_render_chat(self, render_chat: ChatRenderer) -> FunctionTask:
+        """This task (its function not loaded again) rendering chat prompts with ``render_chat``."""
+        task = copy.copy(self)
+        task.render_chat = render_chat
+        return task
+
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
         """One example per row: the prompt rendered per ``template`` (``data.template``), the row
         itself as ``ground_truth`` (the function's columns), ``where`` (file and row) in ``extra``.
@@ -382,34 +388,6 @@ class FunctionTask(BaseTask):
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
         raise self._no_generated("data files to write")
-
-
-class FunctionTaskFactory:
-    """What :func:`register_function_task` registers: builds the :class:`FunctionTask` of ``settings``
-    (reward, prompt column, max reward) with ``render_chat``."""
-
-    def __init__(self, settings: tuple[str, str, float], render_chat: ChatRenderer | None) -> None:
-        self.settings, self.render_chat = settings, render_chat
-
-    def __call__(self) -> FunctionTask:
-        reward, prompt_column, max_reward = self.settings
-        return FunctionTask(reward, prompt_column=prompt_column, max_reward=max_reward, render_chat=self.render_chat)
-
-
-def register_function_task(
-    reward: str, *, prompt_column: str = "prompt", max_reward: float = 1.0, render_chat: ChatRenderer | None = None
-) -> None:
-    """Make ``get_task("function")`` build the :class:`FunctionTask` of these settings. A config
-    with ``data.reward`` calls it when it is built (so ``data.task='function'`` validates), without
-    ``render_chat``: a registration of the same settings is then kept (it may hold the renderer
-    of the run's tokenizer). The trainer calls it with the renderer before it reads the data."""
-    settings = (reward, prompt_column, max_reward)  # checked by the config, and when the task is built
-    current = TASK_FACTORIES.get(FUNCTION_TASK)
-    if current is not None and not isinstance(current, FunctionTaskFactory):
-        raise ValueError(f"a task named {FUNCTION_TASK!r} is registered already; data.reward needs that name")
-    if render_chat is None and current is not None and current.settings == settings:
-        return
-    register_task(FUNCTION_TASK, FunctionTaskFactory(settings, render_chat), replace=True)
 
 
 @functools.lru_cache(maxsize=16)
