@@ -16,8 +16,7 @@ from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
 from tokenbalance.run.examples import rl_examples, task_for
-from tokenbalance.tasks.function import CHECKED_ROWS, FUNCTION_TASK
-from tokenbalance.tasks.registry import unregister_task
+from tokenbalance.tasks.function import CHECKED_ROWS
 from tokenbalance.trainer import runner
 from tokenbalance.trainer.runner import run_training
 
@@ -112,8 +111,7 @@ def test_train_two_steps_on_your_file_and_reward_then_resume(user_files, tmp_pat
     assert (saved["template"], saved["prompt_column"], saved["max_reward"]) == ("auto", "question", 1.0)
     assert saved["train_file"] == str(tmp_path / "train.jsonl") and saved["eval_file"] == str(tmp_path / "test.jsonl")
 
-    # a resume reads the reward from config.yaml alone (the task is registered again when it loads)
-    unregister_task(FUNCTION_TASK)
+    # a resume reads the reward from config.yaml alone
     user_files.CALLS.clear()
     assert main(["train", "--resume", str(run_dir), "--steps", "3"]) == 0
     resumed = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
