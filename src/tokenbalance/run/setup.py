@@ -70,30 +70,15 @@ class RunSetup:
 
 
 def prepare(config: RunConfig, *, resume: bool = False, tokenizer=None) -> RunSetup:
-    """Check ``config`` before any model work and build the run's setup. In order: the token rule
-    (run once on a synthetic batch), the policy's source (``data.reward`` needs ``--model`` or
-    ``--target-column``), the task (your function imports and is callable) and its template, the
-    SFT target, the device, the data files exist, the reporting extras and W&B settings; then the
-    policy directory's files and its tokenizer (``tokenizer``: one already loaded, e.g. the
-    policy's), the examples (files follow the schema; with ``data.target_column`` every row has its
-    target), a chat model meeting the tiny model's template, the task's tags and every prompt's
-    length; the embedded policy's cache directory is writable when the policy must be built; your
-    reward function returns a reward for the empty response on the first rows of each file."""
+    """Check ``config`` before any model work and build the run's setup: the settings first
+    (:func:`check_settings`), then the policy directory's files and its tokenizer (``tokenizer``:
+    one already loaded, the policy's), the examples (files follow the schema; with
+    ``data.target_column`` every row has its target), a chat model meeting the tiny model's
+    template, the task's tags and every prompt's length; the embedded policy's cache directory is
+    writable when the policy must be built; your reward function returns a reward for the empty
+    response on the first rows of each file."""
     data = config.data
-    rule = config.method().token_rule
-    if rule is not None:
-        probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
-    _check_policy_source(config, resume=resume)
-    task = task_for(data)  # data.reward: imports your function (not found, not callable: named)
-    check_choice("data.template", data.template, task.templates)
-    if config.model.path is None:
-        check_sft_target(task, config.sft)
-    resolve_device(config.train.device)
-    for key in ("train_file", "eval_file"):
-        path = getattr(data, key)
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"data.{key}={path!r}: no such file")
-    check_reporting(config.output, os.environ)
+    task = check_settings(config, resume=resume)
     if tokenizer is None and config.model.path is not None:
         tokenizer = load_checked_tokenizer(check_policy_dir(config.model.path))
     if config.model.path is not None and data.reward is not None:
@@ -112,10 +97,31 @@ def prepare(config: RunConfig, *, resume: bool = False, tokenizer=None) -> RunSe
         task.check_reward(setup.train_examples)
         task.check_reward(setup.eval_examples)
     if builds_policy:
-        setup = dataclasses.replace(
-            setup, sft_pairs=tuple(pairs if pairs is not None else sft_pairs(data, config.sft, task))
-        )
+        pairs = pairs if pairs is not None else sft_pairs(data, config.sft, task)
+        setup = dataclasses.replace(setup, sft_pairs=tuple(pairs))
     return setup
+
+
+def check_settings(config: RunConfig, *, resume: bool = False) -> Task:
+    """The checks of the settings alone (seconds; no data read): the token rule (run once on a
+    synthetic batch), the policy's source, the task (your function imports and is callable: it is
+    returned) and its template, the SFT target, the device, the data files exist, the reporting
+    extras and W&B settings."""
+    rule = config.method().token_rule
+    if rule is not None:
+        probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
+    _check_policy_source(config, resume=resume)
+    task = task_for(config.data)  # data.reward: imports your function (not found, not callable: named)
+    check_choice("data.template", config.data.template, task.templates)
+    if config.model.path is None:
+        check_sft_target(task, config.sft)
+    resolve_device(config.train.device)
+    for key in ("train_file", "eval_file"):
+        path = getattr(config.data, key)
+        if path is not None and not Path(path).is_file():
+            raise ValueError(f"data.{key}={path!r}: no such file")
+    check_reporting(config.output, os.environ)
+    return task
 
 
 def _check_policy_source(config: RunConfig, *, resume: bool) -> None:

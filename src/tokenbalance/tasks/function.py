@@ -1,30 +1,11 @@
 """``function``: your prompts and your reward function as a task, without a subclass.
 
-``tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward mypkg.rewards:gsm8k``
-(the options ``data.train_file``, ``data.eval_file`` and ``data.reward``) trains on the rows of a
-parquet or JSON-lines file and scores each response with ``fn(response, **row)``:
-
-* ``response``: the decoded response text (special tokens kept, EOS dropped), passed by position;
-* ``row``: the row's columns by name: those the function names as parameters, or all of them when it
-  takes ``**kwargs``. A parameter without a default is a column every row must have.
-* it returns a finite number (the reward), or ``(reward, correct)``, or a dict with ``"reward"`` (or
-  ``"score"``, verl's name), an optional ``"correct"`` and other numbers, logged as metrics.
-  A response is correct (``reward/acc``, ``eval/*/acc``) when its reward equals ``data.max_reward``
-  (default 1), as for every task; a returned ``correct`` flag must agree with that.
-
-The prompt is the column ``data.prompt_column`` (default ``prompt``): text used as is, or chat
-messages (``[{"role": "user", "content": ...}, ...]``) rendered with the policy tokenizer's chat
-template; ``data.template`` says which: ``auto`` (by the value's type), ``text``, or ``chat`` (text
-becomes one user message). The run's setup hands the renderer in
-(:func:`tokenbalance.run.examples.task_for`), as this package imports no tokenizer.
-
-One loader (:func:`load_reward_function`) and one check of what the function returns
-(:meth:`RewardFunction.result`) serve our trainer, the TRL reward
-(``TaskReward(tokenizer, reward="mypkg.rewards:gsm8k")``) and verl's
-(``+reward.custom_reward_function.reward_kwargs.reward=mypkg.rewards:gsm8k``); docs/tasks.md.
-
-    tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward rewards.py:gsm8k
-    tokenbalance train --model PATH --device cuda --set model.dtype=bfloat16 --data ... --reward ...
+``--data FILE --eval-data FILE --reward MODULE:FUNCTION`` train on the rows of a parquet or
+JSON-lines file, each response scored by ``fn(response, **row)`` (the columns it names, or all with
+``**kwargs``); it returns a number, ``(reward, correct)`` or a dict with ``"reward"`` (or verl's
+``"score"``) and other numbers, logged as metrics. Chat prompts are rendered with the policy's chat
+template, handed in by the run's setup (:func:`tokenbalance.run.examples.task_for`). One loader and
+one check of what the function returns serve our trainer, TRL and verl; docs/tasks.md.
 """
 
 from __future__ import annotations
