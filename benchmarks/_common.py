@@ -124,8 +124,7 @@ def testbed_policy_and_prompts(argv_description: str):
 
     from tokenbalance.config import RunConfig, apply_overrides
     from tokenbalance.models import load_policy
-    from tokenbalance.trainer.data import eval_examples
-    from tokenbalance.trainer.scoring import encode_prompts
+    from tokenbalance.run.examples import encode_prompts, eval_examples
 
     parser = argparse.ArgumentParser(description=argv_description)
     parser.add_argument("--model", required=True, help="a policy directory (the testbed's SFT policy)")

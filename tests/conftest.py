@@ -1,5 +1,6 @@
 """Suite-wide guards: no test may leave torch's global default dtype changed for the tests after it,
-nor the task ``function`` (a config with ``data.reward`` registers it) in the registry."""
+and nothing registers the task ``function`` (a config with ``data.reward`` names it; the run's setup
+builds it)."""
 
 import pytest
 import torch
@@ -15,11 +16,9 @@ def default_dtype_unchanged():
 
 
 @pytest.fixture(autouse=True)
-def forget_function_task():
-    """A config with data.reward registers the task 'function'; other tests expect kk and arith only."""
+def function_task_never_registered():
     yield
     from tokenbalance.tasks.function import FUNCTION_TASK
-    from tokenbalance.tasks.registry import TASK_FACTORIES, unregister_task
+    from tokenbalance.tasks.registry import TASK_FACTORIES
 
-    if FUNCTION_TASK in TASK_FACTORIES:
-        unregister_task(FUNCTION_TASK)
+    assert FUNCTION_TASK not in TASK_FACTORIES, "the task 'function' was registered (a config must not register it)"

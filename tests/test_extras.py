@@ -60,11 +60,11 @@ def test_train_names_a_missing_reporting_package_before_work(extra, monkeypatch)
     import importlib.util
 
     from tokenbalance.config import RunConfig
-    from tokenbalance.trainer.runner import check_before_work
+    from tokenbalance.run.setup import prepare
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == extra else real(name, *a))
     config = RunConfig()
     config.output = dataclasses.replace(config.output, **{extra: True})
     with pytest.raises(ValueError, match=rf"^output.{extra}=true needs the {extra} package: pip install {extra}$"):
-        check_before_work(config)
+        prepare(config)

@@ -13,7 +13,7 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from typing import Any
 
 
@@ -54,10 +54,11 @@ def check_range(
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
-    """Fail unless ``value`` is one of ``choices``."""
-    choices = tuple(choices)
-    if value not in choices:
-        raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(repr, choices))}")
+    """Fail unless ``value`` is one of ``choices`` (a collection's own ``in`` decides: a view may
+    accept a name it does not list); the message lists ``choices``."""
+    listed = tuple(choices)
+    if value not in (choices if isinstance(choices, Collection) else listed):
+        raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(repr, listed))}")
 
 
 def _describe(annotation: Any) -> str:

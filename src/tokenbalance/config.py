@@ -23,6 +23,7 @@ import copy
 import dataclasses
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -42,7 +43,7 @@ from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.options import field_types, is_string_field, option, path_fields, validate
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks.base import SFT_TARGETS
-from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec, register_function_task
+from tokenbalance.tasks.function import FUNCTION_TASK, PROMPT_FORMATS, normalized_reward_spec
 from tokenbalance.tasks.registry import DEFAULT_TASK, TASK_NAMES
 from tokenbalance.user_code import is_spec, normalized_spec
 
@@ -52,7 +53,7 @@ EVAL_SET_USES = {"test": "eval", "validation": "validation"}
 DEFAULT_TEMPLATE = "compact"
 # What a real (chat) model needs where the defaults suit the embedded tiny model: the settings of
 # docs/results.md's SmolLM2-135M-Instruct runs (Logic-RL's ChatML prompt, its ~300-token prompts,
-# room for a reasoning trace). runner.check_before_work names them when a chat model meets the defaults.
+# room for a reasoning trace). run.setup.prepare names them when a chat model meets the defaults.
 REAL_MODEL_SETTINGS = (
     ("data.template", "qwen-instruct"),
     ("data.max_prompt_tokens", 320),
@@ -110,10 +111,27 @@ class ModelConfig:
             )
 
 
+class _DataTasks(Sequence):
+    """``data.task``'s choices: the registered task names (what help and messages list) and
+    ``function``, the task of ``data.reward``, which the config names but never registers."""
+
+    def __getitem__(self, index):
+        return TASK_NAMES[index]
+
+    def __len__(self) -> int:
+        return len(TASK_NAMES)
+
+    def __contains__(self, name: object) -> bool:
+        return name == FUNCTION_TASK or name in TASK_NAMES
+
+
+DATA_TASKS: Sequence[str] = _DataTasks()
+
+
 @dataclass
 class DataConfig:
     # the choices are the registry's names when validated
-    task: str = option(DEFAULT_TASK, "task name ('function' when data.reward is set)", choices=TASK_NAMES)
+    task: str = option(DEFAULT_TASK, "task name ('function' when data.reward is set)", choices=DATA_TASKS)
     template: str = option(
         DEFAULT_TEMPLATE,
         "prompt template (compact: terse statements, no instruction, for tiny models; plain: the natural-language "
@@ -179,8 +197,9 @@ class DataConfig:
     max_prompt_tokens: int = option(256, "prompts longer than this are an error", low=8, high=10**6)
 
     def __post_init__(self) -> None:
-        """With ``data.reward``: the task is ``function`` (registered here, so that it validates),
-        the template one of its prompt formats (the default becomes ``auto``), both files given."""
+        """With ``data.reward``: the task is ``function`` (your function's, built by
+        :func:`tokenbalance.run.examples.task_for`, never registered), the template one of its prompt
+        formats (the default becomes ``auto``), both files given."""
         if not isinstance(self.reward, str) or not self.reward:  # None, or a wrong type validate() names
             if self.target_column is not None:
                 raise ValueError(
@@ -216,7 +235,6 @@ class DataConfig:
                     f"data.{key}: data.reward needs your {'prompts' if key == 'train_file' else 'held-out prompts'} "
                     f"in a parquet/JSONL file ({flag} FILE)"
                 )
-        register_function_task(self.reward, prompt_column=self.prompt_column, max_reward=self.max_reward)
 
 
 @dataclass

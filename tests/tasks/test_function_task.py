@@ -23,9 +23,11 @@ from tests.tasks.reward_modules import (
 from tokenbalance.config import DataConfig, RunConfig, apply_overrides, load_config, save_config
 from tokenbalance.integrations.trl.rewards import TaskReward
 from tokenbalance.integrations.verl.reward import compute_score
-from tokenbalance.tasks import FunctionTask, RewardFunction, Task, get_task, load_reward_function
-from tokenbalance.tasks.function import FUNCTION_TASK, RewardOutputError, register_function_task
-from tokenbalance.tasks.registry import TASK_FACTORIES, unregister_task
+from tokenbalance.run.examples import task_for
+from tokenbalance.tasks import FunctionTask, RewardFunction, Task, load_reward_function
+from tokenbalance.tasks.base import TaskExample
+from tokenbalance.tasks.function import RewardOutputError
+from tokenbalance.tasks.registry import TASK_FACTORIES
 
 
 @pytest.fixture
@@ -277,13 +279,15 @@ def test_config_options_make_the_function_task(gsm8k, tmp_path):
     train = write_jsonl(tmp_path / "train.jsonl", TRAIN_ROWS)
     held_out = write_jsonl(tmp_path / "test.jsonl", EVAL_ROWS)
     files = [f"data.train_file={train}", f"data.eval_file={held_out}", "data.prompt_column=question"]
+    registered = dict(TASK_FACTORIES)
     config = apply_overrides(RunConfig(), [f"data.reward={GSM8K_MODULE}:gsm8k", *files])
     assert (config.data.task, config.data.template, config.data.max_reward) == ("function", "auto", 1.0)
-    assert isinstance(get_task("function"), FunctionTask) and get_task("function").prompt_column == "question"
+    task = task_for(config.data)  # the config names the task; the setup builds it
+    assert isinstance(task, FunctionTask) and task.prompt_column == "question"
     save_config(config, tmp_path / "config.yaml")
-    unregister_task(FUNCTION_TASK)
-    assert load_config(tmp_path / "config.yaml").data == config.data  # loading registers it again
-    assert get_task("function").reward.name == f"{GSM8K_MODULE}:gsm8k"
+    assert load_config(tmp_path / "config.yaml").data == config.data
+    assert task_for(load_config(tmp_path / "config.yaml").data).reward.name == f"{GSM8K_MODULE}:gsm8k"
+    assert TASK_FACTORIES == registered  # no config registers a task
 
     relative = DataConfig(reward="rewards.py:gsm8k", train_file="a.jsonl", eval_file="b.jsonl")
     assert relative.reward == f"{Path.cwd() / 'rewards.py'}:gsm8k"  # a saved config names the same file
@@ -314,15 +318,16 @@ def test_config_errors_at_load(overrides, message):
         apply_overrides(RunConfig(), overrides)
 
 
-def test_a_registration_of_the_same_settings_keeps_its_renderer():
-    def render(chat):
-        return "rendered"
-
-    register_function_task("m:f", render_chat=render)
-    register_function_task("m:f")  # what building the same config again does
-    assert TASK_FACTORIES[FUNCTION_TASK].render_chat is render
-    register_function_task("m:g")
-    assert TASK_FACTORIES[FUNCTION_TASK].render_chat is None
+def test_the_policys_renderer_is_given_without_loading_the_function_again(gsm8k):
+    task = FunctionTask(f"{GSM8K_MODULE}:gsm8k")
+    rendering = task.with_render_chat(lambda chat: "|".join(m["content"] for m in chat))
+    assert rendering.reward is task.reward and task.render_chat is None
+    chat = [{"role": "user", "content": "2 + 2?"}, {"role": "user", "content": "again"}]
+    assert (
+        rendering.render_prompt(TaskExample("", "", {}, "function", extra={"prompt": chat}), "auto") == "2 + 2?|again"
+    )
+    with pytest.raises(ValueError, match="chat messages are rendered with the policy's chat template"):
+        task.render_prompt(TaskExample("", "", {}, "function", extra={"prompt": chat}), "auto")
 
 
 # ---- the same function as the TRL and the verl reward ----------------------------------------------------

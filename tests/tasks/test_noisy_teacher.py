@@ -11,6 +11,7 @@ import pytest
 
 from tests.tasks.test_arith import independent_value
 from tokenbalance.config import SFTConfig
+from tokenbalance.run.examples import check_sft_target
 from tokenbalance.tasks import get_task
 from tokenbalance.tasks.arith import DECISION_CLASSES, ArithTask, render_expression
 from tokenbalance.tasks.arith_cot import (
@@ -27,7 +28,6 @@ from tokenbalance.tasks.arith_cot import (
     working_pieces,
 )
 from tokenbalance.tasks.base import BaseTask, drawn_choices
-from tokenbalance.trainer.sft import check_sft_target
 
 TASK = ArithTask(timeout_s=None)
 TREE = ("+", ("*", ("-", 14, 5), 3), ("/", 12, 4))  # (14 - 5) * 3 + 12 / 4 = 30

@@ -18,11 +18,10 @@ from tokenbalance.config import DataConfig, RunConfig, SFTConfig, apply_override
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import train_tokenizer
 from tokenbalance.rollout.base import Generation
+from tokenbalance.run.examples import eval_examples, rl_examples, sft_examples, sft_pairs
 from tokenbalance.tasks import BaseTask, ScoreResult, Task, TaskExample, get_task, register_task, unregister_task
-from tokenbalance.trainer.data import eval_examples, rl_examples, sft_examples
 from tokenbalance.trainer.evaluate import evaluate, full_reward
 from tokenbalance.trainer.runner import run_training
-from tokenbalance.trainer.sft import sft_pairs
 
 
 class AddTask(BaseTask):

@@ -8,6 +8,7 @@ import pytest
 
 from tests.trainer.conftest import SMALL_RUN
 from tokenbalance.cli import main
+from tokenbalance.run.setup import prepare
 from tokenbalance.trainer import runner
 
 SETS = [arg for item in SMALL_RUN for arg in ("--set", item)]
@@ -90,5 +91,5 @@ def test_the_named_settings_pass_the_check(chat_policy_dir):
     config = apply_overrides(
         RunConfig(), [*SMALL_RUN, f"model.path={chat_policy_dir}", *named, "data.max_prompt_tokens=4000"]
     )
-    runner.check_before_work(config)  # the tiny tokenizer spells the qwen-instruct prompt in more tokens than 320
+    prepare(config)  # the tiny tokenizer spells the qwen-instruct prompt in more tokens than 320
     assert (config.data.template, config.rollout.max_new_tokens) == ("qwen-instruct", 400)

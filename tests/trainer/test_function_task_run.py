@@ -15,10 +15,9 @@ from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
-from tokenbalance.tasks.function import CHECKED_ROWS, FUNCTION_TASK
-from tokenbalance.tasks.registry import unregister_task
+from tokenbalance.run.examples import rl_examples, task_for
+from tokenbalance.tasks.function import CHECKED_ROWS
 from tokenbalance.trainer import runner
-from tokenbalance.trainer.data import function_task_for_run, rl_examples
 from tokenbalance.trainer.runner import run_training
 
 RUN = [o for o in SMALL_RUN if not o.startswith("data.")] + ["train.method=grpo"]
@@ -112,8 +111,7 @@ def test_train_two_steps_on_your_file_and_reward_then_resume(user_files, tmp_pat
     assert (saved["template"], saved["prompt_column"], saved["max_reward"]) == ("auto", "question", 1.0)
     assert saved["train_file"] == str(tmp_path / "train.jsonl") and saved["eval_file"] == str(tmp_path / "test.jsonl")
 
-    # a resume reads the reward from config.yaml alone (the task is registered again when it loads)
-    unregister_task(FUNCTION_TASK)
+    # a resume reads the reward from config.yaml alone
     user_files.CALLS.clear()
     assert main(["train", "--resume", str(run_dir), "--steps", "3"]) == 0
     resumed = [r for r in read_metrics(run_dir / "metrics.jsonl") if r["kind"] == "train"]
@@ -250,6 +248,9 @@ def test_chat_prompts_use_the_policy_chat_template(user_files, tmp_path, tiny_po
     write_jsonl(tmp_path / "chat.jsonl", [{"prompt": chat, "answer": "4"}, {"prompt": "3 + 3?", "answer": "6"}])
     overrides = [f"data.train_file={tmp_path / 'chat.jsonl'}", f"data.eval_file={tmp_path / 'chat.jsonl'}"]
     config = apply_overrides(RunConfig(), [*overrides, f"data.reward={GSM8K_MODULE}:gsm8k"]).data
-    task = function_task_for_run(config, tokenizer)
-    assert [e.prompt for e in rl_examples(config)] == ["<|system|>Be brief.\n<|user|>2 + 2?\n<|assistant|>", "3 + 3?"]
-    assert task.render_prompt(rl_examples(config)[1], "chat") == "<|user|>3 + 3?\n<|assistant|>"
+    task = task_for(config, tokenizer)
+    assert [e.prompt for e in rl_examples(config, task)] == [
+        "<|system|>Be brief.\n<|user|>2 + 2?\n<|assistant|>",
+        "3 + 3?",
+    ]
+    assert task.render_prompt(rl_examples(config, task)[1], "chat") == "<|user|>3 + 3?\n<|assistant|>"

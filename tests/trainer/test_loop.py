@@ -246,7 +246,7 @@ def test_eval_set_validation_is_disjoint_from_the_held_out_puzzles():
     """``data.eval_set=validation`` evaluates another generator range: no puzzle of it is a held-out
     (test) puzzle, so a setting chosen on it is not tuned on what results report."""
     from tokenbalance.config import RunConfig
-    from tokenbalance.trainer.data import eval_examples
+    from tokenbalance.run.examples import eval_examples
 
     config = RunConfig()
     config.data.eval_count = 200

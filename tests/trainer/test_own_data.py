@@ -14,9 +14,9 @@ from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides, load_config
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models.loading import load_checked_tokenizer
+from tokenbalance.run.examples import SFTPair, row_pairs
 from tokenbalance.trainer import runner
 from tokenbalance.trainer.embedded import embedded_key
-from tokenbalance.trainer.sft import SFTPair, row_pairs
 from tokenbalance.user_code import load_function
 
 EXAMPLE = Path(__file__).parents[2] / "examples" / "reverse"

@@ -28,6 +28,7 @@ from tokenbalance.diagnostics import sinks
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.outputs import check_files_replaceable
+from tokenbalance.run.checks import wandb_problem
 from tokenbalance.tasks.kk import generate_rows
 from tokenbalance.trainer import checkpoint, loop, runner
 from tokenbalance.trainer.embedded import embedded_key
@@ -331,9 +332,7 @@ def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
     assert len(err.strip().splitlines()) == 1 and not run_dir.exists()
     (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password k" + "0" * 39 + "\n")
     (tmp_path / ".netrc").chmod(0o600)
-    assert (
-        runner.wandb_problem(config_from_args(build_parser().parse_args([*train, *online])).output, os.environ) is None
-    )
+    assert wandb_problem(config_from_args(build_parser().parse_args([*train, *online])).output, os.environ) is None
 
 
 def test_a_wandb_start_that_fails_is_one_line_and_the_same_command_then_runs(

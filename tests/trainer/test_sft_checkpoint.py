@@ -8,10 +8,11 @@ import torch
 
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import TinyModelConfig, build_tiny_model, train_tokenizer
+from tokenbalance.run.examples import sft_pairs
 from tokenbalance.tasks.kk import tokenizer_corpus
 from tokenbalance.trainer import sft_checkpoint
 from tokenbalance.trainer.embedded import embedded_key
-from tokenbalance.trainer.sft import run_sft, sft_pairs
+from tokenbalance.trainer.sft import run_sft
 
 SETTINGS = [
     "data.train_difficulties=[2]",

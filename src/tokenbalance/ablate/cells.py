@@ -31,6 +31,7 @@ from typing import Literal, NamedTuple
 
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.config import RunConfig, apply_overrides, load_config, replace_sections
+from tokenbalance.run.setup import RunSetup
 
 
 def base_config(
@@ -65,9 +66,10 @@ def cell_config(base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir
     )
 
 
-def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True) -> str:
+def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True, setup: RunSetup | None = None) -> str:
     """Seed ``seed``'s start policy: ``model.path``, or the embedded policy SFT-trained with that
-    seed (built on first use, then reused from ``model.cache_dir``)."""
+    seed (built on first use, then reused from ``model.cache_dir``; from ``base``'s ``setup``: its
+    task and SFT pairs, which no seed changes)."""
     if base.model.path is not None:
         return base.model.path
     from tokenbalance.trainer.embedded import ensure_embedded_policy
@@ -75,7 +77,8 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
 
     config = replace_sections(base, train={"seed": seed})
     device = compute_device(config)
-    path = ensure_embedded_policy(config, device=device, progress=progress, log=log)
+    task, pairs = (setup.task, setup.sft_pairs) if setup is not None else (None, None)
+    path = ensure_embedded_policy(config, device=device, progress=progress, log=log, task=task, pairs=pairs)
     return str(Path(path).resolve())
 
 

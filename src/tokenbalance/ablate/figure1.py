@@ -58,17 +58,18 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     from tokenbalance.diagnostics.buckets import bucket_masks, bucket_token_stats
     from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
     from tokenbalance.diagnostics.step import update_advantages
+    from tokenbalance.run.setup import prepare
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.step_policy import StepPolicy
 
     methods = {row.key: get_method(row.preset) for row in rows}
-    from tokenbalance.trainer.data import rl_examples
-
     config = replace_sections(load_config(config_file), train={"method": rows[0].preset}, output={"progress": False})
-    prompts, note = figure_prompts(prompts, len(rl_examples(config.data)))
+    setup = prepare(config)
+    prompts, note = figure_prompts(prompts, len(setup.train_examples))
     if note:
         log(note)
-    batch = probe_batch(config, prompts=prompts, with_hidden=any(m.needs_hidden_states for m in methods.values()))
+    with_hidden = any(m.needs_hidden_states for m in methods.values())
+    batch = probe_batch(config, prompts=prompts, with_hidden=with_hidden, setup=setup)
     mask_BT = batch.mask_BT.bool()
     old_logp_BT = batch.old.logp_BT
     buckets = bucket_masks(old_logp_BT, mask_BT, edges)

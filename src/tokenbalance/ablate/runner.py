@@ -231,7 +231,7 @@ def write_plan(out_dir: Path, plan: GridPlan) -> None:
 
 def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str, RunConfig]:
     """Each cell's config, with the start policy of its seed (its path; built later if needed)."""
-    from tokenbalance.trainer.embedded import embedded_key
+    from tokenbalance.run.setup import embedded_key
 
     configs = {}
     for cell in plan.cells:
@@ -248,7 +248,7 @@ def default_jobs(base: RunConfig, isolation: str) -> int:
     """Cells at once by default: one per CPU, each with one thread, on a CPU (on 2 CPUs measured
     faster than one cell with both threads: docs/results.md "Speed"); one on a GPU, in process, or
     when ``train.threads`` asks for more than one thread per cell."""
-    from tokenbalance.trainer.runner import resolve_device
+    from tokenbalance.run.checks import resolve_device
 
     if isolation == "inprocess" or resolve_device(base.train.device).type != "cpu" or base.train.threads > 1:
         return 1
@@ -275,13 +275,13 @@ def run_grid(
     there (:mod:`tokenbalance.ablate.records`)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
-    from tokenbalance.trainer.runner import check_before_work
+    from tokenbalance.run.setup import prepare
 
     out_dir = Path(out_dir).resolve()
     if plan.preset.model is not None and model is None:
         raise ValueError(f"--preset {plan.preset.name}: give its start policy with --model DIR: {plan.preset.model}")
     base = base_config(plan, config_path=config_path, model=model, device=device)
-    check_before_work(base)
+    setup = prepare(base)  # the checks before work; its task and SFT pairs serve every seed's start policy
     jobs = default_jobs(base, isolation) if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"--jobs: must be >= 1, got {jobs}")
@@ -346,7 +346,7 @@ def run_grid(
         for cell in pending:
             first_of_seed.setdefault(plan.preset.policy_seed(cell.seed), cell)
         for seed, cell in first_of_seed.items():  # the one-time SFT builds, before the progress display
-            built = start_policy(base, seed, log=log, progress=progress)
+            built = start_policy(base, seed, log=log, progress=progress, setup=setup)
             if built != configs[cell.name].model.path:
                 raise RuntimeError(f"seed {seed}: start policy {built}, planned {configs[cell.name].model.path}")
         with GridProgress(len(plan.cells), done=len(outcome.skipped), enabled=progress, log=log) as display:

@@ -50,9 +50,7 @@ class ProbeClasses:
 
 def probe_classes(probe: ProbeBatch) -> ProbeClasses | None:
     """The token classes of the probe's responses, or None when its task does not tell them."""
-    from tokenbalance.tasks import get_task
-
-    task = get_task(probe.config.data.task)  # BaseTask's optional parts: a user's Task may lack them
+    task = probe.task  # BaseTask's optional parts: a user's Task may lack them
     names = tuple(getattr(task, "token_class_names", ()))
     text_classes = getattr(task, "text_classes", None)
     if not names or text_classes is None:

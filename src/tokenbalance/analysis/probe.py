@@ -2,12 +2,10 @@
 trainer's own pieces, for the offline diagnostics (:mod:`tokenbalance.analysis.experiments`,
 ``tokenbalance diagnose``) and the grid's Figure 1.
 
-:func:`probe_batch` runs the trainer's checks before any model work, takes the device and threads
-and the policy a run with the same config would (the embedded tiny policy is built or reused the
-same way), draws the first ``prompts`` prompts of the run's prompt stream (its first epoch's
-order), and samples and scores them with :func:`~tokenbalance.trainer.batch.sample_batch` and
-:func:`~tokenbalance.trainer.batch.with_logprobs`, as a training step does. The reference policy
-of the probe is the policy itself.
+:func:`probe_batch` takes the run's setup (:func:`tokenbalance.run.setup.prepare`: the checks before
+any model work, the task, the examples), the device, threads and policy a run with the same config
+would, draws the first ``prompts`` prompts of the run's prompt stream (its first epoch's order),
+and samples and scores them as a training step does. The probe's reference policy is the policy.
 """
 
 from __future__ import annotations
@@ -21,7 +19,8 @@ from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig
-from tokenbalance.tasks.base import TaskExample
+from tokenbalance.run.setup import RunSetup
+from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.trainer.batch import RolloutBatch, update_inputs
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
@@ -34,7 +33,7 @@ PROBE_SEED_SALT = 97  # the probe's sampling seed: derive_seed(train.seed, 0, 0,
 
 @dataclass(frozen=True)
 class ProbeBatch:
-    """A policy, its config and method, and one batch of its rollouts with old log-probs (B = P x G rows)."""
+    """A policy, its config, method and task, and one batch of its rollouts with old log-probs (B = P x G rows)."""
 
     config: RunConfig
     model: PreTrainedModel
@@ -42,6 +41,7 @@ class ProbeBatch:
     device: torch.device
     method: Method
     rollout: RolloutBatch
+    task: Task
 
     @property
     def temperature(self) -> float:
@@ -85,19 +85,23 @@ class ProbeBatch:
 
 
 def probe_batch(
-    config: RunConfig, *, prompts: int, group_size: int | None = None, with_hidden: bool = False, log=print
+    config: RunConfig,
+    *,
+    prompts: int,
+    group_size: int | None = None,
+    with_hidden: bool = False,
+    log=print,
+    setup: RunSetup | None = None,
 ) -> ProbeBatch:
     """Sample ``group_size`` (default ``rollout.group_size``) responses to each of the run's first
     ``prompts`` prompts with the policy ``config`` names, score them, add old log-probs (and the
-    last-layer hidden states with ``with_hidden``). The method is ``config.method()``."""
-    from tokenbalance.models import check_special_tokens
+    last-layer hidden states with ``with_hidden``). The method is ``config.method()``; ``setup``:
+    the config's, prepared here when not given."""
     from tokenbalance.rollout import make_engine
-    from tokenbalance.tasks import get_task
+    from tokenbalance.run.setup import prepare
     from tokenbalance.trainer.batch import sample_batch, with_logprobs
-    from tokenbalance.trainer.data import rl_examples
     from tokenbalance.trainer.loop import StepSettings, derive_seed, prompt_order
-    from tokenbalance.trainer.runner import check_before_work, compute_device, load_run_policy, policy_path
-    from tokenbalance.trainer.scoring import encode_prompts
+    from tokenbalance.trainer.runner import compute_device, load_run_policy, policy_path
 
     group_size = group_size or config.rollout.group_size
     if prompts < 1:
@@ -105,8 +109,9 @@ def probe_batch(
     if group_size < 2:
         raise ValueError(f"--group-size: must be >= 2 (a group needs a baseline), got {group_size}")
     method = config.method()
-    check_before_work(config)  # data, tokenizer, prompt lengths, device: before the model loads
-    pool = rl_examples(config.data)
+    if setup is None:
+        setup = prepare(config)  # data, tokenizer, prompt lengths, device: before the model loads
+    pool = setup.train_examples
     if prompts > len(pool):
         raise ValueError(
             f"--prompts {prompts}: the run's training data holds only {len(pool)} prompt(s) (data.train_file or "
@@ -114,12 +119,11 @@ def probe_batch(
         )
     device = compute_device(config)
     embedded = config.model.path is None
-    path = policy_path(config, device, DistContext(device=device), log)
-    model, tokenizer = load_run_policy(config, path, embedded=embedded, device=device)
-    task = get_task(config.data.task)
-    check_special_tokens(tokenizer, task.special_tokens)
-    chosen = [pool[i] for i in prompt_order(len(pool), config.train.seed, 0)[:prompts]]
-    prompt_ids = encode_prompts(tokenizer, chosen, config.data.max_prompt_tokens)
+    path = policy_path(config, device, DistContext(device=device), log, setup)
+    model, tokenizer = load_run_policy(config, path, embedded=embedded, device=device, tokenizer=setup.tokenizer)
+    setup = setup.with_tokenizer(tokenizer)
+    order = prompt_order(len(pool), config.train.seed, 0)[:prompts]
+    chosen, prompt_ids = [pool[i] for i in order], [setup.train_prompt_ids[i] for i in order]
     vocab = model.get_input_embeddings().num_embeddings
     if max(max(row) for row in prompt_ids) >= vocab:
         raise ValueError(
@@ -131,7 +135,7 @@ def probe_batch(
         batch = sample_batch(
             make_engine(config.rollout.engine, model, tokenizer),
             tokenizer,
-            task,
+            setup.task,
             chosen,
             prompt_ids,
             torch.arange(prompts),
@@ -159,7 +163,7 @@ def probe_batch(
             forward_settings=settings.forward_settings,
         )
         batch = dataclasses.replace(batch, old=old)
-    return ProbeBatch(config, model, tokenizer, device, method, batch)
+    return ProbeBatch(config, model, tokenizer, device, method, batch, setup.task)
 
 
 def method_passes(probe: ProbeBatch, method: Method, rows=None) -> tuple[list[UpdatePass], dict[str, float]]:

@@ -287,9 +287,9 @@ def figure(out: Path, plan, prompts: int) -> Path | None:
 def grid_task(args: argparse.Namespace, plan):
     """The task every cell trains on (the preset's, or ``--config`` / ``--set``'s)."""
     from tokenbalance.ablate.cells import base_config
-    from tokenbalance.tasks import get_task
+    from tokenbalance.run.examples import task_for
 
-    return get_task(base_config(plan, config_path=args.config, model=args.model, device=args.device).data.task)
+    return task_for(base_config(plan, config_path=args.config, model=args.model, device=args.device).data)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -42,24 +42,26 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.diagnostics.sinks import dump_json
     from tokenbalance.models import load_policy
     from tokenbalance.rollout import make_engine
-    from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.data import eval_examples
+    from tokenbalance.run.setup import prepare
     from tokenbalance.trainer.distributed import DistContext
     from tokenbalance.trainer.evaluate import MODES, evaluate
     from tokenbalance.trainer.precision import compute_dtype, forward_precision
     from tokenbalance.trainer.progress import StepProgress
-    from tokenbalance.trainer.runner import check_before_work, compute_device, policy_path
+    from tokenbalance.trainer.runner import compute_device, policy_path
 
     config = config_from_args(args)
     if args.responses:  # a file of the user's is never replaced: checked before any model work
         check_output_file(args.responses, "--responses", force=args.force, written_by=json_written_by(WRITTEN_BY))
-    check_before_work(config)  # data, tokenizer, prompt lengths, device: before any model work
+    setup = prepare(config)  # data, tokenizer, prompt lengths, device: before any model work
     device = compute_device(config)
-    path = policy_path(config, device, DistContext(device=device), print)
-    model, tokenizer = load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
+    path = policy_path(config, device, DistContext(device=device), print, setup)
+    model, tokenizer = load_policy(
+        path, device=device, dtype=getattr(torch, config.model.dtype), tokenizer=setup.tokenizer
+    )
+    setup = setup.with_tokenizer(tokenizer)
     engine = make_engine(config.rollout.engine, model, tokenizer)
     responses: list[dict] | None = [] if args.responses else None
-    examples = eval_examples(config.data)
+    examples = setup.eval_examples
     with (
         StepProgress(
             len(MODES) * len(examples), enabled=config.output.progress, description="eval", unit="response"
@@ -69,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         metrics = evaluate(
             engine,
             tokenizer,
-            get_task(config.data.task),
+            setup.task,
             examples,
             eos_token_ids=set(engine.eos_token_ids),
             max_new_tokens=config.rollout.max_new_tokens,
@@ -77,6 +79,7 @@ def run(args: argparse.Namespace) -> int:
             seed=config.train.seed,
             responses=responses,
             on_batch=lambda scored: bar.advance(scored, {}),
+            prompt_ids=setup.eval_prompt_ids,
         )
     if args.responses:
         document = {"written_by": WRITTEN_BY, "model": str(path), "metrics": metrics, "responses": responses}

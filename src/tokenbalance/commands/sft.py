@@ -50,10 +50,9 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.checks import check_choice
     from tokenbalance.config import absolute_paths
     from tokenbalance.models import check_policy_dir, load_policy
-    from tokenbalance.tasks import get_task
+    from tokenbalance.run.examples import check_sft_target, sft_pairs, task_for
     from tokenbalance.trainer.embedded import build_embedded_policy, sft_and_save, sft_checkpoint_dir
     from tokenbalance.trainer.runner import compute_device
-    from tokenbalance.trainer.sft import check_sft_target
 
     config = absolute_paths(config_from_args(args))
     if config.model.autocast != "off":
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
         )
     out = Path(args.out)
     check_out_dir(out, force=args.force)  # before any work: nothing of the user's is ever replaced
-    task = get_task(config.data.task)
+    task = task_for(config.data)
     check_choice("data.template", config.data.template, task.templates)
     check_sft_target(task, config.sft)
     device = compute_device(config)
@@ -72,12 +71,19 @@ def run(args: argparse.Namespace) -> int:
     checkpoints = sft_checkpoint_dir(out) if config.sft.save_every else None  # a stopped SFT continues
     if config.model.path is None:
         summary = build_embedded_policy(
-            config, out, device=device, progress=config.output.progress, checkpoint_dir=checkpoints
+            config, out, device=device, progress=config.output.progress, checkpoint_dir=checkpoints, task=task
         )
     else:
         model, tokenizer = load_policy(config.model.path, device=device)  # checked above
         summary = sft_and_save(
-            config, model, tokenizer, out, device=device, progress=config.output.progress, checkpoint_dir=checkpoints
+            config,
+            model,
+            tokenizer,
+            out,
+            device=device,
+            progress=config.output.progress,
+            checkpoint_dir=checkpoints,
+            pairs=sft_pairs(config.data, config.sft, task),
         )
     print(f"saved the SFT policy to {out} (final loss {summary['sft_final_loss']:.4f})")
     return 0

@@ -147,6 +147,7 @@ def load_policy(
     attn_implementation: str | None = None,
     pad_token: str | None = None,
     allow_pickle: bool = False,
+    tokenizer: PreTrainedTokenizerBase | None = None,
 ) -> tuple[PreTrainedModel, PreTrainedTokenizerBase]:
     """Load ``(model, tokenizer)`` from a local Hugging Face directory.
 
@@ -160,6 +161,8 @@ def load_policy(
             transformers' choice.
         pad_token: sets ``tokenizer.pad_token`` (for tokenizers shipped without one).
         allow_pickle: also accept ``pytorch_model.bin``-only directories (unpickles them).
+        tokenizer: the tokenizer already loaded from ``path`` (a run's setup), used instead of
+            loading it again.
 
     The model is returned in eval mode. ``model.config.pad_token_id`` is set to the tokenizer's pad
     id when the config has none. Raises ``ValueError`` for every problem listed in the module
@@ -172,7 +175,8 @@ def load_policy(
         raise ValueError(
             f"{directory / CONFIG_FILE}: not a valid JSON file ({err}); the model directory is damaged"
         ) from None
-    tokenizer = load_checked_tokenizer(directory)
+    if tokenizer is None:
+        tokenizer = load_checked_tokenizer(directory)
     if pad_token is not None:
         tokenizer.pad_token = pad_token
     check_tokenizer(tokenizer, directory)

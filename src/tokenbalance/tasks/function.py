@@ -1,14 +1,16 @@
 """``function``: your prompts and your reward function as a task, without a subclass.
 
-    tokenbalance train --model PATH --data train.jsonl --eval-data test.jsonl --reward rewards.py:gsm8k
-
-Each response is scored with ``fn(response, **row)``; a chat prompt is rendered with the policy
-tokenizer's template, handed in when a run starts (:func:`tokenbalance.trainer.data.function_task_for_run`).
-One loader and one check of what the function returns serve our trainer, TRL and verl. The function's
-contract, the prompts and the checks: docs/tasks.md ("Your data and your reward, no subclass")."""
+``--data FILE --eval-data FILE --reward MODULE:FUNCTION`` train on the rows of a parquet or
+JSON-lines file, each response scored by ``fn(response, **row)`` (the columns it names, or all with
+``**kwargs``); it returns a number, ``(reward, correct)`` or a dict with ``"reward"`` (or verl's
+``"score"``) and other numbers, logged as metrics. Chat prompts are rendered with the policy's chat
+template, handed in by the run's setup (:func:`tokenbalance.run.examples.task_for`). One loader and
+one check of what the function returns serve our trainer, TRL and verl; docs/tasks.md.
+"""
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import math
@@ -19,7 +21,6 @@ from typing import Any
 from tokenbalance.checks import check_choice
 from tokenbalance.tasks.base import BaseTask, ProgressFactory, ScoreError, ScoreResult, TaskExample
 from tokenbalance.tasks.files import RowReader, read_rows
-from tokenbalance.tasks.registry import TASK_FACTORIES, register_task
 from tokenbalance.user_code import clip_text, first_line, load_function, normalized_spec, shown
 
 FUNCTION_TASK = "function"
@@ -227,6 +228,12 @@ class FunctionTask(BaseTask):
         self.prompt_column = prompt_column
         self.render_chat = render_chat
 
+    def with_render_chat(self, render_chat: ChatRenderer) -> FunctionTask:
+        """This task (its function not loaded again) rendering chat prompts with ``render_chat``."""
+        task = copy.copy(self)
+        task.render_chat = render_chat
+        return task
+
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
         """One example per row: the prompt rendered per ``template`` (``data.template``), the row
         itself as ``ground_truth`` (the function's columns), ``where`` (file and row) in ``extra``.
@@ -362,34 +369,6 @@ class FunctionTask(BaseTask):
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
         raise self._no_generated("data files to write")
-
-
-class FunctionTaskFactory:
-    """What :func:`register_function_task` registers: builds the :class:`FunctionTask` of ``settings``
-    (reward, prompt column, max reward) with ``render_chat``."""
-
-    def __init__(self, settings: tuple[str, str, float], render_chat: ChatRenderer | None) -> None:
-        self.settings, self.render_chat = settings, render_chat
-
-    def __call__(self) -> FunctionTask:
-        reward, prompt_column, max_reward = self.settings
-        return FunctionTask(reward, prompt_column=prompt_column, max_reward=max_reward, render_chat=self.render_chat)
-
-
-def register_function_task(
-    reward: str, *, prompt_column: str = "prompt", max_reward: float = 1.0, render_chat: ChatRenderer | None = None
-) -> None:
-    """Make ``get_task("function")`` build the :class:`FunctionTask` of these settings. A config
-    with ``data.reward`` calls it when it is built (so ``data.task='function'`` validates), without
-    ``render_chat``: a registration of the same settings is then kept (it may hold the renderer
-    of the run's tokenizer). The trainer calls it with the renderer before it reads the data."""
-    settings = (reward, prompt_column, max_reward)  # checked by the config, and when the task is built
-    current = TASK_FACTORIES.get(FUNCTION_TASK)
-    if current is not None and not isinstance(current, FunctionTaskFactory):
-        raise ValueError(f"a task named {FUNCTION_TASK!r} is registered already; data.reward needs that name")
-    if render_chat is None and current is not None and current.settings == settings:
-        return
-    register_task(FUNCTION_TASK, FunctionTaskFactory(settings, render_chat), replace=True)
 
 
 @functools.lru_cache(maxsize=16)

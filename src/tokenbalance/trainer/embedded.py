@@ -1,7 +1,7 @@
 """The embedded default policy: a tiny model, a tokenizer trained on the task's text
 (``Task.tokenizer_corpus``; K&K by default), an SFT warm start. With ``data.reward`` and
 ``data.target_column`` (your own rows), the tokenizer is trained on the rows' prompts and targets
-and the SFT teaches the targets (:func:`~tokenbalance.trainer.sft.row_pairs`).
+and the SFT teaches the targets (:func:`~tokenbalance.run.examples.row_pairs`).
 
 Built once and cached under ``model.cache_dir/<key>/`` where the key hashes every setting that
 changes the result (model sizes, tokenizer size, SFT settings, data, seed, package version), so a
@@ -10,46 +10,23 @@ changed setting never reuses a stale cache. The directory appears atomically whe
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shutil
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 
-from tokenbalance import __version__
-from tokenbalance.config import RunConfig, to_dict
+from tokenbalance.config import RunConfig
 from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters, save_policy, train_tokenizer
-from tokenbalance.tasks import get_task
+from tokenbalance.run.examples import SFTPair, sft_pairs, task_for
+from tokenbalance.run.setup import embedded_key
+from tokenbalance.tasks.base import Task
 from tokenbalance.trainer.checkpoint import write_text_atomic
-from tokenbalance.trainer.sft import run_sft, sft_pairs
+from tokenbalance.trainer.sft import run_sft
 
 SFT_SUMMARY = "tokenbalance_sft.json"
-
-
-def embedded_key(config: RunConfig) -> str:
-    data = config.data
-    relevant = {
-        # model.autocast is how RL forwards compute, not what the SFT builds: not part of the key
-        "model": {k: v for k, v in to_dict(config.model).items() if k not in ("path", "cache_dir", "autocast")},
-        "sft": config.sft.result_settings(),
-        "data": (
-            {"task": data.task, "template": data.template, "train_difficulties": list(data.train_difficulties)}
-            if data.reward is None
-            else {  # your rows: the file's bytes and the columns read from it (not the reward function)
-                "task": data.task,
-                "template": data.template,
-                "rows": hashlib.sha256(Path(str(data.train_file)).read_bytes()).hexdigest(),
-                "prompt_column": data.prompt_column,
-                "target_column": data.target_column,
-            }
-        ),
-        "seed": config.train.seed,
-        "version": __version__,
-    }
-    digest = hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:12]
-    return f"{config.data.task}-tiny-{digest}"
 
 
 def tiny_config(config: RunConfig) -> TinyModelConfig:
@@ -71,14 +48,19 @@ def build_embedded_policy(
     progress: bool = True,
     log=print,
     checkpoint_dir: Path | None = None,
+    task: Task | None = None,
+    pairs: Sequence[SFTPair] | None = None,
 ) -> dict:
     """Train the tokenizer, build the tiny model, run SFT (resumable in ``checkpoint_dir`` with
-    ``sft.save_every``) and save it to ``out_dir``."""
+    ``sft.save_every``) and save it to ``out_dir``. ``task`` and the SFT ``pairs``: the run's
+    (:class:`~tokenbalance.run.setup.RunSetup`), built from ``config`` when not given."""
     started = time.perf_counter()
+    task = task if task is not None else task_for(config.data)
+    pairs = pairs if pairs is not None else sft_pairs(config.data, config.sft, task)
     if config.data.reward is not None:  # your rows: their prompts and targets
-        corpus = [pair.prompt + pair.response for pair in sft_pairs(config.data, config.sft)]
+        corpus = [pair.prompt + pair.response for pair in pairs]
     else:
-        corpus = list(get_task(config.data.task).tokenizer_corpus(config.data.train_difficulties, config.data.template))
+        corpus = list(task.tokenizer_corpus(config.data.train_difficulties, config.data.template))
     tokenizer = train_tokenizer(corpus, vocab_size=config.model.vocab_size)
     model = build_tiny_model(
         tiny_config(config), tokenizer, seed=config.train.seed, attn_implementation=config.model.attn_implementation
@@ -96,6 +78,7 @@ def build_embedded_policy(
         progress=progress,
         sft_seconds_since=started,
         checkpoint_dir=checkpoint_dir,
+        pairs=pairs,
         parameters=count_parameters(model),
     )
 
@@ -110,15 +93,17 @@ def sft_and_save(
     progress: bool,
     sft_seconds_since: float | None = None,
     checkpoint_dir: Path | None = None,
+    pairs: Sequence[SFTPair] | None = None,
     **extra,
 ) -> dict:
-    """SFT ``model`` per ``config``, save it to ``out_dir`` with its summary (the final loss, the
-    seconds since ``sft_seconds_since`` when given, and ``extra``); returns the summary. SFT
-    checkpoints in ``checkpoint_dir`` (``sft.save_every``) are removed once the policy is saved."""
+    """SFT ``model`` on ``pairs`` (default: ``config``'s), save it to ``out_dir`` with its summary
+    (the final loss, the seconds since ``sft_seconds_since`` when given, and ``extra``); returns the
+    summary. SFT checkpoints in ``checkpoint_dir`` (``sft.save_every``) are removed once the policy
+    is saved."""
     losses = run_sft(
         model,
         tokenizer,
-        sft_pairs(config.data, config.sft),
+        list(pairs) if pairs is not None else sft_pairs(config.data, config.sft),
         config.sft,
         seed=config.train.seed,
         max_prompt_tokens=config.data.max_prompt_tokens,
@@ -155,15 +140,26 @@ def sft_written_files(out_dir: Path) -> set[str]:
     return recorded_files(out_dir / SFT_SUMMARY)
 
 
-def ensure_embedded_policy(config: RunConfig, *, device: torch.device, progress: bool = True, log=print) -> Path:
-    """The cached embedded policy directory, building it first if needed."""
+def ensure_embedded_policy(
+    config: RunConfig,
+    *,
+    device: torch.device,
+    progress: bool = True,
+    log=print,
+    task: Task | None = None,
+    pairs: Sequence[SFTPair] | None = None,
+) -> Path:
+    """The cached embedded policy directory, building it first if needed (from the run's ``task``
+    and SFT ``pairs`` when given: :func:`build_embedded_policy`)."""
     path = Path(config.model.cache_dir) / embedded_key(config)
     if (path / SFT_SUMMARY).is_file():
         log(f"embedded policy: reusing {path}")
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
     checkpoints = sft_checkpoint_dir(path, log=log)
-    build_embedded_policy(config, path, device=device, progress=progress, log=log, checkpoint_dir=checkpoints)
+    build_embedded_policy(
+        config, path, device=device, progress=progress, log=log, checkpoint_dir=checkpoints, task=task, pairs=pairs
+    )
     return path
 
 

@@ -9,12 +9,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from tokenbalance.rollout.base import RolloutEngine, SamplingParams
+from tokenbalance.run.examples import encode_prompts
 from tokenbalance.tasks.base import Task, TaskExample
-from tokenbalance.trainer.scoring import decode_responses, encode_prompts, score_responses
+from tokenbalance.trainer.scoring import decode_responses, score_responses
 
 MODES = {"greedy": 0.0, "sample": 1.0}
 # each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the
@@ -31,7 +32,7 @@ def evaluate(
     engine: RolloutEngine,
     tokenizer,
     task: Task,
-    examples: list[TaskExample],
+    examples: Sequence[TaskExample],
     *,
     eos_token_ids: set[int],
     max_new_tokens: int,
@@ -40,6 +41,7 @@ def evaluate(
     seed: int = 0,
     responses: list[dict] | None = None,
     on_batch: Callable[[int], None] | None = None,
+    prompt_ids: Sequence[list[int]] | None = None,
 ) -> dict[str, float]:
     """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,
     response_len_incorrect,format_error}`` metrics (a length over no response is NaN);
@@ -49,8 +51,9 @@ def evaluate(
     ``responses``: when given, one record per response is appended to it, in order (mode, the
     example's data source, index and difficulty, reward, correct, tokens, format_ok or None, text).
     ``on_batch``: called after each batch with the number of responses scored so far (both modes:
-    ``len(MODES) * len(examples)`` in all), e.g. a progress display's ``advance``."""
-    prompts = encode_prompts(tokenizer, examples, max_prompt_tokens)
+    ``len(MODES) * len(examples)`` in all), e.g. a progress display's ``advance``. ``prompt_ids``:
+    the examples' prompts already encoded (:class:`~tokenbalance.run.setup.RunSetup`)."""
+    prompts = list(prompt_ids) if prompt_ids is not None else encode_prompts(tokenizer, examples, max_prompt_tokens)
     target = full_reward(task)
     metrics: dict[str, float] = {}
     scored = 0

@@ -64,9 +64,8 @@ from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
-from tokenbalance.models import check_special_tokens
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
-from tokenbalance.tasks import get_task
+from tokenbalance.run.setup import RunSetup, prepare
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.threads import ThreadAdapter
 from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
@@ -78,7 +77,6 @@ from tokenbalance.trainer.checkpoint import (
     save_checkpoint,
     write_text_atomic,
 )
-from tokenbalance.trainer.data import eval_examples, rl_examples
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import append_outcomes, evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
@@ -91,7 +89,6 @@ from tokenbalance.trainer.precision import (
 )
 from tokenbalance.trainer.progress import StepProgress, StepTimer
 from tokenbalance.trainer.rundir import has_final_eval, write_end_status
-from tokenbalance.trainer.scoring import encode_prompts
 from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateSettings, UpdateSpec, reusable_first_forward, run_update, update_forward
 
@@ -186,6 +183,7 @@ class Runtime:
     device: torch.device
     ctx: DistContext
     threads: ThreadAdapter | None = None  # train.threads=0 on a CPU: the count follows the load
+    eval_prompt_ids: list[list[int]] | None = None  # the held-out prompts encoded (None: encoded at each evaluation)
 
     @property
     def eos_token_ids(self) -> set[int]:
@@ -378,6 +376,7 @@ def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
             max_prompt_tokens=parts.config.data.max_prompt_tokens,
             seed=parts.settings.seed,
             responses=responses,
+            prompt_ids=rt.eval_prompt_ids,
         )
     if rt.ctx.is_main:
         append_outcomes(parts.run_dir, step, responses)
@@ -508,9 +507,19 @@ def thread_adapter(config: RunConfig, device: torch.device, ctx: DistContext) ->
 
 
 def prepare_training(
-    config: RunConfig, run_dir: Path, policy, tokenizer, device: torch.device, ctx: DistContext, *, resume: bool = False
+    config: RunConfig,
+    run_dir: Path,
+    policy,
+    tokenizer,
+    device: torch.device,
+    ctx: DistContext,
+    *,
+    resume: bool = False,
+    setup: RunSetup | None = None,
 ) -> TrainerParts:
-    """Build the method, reference model, optimizer, engine and data; write the resolved config."""
+    """Build the method, reference model, optimizer and engine on the run's ``setup`` (task,
+    examples, prompt ids: :func:`~tokenbalance.run.setup.prepare`'s, for the policy's ``tokenizer``;
+    prepared here when not given); write the resolved config."""
     if config.rollout.prompts_per_step % ctx.world_size:
         raise ValueError(
             f"rollout.prompts_per_step={config.rollout.prompts_per_step} must be divisible by "
@@ -535,12 +544,9 @@ def prepare_training(
         reference = copy.deepcopy(policy).eval()
         for param in reference.parameters():
             param.requires_grad_(False)
-    task = get_task(config.data.task)
-    check_special_tokens(tokenizer, task.special_tokens)  # tags the reward reads from decoded text
-    train_examples = rl_examples(config.data)
-    evals = eval_examples(config.data)
-    train_ids = encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
-    encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)  # fail early on long prompts
+    if setup is None:
+        setup = prepare(config, resume=resume, tokenizer=tokenizer)
+    setup = setup.with_tokenizer(tokenizer)  # the embedded policy's: its tags checked, the prompts encoded
     parts = TrainerParts(
         config=config,
         run_dir=run_dir,
@@ -550,13 +556,14 @@ def prepare_training(
         runtime=Runtime(
             engine=make_engine(config.rollout.engine, policy, tokenizer),  # stops at the tokenizer's and model's EOS
             tokenizer=tokenizer,
-            task=task,
-            train_examples=train_examples,
-            train_prompt_ids=train_ids,
-            eval_examples=evals,
+            task=setup.task,
+            train_examples=list(setup.train_examples),
+            train_prompt_ids=list(setup.train_prompt_ids),
+            eval_examples=list(setup.eval_examples),
             device=device,
             ctx=ctx,
             threads=thread_adapter(config, device, ctx),
+            eval_prompt_ids=list(setup.eval_prompt_ids),
         ),
     )
     if resume:

@@ -1,30 +1,26 @@
-"""From a config to a finished run: the checks before any work, device, distributed setup, the
-policy, the run directory (claimed and locked), the loop, and the before/after table. Shared by
-``tokenbalance train`` and the tests.
+"""From a config to a finished run: the setup (:func:`tokenbalance.run.setup.prepare`: the checks
+before any work, seconds in), device, distributed setup, the policy, the run directory (claimed and
+locked), the loop, and the before/after table. Shared by ``tokenbalance train`` and the tests.
 
-Order (docs/reliability.md): everything that can be checked without a model first
-(:func:`check_before_work`: seconds), then the run directory is locked and, on ``--resume``,
-repaired (interrupted writes cleaned, a lost ``latest`` pointer recovered, the checkpoint's files
-read); only then the embedded policy build or the model load.
+Order (docs/reliability.md): the run directory is new or empty, then everything that can be checked
+without a model; then the run directory is locked and, on ``--resume``, repaired (interrupted writes
+cleaned, a lost ``latest`` pointer recovered, the checkpoint's files read); only then the embedded
+policy build or the model load.
 """
 
 from __future__ import annotations
 
 import json
-import netrc
 import os
 import time
-from collections.abc import Mapping
 from pathlib import Path
-from urllib.parse import urlparse
 
 import torch
 
-from tokenbalance.checks import check_choice
-from tokenbalance.config import OutputConfig, RunConfig, absolute_paths, load_config
+from tokenbalance.config import RunConfig, absolute_paths, load_config
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
-from tokenbalance.extras import missing_package
-from tokenbalance.outputs import check_writable_dir
+from tokenbalance.run.checks import resolve_device
+from tokenbalance.run.setup import RunSetup, prepare
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
 from tokenbalance.trainer.progress import progress_log
 from tokenbalance.trainer.rundir import (
@@ -38,141 +34,6 @@ from tokenbalance.trainer.rundir import (
     verify_checkpoint,
 )
 
-REPORTING_EXTRAS = ("tensorboard", "wandb")  # output flags named as their extras (tokenbalance.extras)
-WANDB_OPTIONS = ("wandb_project", "wandb_entity", "wandb_name", "wandb_mode")
-WANDB_ENV_MODES = ("offline", "online", "disabled", "dryrun", "run")  # what wandb takes from WANDB_MODE
-
-
-def has_wandb_login(environ: Mapping[str, str]) -> bool:
-    """Whether W&B can log in online without asking: ``WANDB_API_KEY``, or an entry for the W&B
-    host (``WANDB_BASE_URL``, default api.wandb.ai) in the netrc file ``wandb login`` writes."""
-    if environ.get("WANDB_API_KEY"):
-        return True
-    host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
-    path = environ.get("NETRC") or os.path.join(environ.get("HOME") or os.path.expanduser("~"), ".netrc")
-    try:
-        return netrc.netrc(path).authenticators(host) is not None
-    except (OSError, netrc.NetrcParseError):
-        return False
-
-
-def wandb_problem(output: OutputConfig, environ: Mapping[str, str]) -> str | None:
-    """Why the W&B settings cannot work as given, checked before the model loads (None when they
-    can): a ``wandb_*`` option set while ``output.wandb`` is off (it would be ignored), a
-    ``WANDB_MODE`` that is not a W&B mode, or online logging without a login."""
-    defaults = OutputConfig()
-    if not output.wandb:
-        given = [name for name in WANDB_OPTIONS if getattr(output, name) != getattr(defaults, name)]
-        if given:
-            return (
-                f"output.{given[0]}={getattr(output, given[0])!r}: applies only with output.wandb=true (W&B is off "
-                "and would ignore it); set output.wandb=true or leave it out"
-            )
-        return None
-    env_mode = environ.get("WANDB_MODE") or None
-    if env_mode is not None and env_mode not in WANDB_ENV_MODES:
-        return (
-            f"WANDB_MODE={env_mode!r} in the environment (it wins over output.wandb_mode): not a W&B mode; valid: "
-            "offline, online, disabled; fix or unset it"
-        )
-    mode = env_mode or output.wandb_mode
-    if mode in ("online", "run") and not has_wandb_login(environ):
-        return (
-            "output.wandb: W&B online needs a login and this machine has none (no WANDB_API_KEY, no netrc entry); "
-            "run `wandb login`, or log offline with output.wandb_mode=offline (`wandb sync` uploads it later)"
-        )
-    return None
-
-
-def check_before_work(config: RunConfig, *, run_dir: Path | None = None, resume: bool = False) -> None:
-    """What can be checked without a model, before the (possibly minutes-long) SFT build or model
-    load: the method (already resolved when the config was built), the device, the task's template,
-    the data (files exist and follow the schema, gold answers agree with the rows' own solution
-    columns), the policy directory's files and, with its tokenizer, the task's tags and every
-    prompt's length, the reporting extras and W&B settings (:func:`wandb_problem`), and where the run writes: a new run needs a new or
-    empty, writable ``run_dir``; the embedded policy's cache directory must be writable when the
-    policy has to be built. With ``data.reward`` (your function): a policy is given, the function
-    imports and is callable, every row has the prompt and the columns it takes, chat prompts
-    render with the policy's chat template, and it returns a reward for the empty response on the
-    first rows of each file."""
-    from tokenbalance.algorithms.token_rules import probe_rule
-    from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_checked_tokenizer
-    from tokenbalance.tasks import get_task
-    from tokenbalance.tasks.function import FunctionTask
-    from tokenbalance.trainer.data import eval_examples, function_task_for_run, rl_examples
-    from tokenbalance.trainer.embedded import embedded_key
-    from tokenbalance.trainer.scoring import encode_prompts
-    from tokenbalance.trainer.sft import check_sft_target, row_pairs
-
-    rule = config.method().token_rule
-    if rule is not None:
-        probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
-    if config.data.reward is not None and config.model.path is None and config.data.target_column is None:
-        raise ValueError(
-            "data.reward: give the policy to train with --model PATH (a Hugging Face model directory), or "
-            "--target-column NAME (the column holding a good response to each prompt) to build the embedded tiny "
-            "model on your rows and warm-start it on that column"
-        )
-    if config.data.target_column is not None and config.model.path is not None and not resume:
-        raise ValueError(
-            f"data.target_column={config.data.target_column!r}: it builds the embedded tiny model on your rows, "
-            "without --model; to warm-start your own model on it, run `tokenbalance sft --model PATH --out DIR "
-            "--target-column NAME` (with the same --data, --eval-data, --reward) and train --model DIR"
-        )
-    task = get_task(config.data.task)  # data.reward: imports your function (not found, not callable: named)
-    check_choice("data.template", config.data.template, task.templates)
-    if config.model.path is None:
-        check_sft_target(task, config.sft)
-    resolve_device(config.train.device)
-    for key in ("train_file", "eval_file"):
-        path = getattr(config.data, key)
-        if path is not None and not Path(path).is_file():
-            raise ValueError(f"data.{key}={path!r}: no such file")
-    for flag in REPORTING_EXTRAS:
-        module = missing_package(flag) if getattr(config.output, flag) else None
-        if module is not None:
-            raise ValueError(f"output.{flag}=true needs the {module} package: pip install {module}")
-    problem = wandb_problem(config.output, os.environ)
-    if problem:
-        raise ValueError(problem)
-    if run_dir is not None and not resume:
-        check_new_run_dir(run_dir)
-    tokenizer = None
-    if config.model.path is not None:
-        tokenizer = load_checked_tokenizer(check_policy_dir(config.model.path))
-        if config.data.reward is not None:
-            task = function_task_for_run(config.data, tokenizer)  # chat prompts: the policy's template
-    train_examples, evals = rl_examples(config.data), eval_examples(config.data)
-    if config.model.path is None and config.data.reward is not None:
-        row_pairs(config.data)  # every row has its target: before the tokenizer and model are built on them
-    if tokenizer is not None:
-        check_real_model_settings(config, tokenizer)
-        check_special_tokens(tokenizer, task.special_tokens)
-        encode_prompts(tokenizer, train_examples, config.data.max_prompt_tokens)
-        encode_prompts(tokenizer, evals, config.data.max_prompt_tokens)
-    elif not (Path(config.model.cache_dir) / embedded_key(config) / "tokenbalance_sft.json").is_file():
-        check_writable_dir(config.model.cache_dir, "model.cache_dir")
-    if isinstance(task, FunctionTask):
-        task.check_reward(train_examples)
-        task.check_reward(evals)
-
-
-def check_real_model_settings(config: RunConfig, tokenizer) -> None:
-    """``ValueError`` when a chat model (its tokenizer has a chat template; the embedded tiny
-    tokenizer has none) meets the tiny model's prompt template, naming the settings that fit it
-    (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): the terse ``compact`` prompt and a 48-token
-    budget score every answer -3, which no RL step can learn from."""
-    from tokenbalance.config import DEFAULT_TEMPLATE, REAL_MODEL_SETTINGS
-
-    if config.data.template != DEFAULT_TEMPLATE or not getattr(tokenizer, "chat_template", None):
-        return
-    flags = " ".join(f"--set {key}={value}" for key, value in REAL_MODEL_SETTINGS)
-    raise ValueError(
-        f"model.path={config.model.path}: a chat model (its tokenizer has a chat template) with "
-        f"data.template={DEFAULT_TEMPLATE!r}, the embedded tiny model's prompt, scores every answer as a format "
-        f"error; pass {flags} (the settings of docs/results.md's SmolLM2 runs), or another data.template"
-    )
-
 
 def compute_device(config: RunConfig) -> torch.device:
     """The device a command computes on, with this process's torch threads set from
@@ -184,35 +45,13 @@ def compute_device(config: RunConfig) -> torch.device:
     return resolve_device(config.train.device)
 
 
-def resolve_device(name: str) -> torch.device:
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    try:
-        device = torch.device(name)
-    except (RuntimeError, TypeError, ValueError):
-        raise ValueError(f"train.device={name!r}: unknown device; valid: auto, cpu, cuda, cuda:N") from None
-    if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"train.device={name!r}: CUDA is not available on this machine; use cpu")
-    if device.type == "cuda" and device.index is not None and device.index >= torch.cuda.device_count():
-        raise ValueError(
-            f"train.device={name!r}: this machine has {torch.cuda.device_count()} CUDA device(s) "
-            f"(cuda:0..cuda:{torch.cuda.device_count() - 1})"
-        )
-    if device.type not in ("cpu", "cuda"):
-        available = getattr(torch.backends, device.type, None)
-        if available is None or not getattr(available, "is_available", lambda: False)():
-            raise ValueError(f"train.device={name!r}: not available on this machine; valid: auto, cpu, cuda, cuda:N")
-    if device.type == "cuda" and "LOCAL_RANK" in os.environ and device.index is None:
-        device = torch.device("cuda", int(os.environ["LOCAL_RANK"]))
-    return device
-
-
 def default_run_dir(config: RunConfig) -> Path:
     return Path("runs") / f"{config.method().name}-{time.strftime('%Y%m%d-%H%M%S')}"  # a token rule's own name
 
 
-def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) -> str:
-    """``model.path``, or the embedded tiny policy (built by rank 0, reused by the others)."""
+def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log, setup: RunSetup | None = None) -> str:
+    """``model.path``, or the embedded tiny policy (built by rank 0, reused by the others; from the
+    ``setup``'s task and SFT pairs when given)."""
     if config.model.path is not None:
         return config.model.path
     from tokenbalance.trainer.embedded import ensure_embedded_policy
@@ -224,6 +63,8 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log) 
         device=device,
         progress=config.output.progress and ctx.is_main,
         log=log if ctx.is_main else (lambda *_: None),
+        task=setup.task if setup is not None else None,
+        pairs=setup.sft_pairs if setup is not None else None,
     )
     if ctx.is_main:
         barrier(ctx)
@@ -248,12 +89,13 @@ def before_after_table(run_dir: Path) -> str:
     return "\n".join(lines)
 
 
-def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: torch.device):
-    """``load_policy`` at the run's dtype; a damaged embedded policy's message says how to rebuild it."""
+def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: torch.device, tokenizer=None):
+    """``load_policy`` at the run's dtype (``tokenizer``: the one prepared from ``path``, not loaded
+    again); a damaged embedded policy's message says how to rebuild it."""
     from tokenbalance.models import load_policy
 
     try:
-        return load_policy(path, device=device, dtype=getattr(torch, config.model.dtype))
+        return load_policy(path, device=device, dtype=getattr(torch, config.model.dtype), tokenizer=tokenizer)
     except ValueError as err:
         if not embedded:
             raise
@@ -328,7 +170,6 @@ def stopped_message(run_dir: Path, reason: str) -> str:
 
 def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resume: bool = False, log=print) -> Path:
     """Train per ``config`` (or continue ``run_dir`` when ``resume``); returns the run directory."""
-    from tokenbalance.trainer.data import reused_examples
     from tokenbalance.trainer.loop import prepare_training, train
 
     if resume:
@@ -339,43 +180,45 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
     if config is None:
         raise ValueError("run_training: a config is required unless resuming a run directory")
     run_dir = Path(run_dir) if run_dir is not None else Path(config.output.run_dir or default_run_dir(config))
-    main_rank = os.environ.get("RANK", "0") == "0"
-    with reused_examples():
-        check_before_work(config, run_dir=run_dir if main_rank else None, resume=resume)  # paths as given
-        run_dir = Path(os.path.abspath(run_dir))
-        config = absolute_paths(config)  # config.yaml names files the same from any working directory
-        config.output.run_dir = str(run_dir)
-        device = compute_device(config)  # train.threads=0 stays 0: the loop adapts the count
-        ctx = init_distributed(device)
-        lock = RunLock(run_dir).acquire() if ctx.is_main else None
-        with progress_log(run_dir / LOG_FILE if ctx.is_main else None):
+    if os.environ.get("RANK", "0") == "0" and not resume:
+        check_new_run_dir(run_dir)
+    setup = prepare(config, resume=resume)  # paths as given
+    run_dir = Path(os.path.abspath(run_dir))
+    config = absolute_paths(config)  # config.yaml names files the same from any working directory
+    config.output.run_dir = str(run_dir)
+    device = compute_device(config)  # train.threads=0 stays 0: the loop adapts the count
+    ctx = init_distributed(device)
+    lock = RunLock(run_dir).acquire() if ctx.is_main else None
+    with progress_log(run_dir / LOG_FILE if ctx.is_main else None):
+        try:
+            if resume and ctx.is_main:
+                repair_for_resume(run_dir, log, config)
+            torch.manual_seed(config.train.seed)
+            embedded = config.model.path is None
+            config.model.path = policy_path(config, device, ctx, log, setup)
+            policy, tokenizer = load_run_policy(
+                config, config.model.path, embedded=embedded, device=device, tokenizer=setup.tokenizer
+            )
+            parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume, setup=setup)
+            if ctx.is_main:
+                log(
+                    f"run directory: {run_dir}  (method {config.train.method}, steps "
+                    f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
+                )
             try:
-                if resume and ctx.is_main:
-                    repair_for_resume(run_dir, log, config)
-                torch.manual_seed(config.train.seed)
-                embedded = config.model.path is None
-                config.model.path = policy_path(config, device, ctx, log)
-                policy, tokenizer = load_run_policy(config, config.model.path, embedded=embedded, device=device)
-                parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx, resume=resume)
-                if ctx.is_main:
-                    log(
-                        f"run directory: {run_dir}  (method {config.train.method}, steps "
-                        f"{parts.start_step}..{config.train.steps}, rollout engine {type(parts.runtime.engine).__name__})"
-                    )
-                try:
-                    train(parts)
-                except Exception:
-                    if ctx.is_main and not resume:  # failed before its first status: the same command runs again
-                        undo_failed_start(run_dir)
-                    raise
-            except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
-                raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
-            except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
-                what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
-                raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
-            finally:
-                if lock is not None:
-                    lock.release()
+                train(parts)
+            except Exception:
+                if ctx.is_main and not resume:  # failed before its first status: the same command runs again
+                    undo_failed_start(run_dir)
+                raise
+        except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM (the CLI raises it): say how to continue
+            raise KeyboardInterrupt(stopped_message(run_dir, str(err) or "interrupted")) from None
+        except OSError as err:  # a full disk, a lost mount: an environment error, not a bug
+            what = f"{err.strerror or err}" + (f": {err.filename}" if err.filename else "")
+            raise ValueError(stopped_message(run_dir, f"cannot write ({what})")) from None
+        finally:
+            if lock is not None:
+                lock.release()
     if ctx.is_main:
         log(before_after_table(run_dir))
         summary = json.loads((run_dir / "run_state.json").read_text())

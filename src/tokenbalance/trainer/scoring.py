@@ -1,25 +1,12 @@
-"""Tokenising prompts, decoding responses and scoring them with the task."""
+"""Decoding responses and scoring them with the task (prompts are encoded by :mod:`tokenbalance.run.examples`)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import torch
 
 from tokenbalance.tasks.base import ScoreError, ScoreResult, Task, TaskExample
-
-
-def encode_prompts(tokenizer, examples: list[TaskExample], max_prompt_tokens: int) -> list[list[int]]:
-    """Token ids of each prompt (no special tokens added: templates are already applied)."""
-    if not examples:
-        raise ValueError("no prompts: the dataset is empty; check data.train_difficulties / data.train_file")
-    ids = tokenizer([e.prompt for e in examples], add_special_tokens=False)["input_ids"]
-    for i, row in enumerate(ids):
-        if len(row) > max_prompt_tokens:
-            raise ValueError(
-                f"prompt {i} (data_source {examples[i].data_source!r}, index {examples[i].index}) has "
-                f"{len(row)} tokens, more than data.max_prompt_tokens={max_prompt_tokens}; raise the limit "
-                "or use shorter prompts"
-            )
-    return ids
 
 
 def decode_responses(
@@ -33,7 +20,7 @@ def decode_responses(
     return texts
 
 
-def score_responses(task: Task, responses: list[str], examples: list[TaskExample]) -> list[ScoreResult]:
+def score_responses(task: Task, responses: list[str], examples: Sequence[TaskExample]) -> list[ScoreResult]:
     """Score every response; a scorer that raises is reported with the example it failed on, as a
     ``ValueError`` (the reward is the user's input: one line on the command line, no traceback)."""
     results = []

@@ -1,7 +1,7 @@
 """Supervised warm start: teach the response format (and some answers) before RL.
 
 The targets are the task's ``sft_response`` to its SFT examples, disjoint from the held-out set
-(trainer/data.py). For K&K, ``target="answer"`` teaches ``</think>`` then the ``<answer>`` block;
+(:func:`tokenbalance.run.examples.sft_pairs`). For K&K, ``target="answer"`` teaches ``</think>`` then the ``<answer>`` block;
 ``target="cot"`` first writes the generator's synthetic chain of thought (cot_head, steps,
 cot_foot) inside the think block; arith's target is `` \\boxed{answer}``. The loss is the mean
 negative log-likelihood of the response tokens (EOS included); AdamW with linear warmup then
@@ -13,74 +13,15 @@ cosine decay to 10% of the peak learning rate.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from tokenbalance.config import DataConfig, SFTConfig
+from tokenbalance.config import SFTConfig
+from tokenbalance.run.examples import SFTPair
 from tokenbalance.trainer import sft_checkpoint
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
 from tokenbalance.trainer.progress import StepProgress
-
-
-@dataclass(frozen=True)
-class SFTPair:
-    prompt: str
-    response: str  # without the EOS token; it is appended as a token id
-
-
-def sft_pairs(data: DataConfig, sft: SFTConfig) -> list[SFTPair]:
-    """Generated prompt / response pairs for the training difficulties: the task's SFT examples
-    (:func:`~tokenbalance.trainer.data.sft_examples`) and its ``sft_response`` for ``sft.target``;
-    with ``data.reward``, your rows (:func:`row_pairs`)."""
-    from tokenbalance.tasks import get_task
-    from tokenbalance.trainer.data import sft_examples
-
-    if data.reward is not None:
-        return row_pairs(data)
-    task = get_task(data.task)
-    check_sft_target(task, sft)
-    noisy = {"error_rate": sft.error_rate} if sft.error_rate else {}  # a task without a noisy teacher never sees it
-    return [SFTPair(e.prompt, task.sft_response(e, sft.target, **noisy)) for e in sft_examples(data, sft.train_count)]
-
-
-def check_sft_target(task, sft: SFTConfig) -> None:
-    """``sft.error_rate`` only where the task writes a noisy teacher's working (arith) and the target
-    is a working; one line naming the setting otherwise."""
-    if not sft.error_rate:
-        return
-    if not getattr(task, "noisy_teacher", False):
-        raise ValueError(f"sft.error_rate={sft.error_rate}: task {task.name!r} has no noisy teacher (arith has)")
-    if sft.target == "answer":
-        raise ValueError(
-            f"sft.error_rate={sft.error_rate}: a noisy teacher slips in the working; set sft.target=cot or cot_random"
-        )
-
-
-def row_pairs(data: DataConfig) -> list[SFTPair]:
-    """Every row of ``data.train_file`` as (its prompt, its ``data.target_column`` text): the SFT
-    warm start on your own data. A row without a non-empty text target is named."""
-    from tokenbalance.trainer.data import rl_examples
-
-    column = data.target_column
-    if column is None:
-        raise ValueError(
-            "data.target_column: a warm start on your rows needs the column holding a good response to each "
-            "prompt (--target-column NAME)"
-        )
-    pairs = []
-    for example in rl_examples(data):
-        row = example.ground_truth if isinstance(example.ground_truth, dict) else {}
-        value = row.get(column)
-        if not isinstance(value, str) or not value.strip():
-            where = example.extra.get("where", f"{data.train_file}: row {example.index}")
-            problem = "missing" if column not in row else f"expected non-empty text, got {value!r:.40}"
-            raise ValueError(
-                f"{where}: column {column!r} (data.target_column): {problem}; the row's columns: {', '.join(row)}"
-            )
-        pairs.append(SFTPair(example.prompt, value))
-    return pairs
 
 
 def encode_pairs(tokenizer, pairs: list[SFTPair], eos_id: int, max_prompt_tokens: int):
