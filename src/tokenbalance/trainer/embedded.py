@@ -21,8 +21,8 @@ import torch
 from tokenbalance import __version__
 from tokenbalance.config import RunConfig, to_dict
 from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters, save_policy, train_tokenizer
+from tokenbalance.outputs import write_text_atomic
 from tokenbalance.tasks import get_task
-from tokenbalance.trainer.checkpoint import write_text_atomic
 from tokenbalance.trainer.sft import run_sft, sft_pairs
 
 SFT_SUMMARY = "tokenbalance_sft.json"
