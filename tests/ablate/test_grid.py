@@ -24,9 +24,10 @@ from tokenbalance.ablate.runner import CellProcess, child_environment, read_log
 from tokenbalance.cli import main
 from tokenbalance.commands.ablate import GRID_KEYS
 from tokenbalance.config import load_config
+from tokenbalance.run.lock import RunLock, is_locked
+from tokenbalance.run.state import last_logged_step
 from tokenbalance.tasks.base import ScoreResult
 from tokenbalance.tasks.kk.task import KKTask
-from tokenbalance.trainer.rundir import RunLock, is_locked, last_logged_step
 
 T975_DF1 = 12.706204736174696  # two seeds: t(0.975, 1) (tan(0.475 pi))
 T80_DF1 = 1.3763819204711734  # t(0.80, 1) (tan(0.3 pi))
@@ -157,27 +158,6 @@ def test_figures_are_written(grid):
         assert sum(row["token_frac"]) == pytest.approx(1.0) and row["grad_norm_all"] > 0
 
 
-def test_keeping_a_record_never_replaces_one_another_grid_wrote_meanwhile(tmp_path):
-    """Two grids sharing ``--records`` at the same time: a record of another config that appeared
-    after this grid's check is kept, and this cell's record is not written (a note says so)."""
-    from tokenbalance.ablate import records
-    from tokenbalance.config import RunConfig, apply_overrides, save_config
-
-    cell = tmp_path / "cells" / "grpo-seed0"
-    cell.mkdir(parents=True)
-    save_config(RunConfig(), cell / "config.yaml")
-    (cell / "metrics.jsonl").write_text("{}\n")
-    (cell / "run_state.json").write_text('{"status": "completed"}\n')
-    kept = tmp_path / "records"
-    assert records.keep(cell, kept, "grpo-seed0") is None
-    assert (kept / "grpo-seed0" / "metrics.jsonl").read_text() == "{}\n"
-    save_config(apply_overrides(RunConfig(), ["optim.lr=0.02"]), kept / "grpo-seed0" / "config.yaml")
-    note = records.keep(cell, kept, "grpo-seed0")
-    assert note is not None and "is the record of another config (optim.lr: 0.02 there," in note
-    assert note.endswith("it is kept and this cell's record is not written there")
-    assert load_config(kept / "grpo-seed0" / "config.yaml").optim.lr == 0.02
-
-
 def test_figure_1_takes_all_the_training_prompts_when_there_are_fewer_than_asked(grid, tmp_path):
     """``data.rl_count`` smaller than ``--figure-prompts``: the figure's batch takes every training
     prompt, with a note, instead of crashing the finished grid's report on every rerun."""
@@ -277,25 +257,11 @@ def test_a_cell_whose_process_died_is_reported_stopped_not_running(tmp_path):
     assert (result.status, result.complete) == ("stopped, last checkpoint at step 1", False)
 
 
-def test_the_lock_probe_never_makes_a_starting_run_look_taken(tmp_path):
-    import fcntl
-    import threading
-
-    RunLock(tmp_path).acquire().release()  # the lock file exists, nobody holds it
-    probe = os.open(tmp_path / ".lock", os.O_RDONLY)
-    fcntl.flock(probe, fcntl.LOCK_SH | fcntl.LOCK_NB)  # a probe caught mid-way, released 0.1 s later
-    threading.Timer(0.1, os.close, (probe,)).start()
-    lock = RunLock(tmp_path).acquire()
-    assert is_locked(tmp_path)
-    lock.release()
-    assert not is_locked(tmp_path)
-
-
 def test_a_cell_with_a_complete_checkpoint_that_latest_does_not_name_resumes_from_it(grid, tiny_policy_dir):
     """A cell stopped between renaming its checkpoint into place and writing ``latest``: the grid
     plans it as the trainer resumes it (from that checkpoint), and deletes nothing."""
-    from tokenbalance.ablate.cells import cell_action
     from tokenbalance.config import load_config
+    from tokenbalance.run.plan import cell_action
 
     cell = grid / "cells" / "grpo-seed0"
     (cell / "checkpoints" / "latest").unlink()
@@ -392,7 +358,7 @@ def test_a_torn_final_evaluation_is_evaluated_again_and_a_damaged_line_is_named(
 def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid, tiny_policy_dir, tmp_path):
     """``--records``: a sitting keeps every finished cell's config, metrics and status there; a grid
     in a new directory (a new machine) restores them and runs nothing, with the same table."""
-    from tokenbalance.ablate import records
+    from tokenbalance.run import records
 
     kept = tmp_path / "records"
     assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0  # all done: kept now

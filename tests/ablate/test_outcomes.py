@@ -1,6 +1,6 @@
 """Example-by-example comparisons: the exact McNemar p-value, the outcome lines a run writes and reads
-back (the last of a redone evaluation wins), records that carry them, and the report's table of
-gained / lost examples per seed."""
+back (the last of a redone evaluation wins), and the report's table of gained / lost examples per
+seed (records that carry them: tests/run/test_records.py)."""
 
 import json
 import math
@@ -11,7 +11,8 @@ from tokenbalance.ablate.grid import Cell, GridPlan, grid_method, grid_preset
 from tokenbalance.ablate.report import outcomes_markdown
 from tokenbalance.ablate.results import CellResult
 from tokenbalance.ablate.stats import mcnemar_exact, paired_outcomes
-from tokenbalance.trainer.evaluate import EVAL_OUTCOMES, append_outcomes, outcome_lines, read_outcomes
+from tokenbalance.run.state import EVAL_OUTCOMES
+from tokenbalance.trainer.evaluate import append_outcomes, outcome_lines, read_outcomes
 
 
 def test_mcnemar_exact_is_the_doubled_binomial_tail():
@@ -75,22 +76,3 @@ def test_the_report_table_of_gained_and_lost_examples():
     table = outcomes_markdown(plan, results, "greedy", "greedy decoding")
     assert "| + AR + Lopti | GRPO | – | 0 / 0 (p = 1) | 0 / 0 |" in table
     assert json.dumps(table)  # plain strings
-
-
-def test_records_carry_the_outcomes_where_a_cell_wrote_them(tmp_path):
-    from tokenbalance.ablate.records import keep, restore
-    from tokenbalance.config import RunConfig, save_config
-
-    for cell, with_outcomes in (("new-seed0", True), ("old-seed0", False)):
-        run = tmp_path / "runs" / cell
-        run.mkdir(parents=True)
-        save_config(RunConfig(), run / "config.yaml")
-        for name in ("metrics.jsonl", "run_state.json"):
-            (run / name).write_text(f"{name} of {cell}\n")
-        if with_outcomes:
-            append_outcomes(run, 4, responses("greedy", [True, False]))
-        keep(run, tmp_path / "records", cell)
-        restore(tmp_path / "records" / cell, tmp_path / "restored" / cell)
-        assert (tmp_path / "restored" / cell / EVAL_OUTCOMES).is_file() == with_outcomes
-        assert (tmp_path / "restored" / cell / "metrics.jsonl").read_text() == f"metrics.jsonl of {cell}\n"
-    assert read_outcomes(tmp_path / "restored" / "new-seed0")[(4, "greedy")]["correct"] == "10"

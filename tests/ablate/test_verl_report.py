@@ -4,16 +4,15 @@ source as the local grid's columns, and the same report (means, CIs over seeds, 
 import csv
 import json
 import math
-import os
-import subprocess
 
 import pytest
 import torch
 
 from tests.tolerances import dtype_atol
 from tokenbalance.ablate.verl import results as verl_results
-from tokenbalance.ablate.verl.results import cell_status, evaluation_record, merged_steps
+from tokenbalance.ablate.verl.results import evaluation_record, merged_steps
 from tokenbalance.cli import main
+from tokenbalance.run.cell import cell_status
 from tokenbalance.tasks.kk.reward import score_response
 
 GRID = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo,ar", "--seeds", "0,1"]
@@ -146,22 +145,6 @@ def test_validation_keys_become_columns_per_people_count():
     assert evaluation_record(4, validation(0.25, 0.75), do_sample=True)["eval/sample/acc"] == 0.5
     assert evaluation_record(4, validation(0.25, 0.75, samples=8), do_sample=False)["eval/sample/acc_3"] == 0.25
     assert evaluation_record(4, training(1.0), do_sample=False) == {}
-
-
-def test_a_running_cell_whose_process_is_gone_reads_stopped(tmp_path):
-    cell = tmp_path / "cell"
-    assert cell_status(cell) == "not started"
-    cell.mkdir()
-    gone = subprocess.Popen(["true"])
-    gone.wait()
-    host = os.uname().nodename
-    (cell / "STATUS").write_text(f"running: sitting 2 on {host} pid {gone.pid} since t\n")
-    assert (
-        cell_status(cell)
-        == f"stopped: sitting 2 on {host} pid {gone.pid} since t; its process is gone (run the cell again to resume)"
-    )
-    (cell / "STATUS").write_text(f"running: sitting 2 on {host} pid {os.getpid()} since t\n")
-    assert cell_status(cell).startswith("running: sitting 2")
 
 
 def test_the_table_reads_the_accuracy_the_kk_reward_gives_verl():

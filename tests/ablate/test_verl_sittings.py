@@ -2,14 +2,18 @@
 
 A fake ``examples/verl/kk_*.sh`` records its arguments, writes the metric lines it is told to the
 file verl's logger would write (``VERL_FILE_LOGGER_PATH``), optionally waits, and exits with the
-status it is told. The real launch through verl's trainer: tests/integrations/test_verl_grid_e2e.py.
+status it is told. The scripts keep the cell's state with ``python -m tokenbalance.run.cell``: this
+interpreter comes first on PATH, as a cluster node's environment has it. The real launch through
+verl's trainer: tests/integrations/test_verl_grid_e2e.py.
 """
 
 import fcntl
 import os
 import signal
 import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +28,7 @@ exit "${FAKE_EXIT:-0}"
 """
 GRID = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo,ar", "--seeds", "0"]
 GRID += ["--verl-models", "3b"]
+PATH = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the `python` the scripts run
 
 
 @pytest.fixture
@@ -41,7 +46,7 @@ def work(tmp_path):
 
 
 def run(work, script, *args, **env) -> subprocess.CompletedProcess:
-    full = {**os.environ, "RECORD": str(work["record"]), **env}
+    full = {**os.environ, "PATH": PATH, "RECORD": str(work["record"]), **env}
     return subprocess.run(["bash", str(script), *args], cwd=work["root"], env=full, capture_output=True, text=True)
 
 
@@ -112,7 +117,7 @@ def test_the_driver_goes_on_past_a_failed_cell_and_lists_it(work):
 def test_a_stopped_cell_ends_its_whole_launch_and_says_so(work):
     """SIGTERM to run.sh (Slurm's time limit, scancel) stops the launch's process group, down to the
     preset's own child, marks the cell failed, and run.sh ends by the same signal."""
-    env = {**os.environ, "RECORD": str(work["record"]), "FAKE_STEPS": "0 1", "FAKE_SLEEP": "300"}
+    env = {**os.environ, "PATH": PATH, "RECORD": str(work["record"]), "FAKE_STEPS": "0 1", "FAKE_SLEEP": "300"}
     process = subprocess.Popen(["bash", str(cell(work) / "run.sh")], cwd=work["root"], env=env)
     sleeper = work["root"] / "record.sleeper"
     deadline = time.monotonic() + 30

@@ -14,7 +14,7 @@ from tokenbalance.cli import main
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 from tokenbalance.diagnostics.token_classes import token_pieces
 from tokenbalance.models import load_policy, save_policy
-from tokenbalance.trainer.checkpoint import policy_dir
+from tokenbalance.run.checkpoints import policy_dir
 
 torch.set_num_threads(1)
 SMALL = [

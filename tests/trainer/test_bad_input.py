@@ -6,6 +6,7 @@ import pytest
 
 from tests.trainer.conftest import replace_section
 from tokenbalance.models import load_policy
+from tokenbalance.run.checkpoints import latest_checkpoint
 from tokenbalance.tasks.kk.task import KKTask
 from tokenbalance.trainer import checkpoint
 from tokenbalance.trainer.runner import run_training
@@ -61,7 +62,7 @@ def test_failed_checkpoint_leaves_no_partial_directory(small_config, monkeypatch
     with pytest.raises(OSError, match="No space left"):
         checkpoint.save_checkpoint(tmp_path, 2, model, tokenizer, optimizer, {})
     assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["latest", "step_000001"]
-    assert checkpoint.latest_checkpoint(tmp_path).name == "step_000001"
+    assert latest_checkpoint(tmp_path).name == "step_000001"
 
 
 def test_optimizer_state_round_trips_without_pickle(tiny_policy_dir, tmp_path):

@@ -3,7 +3,6 @@
 import json
 import math
 import re
-import shutil
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ from tests.trainer.conftest import replace_section
 from tokenbalance.algorithms.methods import METHOD_PRESETS
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
-from tokenbalance.trainer import checkpoint, loop
+from tokenbalance.trainer import loop
 from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.runner import run_training
 
@@ -156,42 +155,6 @@ def test_keep_checkpoints_keeps_the_newest_and_the_run_resumes_as_if_all_were_ke
     assert without_timing(read_metrics(pruned / "metrics.jsonl")) == without_timing(
         read_metrics(reference / "metrics.jsonl")
     )
-
-
-def test_prune_checkpoints_never_removes_the_newest_or_an_incomplete_one(small_config, tmp_path):
-    replace_section(small_config, "train", steps=3)
-    run_dir = run_training(small_config, log=lambda *_: None)
-    root = run_dir / "checkpoints"
-    partial = root / "step_000000"  # no trainer state: not complete, left to a resume's repair
-    partial.mkdir()
-    (root / "latest").write_text("step_000001\n")  # latest names an older one: it stays too
-    removed = checkpoint.prune_checkpoints(run_dir, 1)
-    assert [p.name for p in removed] == ["step_000002"]
-    assert sorted(p.name for p in root.glob("step_*")) == ["step_000000", "step_000001", "step_000003"]
-    with pytest.raises(ValueError, match="keep must be >= 1"):
-        checkpoint.prune_checkpoints(run_dir, 0)
-
-
-def test_pruning_and_resume_touch_only_the_trainers_own_checkpoint_names(small_config, tmp_path, capsys):
-    """A user's copies beside the checkpoints (``step_000001_best``, ``step_000002.keep``, even a
-    complete one) are never removed by ``train.keep_checkpoints`` nor taken for a checkpoint."""
-    replace_section(small_config, "train", steps=2)
-    run_dir = run_training(small_config, log=lambda *_: None)
-    root = run_dir / "checkpoints"
-    shutil.copytree(root / "step_000001", root / "step_000001_best")
-    shutil.copytree(root / "step_000002", root / "step_000002.keep")
-    shutil.copytree(root / "step_000002", root / "step_000009x")
-    assert [p.name for p in checkpoint.checkpoint_dirs(root)] == ["step_000001", "step_000002"]
-    assert checkpoint.resume_checkpoint(run_dir).name == "step_000002"
-    removed = checkpoint.prune_checkpoints(run_dir, 1)
-    assert [p.name for p in removed] == ["step_000001"]
-    assert sorted(p.name for p in root.glob("step_*")) == [
-        "step_000001_best",
-        "step_000002",
-        "step_000002.keep",
-        "step_000009x",
-    ]
-    assert "removed step_000001 (train.keep_checkpoints=1" in checkpoint.pruned_note(removed, 1)
 
 
 def test_hf_engine_trains_like_the_fast_engine(small_config):

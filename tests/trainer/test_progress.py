@@ -6,9 +6,10 @@ import re
 from pathlib import Path
 
 from tokenbalance.cli import main
+from tokenbalance.run.repair import check_new_run_dir
+from tokenbalance.run.state import LOG_FILE
 from tokenbalance.trainer import runner
 from tokenbalance.trainer.progress import Cadence, StepProgress, format_seconds, progress_log
-from tokenbalance.trainer.rundir import LOG_FILE, check_new_run_dir
 
 from .conftest import SMALL_RUN
 

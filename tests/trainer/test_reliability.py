@@ -29,10 +29,10 @@ from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.outputs import check_files_replaceable
 from tokenbalance.run.checks import wandb_problem
+from tokenbalance.run.lock import RunLock
 from tokenbalance.tasks.kk import generate_rows
 from tokenbalance.trainer import checkpoint, loop, runner
 from tokenbalance.trainer.embedded import embedded_key
-from tokenbalance.trainer.rundir import RunLock
 
 SETS = [arg for item in SMALL_RUN for arg in ("--set", item)]
 SFT = ["--set", "sft.steps=1", "--set", "sft.batch_size=2", "--set", "sft.train_count=2"]

@@ -1,33 +1,17 @@
-"""The run config of each cell, its start policy, and what a restarted grid does with each cell.
+"""The run config of each cell and its start policy.
 
 Every cell of seed s trains from the same start policy: ``model.path`` when the config names one,
 else the embedded tiny policy built by SFT with seed s (``trainer.embedded``; cached under
 ``model.cache_dir`` by a key of every setting that changes it, so it is built once per seed and
 reused by every row, by later sittings and by ``tokenbalance train`` with the same settings). The
 RL seed is s too, so a seed's cells draw the same prompt order and evaluate on the same puzzles
-(the held-out set depends only on the data settings).
-
-A cell's run directory decides what happens to it (:func:`cell_action`, from
-:class:`tokenbalance.trainer.rundir.RunDirState`, the rule ``tokenbalance train --resume`` follows):
-
-* ``done``: ``run_state.json`` says ``completed`` at the planned steps; never run again (unless its
-  final evaluation line was torn: then ``train --resume`` evaluates it again, as it does for a run);
-* ``extend``: completed with fewer steps than planned; continued with ``--resume --steps``;
-* ``resume``: started, not completed; continued with ``--resume`` from the checkpoint the trainer
-  resumes from (its newest complete one, whether or not ``latest`` names it yet), or from step 0
-  when it has none. Nothing of a cell is ever deleted;
-* ``start``: no directory, or an empty one.
-
-Refused before any work, naming the cell: a cell whose saved config differs from the planned one
-outside the settings a new sitting may change (its numbers would belong to another experiment), a
-cell a live process holds (an earlier grid's child still running), and a directory holding files
-but no run.
+(the held-out set depends only on the data settings). What a restarted grid does with each cell is
+its run directory's (:func:`tokenbalance.run.plan.cell_action`).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, NamedTuple
 
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.config import RunConfig, apply_overrides, load_config, replace_sections
@@ -80,46 +64,3 @@ def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True
     task, pairs = (setup.task, setup.sft_pairs) if setup is not None else (None, None)
     path = ensure_embedded_policy(config, device=device, progress=progress, log=log, task=task, pairs=pairs)
     return str(Path(path).resolve())
-
-
-class CellAction(NamedTuple):
-    """What a sitting does with a cell (module docstring) and the step it continues from."""
-
-    action: Literal["start", "resume", "extend", "done"]
-    from_step: int
-
-
-def cell_action(run_dir: Path, planned: RunConfig) -> CellAction:
-    """What to do with the cell in ``run_dir`` (module docstring) and the step it continues from."""
-    from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
-
-    state = RunDirState.read(run_dir)
-    if state.locked:
-        raise ValueError(
-            f"{run_dir}: a live process holds this cell (its lock: {run_dir / '.lock'}), e.g. a cell of an earlier "
-            "grid still running; stop it or wait for it, then run the grid again"
-        )
-    if not state.has_config:
-        if state.has_files:
-            raise ValueError(
-                f"{run_dir}: holds files but no run (no config.yaml); a grid never deletes them. Move them away "
-                "and run the grid again"
-            )
-        return CellAction("start", 0)
-    changed = changed_setting(load_config(run_dir / "config.yaml"), planned)
-    if changed is not None:
-        key, before, after = changed
-        raise ValueError(
-            f"{run_dir}: this cell was started with another config ({key}: {before!r} in the cell, {after!r} "
-            "planned); remove the cell's directory to run it again with the new settings, or use another --out"
-        )
-    if state.completed:
-        if state.state_step > planned.train.steps:
-            raise ValueError(
-                f"{run_dir}: completed {state.state_step} steps, more than the {planned.train.steps} planned; "
-                "a grid can extend a cell, not shorten it (use another --out)"
-            )
-        if state.state_step == planned.train.steps and not has_final_eval(run_dir, planned.train.steps):
-            return CellAction("resume", state.state_step)  # its final evaluation was lost (a torn line)
-        return CellAction("done" if state.state_step == planned.train.steps else "extend", state.state_step)
-    return CellAction("resume", state.resume_step)

@@ -17,6 +17,7 @@ import time
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from tokenbalance.run.state import RunStatus
 from tokenbalance.trainer.progress import Cadence, format_seconds, is_terminal
 
 
@@ -112,7 +113,7 @@ class GridProgress:
             )
 
     def cell_finished(self, name: str, status: str, wall_s: float, left_s: float | None) -> None:
-        if status == "completed":
+        if status == RunStatus.COMPLETED:
             self.done += 1
         else:
             self.failed += 1

@@ -17,9 +17,10 @@ from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.runner import cell_dir
 from tokenbalance.ablate.stats import paired_outcomes
 from tokenbalance.diagnostics.plots import load_run
-from tokenbalance.trainer.checkpoint import checkpoint_step
+from tokenbalance.run.checkpoints import checkpoint_step
+from tokenbalance.run.lock import is_locked
+from tokenbalance.run.state import METRICS_FILE, NOT_STARTED, RunStatus, read_run_state
 from tokenbalance.trainer.evaluate import read_outcomes
-from tokenbalance.trainer.rundir import is_locked, read_run_state
 
 MODES = ("greedy", "sample")
 _LEVEL_KEY = re.compile(r"^eval/(greedy|sample)/acc_(\d+)$")
@@ -63,18 +64,17 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
-    if not (run_dir / "metrics.jsonl").is_file():
-        return CellResult(cell, "not started" if not run_dir.exists() else "no metrics")
+    if not (run_dir / METRICS_FILE).is_file():
+        return CellResult(cell, NOT_STARTED if not run_dir.exists() else "no metrics")
     try:
         run = load_run(run_dir)
     except ValueError as err:  # a damaged line is named (file, line), not read around
         return CellResult(cell, f"damaged: {err}")
-    state = read_run_state(run_dir)
-    status = str(state.get("status", "unknown"))
-    if status == "running" and not is_locked(run_dir):  # its process ended without saying so (killed)
+    status = str(read_run_state(run_dir).get("status", "unknown"))
+    if status == RunStatus.RUNNING and not is_locked(run_dir):  # its process ended without saying so (killed)
         status = f"stopped, last checkpoint at step {checkpoint_step(run_dir)}"
     last = run.eval[-1] if run.eval else {}
-    complete = status == "completed" and bool(last) and int(last.get("step", -1)) == steps
+    complete = status == RunStatus.COMPLETED and bool(last) and int(last.get("step", -1)) == steps
     first = run.eval[0] if run.eval else {}
     return CellResult(cell, status, complete, first, last, run.train, run.eval, read_outcomes(run_dir))
 

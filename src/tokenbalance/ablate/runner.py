@@ -16,10 +16,10 @@ it in the same process), and its memory is returned when it ends. The price is o
 start and import per cell (seconds; a cell is minutes). ``isolation="inprocess"`` calls
 :func:`tokenbalance.trainer.runner.run_training` directly (the tests; debugging).
 
-A grid killed at any point continues where it stopped (:func:`tokenbalance.ablate.cells.cell_action`):
+A grid killed at any point continues where it stopped (:func:`tokenbalance.run.plan.cell_action`):
 completed cells are never run again, a started cell resumes from the checkpoint ``train --resume``
 continues from, and no cell is ever deleted. Two grids never write one results directory at once
-(:class:`tokenbalance.trainer.rundir.RunLock` on ``OUT/``, naming the holder); SIGTERM stops the
+(:class:`tokenbalance.run.lock.RunLock` on ``OUT/``, naming the holder); SIGTERM stops the
 running cell as Ctrl-C does (the CLI raises it as an interrupt).
 """
 
@@ -34,14 +34,16 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tokenbalance.ablate import records as cell_records
-from tokenbalance.ablate.cells import CellAction, base_config, cell_action, cell_config, start_policy
+from tokenbalance.ablate.cells import base_config, cell_config, start_policy
 from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, load_config, replace_sections, save_config
 from tokenbalance.outputs import check_files_replaceable, record_written
+from tokenbalance.run import records as cell_records
+from tokenbalance.run.lock import RunLock
+from tokenbalance.run.plan import Action, CellAction, cell_action
+from tokenbalance.run.state import RUN_STATE_FILE, RunStatus, last_logged_step, run_status
 from tokenbalance.threads import available_cpus
-from tokenbalance.trainer.rundir import RunLock, last_logged_step, read_run_state
 
 ISOLATIONS = ("subprocess", "inprocess")
 # Every name the grid writes in OUT (recorded in OUT's manifest, tokenbalance/outputs.py, as it writes
@@ -88,7 +90,7 @@ class GridOutcome:
 
     @property
     def failed(self) -> list[str]:
-        return [name for name, status in self.ran.items() if status != "completed"]
+        return [name for name, status in self.ran.items() if status != RunStatus.COMPLETED]
 
 
 def source_commit() -> str | None:
@@ -125,10 +127,10 @@ def read_log(out_dir: Path) -> list[dict]:
     return records
 
 
-def train_command(action: str, config_file: Path, run_dir: Path, steps: int) -> list[str]:
+def train_command(action: Action, config_file: Path, run_dir: Path, steps: int) -> list[str]:
     """The ``tokenbalance train`` command line of a cell run."""
     head = [sys.executable, "-m", "tokenbalance.cli", "train"]
-    if action in ("resume", "extend"):
+    if action.continues:
         return [*head, "--resume", str(run_dir), "--steps", str(steps), "--no-progress"]
     return [*head, "--config", str(config_file), "--run-dir", str(run_dir), "--no-progress"]
 
@@ -175,8 +177,10 @@ class CellProcess:
         if code is None:
             return None
         self._log.close()
-        status = read_run_state(self.run_dir).get("status")
-        return "completed" if code == 0 and status == "completed" else f"failed (exit {code}, status {status})"
+        status = run_status(self.run_dir)
+        if code == 0 and status is RunStatus.COMPLETED:
+            return RunStatus.COMPLETED.value
+        return f"failed (exit {code}, status {status})"
 
     def stop(self) -> None:
         """SIGTERM (the cell stops as on Ctrl-C, resumable), then SIGKILL after 30 s."""
@@ -189,7 +193,7 @@ class CellProcess:
         self._log.close()
 
 
-def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: Path) -> str:
+def run_cell_inprocess(config: RunConfig, action: Action, log_path: Path, run_dir: Path) -> str:
     from tokenbalance.trainer.runner import run_training
 
     with open(log_path, "a") as log:
@@ -199,7 +203,7 @@ def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: 
             log.flush()
 
         try:
-            if action in ("resume", "extend"):
+            if action.continues:
                 resumed = replace_sections(
                     load_config(run_dir / "config.yaml"),
                     train={"steps": config.train.steps},
@@ -211,8 +215,8 @@ def run_cell_inprocess(config: RunConfig, action: str, log_path: Path, run_dir: 
         except Exception as err:  # one failed cell does not stop the grid
             write(f"cell failed: {type(err).__name__}: {err}")
             return f"failed ({type(err).__name__}: {err})"
-    status = read_run_state(run_dir).get("status")
-    return "completed" if status == "completed" else f"failed (status {status})"
+    status = run_status(run_dir)
+    return RunStatus.COMPLETED.value if status is RunStatus.COMPLETED else f"failed (status {status})"
 
 
 def write_plan(out_dir: Path, plan: GridPlan) -> None:
@@ -272,7 +276,7 @@ def run_grid(
     """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at
     once (each child process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one;
     None: :func:`default_jobs`). With ``records``, completed cells are kept there and restored from
-    there (:mod:`tokenbalance.ablate.records`)."""
+    there (:mod:`tokenbalance.run.records`)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
     from tokenbalance.run.setup import prepare
@@ -303,9 +307,10 @@ def run_grid(
             restored = [
                 c.name
                 for c in plan.cells
-                if actions[c.name].action == "start" and cell_records.record_matches(records / c.name, configs[c.name])
+                if actions[c.name].action is Action.START
+                and cell_records.record_matches(records / c.name, configs[c.name])
             ]
-            actions |= {name: CellAction("done", plan.steps) for name in restored}
+            actions |= {name: CellAction(Action.DONE, plan.steps) for name in restored}
         check_files_replaceable(out_dir, RUN_FILES, "--out")
         record_written(out_dir, RUN_FILES)
         for sub in ("configs", "cells", "logs"):
@@ -316,7 +321,7 @@ def run_grid(
         for name in restored:  # finished on another machine: its records, no checkpoint
             assert records is not None
             cell_records.restore(records / name, out_dir / "cells" / name)
-        outcome.skipped = [name for name, (action, _) in actions.items() if action == "done"]
+        outcome.skipped = [name for name, (action, _) in actions.items() if action is Action.DONE]
         append_log(
             out_dir,
             {
@@ -332,15 +337,15 @@ def run_grid(
             log(f"restored {len(restored)} finished cell(s) from {records}: {', '.join(restored)}")
         if records is not None:  # cells finished before records were kept: kept now
             for name in outcome.skipped:
-                if name not in restored and not (records / name / "run_state.json").is_file():
+                if name not in restored and not (records / name / RUN_STATE_FILE).is_file():
                     note = cell_records.keep(out_dir / "cells" / name, records, name)
                     if note:
                         log(note)
         rates = StepRates()
         for record in read_log(out_dir):
-            if record.get("event") == "cell" and record.get("status") == "completed":
+            if record.get("event") == "cell" and record.get("status") == RunStatus.COMPLETED:
                 rates.add(record["row"], record["wall_s"], record["to_step"] - record["from_step"])
-        pending = [c for c in plan.cells if actions[c.name][0] != "done"]
+        pending = [c for c in plan.cells if actions[c.name].action is not Action.DONE]
         work = {c.name: (c.method.key, plan.steps - actions[c.name][1]) for c in pending}
         first_of_seed: dict[int, Cell] = {}
         for cell in pending:
@@ -352,7 +357,7 @@ def run_grid(
         with GridProgress(len(plan.cells), done=len(outcome.skipped), enabled=progress, log=log) as display:
             queue: list[Cell] = list(pending)
             running: dict[str, tuple[Cell, CellProcess]] = {}
-            starts: dict[str, tuple[str, int, float]] = {}  # cell -> (action, from step, start time)
+            starts: dict[str, tuple[Action, int, float]] = {}  # cell -> (action, from step, start time)
 
             def seconds_left() -> float | None:
                 total = rates.seconds_left(list(work.values()))
@@ -362,7 +367,7 @@ def run_grid(
                 action, from_step, started = starts[cell.name]
                 wall = time.perf_counter() - started
                 work.pop(cell.name)
-                if status == "completed":
+                if status == RunStatus.COMPLETED:
                     rates.add(cell.method.key, wall, plan.steps - from_step)
                     if records is not None:
                         note = cell_records.keep(cell_dir(out_dir, cell), records, cell.name)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from tokenbalance.commands.train import add_config_arguments, config_from_args, nonempty, printed_config_help
 from tokenbalance.diagnostics.sinks import dump_json
-from tokenbalance.outputs import check_output_file, json_written_by
+from tokenbalance.outputs import check_output_file, json_written_by, write_text_atomic
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -89,7 +89,7 @@ def probe(args: argparse.Namespace, *, with_hidden: bool = False):
     """The command's :class:`~tokenbalance.analysis.probe.ProbeBatch`: the config of the flags
     (``--method`` sets ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
     from tokenbalance.analysis.probe import probe_batch
-    from tokenbalance.trainer.checkpoint import policy_dir
+    from tokenbalance.run.checkpoints import policy_dir
 
     config = config_from_args(args)  # --model: a run directory is resolved there too
     if args.checkpoint:
@@ -113,8 +113,6 @@ def check_json_out(args: argparse.Namespace) -> None:
 
 def _write_json(path: str | None, data: dict) -> None:
     if path:
-        from tokenbalance.trainer.checkpoint import write_text_atomic
-
         write_text_atomic(Path(path), dump_json(data, indent=1) + "\n")  # NaN / inf as null (docs/metrics.md)
         print(f"written: {path}")
 

@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
 def plot_testbeds(args: argparse.Namespace, formats: tuple[str, ...]) -> int:
     from pathlib import Path
 
-    from tokenbalance.ablate.testbeds import read_manifest, gain_points, gains_figure
+    from tokenbalance.ablate.testbeds import gain_points, gains_figure, read_manifest
     from tokenbalance.diagnostics.plots import save_figures
 
     if args.run_dirs or args.labels is not None:

@@ -108,7 +108,7 @@ def config_from_args(args: argparse.Namespace):
             shorthand.append(f"{key}={value}")
     config = apply_overrides(config, shorthand + args.overrides)
     if getattr(args, "model", None) is not None:
-        from tokenbalance.trainer.checkpoint import policy_dir
+        from tokenbalance.run.checkpoints import policy_dir
 
         config.model.path = policy_dir(args.model)  # a run directory: its latest checkpoint's policy
     if args.no_progress:
@@ -141,7 +141,7 @@ def resumed_config(args: argparse.Namespace):
     """The saved config of the run in ``--resume RUN`` with the changes a resume allows (more
     ``--steps``, reporting, device); any other change is refused, naming it (never ignored)."""
     from tokenbalance.config import apply_overrides, load_config
-    from tokenbalance.trainer.rundir import RESUMABLE_KEYS, changed_setting
+    from tokenbalance.run.resume import RESUMABLE_KEYS, changed_setting
 
     run_dir = Path(args.resume)
     if not (run_dir / "config.yaml").is_file():

@@ -20,10 +20,10 @@ import torch
 
 from tokenbalance.config import RunConfig
 from tokenbalance.models import TinyModelConfig, build_tiny_model, count_parameters, save_policy, train_tokenizer
+from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.examples import SFTPair, sft_pairs, task_for
 from tokenbalance.run.setup import embedded_key
 from tokenbalance.tasks.base import Task
-from tokenbalance.trainer.checkpoint import write_text_atomic
 from tokenbalance.trainer.sft import run_sft
 
 SFT_SUMMARY = "tokenbalance_sft.json"

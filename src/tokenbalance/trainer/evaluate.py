@@ -14,13 +14,11 @@ from pathlib import Path
 
 from tokenbalance.rollout.base import RolloutEngine, SamplingParams
 from tokenbalance.run.examples import encode_prompts
+from tokenbalance.run.state import EVAL_OUTCOMES
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.trainer.scoring import decode_responses, score_responses
 
 MODES = {"greedy": 0.0, "sample": 1.0}
-# each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the
-# same examples can be compared example by example (McNemar: ablate's paired outcomes)
-EVAL_OUTCOMES = "eval_outcomes.jsonl"
 
 
 def full_reward(task: Task) -> float:

@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
 import sys
 import warnings
 from dataclasses import dataclass
@@ -64,19 +63,15 @@ from tokenbalance.algorithms.methods import Method
 from tokenbalance.config import RunConfig, config_yaml, save_config, to_dict
 from tokenbalance.diagnostics.sinks import MetricsLog
 from tokenbalance.diagnostics.step import StepDiagnostics
+from tokenbalance.outputs import write_text_atomic
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
+from tokenbalance.run.checkpoints import latest_checkpoint, prune_checkpoints, pruned_note
 from tokenbalance.run.setup import RunSetup, prepare
+from tokenbalance.run.state import RunStatus, has_final_eval, write_end_status, write_run_state
 from tokenbalance.tasks.base import Task, TaskExample
 from tokenbalance.threads import ThreadAdapter
 from tokenbalance.trainer.batch import RolloutBatch, merge_groups, sample_batch, update_inputs, with_logprobs
-from tokenbalance.trainer.checkpoint import (
-    latest_checkpoint,
-    load_trainer_state,
-    prune_checkpoints,
-    pruned_note,
-    save_checkpoint,
-    write_text_atomic,
-)
+from tokenbalance.trainer.checkpoint import load_trainer_state, save_checkpoint
 from tokenbalance.trainer.distributed import DistContext, barrier, mean_over_ranks, min_over_ranks
 from tokenbalance.trainer.evaluate import append_outcomes, evaluate
 from tokenbalance.trainer.logprobs import ResponseLogprobs
@@ -88,7 +83,6 @@ from tokenbalance.trainer.precision import (
     typical_weight_magnitude,
 )
 from tokenbalance.trainer.progress import StepProgress, StepTimer
-from tokenbalance.trainer.rundir import has_final_eval, write_end_status
 from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateSettings, UpdateSpec, reusable_first_forward, run_update, update_forward
 
@@ -396,10 +390,6 @@ def peak_memory_mb(device: torch.device) -> dict[str, float]:
     return peaks
 
 
-def write_status(run_dir: Path, status: str, **extra) -> None:
-    write_text_atomic(run_dir / "run_state.json", json.dumps({"status": status, **extra}, indent=1) + "\n")
-
-
 def train(parts: TrainerParts) -> dict:
     """Run RL steps ``parts.start_step .. config.train.steps``; returns before/after evaluations."""
     cfg, ctx = parts.config, parts.runtime.ctx
@@ -423,7 +413,7 @@ def train(parts: TrainerParts) -> dict:
     )
     if log is not None:
         log.truncate_after(parts.start_step if parts.start_step else -1)  # from 0: the step-0 eval is redone
-        write_status(run_dir, "running", step=parts.start_step)
+        write_run_state(run_dir, RunStatus.RUNNING, step=parts.start_step)
     evaluations = {}
     progress = StepProgress(cfg.train.steps, start=parts.start_step, enabled=cfg.output.progress and ctx.is_main)
     try:
@@ -470,7 +460,7 @@ def train(parts: TrainerParts) -> dict:
                             removed = prune_checkpoints(run_dir, cfg.train.keep_checkpoints)
                             if removed:
                                 print(pruned_note(removed, cfg.train.keep_checkpoints), file=sys.stderr, flush=True)
-                        write_status(run_dir, "running", step=done)
+                        write_run_state(run_dir, RunStatus.RUNNING, step=done)
                     barrier(ctx)
     except BaseException as err:
         if log is not None:
@@ -478,7 +468,7 @@ def train(parts: TrainerParts) -> dict:
             log.close()
         raise
     if log is not None:
-        write_status(run_dir, "completed", step=cfg.train.steps, **peak_memory_mb(parts.runtime.device))
+        write_run_state(run_dir, RunStatus.COMPLETED, step=cfg.train.steps, **peak_memory_mb(parts.runtime.device))
         log.close()
     return evaluations
 

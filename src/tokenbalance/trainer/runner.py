@@ -19,20 +19,15 @@ import torch
 
 from tokenbalance.config import RunConfig, absolute_paths, load_config
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
+from tokenbalance.run.checkpoints import STATE_FILE, checkpoint_step, latest_checkpoint, verify_checkpoint
 from tokenbalance.run.checks import resolve_device
+from tokenbalance.run.lock import RunLock
+from tokenbalance.run.repair import check_new_run_dir, clean_interrupted_writes, recover_latest, undo_failed_start
+from tokenbalance.run.resume import RESUMABLE_KEYS, changed_setting
 from tokenbalance.run.setup import RunSetup, prepare
+from tokenbalance.run.state import LOG_FILE, RunStatus, resume_command, run_status
 from tokenbalance.trainer.distributed import DistContext, barrier, init_distributed
 from tokenbalance.trainer.progress import progress_log
-from tokenbalance.trainer.rundir import (
-    LOG_FILE,
-    RunLock,
-    check_new_run_dir,
-    clean_interrupted_writes,
-    recover_latest,
-    resume_command,
-    undo_failed_start,
-    verify_checkpoint,
-)
 
 
 def compute_device(config: RunConfig) -> torch.device:
@@ -107,11 +102,10 @@ def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: tor
 def check_checkpoint_config(checkpoint: Path, config: RunConfig) -> None:
     """``ValueError`` when ``config`` differs from the config ``checkpoint`` recorded (its
     ``trainer_state.json``; checkpoints written before it recorded one are not checked) outside
-    :data:`~tokenbalance.trainer.rundir.RESUMABLE_KEYS`."""
+    :data:`~tokenbalance.run.resume.RESUMABLE_KEYS`."""
     from tokenbalance.config import from_dict
-    from tokenbalance.trainer.rundir import RESUMABLE_KEYS, changed_setting
 
-    recorded = json.loads((checkpoint / "trainer_state.json").read_text()).get("config")
+    recorded = json.loads((checkpoint / STATE_FILE).read_text()).get("config")
     if not isinstance(recorded, dict):
         return
     changed = changed_setting(from_dict(RunConfig, recorded), config)
@@ -131,8 +125,6 @@ def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> No
     was trained with outside the settings a resume may change (an edited ``config.yaml`` is refused,
     naming the key), and check ``metrics.jsonl`` (a torn last line is reported here and dropped by
     the loop)."""
-    from tokenbalance.trainer.checkpoint import latest_checkpoint
-
     removed = clean_interrupted_writes(run_dir)
     if removed:
         log(f"removed what an interrupted write left in {run_dir}: {', '.join(removed)}")
@@ -149,18 +141,12 @@ def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> No
         _, torn = parse_metrics_lines(metrics)
         if torn is not None:
             log(f"{metrics}: its last line is torn (an interrupted write) and is dropped: {torn[:60]!r}")
-    try:
-        previous = json.loads((run_dir / "run_state.json").read_text()).get("status")
-    except (OSError, ValueError, AttributeError):
-        previous = None
-    if previous == "running":
+    if run_status(run_dir) is RunStatus.RUNNING:
         log(f"{run_dir}: the previous process ended without recording how (status 'running'); resuming")
 
 
 def stopped_message(run_dir: Path, reason: str) -> str:
     """Where a stopped run stands and the command that continues it."""
-    from tokenbalance.trainer.checkpoint import checkpoint_step
-
     if not (run_dir / "config.yaml").is_file():
         return f"{reason}; nothing was trained yet in {run_dir}: run the same command again"
     step = checkpoint_step(run_dir)
@@ -221,6 +207,5 @@ def run_training(config: RunConfig | None, *, run_dir: Path | None = None, resum
                 lock.release()
     if ctx.is_main:
         log(before_after_table(run_dir))
-        summary = json.loads((run_dir / "run_state.json").read_text())
-        log(f"status: {summary['status']}; metrics: {run_dir / 'metrics.jsonl'}")
+        log(f"status: {run_status(run_dir)}; metrics: {run_dir / 'metrics.jsonl'}")
     return run_dir

@@ -7,9 +7,9 @@ Layout of the checkpoint directory (``sft.save_every > 0``)::
                    batch sampler's random-generator state), sft_state.json (step, losses, the
                    optimizer's scalars, a fingerprint of what is being trained)
 
-A step directory is written under a temporary name and renamed into place when complete; the
-older ones are then removed. A checkpoint whose fingerprint (the SFT settings, seed, examples and
-tokenizer vocabulary) differs from the SFT asked for is refused, naming the directory to delete.
+Written under a temporary name and renamed into place, the older ones then removed
+(:func:`tokenbalance.run.checkpoints.sft_store`: the same naming and completeness rule as the RL
+checkpoints). A checkpoint of other settings, examples or tokenizer is refused. docs/training.md.
 """
 
 from __future__ import annotations
@@ -17,16 +17,14 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, load_model, save_file, save_model
 
-from tokenbalance.outputs import umask_modes
-from tokenbalance.trainer.checkpoint import checkpoint_dirs, optimizer_from_flat, optimizer_to_flat
+from tokenbalance.run.checkpoints import OPTIMIZER_FILE, SFT_MODEL_FILE, SFT_STATE_FILE, sft_store
+from tokenbalance.trainer.checkpoint import optimizer_from_flat, optimizer_to_flat
 
-STATE = "sft_state.json"
 GENERATOR_KEY = "__generator_state__"
 
 
@@ -43,29 +41,23 @@ def save(
     directory: Path, step: int, model, optimizer, generator: torch.Generator, losses: list[float], key: str
 ) -> None:
     """Write step ``step``'s checkpoint into ``directory`` (atomically), then drop the older ones."""
-    directory.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=directory, prefix=f".step_{step:06d}."))
+    store = sft_store(directory)
+    tmp = store.new_temp(step)
     try:
-        save_model(model, str(tmp / "model.safetensors"))
+        save_model(model, str(tmp / SFT_MODEL_FILE))
         tensors, meta = optimizer_to_flat(optimizer)
-        save_file({**tensors, GENERATOR_KEY: generator.get_state()}, str(tmp / "optimizer.safetensors"))
-        (tmp / STATE).write_text(json.dumps({"step": step, "losses": losses, "fingerprint": key, "optimizer": meta}))
-        final = directory / f"step_{step:06d}"
-        umask_modes(tmp)
-        if final.exists():
-            shutil.rmtree(final)
-        tmp.rename(final)
+        save_file({**tensors, GENERATOR_KEY: generator.get_state()}, str(tmp / OPTIMIZER_FILE))
+        state = {"step": step, "losses": losses, "fingerprint": key, "optimizer": meta}
+        (tmp / SFT_STATE_FILE).write_text(json.dumps(state))
+        store.place(tmp, step)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    for older in checkpoint_dirs(directory):
-        if older.name < final.name:
-            shutil.rmtree(older, ignore_errors=True)
+    store.prune(1)
 
 
 def latest(directory: Path) -> Path | None:
-    complete = [p for p in checkpoint_dirs(directory) if (p / STATE).is_file()]
-    return complete[-1] if complete else None
+    return sft_store(directory).newest()
 
 
 def restore(directory: Path, model, optimizer, generator: torch.Generator, key: str) -> tuple[int, list[float]]:
@@ -74,14 +66,14 @@ def restore(directory: Path, model, optimizer, generator: torch.Generator, key: 
     checkpoint = latest(directory)
     if checkpoint is None:
         return 0, []
-    state = json.loads((checkpoint / STATE).read_text())
+    state = json.loads((checkpoint / SFT_STATE_FILE).read_text())
     if state.get("fingerprint") != key:
         raise ValueError(
             f"{checkpoint}: an SFT checkpoint of other settings, examples or tokenizer; delete {directory} to "
             "start this SFT from step 0"
         )
-    load_model(model, str(checkpoint / "model.safetensors"))
-    tensors = load_file(str(checkpoint / "optimizer.safetensors"))
+    load_model(model, str(checkpoint / SFT_MODEL_FILE))
+    tensors = load_file(str(checkpoint / OPTIMIZER_FILE))
     generator.set_state(tensors.pop(GENERATOR_KEY))
     optimizer_from_flat(optimizer, tensors, state["optimizer"])
     return int(state["step"]), [float(x) for x in state["losses"]]

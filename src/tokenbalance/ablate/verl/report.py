@@ -16,7 +16,8 @@ from tokenbalance.ablate.grid import GridMethod, GridPlan, GridPreset
 from tokenbalance.ablate.report import ReportSource, write_report
 from tokenbalance.ablate.results import MODES, CellResult
 from tokenbalance.ablate.verl.grid import VerlCell, verl_cells
-from tokenbalance.ablate.verl.results import ACCURACY_VARIABLE, collect_verl, sitting_files
+from tokenbalance.ablate.verl.results import ACCURACY_VARIABLE, collect_verl
+from tokenbalance.run.cell import sitting_files
 
 MODEL_NAMES = {"3b": "Qwen2.5-3B-Instruct", "7b": "Qwen2.5-7B-Instruct-1M"}  # examples/verl/common.sh
 MODE_TITLES = {

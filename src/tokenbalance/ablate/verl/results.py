@@ -1,7 +1,8 @@
-"""Read a verl grid's cells back: each cell's STATUS and its verl metrics over every sitting.
+"""Read a verl grid's cells back: each cell's STATUS (:mod:`tokenbalance.run.cell`) and its verl metrics
+over every sitting.
 
 A cell's metrics are the JSON lines verl's file logger wrote (``{"step": n, "data": {key: value}}``),
-one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`.cell_script`). They are merged by
+one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`tokenbalance.run.cell`). They are merged by
 step in sitting order: a later sitting's value of a key replaces an earlier one's at the same step
 (a resumed sitting runs again the steps after its checkpoint; the model that finishes descends from
 the later run), keys it did not log are kept. A line torn by a kill (the last one, without its line
@@ -19,22 +20,19 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import socket
 from pathlib import Path
 
 import yaml
 
 from tokenbalance.ablate.results import CellResult
 from tokenbalance.ablate.verl.grid import VerlCell
-from tokenbalance.ablate.verl.scripts import NOT_STARTED
+from tokenbalance.run.cell import cell_status, line_status, sitting_files
+from tokenbalance.run.state import RunStatus
 
 # the K&K reward's accuracy (0/1 per response; tokenbalance.integrations.verl.reward returns it as an extra)
 ACCURACY_VARIABLE = "correct"
-_SITTING = re.compile(r"^metrics\.sitting-(\d+)\.jsonl$")
 _VALIDATION = re.compile(r"^val-(?:core|aux)/[^/]+?(?P<level>\d+)/(?P<variable>[^/]+)/mean@(?P<samples>\d+)$")
-_RUNNING = re.compile(r"^running: sitting \d+ on (?P<host>\S+) pid (?P<pid>\d+)")
 # verl's per-step keys -> the local grid's (the cost table and the curves read these)
 TRAIN_KEYS = {
     "reward/mean": ("critic/score/mean",),
@@ -46,12 +44,6 @@ TRAIN_KEYS = {
     "timing/update_s": ("timing_s/update_actor",),
 }
 TRAIN_MARKER = "timing_s/step"  # present in every training step's line, absent from validation-only lines
-
-
-def sitting_files(cell_dir: Path) -> list[Path]:
-    """The cell's metrics files in sitting order."""
-    numbered = [(int(m.group(1)), p) for p in cell_dir.glob("metrics.sitting-*.jsonl") if (m := _SITTING.match(p.name))]
-    return [path for _, path in sorted(numbered)]
 
 
 def read_sitting(path: Path) -> list[tuple[int, dict]]:
@@ -87,28 +79,6 @@ def merged_steps(cell_dir: Path) -> dict[int, dict]:
         for step, data in read_sitting(path):
             steps.setdefault(step, {}).update(data)
     return dict(sorted(steps.items()))
-
-
-def cell_status(cell_dir: Path) -> str:
-    """The STATUS line; a "running" one whose process on this host is gone reads "stopped: ..."."""
-    path = cell_dir / "STATUS"
-    if not path.is_file():
-        return NOT_STARTED if not cell_dir.exists() else "no STATUS file"
-    status = (path.read_text(errors="replace").splitlines() or [""])[0].strip()  # shown, never parsed
-    running = _RUNNING.match(status)
-    if running and running.group("host") == socket.gethostname() and not _alive(int(running.group("pid"))):
-        return f"stopped: {status.removeprefix('running: ')}; its process is gone (run the cell again to resume)"
-    return status
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def validation_do_sample(cell_dir: Path) -> bool:
@@ -162,7 +132,7 @@ def read_verl_cell(cell_dir: Path, cell: VerlCell) -> CellResult:
     train = [train_record(step, data) for step, data in steps.items() if TRAIN_MARKER in data]
     last = evaluations[-1] if evaluations else {}
     last_step = train[-1]["step"] if train else -1
-    complete = status.startswith("completed") and bool(last) and last["step"] == last_step
+    complete = line_status(status) is RunStatus.COMPLETED and bool(last) and last["step"] == last_step
     return CellResult(cell, status, complete, evaluations[0] if evaluations else {}, last, train, evaluations)
 
 

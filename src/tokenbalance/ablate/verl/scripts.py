@@ -8,8 +8,8 @@ Layout of ``OUT/verl/``::
     cells.txt                  the cells, one a line (array task i runs line i + 1)
     run_cell.sh                one sitting of a cell (:mod:`.cell_script`), sourced by each run.sh
     cells/<cell>/run.sh        the cell: its row, model, seed and launch (preset script, hyper-parameters)
-    cells/<cell>/STATUS        not started | running: ... | completed: ... | failed at step N: ...
-    cells/<cell>/metrics.sitting-<k>.jsonl, train.log, checkpoints/, hydra/   written by its sittings
+    cells/<cell>/STATUS, .lock, metrics.sitting-<k>.jsonl   its state (:mod:`tokenbalance.run.cell`)
+    cells/<cell>/train.log, checkpoints/, hydra/            written by its sittings
 
 Every value a script embeds (cell names, hyper-parameters, the grid directory) is shell-quoted data;
 comment lines show line breaks as ``\\n``. Writing the grid again rewrites the scripts (atomically,
@@ -33,8 +33,9 @@ from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.ablate.verl.cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
 from tokenbalance.ablate.verl.grid import VerlCell
 from tokenbalance.outputs import write_text_atomic
+from tokenbalance.run.cell import STATUS_FILE, has_run
+from tokenbalance.run.state import NOT_STARTED
 
-NOT_STARTED = "not started"
 DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
 SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
 
@@ -114,7 +115,7 @@ for cell in "${CELLS[@]}"; do
 done
 echo "== grid: each cell's STATUS"
 for cell in "${CELLS[@]}"; do
-  printf '%s: %s\\n' "$cell" "$(head -n 1 "$GRID_DIR/cells/$cell/STATUS" 2> /dev/null || echo 'not started')"
+  printf '%s: %s\\n' "$cell" "$(python -m tokenbalance.run.cell status "$GRID_DIR/cells/$cell")"
 done
 if ((${#FAILED[@]})); then
   echo "failed cells (run this script again to resume them): ${FAILED[*]}" >&2
@@ -183,13 +184,6 @@ def summary_comment(lines: list[str]) -> str:
 def launch_of(script_text: str) -> str | None:
     """The ``LAUNCH=(...)`` line of a cell script (None if it has none)."""
     return next((line for line in script_text.splitlines() if line.startswith("LAUNCH=(")), None)
-
-
-def has_run(cell_dir: Path) -> bool:
-    """The cell has a sitting: a metrics file, or a STATUS other than "not started"."""
-    status = cell_dir / "STATUS"
-    started = status.is_file() and status.read_text().strip() != NOT_STARTED
-    return started or any(cell_dir.glob("metrics.sitting-*.jsonl"))
 
 
 def check_relaunch(grid_dir: Path, cells: list[VerlCell]) -> None:
@@ -262,8 +256,8 @@ def write_verl_grid(
         cell_dir = grid_dir / "cells" / cell.name
         cell_dir.mkdir(exist_ok=True)
         _write_script(cell_dir / "run.sh", cell_script(cell, str(cell_dir / "run.sh")))
-        if not (cell_dir / "STATUS").exists():
-            (cell_dir / "STATUS").write_text(NOT_STARTED + "\n")
+        if not (cell_dir / STATUS_FILE).exists():
+            (cell_dir / STATUS_FILE).write_text(NOT_STARTED + "\n")
     _write_script(grid_dir / "run_cell.sh", SITTING_SCRIPT)
     write_text_atomic(grid_dir / "cells.txt", "".join(f"{cell.name}\n" for cell in cells))
     _write_script(

@@ -1,20 +1,9 @@
-"""A grid's finished cells kept as small records, so that a grid can span machines.
-
-``tokenbalance ablate ... --records DIR`` copies each completed cell's ``config.yaml``,
-``metrics.jsonl`` and ``run_state.json``, and ``eval_outcomes.jsonl`` where the cell wrote one
-(kilobytes; no checkpoints) to ``DIR/<cell>/``, which a
-repository can hold. A later sitting on a machine without ``OUT/cells`` (a new clone, a new
-session) restores every cell whose record completed the planned steps with the planned config, so
-that no finished cell is ever run twice; the report reads the restored metrics as it reads any
-cell's. A restored cell has no checkpoint: a grid that raises ``--steps`` runs it again from step 0.
-
-The config comparison is the grid's own (:func:`tokenbalance.trainer.rundir.changed_setting`),
-with one allowance for the machine: the embedded start policy's path may sit under another cache
-directory as long as its key (the hash of every setting that builds it) is the same.
-``DIR`` is written only under names the grid recorded there (its manifest), never over a file of
-the user's, and a finished record is never replaced by another experiment's: two grids sharing
-``DIR`` whose cells share a name but not a config (or a grid of fewer steps) are refused before
-any work, naming the first setting that differs.
+"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``), so that a grid
+can span machines: :data:`RECORD_FILES` (kilobytes, no checkpoint) are copied there, and restored
+into a new cell directory whose planned config and steps the record completed. The config is
+compared as a resume compares it (:func:`~tokenbalance.run.resume.changed_setting`), the embedded
+start policy's cache directory aside; a record of another experiment is never replaced.
+docs/ablate.md "Across machines".
 """
 
 from __future__ import annotations
@@ -25,17 +14,17 @@ from pathlib import Path
 
 from tokenbalance.config import RunConfig, load_config
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
-from tokenbalance.trainer.evaluate import EVAL_OUTCOMES
-from tokenbalance.trainer.rundir import RunDirState, changed_setting, has_final_eval
+from tokenbalance.run.resume import changed_setting
+from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, METRICS_FILE, RUN_STATE_FILE, RunDirState, has_final_eval
 
-RECORD_FILES = ("config.yaml", "metrics.jsonl", "run_state.json")
+RECORD_FILES = (CONFIG_FILE, METRICS_FILE, RUN_STATE_FILE)
 OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
 
 
 def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:
     """The first setting of the record's ``config.yaml`` that differs from ``planned`` (as
     :func:`changed_setting`), machine paths of the embedded policy aside; None when they agree."""
-    saved = copy.deepcopy(load_config(record_dir / "config.yaml"))
+    saved = copy.deepcopy(load_config(record_dir / CONFIG_FILE))
     if saved.model.path and planned.model.path and Path(saved.model.path).name == Path(planned.model.path).name:
         saved.model.path, saved.model.cache_dir = planned.model.path, planned.model.cache_dir
     return changed_setting(saved, planned)
@@ -58,12 +47,12 @@ def record_conflict(record_dir: Path, planned: RunConfig) -> str | None:
     """Why this grid must not replace the record in ``record_dir`` when its cell finishes: a record
     of another config (another grid sharing the directory), or of more steps than planned; None
     when there is no record or it is this experiment's (same config, as many steps or fewer)."""
-    if not (record_dir / "config.yaml").is_file():
+    if not (record_dir / CONFIG_FILE).is_file():
         return None
     try:
         changed = record_difference(record_dir, planned)
     except (OSError, ValueError) as err:
-        return f"{record_dir / 'config.yaml'} cannot be read ({err})"
+        return f"{record_dir / CONFIG_FILE} cannot be read ({err})"
     if changed is not None:
         key, before, after = changed
         return f"{record_dir} is the record of another config ({key}: {before!r} there, {after!r} in this grid)"
@@ -97,7 +86,7 @@ def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
     """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically);
     returns None, or a note when a record of another experiment appeared there meanwhile (another
     grid sharing the directory): that record is kept and this one is not written."""
-    conflict = record_conflict(records_dir / cell, load_config(run_dir / "config.yaml"))
+    conflict = record_conflict(records_dir / cell, load_config(run_dir / CONFIG_FILE))
     if conflict:
         return f"--records: {conflict}; it is kept and this cell's record is not written there"
     check_files_replaceable(records_dir, [cell], "--records")

@@ -1,0 +1,191 @@
+"""A verl grid cell's sittings, with the local run's lock and statuses: ``python -m tokenbalance.run.cell
+begin|end|status CELL_DIR``, run by the cell's ``run_cell.sh`` (ablate/verl/cell_script.py) on the node.
+
+A cell directory holds ``STATUS`` (one line: ``not started``, ``running: sitting k on HOST pid P since
+T``, ``completed: sitting k on HOST at T``, ``failed at step N: WHY in sitting k on HOST at T; steps up
+to N-1 logged``), one verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's file logger
+truncates the file it opens) and ``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the
+shell's descriptor so that the launch keeps it). Standard library only. docs/ablate.md "The grid at paper scale".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from tokenbalance.outputs import write_text_atomic
+from tokenbalance.run.lock import RunLock
+from tokenbalance.run.state import NOT_STARTED, RunStatus
+
+STATUS_FILE = "STATUS"
+SITTING = re.compile(r"^metrics\.sitting-(\d+)\.jsonl$")
+LOCKED_EXIT = 75  # EX_TEMPFAIL: another sitting holds the cell
+HYDRA_SAFE = re.compile(r"^[A-Za-z0-9._/+@%:~-]+$")  # what hydra takes unquoted in an override value
+_LOGGED_STEP = re.compile(rb'^\{"step":(\d+)', re.MULTILINE)  # verl writes {"step":N,...} per line
+_RUNNING = re.compile(rf"^{RunStatus.RUNNING.value}: sitting \d+ on (?P<host>\S+) pid (?P<pid>\d+)")
+
+
+def sitting_metrics(cell_dir: Path, sitting: int) -> Path:
+    return Path(cell_dir) / f"metrics.sitting-{sitting}.jsonl"
+
+
+def sitting_of(metrics: Path) -> int | None:
+    """The sitting number of a metrics file's name; None for any other name."""
+    match = SITTING.match(Path(metrics).name)
+    return int(match.group(1)) if match else None
+
+
+def sitting_files(cell_dir: Path) -> list[Path]:
+    """The cell's metrics files in sitting order."""
+    numbered = [(n, p) for p in Path(cell_dir).glob("metrics.sitting-*.jsonl") if (n := sitting_of(p)) is not None]
+    return [path for _, path in sorted(numbered)]
+
+
+def next_sitting(cell_dir: Path) -> int:
+    """The newest sitting's number + 1 (1 for a cell that has not run)."""
+    return max((sitting_of(path) or 0 for path in sitting_files(cell_dir)), default=0) + 1
+
+
+def last_logged_step(cell_dir: Path) -> int:
+    """The highest step any sitting logged (a torn line's too, as far as its step is written); 0 when none."""
+    steps = [int(m.group(1)) for path in sitting_files(cell_dir) for m in _LOGGED_STEP.finditer(path.read_bytes())]
+    return max(steps, default=0)
+
+
+def status_line(cell_dir: Path) -> str | None:
+    """The first line of ``STATUS`` as written (bytes that are not UTF-8 replaced); None without one."""
+    path = Path(cell_dir) / STATUS_FILE
+    if not path.is_file():
+        return None
+    return (path.read_text(errors="replace").splitlines() or [""])[0].strip()
+
+
+def line_status(line: str | None) -> RunStatus | None:
+    """The :class:`RunStatus` a STATUS line starts with; None for ``not started`` or anything else."""
+    return next((status for status in RunStatus if (line or "").startswith(status.value)), None)
+
+
+def has_run(cell_dir: Path) -> bool:
+    """The cell has a sitting: a metrics file, or a STATUS other than "not started"."""
+    line = status_line(cell_dir)
+    return (line is not None and line != NOT_STARTED) or bool(sitting_files(cell_dir))
+
+
+def cell_status(cell_dir: Path) -> str:
+    """The STATUS line as shown; a "running" one whose process on this host is gone reads "stopped: ..."."""
+    line = status_line(cell_dir)
+    if line is None:
+        return NOT_STARTED if not Path(cell_dir).exists() else "no STATUS file"
+    running = _RUNNING.match(line)
+    if running and running.group("host") == socket.gethostname() and not _alive(int(running.group("pid"))):
+        return f"stopped: {line.removeprefix('running: ')}; its process is gone (run the cell again to resume)"
+    return line
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def write_status(cell_dir: Path, line: str) -> None:
+    write_text_atomic(Path(cell_dir) / STATUS_FILE, line + "\n")
+
+
+def begin(cell_dir: Path, cell: str, *, pid: int, lock_fd: int, say: Callable[[str], None]) -> Path | None:
+    """Begin a sitting: None for a completed cell (skipped); else the cell's lock taken on the shell's
+    ``lock_fd``, STATUS "running" and the sitting's metrics file returned. ``SystemExit`` with the
+    status ``run.sh`` ends with when the directory cannot go into a hydra override (2) or another
+    process holds the cell (:data:`LOCKED_EXIT`)."""
+    line = status_line(cell_dir)
+    if line_status(line) is RunStatus.COMPLETED:
+        say(f"== {cell}: {line} (skipped)")
+        return None
+    if not HYDRA_SAFE.match(str(cell_dir)):
+        print(
+            f"== {cell}: the cell directory's path has characters hydra cannot take in an override (only letters, "
+            "digits and ._/+@%:~- are safe): move the grid directory and run it there",
+            file=sys.stderr,
+        )
+        raise SystemExit(2)
+    try:
+        RunLock(cell_dir).acquire(fd=lock_fd, pid=pid, command=f"{Path(cell_dir) / 'run.sh'}")
+    except ValueError:
+        print(f"== {cell}: another process runs this cell ({line or ''}); not started", file=sys.stderr)
+        raise SystemExit(LOCKED_EXIT) from None
+    sitting = next_sitting(cell_dir)
+    metrics = sitting_metrics(cell_dir, sitting)
+    write_status(cell_dir, f"{RunStatus.RUNNING}: sitting {sitting} on {socket.gethostname()} pid {pid} since {_now()}")
+    say(f"== {cell}: sitting {sitting} (metrics: {metrics})")
+    return metrics
+
+
+def end(
+    cell_dir: Path, cell: str, *, metrics: Path, exit_status: int, signal_name: str, say: Callable[[str], None]
+) -> None:
+    """End the sitting whose metrics file is ``metrics``: STATUS "completed" (the launch exited 0 and
+    was not stopped), else "failed at step N" (N the step after the last one any sitting logged)."""
+    sitting = sitting_of(metrics)
+    if sitting is None:
+        raise ValueError(f"{metrics}: not a sitting's metrics file (metrics.sitting-<k>.jsonl)")
+    where = f"sitting {sitting} on {socket.gethostname()} at {_now()}"
+    if exit_status == 0 and not signal_name:
+        write_status(cell_dir, f"{RunStatus.COMPLETED}: {where}")
+        say(f"== {cell}: completed")
+        return
+    last = last_logged_step(cell_dir)
+    why = f"stopped by SIG{signal_name}" if signal_name else f"exit status {exit_status}"
+    write_status(cell_dir, f"{RunStatus.FAILED} at step {last + 1}: {why} in {where}; steps up to {last} logged")
+    print(f"== {cell}: {status_line(cell_dir)}", file=sys.stderr)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m tokenbalance.run.cell", description=__doc__.splitlines()[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    first = commands.add_parser("begin", help="begin a sitting; prints its metrics file (nothing: skipped)")
+    last = commands.add_parser("end", help="end the sitting: STATUS completed or failed")
+    shown = commands.add_parser("status", help="print the cell's STATUS as the report shows it")
+    for sub in (first, last, shown):
+        sub.add_argument("cell_dir", type=Path)
+    for sub in (first, last):
+        sub.add_argument("cell", help="the cell's name, for the messages")
+        sub.add_argument("--say-fd", type=int, default=1, help="where the messages go (the shell's stdout)")
+    first.add_argument("--pid", type=int, required=True, help="the sitting's process (run.sh)")
+    first.add_argument("--lock-fd", type=int, required=True, help="the shell's open descriptor of CELL_DIR/.lock")
+    last.add_argument("--metrics", type=Path, required=True, help="the sitting's metrics file (begin's)")
+    last.add_argument("--exit", type=int, required=True, dest="exit_status", help="the launch's exit status")
+    last.add_argument("--signal", default="", dest="signal_name", help="the signal that stopped it (TERM, ...)")
+    args = parser.parse_args(argv)
+    if args.command == "status":
+        print(cell_status(args.cell_dir))
+        return 0
+    with open(args.say_fd, "w", closefd=False) as out:
+
+        def say(text: str) -> None:
+            print(text, file=out, flush=True)
+
+        if args.command == "begin":
+            metrics = begin(args.cell_dir, args.cell, pid=args.pid, lock_fd=args.lock_fd, say=say)
+            print(metrics or "")
+        else:
+            ended = {"metrics": args.metrics, "exit_status": args.exit_status, "signal_name": args.signal_name}
+            end(args.cell_dir, args.cell, **ended, say=say)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
