@@ -30,6 +30,7 @@ import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
@@ -381,7 +382,7 @@ def plot_runs(
         run.name = label
     _unique_names(runs)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
-    return save_figures(out, {name: lambda make=make: make(runs) for name, make in FIGURES.items()}, formats)
+    return save_figures(out, {name: partial(make, runs) for name, make in FIGURES.items()}, formats)
 
 
 def save_figures(out: Path, makers: dict[str, Callable[[], Figure]], formats: tuple[str, ...] = FORMATS) -> list[Path]:
