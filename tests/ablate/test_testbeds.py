@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tokenbalance.ablate.testbeds import read_manifest, gain_points
+from tokenbalance.ablate.testbeds import gain_points, read_manifest
 from tokenbalance.cli import main
 
 FIELDS = [
