@@ -1,7 +1,7 @@
 """The diagnostics' measurement modules are pure: standard library, numpy, torch and the algorithm core.
 
-Plotting (matplotlib), the metric sinks (TensorBoard / W&B), and what works on a real policy
-through the trainer's pieces (``access.py``: the policy's log-probs in a step; ``probe.py`` and
+Plotting (matplotlib: ``plots.py``, ``plotted.py``), the metric sinks (TensorBoard / W&B), and
+what works on a real policy through the trainer's pieces (``access.py``: the policy's log-probs in a step; ``probe.py`` and
 ``experiments.py``: the offline experiments on a probe batch) are the exceptions; the commands
 parse arguments and render.
 """
@@ -13,7 +13,7 @@ from pathlib import Path
 import tokenbalance
 
 DIAGNOSTICS = Path(tokenbalance.__file__).parent / "diagnostics"
-IMPURE = {"sinks.py", "plots.py", "access.py", "probe.py", "experiments.py"}
+IMPURE = {"sinks.py", "plots.py", "plotted.py", "access.py", "probe.py", "experiments.py"}
 ALLOWED_INTERNAL = (
     "tokenbalance.algorithms",
     "tokenbalance.types",

@@ -5,7 +5,15 @@ import json
 import pytest
 
 from tokenbalance.cli import main
-from tokenbalance.diagnostics.plots import Run, buckets_figure, load_run
+from tokenbalance.diagnostics.plots import (
+    BUCKET_STATS,
+    NotDrawn,
+    Run,
+    buckets_figure,
+    buckets_steps_figure,
+    load_run,
+    plot_runs,
+)
 
 
 def write_log(path, records, tail=""):
@@ -86,12 +94,57 @@ def test_default_output_directory_and_one_format(tmp_path):
     ]
 
 
-def test_legend_labels_of_a_panel_a_run_lacks():
+def test_one_legend_names_a_run_without_data_and_a_panel_without_data_is_dropped_and_named():
     full = Run("full", path=None, train=[r for r in full_records(2) if r["kind"] == "train"])
     empty = Run("empty", path=None, train=[{"step": 1, "kind": "train"}])
-    fig = buckets_figure([full, empty])
-    labels = [t.get_text() for ax in fig.axes for t in ax.get_legend().get_texts()]
-    assert labels.count("empty (no data)") == 6 and labels.count("full") == 6  # one panel per BUCKET_STATS
+    part = Run("part", path=None, train=[{k: v for k, v in r.items() if "grad_norm" not in k} for r in full.train])
+    fig = buckets_figure([full, empty, part])
+    assert [t.get_text() for t in fig.legends[0].get_texts()] == ["full", "empty (no data)", "part"]
+    assert all(ax.get_legend() is None for ax in fig.axes)  # one legend for the figure, none over the bars
+    assert [ax.get_title(loc="left") for ax in fig.axes] == [s.title for s in BUCKET_STATS]  # all six have data
+    assert [t.get_text() for t in fig.axes[0].texts] == ["a"]  # lettered
+    xlabels = {ax.get_title(loc="left"): ax.get_xlabel() for ax in fig.axes}
+    assert xlabels["gradient norm, bucket's tokens only"] == "old-policy probability\n(no data: part)"
+    assert xlabels["entropy (old policy)"] == "old-policy probability"
+
+    # no gradient norms logged, a clip fraction of 0 everywhere: both panels dropped and named
+    records = [{k: (0.0 if "clip_frac" in k else v) for k, v in r.items() if "grad_norm" not in k} for r in full.train]
+    fig = buckets_figure([Run("run", path=None, train=records)])
+    titles = [ax.get_title(loc="left") for ax in fig.axes if ax.axison]
+    assert titles == [s.title for s in BUCKET_STATS if s.stat not in ("grad_norm", "clip_frac")]
+    assert len(fig.axes) == 4  # 2 x 2, no empty place
+    assert fig.get_supxlabel().replace("\n", " ") == (
+        "not drawn: gradient norm (no run logged it: --set diagnostics.grad_norm_every=K); clip fraction (0 in "
+        "every bucket of every run)"
+    )
+    steps = buckets_steps_figure([Run("run", path=None, train=records)])
+    assert [ax.get_ylabel() for ax in steps.axes if ax.get_ylabel()] == [
+        "token share",
+        "mean advantage",
+        "gradient share",
+        "entropy (nats)",
+    ]  # one row per statistic with data, its name once, on the first column
+    assert steps.get_supxlabel().replace("\n", " ") == fig.get_supxlabel().replace("\n", " ")
+
+
+def test_a_figure_without_data_is_not_written_and_an_earlier_one_is_removed(tmp_path):
+    run = write_log(tmp_path / "r", full_records(2))
+    out = tmp_path / "figures"
+    assert main(["plot", str(run), "--out", str(out), "--format", "png"]) == 0
+    assert (out / "lld.png").is_file()
+    bare = write_log(tmp_path / "bare", [{"step": 1, "kind": "train", "reward/mean": 0.5}])
+    lines = []
+    written = plot_runs([bare], out, formats=("png",), log=lines.append)
+    assert [p.name for p in written] == ["training.png"]
+    assert sorted(p.name for p in out.iterdir()) == [".tokenbalance-written.json", "training.png"]
+    assert lines == [
+        "buckets: not drawn, no run logged diag/bucket* statistics (--set diagnostics.bucket_stats=true); "
+        "removed the earlier buckets.png",
+        "buckets_steps: not drawn, no run logged diag/bucket* statistics (--set diagnostics.bucket_stats=true); "
+        "removed the earlier buckets_steps.png",
+        "lld: not drawn, no run logged the LLD monitor (train with --set diagnostics.lld=true); removed the earlier "
+        "lld.png",
+    ]
 
 
 def test_bad_run_directories(tmp_path, capsys):
@@ -120,9 +173,8 @@ def test_runs_are_labelled_by_method_and_seed_and_an_empty_lld_figure_says_so(tm
     _unique_names(runs)  # the same method and seed twice: told apart by their directories
     assert [r.name for r in runs] == [f"grpo seed 3 ({tmp_path.name}/a)", f"grpo seed 3 ({tmp_path.name}/b)"]
 
-    texts = [t.get_text() for ax in lld_figure(runs).axes for t in ax.texts]
-    assert len(texts) == 2 and all(t.startswith("no data: no run logged the LLD monitor") for t in texts)
-    assert not [t for ax in lld_figure([bare]).axes for t in ax.texts]  # it has LLD records
+    assert lld_figure(runs) == NotDrawn("no run logged the LLD monitor (train with --set diagnostics.lld=true)")
+    assert [ax.get_title() for ax in lld_figure([bare]).axes][0].startswith("LLD")  # it has LLD records
     train_acc, held_out = training_figure([bare]).axes[1:3]
     assert train_acc.get_ylim() == held_out.get_ylim()  # the two accuracies on one scale
     assert train_acc.get_lines()[0].get_marker() == "."  # markers at the logged steps

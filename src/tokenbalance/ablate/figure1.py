@@ -1,25 +1,9 @@
-"""Paper Figure 1 layout for two rows on the same batch: token share, advantages, probability
-change after one SGD step, gradient norm per probability bucket (AR-Lopti, arXiv 2505.12929).
-
-One batch of responses is sampled from the first seed's start policy (the policy every cell of
-that seed starts from) with the grid's rollout settings, exactly as ``tokenbalance diagnose
-buckets`` samples it (:func:`tokenbalance.analysis.probe.probe_batch`). On that batch, for each
-row (GRPO and AR + Lopti by default), at the same parameters:
-
-* (a) the share of tokens per bucket of old-policy probability (the same for both rows; log scale,
-  counts on the bars);
-* (b) the mean advantage of positive / negative tokens per bucket, after the row's token weights;
-* (c) the mean change of token probability per bucket after one SGD step (lr 1e-3, the paper's;
-  a Lopti row's step is its two passes) and (d) the share of positive-advantage tokens whose
-  probability rose (Figure 3), from :func:`tokenbalance.analysis.experiments.bucket_experiment`;
-* (e) the norm of the policy gradient restricted to each bucket's tokens, and to all tokens
-  (:func:`tokenbalance.diagnostics.grad_norms.bucket_gradient_norms`; KL and entropy off).
-
-Buckets without tokens are marked "empty" in every panel.
-
-Differences from the paper: one batch of a tiny policy, not an average over steps of a 7B run;
-bars of means, not violins. At the same parameters Lopti changes no gradient (it changes when each
-bucket is updated, which (c) shows); AR scales the low-probability tokens' advantages down.
+"""Paper Figure 1 layout for two rows on the same batch (AR-Lopti, arXiv 2505.12929): token share,
+advantages, probability change after one SGD step, gradient norm per probability bucket. One batch
+is sampled from the first seed's start policy as ``tokenbalance diagnose buckets`` samples it
+(:func:`tokenbalance.analysis.probe.probe_batch`); every row is measured on it at the same
+parameters (:func:`measure`, kept as ``figure1_buckets.json``) and drawn by :func:`figure`.
+docs/ablate.md, "Figure 1 panels", says what each panel is and how it differs from the paper.
 """
 
 from __future__ import annotations
@@ -27,9 +11,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from matplotlib.figure import Figure
+
+from tokenbalance.ablate.curves import row_colour
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
-from tokenbalance.diagnostics.plots import colour, new_figure
+from tokenbalance.diagnostics.plots import letter, new_figure
+from tokenbalance.diagnostics.plotted import save_png
 from tokenbalance.diagnostics.sinks import dump_json, restore_non_finite
 
 SGD_LR = 1e-3
@@ -144,18 +132,15 @@ def _mark_empty(ax, counts: list[int], groups: int) -> None:
             ax.text(g, 0.02, "empty", transform=ax.get_xaxis_transform(), ha="center", fontsize=6, color="0.35")
 
 
-def _letter(ax, letter: str, title: str) -> None:
-    ax.set_title(title, fontsize=8, loc="left")
-    ax.text(-0.02, 1.09, letter, transform=ax.transAxes, fontsize=10, fontweight="bold", va="bottom", ha="right")
-
-
-def plot(data: dict, path: Path) -> Path:
-    """The paper's Figure 1 layout, at page width: (a) token share per bucket (log scale, counts on
-    the bars), (b) mean advantage of positive / negative tokens after the row's weights, (c) mean Δp
-    after one SGD step, (d) Figure 3's share of A > 0 tokens whose probability rose, (e) the gradient
-    norm of each bucket's tokens alone and of all tokens. Empty buckets are marked."""
+def figure(data: dict) -> Figure:
+    """The paper's Figure 1 layout at page width, 2 x 3 panels lettered: (a) token share per bucket
+    (log scale, counts on the bars), (b) mean advantage of positive / negative tokens after the
+    row's weights, (c) mean Δp after one SGD step, (d) Figure 3's share of A > 0 tokens whose
+    probability rose, (e) the gradient norm of each bucket's tokens alone and of all tokens; the
+    legend and the batch in the sixth place. Empty buckets are marked."""
     labels = data["intervals"]
     rows = list(data["rows"].values())
+    hues = [row_colour(key, i) for i, key in enumerate(data["rows"])]  # each row's colour in the grid's figures
     count = len(labels)
     tokens = int(data["tokens"])
     counts = [round(f * tokens) if f == f else 0 for f in rows[0]["token_frac"]]
@@ -167,7 +152,7 @@ def plot(data: dict, path: Path) -> Path:
         for i, row in enumerate(rows):
             values = list(row[key]) + ([row[extra]] if extra else [])
             xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(len(groups))]
-            ax.bar(xs, _finite(values), width, color=colour(i), label=row["label"], **style)
+            ax.bar(xs, _finite(values), width, color=hues[i], label=row["label"], **style)
         ax.set_xticks(range(len(groups)), groups, rotation=25, fontsize=6)
         _mark_empty(ax, counts, count)
         ax.tick_params(labelsize=6)
@@ -184,28 +169,24 @@ def plot(data: dict, path: Path) -> Path:
     _mark_empty(axes[0], counts, count)
     axes[0].tick_params(labelsize=6)
     axes[0].grid(alpha=0.3, axis="y")
-    axes[0].set_ylabel("share of tokens (log)", fontsize=7)
-    _letter(axes[0], "a", "token share (counts on bars)")
+    letter(axes[0], "a", "token share, log scale (counts on bars)")
     bars(axes[1], "adv_pos", labels)
     for i, row in enumerate(rows):
         xs = [g + (i - (len(rows) - 1) / 2) * width for g in range(count)]
-        axes[1].bar(xs, _finite(row["adv_neg"]), width, color=colour(i), alpha=0.5, hatch="//")
+        axes[1].bar(xs, _finite(row["adv_neg"]), width, color=hues[i], alpha=0.5, hatch="//")
     axes[1].axhline(0.0, color="black", linewidth=0.6)
-    axes[1].set_ylabel("advantage", fontsize=7)
-    _letter(axes[1], "b", "mean advantage (hatched: A < 0)")
+    letter(axes[1], "b", "mean advantage (hatched: A < 0)")
     bars(axes[2], "dp_mean", labels)
     axes[2].axhline(0.0, color="black", linewidth=0.6)
-    axes[2].set_ylabel("Δp", fontsize=7)
     axes[2].ticklabel_format(axis="y", style="sci", scilimits=(-2, 2))
     axes[2].yaxis.get_offset_text().set_fontsize(6)
-    _letter(axes[2], "c", "mean Δp after one SGD step")
+    letter(axes[2], "c", "mean Δp after one SGD step")
     bars(axes[3], "pos_up_frac", labels)
     axes[3].set_ylim(0.0, 1.05)
-    axes[3].set_ylabel("share", fontsize=7)
-    _letter(axes[3], "d", "share of A > 0 tokens whose p rose")
+    letter(axes[3], "d", "share of A > 0 tokens whose p rose")
     bars(axes[4], "grad_norm", [*labels, "all"], extra="grad_norm_all")
     axes[4].set_ylabel("L2 norm", fontsize=7)
-    _letter(axes[4], "e", "gradient norm, bucket's tokens only")
+    letter(axes[4], "e", "gradient norm, bucket's tokens only")
     for ax in axes[:5]:
         ax.set_xlabel("old-policy probability", fontsize=6)
     handles, names = axes[1].get_legend_handles_labels()
@@ -220,5 +201,9 @@ def plot(data: dict, path: Path) -> Path:
         fontsize=6,
         transform=axes[5].transAxes,
     )
-    fig.savefig(path, format="png", dpi=200)
-    return path
+    return fig
+
+
+def plot(data: dict, path: Path) -> Path:
+    """Write :func:`figure` to ``path`` (PNG, with its fingerprint)."""
+    return save_png(figure(data), path)

@@ -14,7 +14,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from tokenbalance.diagnostics.plots import colour, new_figure
+from tokenbalance.ablate.curves import row_colour
+from tokenbalance.diagnostics.plots import new_figure
 
 BASELINE_ROW = "grpo"
 
@@ -90,10 +91,19 @@ def gain_points(name: str, accuracy: Path, profile: Path, mode: str = "greedy") 
     return points
 
 
+def testbed_points(manifest: Path, mode: str = "greedy") -> list[GainPoint]:
+    """The points of every testbed ``manifest`` lists; ``ValueError`` when none is compared with GRPO."""
+    points = [p for name, acc, prof in read_manifest(manifest) for p in gain_points(name, acc, prof, mode)]
+    if not points:
+        raise ValueError(f"{manifest}: no row of any testbed is compared with GRPO in {mode} accuracy")
+    return points
+
+
 def gains_figure(points: list[GainPoint], mode: str = "greedy"):
-    """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar;
-    the methods are spread a little along x so their bars do not hide each other."""
-    fig = new_figure(1, 1, 6.4, 4.2)
+    """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in
+    the row's colour of the grid figures; the methods are spread a little along x so that their bars
+    do not hide each other, the testbed's name under its lowest bar."""
+    fig = new_figure(1, 1, 6.0, 3.6)
     ax = fig.subplots()
     rows = list(dict.fromkeys(p.row for p in points))
     for i, row in enumerate(rows):
@@ -102,14 +112,22 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         ys = [100 * p.gain for p in mine]
         below = [100 * (p.gain - p.ci_low) for p in mine]
         above = [100 * (p.ci_high - p.gain) for p in mine]
-        ax.errorbar(xs, ys, yerr=[below, above], fmt="o", color=colour(i), capsize=2, label=mine[0].label)
+        ax.errorbar(
+            xs, ys, yerr=[below, above], fmt="o", markersize=4, color=row_colour(row, i), capsize=2, label=mine[0].label
+        )
     for name in dict.fromkeys(p.testbed for p in points):
-        first = next(p for p in points if p.testbed == name)
-        ax.annotate(name, (first.decision_share, 0), textcoords="offset points", xytext=(3, -12), fontsize=7)
+        mine = [p for p in points if p.testbed == name]
+        lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in mine)
+        ax.annotate(
+            name, (mine[0].decision_share, lowest), textcoords="offset points", xytext=(0, -10), ha="center", fontsize=7
+        )
     ax.axhline(0, color="0.6", lw=0.8)
+    ax.margins(y=0.1)  # room for the names under the lowest bars
     ax.set_xlim(-0.05, 1.05)
-    ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy")
-    ax.set_ylabel(f"paired gain over GRPO, {mode} accuracy (points)")
-    ax.set_title("each method's gain over GRPO across testbeds (95% interval over seeds)", fontsize=9)
+    ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy", fontsize=8)
+    ax.set_ylabel(f"paired gain over GRPO,\n{mode} accuracy (points)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(alpha=0.3)
+    ax.set_title("each method's gain over GRPO across testbeds (95% t interval over seeds)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
     return fig

@@ -1,43 +1,30 @@
-"""Plots of training runs from their ``metrics.jsonl`` alone (``tokenbalance plot``).
+"""Figures of training runs from their ``metrics.jsonl`` alone (``tokenbalance plot``): ``training``,
+``buckets`` (the AR-Lopti paper's Figure 1 layout, means over steps), ``buckets_steps`` and ``lld``.
 
-Four figures, each written as PNG and SVG:
-
-* ``training``: train reward and accuracy, held-out greedy accuracy per difficulty, response length;
-* ``buckets``: the AR-Lopti paper's Figure 1 layout as bars per probability bucket, averaged over the
-  run's steps: token share (a), mean advantage of positive / negative tokens (b), clip fraction,
-  entropy, and the per-bucket gradient norm next to the all-token one (d). The paper shows
-  distributions (violins) from dedicated runs; a metrics log holds per-step means, so these are
-  means of means;
-* ``buckets_steps``: the same statistics per step, one column per bucket;
-* ``lld``: the LLD monitor's Δ (mean, 10th percentile, median) and the share of groups below epsilon.
-
-Several runs are overlaid (one colour each, labelled "<method> seed <seed>" from the run's
-``config.yaml``, or the directory's name without one; markers at the logged steps). Panels of one
-quantity share a y-range (the two accuracies; each statistic across buckets). A run that lacks a
-panel's keys (older runs, diagnostics switched off) appears in that panel's legend as "(no data)",
-and a figure with no data at all says so; nothing is skipped silently and a missing key never
-raises. The figures replace only
-files an earlier ``plot`` wrote into the output directory (listed in its
-``.tokenbalance-written.json``); a file of the user's of the same name is never replaced. Matplotlib is used through
-``Figure`` objects with the Agg canvas, so no display and no global backend state are involved.
+Several runs are overlaid, one colour each; a panel no run has data for is dropped and named in the
+figure, a figure with no data at all is not written (the log says why). Figures are written through
+:func:`save_figures`, which never replaces a file of the user's. docs/metrics.md, "Plots".
 
     tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import re
-from collections.abc import Callable
+import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.ticker import MaxNLocator
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
+from tokenbalance.diagnostics.plotted import save_png
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, restore_non_finite
 from tokenbalance.outputs import check_files_replaceable, record_written
 
@@ -155,26 +142,44 @@ def _line(ax, run: Run, i: int, key: str, *, kind: str = "train", label: str | N
     return True
 
 
-def finish_axes(ax, title: str, ylabel: str = "", xlabel: str = "step", fast_legend: bool = False) -> None:
-    ax.set_title(title, fontsize=10)
-    ax.set_xlabel(xlabel, fontsize=8)
+def finish_axes(ax, title: str, ylabel: str = "", xlabel: str = "step") -> None:
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel(xlabel, fontsize=7)
     if xlabel == "step":
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     if ylabel:
-        ax.set_ylabel(ylabel, fontsize=8)
-    ax.tick_params(labelsize=7)
+        ax.set_ylabel(ylabel, fontsize=7)
+    ax.tick_params(labelsize=6)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=6, loc="upper right" if fast_legend else "best")
+    ax.legend(fontsize=6, loc="best")
+
+
+DPI = 200  # figures are laid out in inches at a page's width; 200 dpi prints sharp
 
 
 def new_figure(rows: int, cols: int, width: float, height: float) -> Figure:
-    fig = Figure(figsize=(width * cols, height * rows), layout="constrained")
+    """A ``width`` x ``height`` inch panel per cell at :data:`DPI`, in matplotlib's constrained layout,
+    on the Agg canvas (no display, no global backend state)."""
+    fig = Figure(figsize=(width * cols, height * rows), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
 
 
+def letter(ax, mark: str, title: str) -> None:
+    """A panel's bold letter above its top-left corner, as the paper's figures letter theirs."""
+    ax.set_title(title, fontsize=8, loc="left")
+    ax.text(-0.02, 1.09, mark, transform=ax.transAxes, fontsize=10, fontweight="bold", va="bottom", ha="right")
+
+
+@dataclass(frozen=True)
+class NotDrawn:
+    """A figure there is no data for; ``reason`` says which and how to log it."""
+
+    reason: str
+
+
 def training_figure(runs: list[Run]) -> Figure:
-    fig = new_figure(2, 2, 4.6, 3.2)
+    fig = new_figure(2, 2, 3.6, 2.6)
     axes = fig.subplots(2, 2).flatten()
     for i, run in enumerate(runs):
         _line(axes[0], run, i, "reward/mean")
@@ -199,8 +204,8 @@ def training_figure(runs: list[Run]) -> Figure:
                 markersize=3,
             )
     finish_axes(axes[0], "training reward (mean)", "reward")
-    finish_axes(axes[1], "training accuracy (full reward)", "share")
-    finish_axes(axes[2], "held-out accuracy per difficulty (greedy)", "accuracy")
+    finish_axes(axes[1], "training accuracy (full reward)", "share of responses")
+    finish_axes(axes[2], "held-out accuracy per difficulty (greedy)", "share of examples")
     finish_axes(axes[3], "response length", "tokens")
     _share_y(axes[1], axes[2])  # both accuracies on one scale
     return fig
@@ -233,102 +238,197 @@ def _buckets(runs: list[Run]) -> tuple[int, list[str]]:
     return count, labels
 
 
+@dataclass(frozen=True)
+class BucketStat:
+    """One panel of the bucket figures: ``stat`` names its keys (:meth:`keys`); ``unit`` is its
+    y-label (empty where the title says it all); ``switch`` is the setting that logs it."""
+
+    stat: str
+    title: str
+    unit: str
+    switch: str
+
+    def keys(self, b: int | str) -> tuple[str, str | None]:
+        """The key of bucket ``b`` (``"all"``: every token) and its second one: A < 0 for the mean
+        advantage, before the token stage for the gradient share."""
+        if self.stat == "grad_norm":
+            return ("diag/grad_norm/all" if b == "all" else f"diag/grad_norm/bucket{b}"), None
+        if self.stat == "adv_mean":
+            return f"diag/bucket{b}/pos/adv_mean", f"diag/bucket{b}/neg/adv_mean"
+        if self.stat == "grad_share":
+            return f"diag/bucket{b}/grad_share", f"diag/bucket{b}/grad_share_before"
+        return f"diag/bucket{b}/{self.stat}", None
+
+    def groups(self, count: int) -> list[int | str]:
+        return [*range(count), *(["all"] if self.stat == "grad_norm" else [])]
+
+
 BUCKET_STATS = (
-    ("token_frac", "token share", "share of valid tokens"),
-    ("grad_share", "gradient share (hatched / dashed: before the token stage)", "share of squared logit-gradient norm"),
-    ("adv_mean", "mean advantage (pos / neg)", "advantage"),
-    ("clip_frac", "clip fraction", "share"),
-    ("entropy", "entropy (old policy)", "nats"),
-    ("grad_norm", "gradient norm, bucket only (dotted: all tokens)", "L2 norm"),
+    BucketStat("token_frac", "token share (log scale)", "", "diagnostics.bucket_stats=true"),
+    BucketStat("adv_mean", "mean advantage (hatched: A < 0)", "", "diagnostics.bucket_stats=true"),
+    BucketStat("grad_share", "gradient share (dashes: before\nthe token stage)", "", "diagnostics.grad_share=true"),
+    BucketStat("grad_norm", "gradient norm, bucket's tokens only", "L2 norm", "diagnostics.grad_norm_every=K"),
+    BucketStat("entropy", "entropy (old policy)", "nats", "diagnostics.bucket_stats=true"),
+    BucketStat("clip_frac", "clip fraction", "", "diagnostics.bucket_stats=true"),
+)
+STEPS_KEY = (
+    "dashed: A < 0 (mean advantage), before the token stage (gradient share); dotted: all tokens (gradient norm)"
 )
 
 
-def _bucket_key(stat: str, b: int | str, sign: str = "") -> str:
-    if stat == "grad_norm":
-        return "diag/grad_norm/all" if b == "all" else f"diag/grad_norm/bucket{b}"
-    return f"diag/bucket{b}/{sign}{stat}"
+def _short(stat: BucketStat) -> str:
+    return stat.title.split(" (")[0].split(",")[0]
 
 
-def buckets_figure(runs: list[Run]) -> Figure:
-    """Figure 1 layout: per-bucket bars averaged over each run's steps."""
+def _values(stat: BucketStat, runs: list[Run], count: int) -> list[float]:
+    """Every finite value ``runs`` logged for ``stat`` (all steps, buckets, both keys)."""
+    keys = [k for b in stat.groups(count) for k in stat.keys(b) if k]
+    return [v for run in runs for k in keys for v in run.series(k)[1] if math.isfinite(v)]
+
+
+def dropped_panel(stat: BucketStat, runs: list[Run], count: int) -> str | None:
+    """Why ``stat``'s panel is not drawn (no run logged it, or it is 0 everywhere); None to draw it."""
+    values = _values(stat, runs, count)
+    if not values:
+        return f"{_short(stat)} (no run logged it: --set {stat.switch})"
+    if all(v == 0 for v in values):
+        return f"{_short(stat)} (0 in every bucket of every run)"
+    return None
+
+
+def _panels(runs: list[Run], count: int) -> tuple[list[BucketStat], list[str]]:
+    """The panels with data, and a note per dropped one."""
+    drawn, dropped = [], []
+    for stat in BUCKET_STATS:
+        why = dropped_panel(stat, runs, count)
+        drawn += [] if why else [stat]
+        dropped += [why] if why else []
+    return drawn, dropped
+
+
+def _figure_key(
+    fig: Figure, title: str, runs: list[Run], drawn: list[BucketStat], dropped: list[str], count: int
+) -> None:
+    """The figure's title over one legend for the whole figure (runs by colour; "(no data)" for a
+    run without data in any drawn panel) and, at the bottom, the panels dropped. (Constrained
+    layout stacks one element per edge: the legend's title is the figure's.)"""
+    handles = [
+        Line2D(
+            [],
+            [],
+            color=colour(i),
+            linewidth=4,
+            label=run.name + ("" if any(_values(s, [run], count) for s in drawn) else NO_DATA),
+        )
+        for i, run in enumerate(runs)
+    ]
+    fig.legend(
+        handles=handles,
+        loc="outside upper center",
+        ncols=min(len(runs), 3),
+        fontsize=7,
+        frameon=False,
+        title=title,
+        title_fontsize=8,
+        alignment="center",
+    )
+    if dropped:
+        width = int(fig.get_figwidth() * 17)  # characters of 6 pt text across the figure
+        fig.supxlabel(textwrap.fill("not drawn: " + "; ".join(dropped), width), fontsize=6, color="0.3")
+
+
+def _zeroed(values: list[float]) -> list[float]:
+    """Missing values (NaN) as bars of height 0 (:func:`_lacking` names the runs without any)."""
+    return [v if math.isfinite(v) else 0.0 for v in values]
+
+
+def buckets_figure(runs: list[Run]) -> Figure | NotDrawn:
+    """Figure 1 layout: per-bucket bars averaged over each run's steps, panels lettered, those
+    without data dropped and named; :class:`NotDrawn` when no run logged any bucket statistic."""
     count, labels = _buckets(runs)
-    fig = new_figure(1, len(BUCKET_STATS), 3.6, 3.4)
-    axes = fig.subplots(1, len(BUCKET_STATS))
+    drawn, dropped = _panels(runs, count)
+    if not drawn:
+        return NotDrawn("no run logged diag/bucket* statistics (--set diagnostics.bucket_stats=true)")
+    cols = 2 if len(drawn) == 4 else min(len(drawn), 3)
+    rows = -(-len(drawn) // cols)
+    fig = new_figure(rows, cols, 2.4, 2.0)
+    axes = list(fig.subplots(rows, cols, squeeze=False).ravel())
+    for ax in axes[len(drawn) :]:
+        ax.axis("off")
     width = 0.8 / max(len(runs), 1)
-    for ax, (stat, title, ylabel) in zip(axes, BUCKET_STATS):
-        groups = labels + (["all"] if stat == "grad_norm" else [])
+    for n, (ax, stat) in enumerate(zip(axes, drawn)):
+        groups = stat.groups(count)
         for i, run in enumerate(runs):
             xs = [g + (i - (len(runs) - 1) / 2) * width for g in range(len(groups))]
-            buckets = list(range(count)) + (["all"] if stat == "grad_norm" else [])
-            if stat in ("adv_mean", "grad_share"):  # solid A > 0 / after the token stage; hatched A < 0 / before
-                if stat == "adv_mean":
-                    solid = [run.mean(_bucket_key(stat, b, "pos/")) for b in buckets]
-                    hatched = [run.mean(_bucket_key(stat, b, "neg/")) for b in buckets]
-                else:
-                    solid = [run.mean(_bucket_key(stat, b)) for b in buckets]
-                    hatched = [run.mean(_bucket_key("grad_share_before", b)) for b in buckets]
-                found = any(math.isfinite(v) for v in solid + hatched)
-                ax.bar(
-                    xs,
-                    [v if math.isfinite(v) else 0.0 for v in solid],
-                    width,
-                    color=colour(i),
-                    label=run.name + ("" if found else NO_DATA),
-                )
-                hatched = [v if math.isfinite(v) else 0.0 for v in hatched]
-                ax.bar(xs, hatched, width, color=colour(i), alpha=0.5, hatch="//")
-            else:
-                values = [run.mean(_bucket_key(stat, b)) for b in buckets]
-                found = any(math.isfinite(v) for v in values)
-                ax.bar(
-                    xs,
-                    [v if math.isfinite(v) else 0.0 for v in values],
-                    width,
-                    color=colour(i),
-                    label=run.name + ("" if found else NO_DATA),
-                )
-        ax.set_xticks(range(len(groups)), groups, rotation=30, fontsize=7)
-        if stat == "adv_mean":
+            solid = [run.mean(stat.keys(b)[0]) for b in groups]
+            second = [run.mean(key) if (key := stat.keys(b)[1]) else math.nan for b in groups]
+            log_scale = stat.stat == "token_frac"  # an empty bucket has no bar there
+            ax.bar(xs, [v if v > 0 or not log_scale else math.nan for v in _zeroed(solid)], width, color=colour(i))
+            if stat.stat == "adv_mean":  # A < 0 below the axis
+                ax.bar(xs, _zeroed(second), width, color=colour(i), alpha=0.5, hatch="//")
+            elif stat.stat == "grad_share":  # the share before the token stage: a dash across the bar
+                left = [x - width / 2 for x in xs]
+                ax.hlines(second, left, [x + width for x in left], colors="black", linestyles="--", lw=1)
+        if stat.stat == "token_frac":
+            ax.set_yscale("log")
+        if stat.stat == "adv_mean":
             ax.axhline(0.0, color="black", linewidth=0.6)
-        if stat == "grad_norm":
-            title = "gradient norm (one bucket's tokens; all)"
-        finish_axes(ax, title, ylabel, xlabel="probability bucket (old policy)")
-    fig.suptitle(
-        "token statistics by probability bucket (mean over steps; hatched: negative advantages, "
-        "gradient share before the token stage)",
-        fontsize=10,
-    )
+        ax.set_xticks(range(len(groups)), [*labels, "all"][: len(groups)], rotation=25, fontsize=6)
+        ax.set_xlabel("old-policy probability" + _lacking(stat, runs, drawn, count), fontsize=6)
+        ax.set_ylabel(stat.unit, fontsize=7)
+        ax.tick_params(which="both", labelsize=6)
+        ax.grid(alpha=0.3, axis="y")
+        letter(ax, "abcdefgh"[n], stat.title)
+    _figure_key(fig, "token statistics by probability bucket, mean over each run's steps", runs, drawn, dropped, count)
     return fig
 
 
-def buckets_steps_figure(runs: list[Run]) -> Figure:
+def _lacking(stat: BucketStat, runs: list[Run], drawn: list[BucketStat], count: int) -> str:
+    """``"\n(no data: NAME, ...)"`` for the runs without ``stat`` that have another drawn panel's data
+    (a run without any is marked in the legend)."""
+    names = [r.name for r in runs if not _values(stat, [r], count) and any(_values(s, [r], count) for s in drawn)]
+    return f"\n(no data: {', '.join(names)})" if names else ""
+
+
+def buckets_steps_figure(runs: list[Run]) -> Figure | NotDrawn:
+    """The bucket statistics per step: one row per statistic with data, one column per bucket."""
     count, labels = _buckets(runs)
-    fig = new_figure(len(BUCKET_STATS), count, 3.2, 2.4)
-    axes = fig.subplots(len(BUCKET_STATS), count, squeeze=False)
-    for row, (stat, title, ylabel) in enumerate(BUCKET_STATS):
+    drawn, dropped = _panels(runs, count)
+    if not drawn:
+        return NotDrawn("no run logged diag/bucket* statistics (--set diagnostics.bucket_stats=true)")
+    fig = new_figure(len(drawn), count, 1.8, 1.3)
+    axes = fig.subplots(len(drawn), count, squeeze=False, sharex=True, sharey="row")
+    for row, stat in enumerate(drawn):
         for b in range(count):
             ax = axes[row][b]
             for i, run in enumerate(runs):
-                if stat == "adv_mean":
-                    found = _line(ax, run, i, _bucket_key(stat, b, "pos/"), label=f"{run.name} A>0")
-                    _line(ax, run, i, _bucket_key(stat, b, "neg/"), label=f"{run.name} A<0", linestyle="--")
-                elif stat == "grad_share":
-                    found = _line(ax, run, i, _bucket_key(stat, b), label=f"{run.name} after")
-                    _line(ax, run, i, _bucket_key("grad_share_before", b), label=f"{run.name} before", linestyle="--")
-                else:
-                    found = _line(ax, run, i, _bucket_key(stat, b))
-                    if stat == "grad_norm" and found:
-                        steps, values = run.series("diag/grad_norm/all")
-                        ax.plot(steps, values, color=colour(i), linestyle=":", linewidth=0.8)
-            finish_axes(
-                ax, f"{title.split(' (')[0].split(',')[0]} {labels[b]}", ylabel if b == 0 else "", fast_legend=True
-            )
-        _share_y(*axes[row])  # one statistic per line of panels: the buckets compare
+                solid, dashed = stat.keys(b)
+                _line(ax, run, i, solid, linewidth=0.9, marker="")
+                if dashed:
+                    _line(ax, run, i, dashed, linestyle="--", linewidth=0.9, marker="")
+                if stat.stat == "grad_norm":
+                    _line(ax, run, i, "diag/grad_norm/all", linestyle=":", linewidth=0.8, marker="")
+            if stat.stat == "token_frac":
+                ax.set_yscale("log")
+            ax.tick_params(which="both", labelsize=6)
+            ax.grid(alpha=0.3)
+            if row == 0:
+                ax.set_title(labels[b], fontsize=8)
+            if b == 0:
+                unit = f" ({stat.unit})" if stat.unit else ""
+                ax.set_ylabel(_short(stat) + unit + _lacking(stat, runs, drawn, count), fontsize=7)
+            if row == len(drawn) - 1:
+                ax.set_xlabel("step", fontsize=7)
+                ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    title = f"token statistics per step by probability bucket (old policy)\n{STEPS_KEY}"
+    _figure_key(fig, title, runs, drawn, dropped, count)
     return fig
 
 
-def lld_figure(runs: list[Run]) -> Figure:
-    fig = new_figure(1, 2, 4.6, 3.2)
+def lld_figure(runs: list[Run]) -> Figure | NotDrawn:
+    if not any(run.has("diag/lld/delta_mean") for run in runs):
+        return NotDrawn("no run logged the LLD monitor (train with --set diagnostics.lld=true)")
+    fig = new_figure(1, 2, 3.6, 2.6)
     axes = fig.subplots(1, 2)
     for i, run in enumerate(runs):
         if _line(axes[0], run, i, "diag/lld/delta_mean", label=f"{run.name} mean"):
@@ -337,25 +437,11 @@ def lld_figure(runs: list[Run]) -> Figure:
         _line(axes[1], run, i, "diag/lld/frac_below_eps")
     axes[0].axhline(0.0, color="black", linewidth=0.6)
     finish_axes(axes[0], "LLD: change of log-likelihood of correct responses", "nats per response")
-    finish_axes(axes[1], "share of mixed groups with Δ < epsilon", "share")
-    if not any(run.has("diag/lld/delta_mean") for run in runs):
-        for ax in axes:
-            ax.text(
-                0.5,
-                0.5,
-                "no data: no run logged the LLD monitor\n(train with --set diagnostics.lld=true)",
-                ha="center",
-                va="center",
-                transform=ax.transAxes,
-                fontsize=8,
-                color="0.3",
-            )
-            ax.set_xticks([])
-            ax.set_yticks([])
+    finish_axes(axes[1], "share of mixed groups with Δ < epsilon", "share of groups")
     return fig
 
 
-FIGURES = {
+FIGURES: dict[str, Callable[[list[Run]], Figure | NotDrawn]] = {
     "training": training_figure,
     "buckets": buckets_figure,
     "buckets_steps": buckets_steps_figure,
@@ -363,16 +449,8 @@ FIGURES = {
 }
 
 
-def plot_runs(
-    run_dirs: list[str | Path],
-    out_dir: str | Path | None = None,
-    *,
-    formats: tuple[str, ...] = FORMATS,
-    labels: list[str] | None = None,
-) -> list[Path]:
-    """Write every figure in every format; returns the files written (``out_dir`` default:
-    the first run's ``plots/``). ``labels``: the legend's name of each run, in order (default:
-    method and seed, :func:`run_label`)."""
+def load_runs(run_dirs: list[str | Path], labels: list[str] | None = None) -> list[Run]:
+    """The runs of ``run_dirs``, named by ``labels`` in order (default: method and seed, :func:`run_label`)."""
     if not run_dirs:
         raise ValueError("no run directory given")
     if labels is not None and len(labels) != len(run_dirs):
@@ -381,13 +459,37 @@ def plot_runs(
     for run, label in zip(runs, labels or []):
         run.name = label
     _unique_names(runs)
+    return runs
+
+
+def plot_runs(
+    run_dirs: list[str | Path],
+    out_dir: str | Path | None = None,
+    *,
+    formats: tuple[str, ...] = FORMATS,
+    labels: list[str] | None = None,
+    figures: tuple[str, ...] = tuple(FIGURES),
+    log: Callable[[str], None] = print,
+) -> list[Path]:
+    """Write ``figures`` in every format; returns the files written (``out_dir`` default: the first
+    run's ``plots/``). ``labels``: the legend's name of each run, in order."""
+    runs = load_runs(run_dirs, labels)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
-    return save_figures(out, {name: partial(make, runs) for name, make in FIGURES.items()}, formats)
+    makers = {name: functools.partial(FIGURES[name], runs) for name in figures}
+    return save_figures(out, makers, formats, log=log)
 
 
-def save_figures(out: Path, makers: dict[str, Callable[[], Figure]], formats: tuple[str, ...] = FORMATS) -> list[Path]:
+def save_figures(
+    out: Path,
+    makers: Mapping[str, Callable[[], Figure | NotDrawn]],
+    formats: tuple[str, ...] = FORMATS,
+    *,
+    log: Callable[[str], None] = print,
+) -> list[Path]:
     """Draw each figure and write it in every format to ``out`` (``--out``); a file there that
-    tokenbalance did not write is never replaced (checked before drawing). Returns the files."""
+    tokenbalance did not write is never replaced (checked before drawing). A figure without data is
+    not written, and one an earlier call wrote under its name is removed; ``log`` says so. PNG files
+    carry the fingerprint of what they plot (:mod:`.plotted`). Returns the files written."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")
@@ -398,8 +500,14 @@ def save_figures(out: Path, makers: dict[str, Callable[[], Figure]], formats: tu
     written = []
     for name, make in makers.items():
         fig = make()
+        if isinstance(fig, NotDrawn):
+            stale = [out / f"{name}.{fmt}" for fmt in formats if (out / f"{name}.{fmt}").is_file()]
+            for path in stale:  # ours (checked above): an earlier plot's figure of other data
+                path.unlink()
+            log(f"{name}: not drawn, {fig.reason}" + (f"; removed the earlier {stale[0].name}" if stale else ""))
+            continue
         for fmt in formats:
             path = out / f"{name}.{fmt}"
-            fig.savefig(path, format=fmt, dpi=110)
+            save_png(fig, path) if fmt == "png" else fig.savefig(path, format=fmt)
             written.append(path)
     return written
