@@ -15,7 +15,7 @@ from tests.tolerances import assert_close_in
 from tokenbalance.algorithms import build_update_passes, get_method
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
-from tokenbalance.trainer.update import run_update_passes
+from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "reference_loop.py"
 SMALL = ["--hidden-size", "32", "--layers", "2", "--sft-batch", "16", "--max-new-tokens", "8"]
@@ -145,7 +145,7 @@ class RecordingSGD(torch.optim.SGD):
 
 def test_one_step_equals_the_trainers_update(example, setup):
     """The example's rl_step and the trainer's path (build_update_passes of the ar_lopti preset,
-    run_update_passes over one mini-batch) on the same batch: the same passes, per-pass losses,
+    run_update over one mini-batch) on the same batch: the same passes, per-pass losses,
     gradients and parameters after both passes."""
     args, policy, reference, batch = setup
     ours, theirs = copy.deepcopy(policy), copy.deepcopy(policy)
@@ -170,21 +170,15 @@ def test_one_step_equals_the_trainers_update(example, setup):
     packed = pack_sequences(
         batch.prompt_ids_BS, batch.prompt_mask_BS, batch.response_ids_BT, mask_BT, batch.group_ids_B
     )
-    record = run_update_passes(
-        method=method,
-        passes=passes,
-        policy=theirs,
-        optimizer=their_optimizer,
-        packed=packed,
-        old_logp_BT=old_logp_BT,
-        ref_logp_BT=ref_logp_BT,
+    settings = UpdateSettings(
         temperature=args.temperature,
         mini_batch_rows=len(mask_BT),
         micro_batch_rows=len(mask_BT),
         grad_clip=args.grad_clip,
         token_mean_scope="mini_batch",
-        ctx=DistContext(),
     )
+    spec = UpdateSpec(method, passes, UpdateRows(packed, old_logp_BT, ref_logp_BT), settings)
+    record = run_update(spec, theirs, their_optimizer, DistContext())
     for name in ("lopti_low", "lopti_high"):
         ours_loss = torch.tensor(metrics[f"{name}/loss"])
         theirs_loss = torch.tensor(record.metrics[f"pass/{name}/loss/total"])
