@@ -1,13 +1,8 @@
-"""What a new run may start in, and the repairs after a process was killed.
-
-* :func:`check_new_run_dir`: a new run starts only in a new or empty directory; one holding a run
-  is refused with the ``--resume`` command, one holding anything else with a request for another
-  directory (nothing in it is deleted or overwritten). :func:`undo_failed_start` takes back what a
-  start that failed before its first status wrote.
-* :func:`clean_interrupted_writes` and :func:`recover_latest`: on resume, the temporary files an
-  interrupted write left are removed and a lost ``checkpoints/latest`` is re-pointed at the newest
-  complete checkpoint (a resume never starts over at step 0 over its own checkpoints).
-docs/reliability.md "Guarantees".
+"""What a new run may start in (:func:`check_new_run_dir`: a new or empty directory; one holding a run
+is refused with the ``--resume`` command, any other with a request for another directory, nothing in it
+touched; :func:`undo_failed_start` takes back a start that failed before its first status), and the
+repairs a resume makes after a kill: the temporary files of interrupted writes removed, a lost
+``checkpoints/latest`` re-pointed at the newest complete checkpoint. docs/reliability.md "Guarantees".
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
-"""RL checkpoints written and read: the policy in Hugging Face format plus a small trainer state.
-
-Layout of ``RUN_DIR/checkpoints/step_000010/``::
-
-    model/                   save_pretrained (safetensors) + tokenizer files
-    optimizer.safetensors    every optimizer state tensor, keyed "<param index>.<name>"
-    trainer_state.json       step, optimizer scalars and param groups, RNG seeds, data position
-
-Nothing is pickled, so loading a checkpoint never runs code. How checkpoints are named, when one is
-complete, found and pruned: :mod:`tokenbalance.run.checkpoints`.
+"""RL checkpoints written and read: ``RUN_DIR/checkpoints/step_000010/`` holds ``model/``
+(save_pretrained: safetensors + tokenizer files), ``optimizer.safetensors`` (every optimizer state
+tensor, keyed "<param index>.<name>") and ``trainer_state.json`` (step, optimizer scalars and param
+groups, seeds, data position, config). Nothing is pickled, so loading never runs code. Naming,
+completeness, finding and pruning: :mod:`tokenbalance.run.checkpoints`. docs/training.md.
 """
 
 from __future__ import annotations

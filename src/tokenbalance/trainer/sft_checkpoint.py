@@ -1,15 +1,9 @@
-"""Checkpoints of a supervised warm start, so that a long SFT build (the synthetic chain of thought
-takes hours on a CPU) can stop and continue bit for bit.
-
-Layout of the checkpoint directory (``sft.save_every > 0``)::
-
-    step_000050/   model.safetensors (shared weights kept shared), optimizer.safetensors (with the
-                   batch sampler's random-generator state), sft_state.json (step, losses, the
-                   optimizer's scalars, a fingerprint of what is being trained)
-
-Written under a temporary name and renamed into place, the older ones then removed
-(:func:`tokenbalance.run.checkpoints.sft_store`: the same naming and completeness rule as the RL
-checkpoints). A checkpoint of other settings, examples or tokenizer is refused. docs/training.md.
+"""Checkpoints of a supervised warm start (``sft.save_every``), so that a long SFT build can stop and
+continue bit for bit: ``step_000050/`` holds ``model.safetensors`` (shared weights kept shared),
+``optimizer.safetensors`` (with the batch sampler's random-generator state) and ``sft_state.json``
+(step, losses, optimizer scalars, a fingerprint of what is trained). Named, completed and pruned as
+the RL checkpoints (:func:`tokenbalance.run.checkpoints.sft_store`); a checkpoint of other settings,
+examples or tokenizer is refused. docs/training.md.
 """
 
 from __future__ import annotations

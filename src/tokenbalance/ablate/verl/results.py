@@ -1,19 +1,9 @@
-"""Read a verl grid's cells back: each cell's STATUS (:mod:`tokenbalance.run.cell`) and its verl metrics
-over every sitting.
-
-A cell's metrics are the JSON lines verl's file logger wrote (``{"step": n, "data": {key: value}}``),
-one file per sitting (``metrics.sitting-<k>.jsonl``, :mod:`tokenbalance.run.cell`). They are merged by
-step in sitting order: a later sitting's value of a key replaces an earlier one's at the same step
-(a resumed sitting runs again the steps after its checkpoint; the model that finishes descends from
-the later run), keys it did not log are kept. A line torn by a kill (the last one, without its line
-break) is left out; any other unreadable line is reported with its file and line.
-
-Validation metrics become the local grid's evaluation records (:mod:`.results`), so that the same
-report is built from them: verl logs ``val-core|val-aux/<data source>/<variable>/mean@<N>`` per data
-source; a data source ending in a number is one difficulty (``kk_logic3``: 3 people, as written by
-``prepare_kk_data.sh``), and the variable read is :data:`ACCURACY_VARIABLE`. ``mean@1`` of a greedy
-validation (verl's default ``val_kwargs.do_sample=False``, as in the K&K scripts) is the ``greedy``
-mode; a sampled one (``do_sample=True`` in the cell's composed config, or N > 1) is ``sample``.
+"""Read a verl grid's cells back as the local grid's results: each cell's STATUS
+(:mod:`tokenbalance.run.cell`) and its verl metrics, merged by step over its sittings (a later
+sitting's value wins, a torn last line is left out, any other bad line named). Validation keys
+``val-core|val-aux/<source ending in its level>/<variable>/mean@<N>`` of :data:`ACCURACY_VARIABLE`
+become ``eval/<mode>/acc_<level>`` records (``sample`` when the cell's composed config samples or
+N > 1, else ``greedy``). docs/ablate.md "The grid at paper scale".
 """
 
 from __future__ import annotations

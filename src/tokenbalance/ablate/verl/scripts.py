@@ -1,23 +1,9 @@
-"""The verl grid as files a cluster runs: one launch script per cell, a driver for one node, a Slurm array.
-
-Layout of ``OUT/verl/``::
-
-    run_grid.sh                the sequential driver: every cell in turn on this node; a failed cell
-                               does not stop it, the failed ones are listed at the end (exit status 1)
-    slurm_array.sh             one Slurm array task per cell (its header says how to adapt it)
-    cells.txt                  the cells, one a line (array task i runs line i + 1)
-    run_cell.sh                one sitting of a cell (:mod:`.cell_script`), sourced by each run.sh
-    cells/<cell>/run.sh        the cell: its row, model, seed and launch (preset script, hyper-parameters)
-    cells/<cell>/STATUS, .lock, metrics.sitting-<k>.jsonl   its state (:mod:`tokenbalance.run.cell`)
-    cells/<cell>/train.log, checkpoints/, hydra/            written by its sittings
-
-Every value a script embeds (cell names, hyper-parameters, the grid directory) is shell-quoted data;
-comment lines show line breaks as ``\\n``. Writing the grid again rewrites the scripts (atomically,
-so a sitting reading one keeps its copy) and never a cell's STATUS, metrics or checkpoints; a cell that
-has run is refused if its launch would change (its metrics would mix two experiments). A script the
-user edited after the grid wrote it (``#SBATCH`` lines, a cell's ``run.sh``) is never replaced: the
-digest of each written script is kept in ``.tokenbalance-scripts.json`` and a script that no longer
-matches it is refused, naming it, before anything is written.
+"""The verl grid as files a cluster runs: ``OUT/verl/run_grid.sh`` (every cell in turn on one node),
+``slurm_array.sh`` (one array task per line of ``cells.txt``), ``run_cell.sh`` (one sitting,
+:mod:`.cell_script`) and ``cells/<cell>/run.sh`` (its row, model, seed and launch); a cell's STATUS,
+lock and sittings are :mod:`tokenbalance.run.cell`'s. Every embedded value is shell-quoted data. Writing
+again never touches what the cells wrote, refuses a cell that ran another launch and never replaces a
+script the user edited (:data:`DIGESTS`). docs/ablate.md "The grid at paper scale".
 """
 
 from __future__ import annotations
