@@ -1,12 +1,9 @@
 """The run config of each cell and its start policy.
 
-Every cell of seed s trains from the same start policy: ``model.path`` when the config names one,
-else the embedded tiny policy built by SFT with seed s (``trainer.embedded``; cached under
-``model.cache_dir`` by a key of every setting that changes it, so it is built once per seed and
-reused by every row, by later sittings and by ``tokenbalance train`` with the same settings). The
-RL seed is s too, so a seed's cells draw the same prompt order and evaluate on the same puzzles
-(the held-out set depends only on the data settings). What a restarted grid does with each cell is
-its run directory's (:func:`tokenbalance.run.plan.cell_action`).
+Every cell of seed s starts from the same policy (``model.path``, else the embedded tiny policy
+built by SFT with seed s, cached under ``model.cache_dir``) and trains with RL seed s, so a seed's
+cells differ only in the method: docs/ablate.md ("Pairing by seed"). What a restarted grid does
+with each cell is its run directory's (:func:`tokenbalance.run.plan.cell_action`).
 """
 
 from __future__ import annotations

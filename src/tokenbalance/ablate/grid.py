@@ -1,16 +1,9 @@
 """What a grid is: its methods (rows), presets (named settings) and cells (method x seed).
 
 A grid method is a row of the table: a label, the method preset it trains with (its published
-hyper-parameters, ``tokenbalance list-methods``) and the row it is compared with (GRPO for the GRPO
-family, TR-GRPO and NTHR; REINFORCE++ for its own family). The K&K rows use the AR-Lopti paper's
-table presets (``arlopti_kk_fig4_*``, ``arlopti_kk_tab7_*``) where one exists, else the base presets
-(the same K&K-script base: clip 0.2/0.24, dual clip 10, k3 KL 0.001 as a loss, token-mean), so rows
-differ only in their token-level stage.
-
-A grid preset is a Python registry entry (no YAML): overrides of the run config shared by every
-cell, the default rows, seeds and RL steps. One rollout temperature holds for every cell (the
-preset's ``rollout.temperature``): the table presets' ``recommended_temperature`` (0.7) is not
-applied per row, so that a seed's cells differ only in the method.
+hyper-parameters) and the row it is compared with (GRPO or REINFORCE++). A grid preset is a Python
+registry entry (no YAML): run-config overrides shared by every cell (one rollout temperature for
+all), the default rows, seeds and RL steps. The rows and presets: docs/ablate.md ("Rows and presets").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
-"""The grid's progress display: cells done / running (each with its step) / left and an estimate
-of the time left.
+"""The grid's progress display: cells done / running (each with its step) / left and the time left.
 
-Drawn with rich on stderr when it is a terminal; one plain line per cell event goes to ``log``
-either way, and when stderr is not a terminal (a log file) a line with the running cells' steps
-every ``PLAIN_EVERY_S`` seconds (trainer/progress.py) too. The time left is (steps still to run)
-x (seconds per RL step of the row, measured on the cells finished so far in this and earlier
-sittings, ``grid_log.jsonl``; the mean over rows for a row not measured yet; unknown until one cell
-has finished), divided by the cells that run at once.
+Drawn with rich on stderr when it is a terminal; one line per cell event either way, and on a
+non-terminal the running cells' steps every ``PLAIN_EVERY_S`` seconds (trainer/progress.py). The
+time left comes from the seconds per RL step of the cells finished so far: docs/ablate.md ("How a
+grid runs").
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """The grid's tables: held-out accuracy in the paper's layout, paired differences, per-step cost.
 
-Written to ``OUT/``: ``results.md`` (everything, for reading), ``accuracy.csv`` (one line per mode x
-row x column: mean, sd, CI over seeds, the paired difference from the baseline row with its CI,
-relative change), ``cells.csv`` (each cell's own numbers, from its ``metrics.jsonl``) and
-``step_cost.csv``. Statistics: :mod:`tokenbalance.ablate.stats` (t interval over seeds; paired by
-seed). Only complete cells count; a row's difference uses the seeds both it and its baseline have.
-A :class:`ReportSource` says where the numbers come from: the local grid's cells by default, the
-cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl.report`); the tables are the same.
+Writes ``results.md``, ``accuracy.csv``, ``cells.csv`` and ``step_cost.csv`` to ``OUT/`` from the
+complete cells, with the statistics of :mod:`tokenbalance.ablate.stats`: docs/ablate.md
+("Outputs"). A :class:`ReportSource` says where the numbers come from: the local grid's cells by
+default, the cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl.report`).
 """
 
 from __future__ import annotations

@@ -1,26 +1,11 @@
 """Run a grid cell by cell, resumably, into one results directory.
 
-Layout of ``OUT/``::
-
-    grid.json               the plan of the latest sitting (rows, seeds, steps, overrides)
-    grid_log.jsonl          one line per sitting and per cell run (action, steps, status, wall time)
-    configs/<cell>.yaml     each cell's full run config (what ``tokenbalance train --config`` gets)
-    cells/<cell>/           each cell's run directory (a normal ``tokenbalance train`` run)
-    logs/<cell>.log         each cell's console output (appended over sittings)
-
-Each cell is a normal ``tokenbalance train`` run. By default it runs in a child process
-(``isolation="subprocess"``): a cell that crashes, is killed for memory or aborts leaves the grid
-running (the cell is marked failed, the next sitting resumes it), every cell starts from fresh
-process state (torch threads, RNG, allocator: its numbers do not depend on which cells ran before
-it in the same process), and its memory is returned when it ends. The price is one interpreter
-start and import per cell (seconds; a cell is minutes). ``isolation="inprocess"`` calls
-:func:`tokenbalance.trainer.runner.run_training` directly (the tests; debugging).
-
-A grid killed at any point continues where it stopped (:func:`tokenbalance.run.plan.cell_action`):
-completed cells are never run again, a started cell resumes from the checkpoint ``train --resume``
-continues from, and no cell is ever deleted. Two grids never write one results directory at once
-(:class:`tokenbalance.run.lock.RunLock` on ``OUT/``, naming the holder); SIGTERM stops the
-running cell as Ctrl-C does (the CLI raises it as an interrupt).
+``OUT/`` holds ``grid.json`` (the plan), ``grid_log.jsonl`` (sittings and cell runs),
+``configs/<cell>.yaml``, ``cells/<cell>/`` (each a normal ``tokenbalance train`` run) and
+``logs/<cell>.log``. Each cell runs in a child process by default (``isolation="subprocess"``;
+``"inprocess"`` for the tests), a killed grid continues where it stopped
+(:func:`tokenbalance.run.plan.cell_action`), and the run lock keeps a second grid out:
+docs/ablate.md ("How a grid runs", "Outputs").
 """
 
 from __future__ import annotations

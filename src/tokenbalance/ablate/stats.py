@@ -1,20 +1,9 @@
 """Confidence intervals over seeds: Student's t quantile, mean +- CI, paired differences.
 
-Standard library only (no scipy). The t quantile inverts the t CDF by bisection; the CDF is the
-regularized incomplete beta function I_x(a, b) evaluated with the continued fraction of Numerical
-Recipes (Lentz's method), accurate to ~1e-12 for the degrees of freedom a grid has (1..1000).
-
-How a grid's numbers are summarised (docs/ablate.md):
-
-* a method's accuracy: the mean over seeds and the 95% CI ``mean +- t_{0.975, n-1} * sd / sqrt(n)``
-  with ``sd`` the sample standard deviation (n - 1 in the denominator);
-* its difference from the baseline row: the same computed on the per-seed differences
-  ``d_s = x_method,s - x_baseline,s`` over the seeds both have (paired by seed: every cell of a seed
-  starts from the same policy, prompt order and evaluation puzzles);
-* relative change: ``mean(d) / mean(x_baseline)`` over those seeds, in percent (the paper's "up x%");
-* what the grid could detect: the paired difference a two-sided 5% test over the same seeds finds
-  with 80% probability, ``(t_{0.975, n-1} + t_{0.80, n-1}) * sd_d / sqrt(n)`` (the usual power
-  approximation with the observed ``sd_d`` taken as the true one).
+Standard library only (no scipy): the t quantile inverts the t CDF (the regularized incomplete
+beta function, by continued fraction) by bisection. The formulas (mean +- t * sd / sqrt(n), paired
+by seed, relative change, the difference a grid could detect): docs/ablate.md ("How the
+confidence intervals are computed").
 """
 
 from __future__ import annotations

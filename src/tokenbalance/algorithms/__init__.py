@@ -1,17 +1,10 @@
 """Pure algorithm core: tensors and frozen hyper-parameter objects in, tensors and metrics out.
 
-Imports only the standard library, numpy and torch (a test enforces it). The stages:
-
-* :mod:`~tokenbalance.algorithms.advantages` - GRPO, Dr. GRPO, RLOO, REINFORCE++;
-* :mod:`~tokenbalance.algorithms.weights` - Advantage Reweighting, TR-GRPO weights;
-* :mod:`~tokenbalance.algorithms.nthr` - NTHR negative-token weights;
-* :mod:`~tokenbalance.algorithms.filtering` - DAPO dynamic sampling (which groups are informative);
-* :mod:`~tokenbalance.algorithms.passes` - single pass, Lopti;
-* :mod:`~tokenbalance.algorithms.surrogate` - clipped surrogate, KL estimators, entropy;
-* :mod:`~tokenbalance.algorithms.aggregate` - loss aggregation with explicit normalisers;
-* :mod:`~tokenbalance.algorithms.loss` - the loss of one pass on one micro-batch;
-* :mod:`~tokenbalance.algorithms.token_rules` - your own token weights or pass split, registered by name;
-* :mod:`~tokenbalance.algorithms.methods` - the composition and the presets.
+Imports only the standard library, numpy and torch (a test enforces it). One module per stage
+(docs/methods.md): ``advantages`` (§2.2-2.3), ``weights`` (AR, TR-GRPO: §3, §5), ``nthr`` (§6),
+``filtering`` (DAPO dynamic sampling, §9), ``passes`` (single pass, Lopti: §4), ``surrogate``
+(clipped surrogate, KL, entropy: §2.4-2.6), ``aggregate`` (§2.7), ``loss`` (one pass on one
+micro-batch, §2.8), ``token_rules`` (your own token stage, §10), ``methods`` (composition, §7).
 """
 
 from tokenbalance.algorithms.advantages import (

@@ -1,22 +1,9 @@
 """Advantage estimators: GRPO, Dr. GRPO (mean-only), RLOO and REINFORCE++.
 
-All estimators take outcome scores (one per response) or token-level rewards and return a
-``[B, T]`` float advantage tensor that is 0 at every padded position and carries no gradient.
-Groups are defined by ``group_ids_B`` (one id per prompt instance, repeated for its G samples),
-never by prompt text (docs/methods.md §1).
-
-Reference: ``compute_grpo_outcome_advantage`` and ``compute_reinforce_plus_plus_outcome_advantage``
-in verl's ``trainer/ppo/core_algos.py`` as forked by AR-Lopti (docs/methods.md §2.2, §2.3). Differences:
-
-* a singleton group gets the reference's mean 0 / std 1 (so A = s / (1 + eps)) with
-  ``singleton="reference"`` (default, with a warning) or an advantage of 0 with
-  ``singleton="zero"``;
-* REINFORCE++ on a batch with fewer than two valid tokens returns zeros instead of raising;
-* REINFORCE++ returns at a gap in the mask (a masked position followed by valid ones, e.g.
-  multi-turn tool-output tokens): ``gaps="restart"`` (default) restarts the return after every
-  masked position, as the AR-Lopti fork; ``gaps="carry"`` carries it across masked positions
-  unchanged, as verl 0.9's ``compute_reinforce_plus_plus_outcome_advantage`` (used by our verl
-  estimator). Without gaps (a prefix mask, as in our trainer and TRL) the two are identical.
+Outcome scores (one per response) or token-level rewards in, a ``[B, T]`` float advantage out: 0
+at every padded position, no gradient; groups by ``group_ids_B``, never by prompt text. The
+reference is verl's ``core_algos.py`` as forked by AR-Lopti; the differences (singleton groups,
+REINFORCE++ on fewer than two tokens, ``gaps="restart"`` vs ``"carry"``): docs/methods.md §2.2, §2.3.
 """
 
 from __future__ import annotations

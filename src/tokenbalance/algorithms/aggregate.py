@@ -1,26 +1,10 @@
 """Loss aggregation: from a per-token loss matrix to a scalar, with an explicit denominator.
 
-Modes (docs/methods.md §2.7), for a loss ``L`` [B, T], numerator mask ``M`` and denominator mask ``D``
-(``D = M`` unless given; Lopti passes count *all* valid tokens in ``D``):
-
-============================  =====================================================  ====================
-mode                          value                                                  default normaliser
-============================  =====================================================  ====================
-``token-mean``                sum(M L) / N                                           N = sum(D)
-``seq-mean-token-sum``        sum_i sum_t M L / N                                    N = rows with D
-``seq-mean-token-mean``       sum_i (sum_t M L / sum_t D) / N                        N = rows with D
-``seq-mean-token-sum-norm``   sum(M L) / N                                           N = rows with D * C
-============================  =====================================================  ====================
-
-``C`` is ``max_response_len`` (default: the padded length T). The Dr. GRPO mode divides by the
-number of sequences times C, as the Dr. GRPO paper and TRL's ``dr_grpo`` do; upstream verl
-divides by C alone (a constant factor B apart).
-
-Micro-batches and data-parallel ranks share one global denominator by passing the same
-``normaliser`` (computed with :func:`loss_normaliser` over the whole mini-batch, summed over
-ranks): the sum of the micro-batch losses then equals the full-batch loss exactly. Rows whose
-denominator mask is empty are excluded from every ``seq-mean`` mode (upstream verl's behaviour;
-the AR-Lopti reference divides by zero there).
+``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` and ``seq-mean-token-sum-norm``
+(Dr. GRPO) over a numerator mask and a denominator mask (Lopti's passes count all valid tokens).
+Micro-batches and ranks share one ``normaliser`` (:func:`loss_normaliser` over the mini-batch,
+summed over ranks), so their losses sum to the full batch's exactly. The formulas and the
+differences from verl and the reference: docs/methods.md §2.7.
 """
 
 from __future__ import annotations

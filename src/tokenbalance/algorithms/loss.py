@@ -1,17 +1,11 @@
 """The loss of one update pass on one (micro-)batch: surrogate + KL + entropy, aggregated.
 
-This is the function every runner calls inside its mini-/micro-batch loop (our trainer, the TRL
-subclass, the verl hook). It needs the method (frozen hyper-parameters), the pass (masks and
-advantages), the current log-probs (with gradient) and the stored old / reference log-probs.
-
-Total loss (docs/methods.md §2.8): ``policy - entropy_coeff * entropy + kl_coef * kl``. The policy term sums
-the pass's policy tokens, the KL and entropy terms its KL / entropy tokens, and all three divide
-by the pass's normaliser (all valid tokens for Lopti, docs/methods.md §4).
-
-Weights that depend on the *current* policy are applied here, detached: TR-GRPO (default
-``prob_source="current"``) and AR with ``prob_source="current_detached"``. Weights that depend on
-the old policy only (AR by default, NTHR) are already inside ``update_pass.advantages_BT``. A
-token rule with ``stage="loss"`` (docs/methods.md §10) multiplies the advantages last, after TR-GRPO.
+Every runner calls it inside its mini-/micro-batch loop (our trainer, the TRL subclass, the verl
+hook): ``policy - entropy_coeff * entropy + kl_coef * kl`` over the pass's tokens, divided by its
+normaliser (docs/methods.md §2.8, §4). Weights that depend on the current policy are applied here,
+detached, in this order: AR with ``prob_source="current_detached"``, TR-GRPO (default
+``prob_source="current"``), a ``stage="loss"`` token rule. The old policy's (AR by default, NTHR)
+are already inside ``update_pass.advantages_BT``.
 """
 
 from __future__ import annotations

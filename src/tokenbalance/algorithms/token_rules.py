@@ -1,35 +1,10 @@
 """Your own token-level stage: a function of the per-token quantities, registered under a name.
 
 A *token rule* is ``fn(inputs: TokenInputs) -> torch.Tensor``, registered with
-:func:`register_token_rule`. It returns either
-
-* ``output="weights"``: [B, T] float weights >= 0 that multiply the advantages (like AR / TR-GRPO), or
-* ``output="split"``: a [B, T] bool split: the tokens where it is True train in a first optimizer
-  pass, the others in a second (a pass schedule like Lopti; the denominators count all valid tokens).
-
-It runs at one of two stages (``stage``), which differ in what they can see:
-
-=====================================  ===============================  ==============================
-input (:class:`TokenInputs`)           ``stage="passes"``                ``stage="loss"``
-=====================================  ===============================  ==============================
-``old_logp_BT`` / ``old_prob_BT``      yes                               yes
-``advantages_BT``                      after NTHR and AR                 the pass's, after TR-GRPO
-``response_mask_BT``, ``position_BT``  yes                               yes
-``logp_BT`` / ``prob_BT`` (current)    no                                yes (detached)
-``entropy_BT`` (current policy)        no                                ``needs=("entropy",)``
-``group_ids_B``, ``correct_B``         ``needs=("group_ids", ...)``      no
-output                                 weights or split                  weights
-when                                   once per RL batch (our trainer;   per micro-batch, inside
-                                       TRL and verl: per micro-batch)    :func:`~.loss.pass_loss`
-=====================================  ===============================  ==============================
-
-The composition (docs/methods.md §10): advantage -> NTHR -> AR -> [rule, ``passes``] -> schedule
-(single pass, Lopti, or the rule's split) -> per micro-batch: AR (current) -> TR-GRPO ->
-[rule, ``loss``] -> clipped surrogate + KL + entropy. A method without a rule runs none of this
-(one ``is None`` test per stage).
-
-What a rule returns is checked; a tensor of the wrong type, shape, dtype or device, a NaN or a
-negative weight at a valid position fails with one line naming the rule and its function.
+:func:`register_token_rule`: weights >= 0 that multiply the advantages (``output="weights"``) or a
+bool split into two optimizer passes (``output="split"``), at ``stage="passes"`` (once per RL
+batch, old policy) or ``stage="loss"`` (per micro-batch, current policy). What each stage sees,
+where it sits in the composition and the checks on what a rule returns: docs/methods.md §10.
 """
 
 from __future__ import annotations

@@ -1,19 +1,10 @@
 """The papers' offline experiments on a :class:`~tokenbalance.analysis.probe.ProbeBatch`
 (``tokenbalance diagnose`` renders them; the grid's Figure 1 calls :func:`bucket_experiment`).
 
-* :func:`bucket_experiment`: the AR-Lopti paper's bucket-only update (Figure 1 c/e/f, Figure 3):
-  from the same parameters, one SGD step on the policy loss of all tokens, of the lowest bucket's
-  only and of the highest bucket's only (advantages outside the bucket set to 0, denominator all
-  valid tokens, KL and entropy off, no gradient clipping), then per bucket the change of token
-  probability and the share of positive-advantage tokens whose probability rose. A Lopti
-  method's "all" update is its two passes (two SGD steps). Differences from the paper: one batch,
-  not an average over training steps; means and quantiles, not distributions.
-* :func:`lld_experiment`: the NTHR paper's LLD protocol (§4): for each mixed question, reset, one
-  update on its group (the method's loss; AdamW with the run's betas and weight decay, or SGD),
-  then Δ(x), the mean change of the sequence log-likelihood of its correct responses.
-* :func:`nthr_groups`: the tokens NTHR selects in the incorrect responses of each mixed group.
-
-Every experiment leaves the policy's parameters as it found them.
+:func:`bucket_experiment` is the AR-Lopti paper's bucket-only update (Figure 1 c/e/f, Figure 3),
+:func:`lld_experiment` the NTHR paper's LLD protocol (§4), :func:`nthr_groups` the tokens NTHR
+selects in each mixed group. Each leaves the policy's parameters as it found them. What each
+measures and how it differs from the paper: docs/metrics.md ("Offline diagnostics").
 """
 
 from __future__ import annotations

@@ -1,23 +1,11 @@
 """Token statistics by probability bucket (AR-Lopti paper, Figure 1 a-b and Figure 3).
 
-Tokens are grouped by their old-policy probability p = exp(old_logp) at the log-prob
-temperature. Bucket b holds ``edges[b] <= p < edges[b + 1]``; p == 1 goes to the last bucket
-(the paper's figure intervals [0, .25), [.25, .5), [.5, .75), [.75, 1]). The reference code's masks
-use (lo, hi] intervals instead; the two differ only for tokens exactly on an edge.
-``bucket_mode="quantile"`` replaces the interior edges with the step's quantiles of p (equal-count
-buckets), which the paper does not do.
-
-Everything here is a pure function of tensors (standard library, numpy and torch, plus the
-algorithm core); the trainer calls :func:`bucket_token_stats` every step (no extra forward: it
-reuses the old log-probs, the update's advantages and clip flags, and the old-policy entropy of
-the same pass), and ``tokenbalance diagnose buckets`` calls :func:`probability_change_stats` after
-its single update. :func:`bucket_shares` splits any per-token non-negative quantity over the buckets:
-the trainer logs each bucket's share of the squared logit-gradient norm with it (from the update's
-record, :mod:`tokenbalance.algorithms.logit_grad`), the TRL subclass and the verl plugin per
-micro-batch.
-
-    tokenbalance train --set diagnostics.bucket_edges=[0,0.1,0.5,0.9,1]
-    tokenbalance diagnose buckets --model runs/RUN/checkpoints/step_000010
+Tokens are grouped by their old-policy probability p at the log-prob temperature, bucket b
+holding ``edges[b] <= p < edges[b + 1]`` (p == 1 in the last; the reference's masks use (lo, hi]),
+or equal-count buckets with ``bucket_mode="quantile"``. Pure functions of tensors: the trainer
+calls :func:`bucket_token_stats` every step, ``diagnose buckets`` :func:`probability_change_stats`;
+:func:`bucket_shares` splits any per-token quantity (the gradient share) over the buckets. Keys,
+edges and differences from the paper: docs/metrics.md ("Diagnostics").
 """
 
 from __future__ import annotations

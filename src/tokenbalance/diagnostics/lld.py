@@ -1,22 +1,10 @@
 """Lazy Likelihood Displacement (LLD) of correct responses (NTHR paper, arXiv 2505.18830, §4).
 
-Δ(x) = mean over the correct responses y+ of question x of [ln π_new(y+|x) - ln π_old(y+|x)], with
-ln π(y|x) the *sequence* log-likelihood (the sum of token log-probs at the log-prob temperature);
-only mixed groups (0 < N+ < G) count. A group is "LLD" when Δ(x) < epsilon.
-
-Two measurements use these functions:
-
-* the online monitor (``diagnostics.lld=true``): after the step's updates the trainer re-scores the
-  correct responses of mixed groups with the updated policy (one no-grad forward over those rows)
-  and logs ``diag/lld/*``. This is the on-policy, multi-step displacement of the whole RL step
-  (every pass and mini-batch, all questions at once), NOT the paper's protocol;
-* ``tokenbalance diagnose lld``: the paper's protocol on a checkpoint: for each question, reset to
-  the checkpoint, one GRPO update on that question's group, measure Δ(x).
-
-Pure functions of tensors (standard library and torch only).
-
-    tokenbalance train --set diagnostics.lld=true --set diagnostics.lld_epsilon=0.0
-    tokenbalance diagnose lld runs/RUN --prompts 32 --pos-only
+Δ(x) = mean over the correct responses y+ of a mixed group of [ln π_new(y+|x) - ln π_old(y+|x)]
+(sequence log-likelihoods); the group is "LLD" when Δ(x) < epsilon. Pure functions of tensors,
+used by the online monitor (``diagnostics.lld=true``: the whole RL step's displacement, NOT the
+paper's protocol) and by ``tokenbalance diagnose lld`` (the paper's protocol on a checkpoint):
+docs/metrics.md ("LLD monitor", "Offline diagnostics").
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """Which negative tokens NTHR selects (down-weights), per group, for ``tokenbalance diagnose nthr``.
 
-Recomputes, for each mixed group, the scores s-_t of the incorrect responses' tokens, the anchor
-threshold tau and the selection s-_t > tau with the building block
-:func:`tokenbalance.algorithms.nthr.nthr_token_scores`, following the same rules as
-:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (positives / negatives by ``config.positives``:
-the correct rows, or the sign of the row's advantage sum; V* = the group's token ids, optional anchor self-exclusion, beta = -inf selects
-all); a test checks that the selection equals the tokens whose weight that function sets to eta.
-Also renders a response with its selected tokens highlighted: ``[brackets]`` in plain text.
-
-Pure functions (standard library and torch, plus the algorithm core).
-
-    tokenbalance diagnose nthr runs/RUN --max-groups 2 [--plain]
+Recomputes, per mixed group, the scores s-_t, the anchor threshold tau and the selection s-_t > tau
+with :func:`tokenbalance.algorithms.nthr.nthr_token_scores`, by the rules of
+:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (a test checks that the selection equals
+the tokens whose weight it sets to eta), and renders a response with them highlighted
+(``[brackets]`` in plain text). docs/methods.md §6, docs/metrics.md ("Offline diagnostics").
 """
 
 from __future__ import annotations

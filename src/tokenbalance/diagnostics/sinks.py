@@ -1,12 +1,9 @@
 """Metric sinks: ``metrics.jsonl`` always, TensorBoard and Weights & Biases on request.
 
-Each record is one JSON object per line: ``{"step": N, "kind": "train"|"eval", ...metrics}``.
-Plots and resumption read only this file. W&B runs offline unless ``WANDB_MODE`` says otherwise.
-
-Non-finite numbers (NaN, +inf, -inf) are written as JSON ``null`` (strict JSON has no NaN), by
-:func:`dump_json`, which every JSON writer of the package uses (``metrics.jsonl``, ``diagnose
---json``); :func:`restore_non_finite` turns ``null`` back into ``float("nan")`` when reading, and
-also the strings ``"nan"``, ``"inf"``, ``"-inf"`` that older ``metrics.jsonl`` files hold.
+One JSON object per line, ``{"step": N, "kind": "train"|"eval", ...metrics}``; W&B runs offline
+unless ``WANDB_MODE`` says otherwise. :func:`dump_json` writes non-finite numbers as ``null`` (every
+JSON writer of the package uses it); :func:`restore_non_finite` reads them back as NaN, and the
+strings of older files too: docs/metrics.md ("Non-finite numbers").
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
-"""Token statistics by class: which of the sampled tokens are decisions (a result or the operator
-applied), which are copies, drawn wording or fixed format, for a task that tells
+"""Token statistics by class (decisions, copies, wording, format) for a task that tells
 (:meth:`~tokenbalance.tasks.base.BaseTask.text_classes`; arith's working).
 
-* :func:`token_classes`: the class of every response token (the class of its first non-space
-  character; a token of spaces only, and the EOS, take the task's last class, the rest: ``format``
-  for arith, ``other`` for K&K).
-* :func:`class_profile`: the token profile by class, the issue's test of a testbed: how many
-  tokens sit in each probability bucket, and what share of the lowest bucket is decisions.
-* :func:`logp_change_by_class`: the single-update experiment (AR-Lopti Figure 1) measured in
-  log-probability, by class and bucket and by the sign of the advantage, with saturated tokens
-  (p > ``saturated``) apart: in p a token at 0.999 cannot move, in log p it can be compared.
-
-Pure functions of tensors and strings; the probe batch and the update come from the caller.
+:func:`token_classes` gives each response token's class, :func:`class_profile` the token profile
+by class and bucket, :func:`logp_change_by_class` the single update's change of log p by class,
+bucket and advantage sign (saturated tokens apart). Pure functions of tensors and strings; the
+probe batch and the update come from the caller. docs/metrics.md ("Offline diagnostics").
 """
 
 from __future__ import annotations

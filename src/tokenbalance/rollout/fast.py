@@ -4,9 +4,8 @@
     gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
 Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine`, faster on small
-models: for Llama / Qwen2 it runs the decoder layers itself (fused projections, one prefill per
-prompt group, finished rows leaving the batch); other models use their own cached forward. What it
-does, what it reproduces bit for bit and its speed: docs/training.md ("Rollout engines").
+Llama / Qwen2 models (it runs their decoder layers itself; other models use their own cached
+forward). What it does, reproduces bit for bit and its speed: docs/training.md ("Rollout engines").
 """
 
 from __future__ import annotations

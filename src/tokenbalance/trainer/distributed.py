@@ -1,10 +1,6 @@
 """Data parallelism through ``torch.distributed``: whole prompt groups per rank, one global
-normaliser, gradients summed across ranks.
-
-Each rank generates, scores and scores log-probs for its own prompts (whole groups, so group
-statistics never cross ranks). The loss denominators (:class:`~tokenbalance.types.LossNormaliser`)
-are summed over ranks before the backward pass and the gradients are summed after it, so two
-ranks compute exactly the update one process computes on the union of their batches.
+normaliser, gradients summed across ranks, so two ranks compute exactly the update one process
+computes on the union of their batches (docs/training.md, "Data parallel").
 
     torchrun --nproc_per_node 2 -m tokenbalance.cli train ...   # gloo on CPU, NCCL on GPU
 """

@@ -1,28 +1,10 @@
 """Log-probabilities of sampled responses under a causal LM, at the log-prob temperature.
 
-The prompt (left-padded) and the response (right-padded) are concatenated into one sequence;
-position ids follow the attention mask so left padding does not shift positions. Only the
-response positions go through the output layer, so the [B, T, V] logits are the only
-vocabulary-sized tensor. Old, reference and current log-probs all use ``logits / temperature``
-(the reference's convention, docs/methods.md §1).
-
-For NTHR the same pass returns the last-layer hidden states (after the final norm, the input of
-``lm_head``) at the positions that predict each response token.
-
-Shared prompts: a GRPO batch holds every prompt G times, and :class:`PackedSequences` says which
-rows share a prompt (``prompt_B``, from the batch's group structure; nothing compares token rows).
-With ``share_prompts`` (the default) the decoder runs once per prompt, its key/value cache is
-indexed out to every row (autograd sums the rows' gradients back), and only the responses run per
-row. On the embedded default that
-removes half of the tokens from every forward and backward; the log-probs and gradients equal the
-one-pass forward's up to float rounding (tested).
-
-Trailing padding: with ``trim_padding`` a forward runs only up to the longest response among its
-rows (the columns after it are padding in every row) and returns zeros there. The whole batch has no
-such columns (its T is its longest response), so this matters for a subset of rows: a micro-batch
-of rows of similar length (``group_by_length``, :func:`micro_batches`), where it saves most of the
-padded positions of a batch of ragged reasoning traces. It is off unless micro-batches are grouped
-by length, so that every other forward keeps its bits.
+Prompt (left-padded) and response (right-padded) run as one sequence; only the response positions
+go through the output layer, and for NTHR the same pass returns the last-layer hidden states. With
+``share_prompts`` (the default) each prompt of a group runs once, its key/value cache indexed out to
+every row (:class:`PackedSequences`); with ``trim_padding`` a forward stops at its rows' longest
+response and returns zeros after it. docs/training.md ("One RL step", steps 4 and 6).
 """
 
 from __future__ import annotations

@@ -1,44 +1,11 @@
 """The readable RL loop.
 
-One RL step:
-
-1. take the next ``prompts_per_step`` prompts of the run's prompt stream (a seeded permutation
-   per epoch; each rank takes whole prompts);
-2. ask the rollout engine for ``n = group_size`` responses to each (seed derived from (seed,
-   step, rank)): a :class:`~tokenbalance.trainer.batch.RolloutBatch` that knows its groups;
-3. score them with the task; with DAPO dynamic sampling (``method.dynamic_sampling``), drop the
-   groups whose rewards are all equal and draw further rounds of prompts until the step has its
-   informative groups;
-4. old log-probs (and last-layer hidden states when the method needs them, NTHR) with the
-   current policy, reference log-probs with the frozen initial policy, both at the rollout
-   temperature (docs/methods.md §1); when the update's first micro-batch is the whole batch
-   (one pass, one micro-batch: the defaults without Lopti), the old-policy forward runs with
-   gradient and is that micro-batch's forward too (:func:`first_update_forward`; the same bits).
-   Timed by the work done, alike for every method: that shared forward is update time
-   (``timing/update_s``: every forward with gradient, backward and optimizer step), and
-   ``timing/logprob_s`` holds the no-gradient forwards (the old policy's when not shared, the
-   reference's);
-5. advantages, token weights and the update passes (``update_inputs``);
-6. the passes: mini-batches (one AdamW step each) of micro-batches (gradient accumulation);
-7. log, evaluate every ``eval_every`` steps, checkpoint every ``save_every`` steps.
-
-What a step works with comes in three parts, built once by :func:`prepare_training`:
-:class:`StepSettings` (what the config fixes for the whole run), :class:`TrainState` (what a
-checkpoint holds: policy, optimizer, data position; and the frozen reference) and :class:`Runtime`
-(engine, task, examples, device, ranks). The ``diagnostics`` section adds ``diag/*`` metrics through
-:class:`tokenbalance.diagnostics.step.StepDiagnostics`: the opt-in gradient-norm probe before the
-update, everything else after it, from the batch, the passes and the update's record
-(docs/metrics.md).
-
-Differences from the AR-Lopti reference: everything runs in one process (or one per rank with
-torchrun), the token-mean is global over the mini-batch by default (``optim.token_mean_scope``),
-mini-batches are not re-ordered for token balance, and a step with a non-finite gradient norm is
-skipped instead of applied.
-
-    tokenbalance train                                       # the embedded tiny default, CPU
-    tokenbalance train --model /path/to/Qwen2.5-3B-Instruct --device cuda --set model.dtype=bfloat16 \
-        --set data.template=qwen-instruct                    # one GPU (never run on one yet: docs/scale.md)
-    torchrun --nproc_per_node 2 -m tokenbalance.cli train    # data parallel (gloo on CPU)
+One RL step: prompts -> rollout (``group_size`` responses each) -> reward (DAPO dynamic sampling:
+more rounds) -> old and reference log-probs -> advantages, token weights and passes -> the update
+(mini-batches of micro-batches) -> log, evaluate, checkpoint; docs/training.md ("One RL step",
+"Differences from the AR-Lopti reference trainer"), docs/metrics.md (``timing/*``, ``diag/*``).
+:func:`prepare_training` builds :class:`StepSettings` (fixed for the run), :class:`TrainState`
+(what a checkpoint holds) and :class:`Runtime` (engine, task, examples, device, ranks) once.
 """
 
 from __future__ import annotations

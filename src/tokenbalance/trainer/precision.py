@@ -1,15 +1,9 @@
 """The compute type of a run's forwards, and the check that a half-precision policy can still learn.
 
-``model.autocast=bfloat16`` runs every forward of the policy and the reference (rollout, old,
-reference and current log-probs, evaluation) under ``torch.autocast``: matrix products in
-bfloat16, while the parameters stay in ``model.dtype`` (float32 master weights), and the
-log-softmax, the losses, the gradients' accumulation and AdamW's state stay float32. Old and new
-log-probs come from the same path, so a ratio is 1 at the first mini-batch as in float32. float16
-would need a gradient scaler (its range): refused.
-
-``model.dtype=bfloat16`` stores the parameters in bfloat16: an AdamW step moves a weight by about
-the learning rate, which rounds away when it is below half of bfloat16's spacing at the weight
-(:func:`check_update_resolution`). docs/training.md "Mixed precision".
+``model.autocast=bfloat16`` runs every forward under ``torch.autocast`` with float32 master
+weights, log-probs and losses (float16 is refused: it needs a gradient scaler);
+``model.dtype=bfloat16`` stores the weights in bfloat16, refused when an AdamW step would round
+away (:func:`check_update_resolution`). docs/training.md ("Mixed precision").
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
 """Progress of long loops (step, reward, accuracy, tokens per second, time left) and the timer of
 one RL step's phases.
 
-On a terminal, a rich progress bar on stderr. When stderr is not a terminal (``nohup``, a batch job,
-output redirected to a file), plain lines instead, one every :data:`PLAIN_EVERY_S` seconds or
-every 1/:data:`PLAIN_LINES` of the steps, whichever comes first, and one at each evaluation: the
-phase, the step, the loss or reward, the seconds per step, the time elapsed and the time left.
-Inside :func:`progress_log` (``tokenbalance train``: ``RUN_DIR/train.log``) the same lines are
-appended to a file too. Disabled (a no-op on the console) on non-main ranks or with
-``output.progress=false``; docs/training.md "Progress in a log".
+A rich progress bar on a terminal; otherwise plain lines, one every :data:`PLAIN_EVERY_S` seconds
+or every 1/:data:`PLAIN_LINES` of the steps, and one at each evaluation, also appended to a file
+inside :func:`progress_log`. Off on non-main ranks and with ``output.progress=false``.
+docs/training.md ("Progress in a log").
 """
 
 from __future__ import annotations

@@ -1,11 +1,8 @@
 """Supervised warm start: teach the response format (and some answers) before RL.
 
-The targets are the task's ``sft_response`` to its SFT examples, disjoint from the held-out set
-(:func:`tokenbalance.run.examples.sft_pairs`). For K&K, ``target="answer"`` teaches ``</think>`` then the ``<answer>`` block;
-``target="cot"`` first writes the generator's synthetic chain of thought (cot_head, steps,
-cot_foot) inside the think block; arith's target is `` \\boxed{answer}``. The loss is the mean
-negative log-likelihood of the response tokens (EOS included); AdamW with linear warmup then
-cosine decay to 10% of the peak learning rate.
+The targets are the task's ``sft_response`` (``sft.target``) to its SFT examples, disjoint from the
+held-out set (:func:`tokenbalance.run.examples.sft_pairs`); the loss and schedule:
+docs/training.md ("The embedded default").
 
     tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU
 """

@@ -1,20 +1,10 @@
 """What a verl grid would cost: GPU-hours per cell, estimated from the settings (no measurement).
 
-The estimate multiplies the tokens of an RL step by the model's FLOPs per token and the steps of a
-cell, and divides by an assumed GPU throughput:
-
-* tokens per step: prompts x samples x (prompt cap + response cap) of ``examples/verl/common.sh``
-  (64 x 8 x (400 + 4096)). Sequences at their caps make this an upper bound on tokens; real K&K
-  responses are shorter, and the cost falls in proportion;
-* FLOPs per token, with N the model's parameters: 2N for the rollout (one forward per generated
-  token), 2N for the old-policy log-probs, 2N for the reference log-probs (the KL loss), and 6N
-  (forward + backward) per update pass: one pass, or two for Lopti (verl's Lopti trainer runs the
-  actor update once per pass, each over the whole batch). Attention's quadratic term is left out;
-* steps: 5 epochs x (4,500 training prompts // 64) = 350, as verl counts them (``drop_last``);
-* throughput: :data:`ASSUMED_UTILISATION` of :data:`PEAK_FLOPS` (an A100's dense bf16 peak) per
-  GPU. The utilisation is an assumption: no GPU run of this project has measured it.
-
-Nothing here runs on a GPU or imports verl; the numbers are printed before the grid is written.
+Tokens per RL step at the scripts' caps x FLOPs per token (2N rollout, 2N old and 2N reference
+log-probs, 6N per update pass) x the cell's steps, divided by an assumed
+:data:`ASSUMED_UTILISATION` of :data:`PEAK_FLOPS` per GPU: an upper bound on tokens, and a
+utilisation no GPU run has measured. Imports no verl; printed before the grid is written. The
+numbers and what they leave out: docs/scale.md ("The paper's grid on a cluster").
 """
 
 from __future__ import annotations
