@@ -29,13 +29,8 @@ from typing import Any
 
 import yaml
 
-from tokenbalance.algorithms.methods import (
-    METHOD_NESTED_TYPES,
-    RULE_EXAMPLE,
-    Method,
-    apply_method_overrides,
-    get_method,
-)
+from tokenbalance.algorithms.methods import Method
+from tokenbalance.algorithms.presets import METHOD_SECTIONS, RULE_EXAMPLE, resolve_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
@@ -417,16 +412,7 @@ class RunConfig:
     def method(self) -> Method:
         """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied.
         ``ValueError`` naming the field (and the closest valid name) when either is wrong."""
-        try:
-            base = get_method(self.train.method, setting="train.method")
-        except ValueError as err:
-            message = str(err)
-            raise ValueError(message if message.startswith("train.method") else f"train.method: {message}") from None
-        try:
-            return apply_method_overrides(base, self.train.method_overrides)
-        except (ValueError, TypeError) as err:  # stage checks name the field as "lopti.eta: ..."
-            message = str(err)
-            raise ValueError(message if message.startswith(METHOD_PREFIX) else METHOD_PREFIX + message) from None
+        return resolve_method(self.train.method, self.train.method_overrides, setting="train.method")
 
 
 def to_dict(config: Any) -> dict:
@@ -609,7 +595,7 @@ def describe_method_options(method: Method) -> list[str]:
         if f.name in ("name", "description", "citations"):
             continue
         value = getattr(method, f.name)
-        section_type = METHOD_NESTED_TYPES.get(f.name)
+        section_type = METHOD_SECTIONS.get(f.name)
         if section_type is None:
             lines.append(f"{METHOD_PREFIX}{f.name} = {value!r}  # {top_help.get(f.name, '')}")
             continue

@@ -11,7 +11,8 @@ Imports only the standard library, numpy and torch (a test enforces it). The sta
 * :mod:`~tokenbalance.algorithms.aggregate` - loss aggregation with explicit normalisers;
 * :mod:`~tokenbalance.algorithms.loss` - the loss of one pass on one micro-batch;
 * :mod:`~tokenbalance.algorithms.token_rules` - your own token weights or pass split, registered by name;
-* :mod:`~tokenbalance.algorithms.methods` - the composition and the presets.
+* :mod:`~tokenbalance.algorithms.methods` - the composition;
+* :mod:`~tokenbalance.algorithms.presets` - the presets, and every runner's way to a method.
 """
 
 from tokenbalance.algorithms.advantages import (
@@ -25,19 +26,17 @@ from tokenbalance.algorithms.aggregate import AGG_MODES, aggregate, loss_normali
 from tokenbalance.algorithms.filtering import DynamicSamplingConfig, informative_groups, informative_rows
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
 from tokenbalance.algorithms.methods import (
-    METHOD_PRESETS,
     AdvantageConfig,
     KLConfig,
     Method,
     NTHRInputs,
     build_update_passes,
     compute_advantages,
-    get_method,
-    load_token_rule,
     passes_from_advantages,
 )
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import LoptiConfig, lopti_passes, single_pass
+from tokenbalance.algorithms.presets import METHOD_PRESETS, get_method, load_token_rule, resolve_method
 from tokenbalance.algorithms.surrogate import ClipConfig, clipped_surrogate, entropy_from_logits, kl_penalty
 from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenInputs, TokenRule, register_token_rule
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, tr_grpo_token_weights
@@ -81,6 +80,7 @@ __all__ = [
     "pass_normaliser",
     "register_token_rule",
     "reinforce_pp_advantages",
+    "resolve_method",
     "rloo_advantages",
     "single_pass",
     "tr_grpo_token_weights",
