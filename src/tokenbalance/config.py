@@ -22,15 +22,15 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import re
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from tokenbalance.algorithms.describe import method_options
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.algorithms.presets import METHOD_SECTIONS, RULE_EXAMPLE, resolve_method
+from tokenbalance.algorithms.presets import RULE_EXAMPLE, resolve_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
@@ -567,47 +567,6 @@ def _method_override_key(key: str) -> str | None:
     return None
 
 
-def attribute_help(cls: type) -> dict[str, str]:
-    """The ``Attributes:`` section of a dataclass's docstring as ``{field: help}`` (one place for
-    the help of the method's hyper-parameters: their own docstrings)."""
-    doc = cls.__doc__ or ""
-    if "Attributes:" not in doc:
-        return {}
-    helps: dict[str, str] = {}
-    current = None
-    for line in doc.split("Attributes:", 1)[1].splitlines():
-        match = re.match(r"^\s{4,8}([A-Za-z_][\w, ]*):\s*(.*)$", line)
-        if match and not line.startswith(" " * 12):
-            current = [name.strip() for name in match.group(1).split(",")]
-            for name in current:
-                helps[name] = match.group(2).strip()
-        elif current and line.strip():
-            for name in current:
-                helps[name] += " " + line.strip()
-    return helps
-
-
-def describe_method_options(method: Method) -> list[str]:
-    """One line per hyper-parameter of ``method``: ``method.section.field = value  # help``."""
-    lines = []
-    top_help = attribute_help(Method)
-    for f in dataclasses.fields(Method):
-        if f.name in ("name", "description", "citations"):
-            continue
-        value = getattr(method, f.name)
-        section_type = METHOD_SECTIONS.get(f.name)
-        if section_type is None:
-            lines.append(f"{METHOD_PREFIX}{f.name} = {value!r}  # {top_help.get(f.name, '')}")
-            continue
-        state = "" if value is not None else "  [stage off; setting a field switches it on]"
-        stage = value if value is not None else section_type()
-        helps = attribute_help(section_type)
-        for sub in dataclasses.fields(stage):
-            text = helps.get(sub.name, f"see {section_type.__name__}")
-            lines.append(f"{METHOD_PREFIX}{f.name}.{sub.name} = {getattr(stage, sub.name)!r}  # {text}{state}")
-    return lines
-
-
 def describe_options(config: Any = None, prefix: str = "") -> list[str]:
     """One line per option: ``section.field = default  # help`` (for ``--help-config``), then the
     method's hyper-parameters (``method.*``, the values of the configured preset)."""
@@ -625,5 +584,5 @@ def describe_options(config: Any = None, prefix: str = "") -> list[str]:
             rule = f" (one of {', '.join(map(str, meta['choices']))})"
         lines.append(f"{prefix}{f.name} = {value!r}  # {meta.get('help', '')}{rule}")
     if top:
-        lines += describe_method_options(config.method())
+        lines += method_options(config.method(), prefix=METHOD_PREFIX)
     return lines

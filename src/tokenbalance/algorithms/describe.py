@@ -1,6 +1,8 @@
-"""Methods as text: ``tokenbalance list-methods``.
+"""Methods as text: ``tokenbalance list-methods`` and the ``method.*`` lines of ``--help-config``.
 
-See docs/methods.md for what each stage does.
+Every hyper-parameter's help is its field's own ``metadata["help"]`` (declared with
+:func:`~tokenbalance.algorithms._checks.param` next to its default), so the two listings and the
+code never disagree (docs/methods.md).
 """
 
 from __future__ import annotations
@@ -8,8 +10,36 @@ from __future__ import annotations
 import dataclasses
 
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.algorithms.presets import METHOD_PRESETS, OPTIONAL_STAGES, get_method, rule_method
+from tokenbalance.algorithms.presets import METHOD_PRESETS, METHOD_SECTIONS, OPTIONAL_STAGES, get_method, rule_method
 from tokenbalance.algorithms.token_rules import TOKEN_RULES
+
+HIDDEN_FIELDS = ("name", "description", "citations")  # labels, not hyper-parameters
+
+
+def field_help(cls: type) -> dict[str, str]:
+    """``{field: help}`` of the dataclass ``cls``, from each field's ``metadata["help"]``."""
+    return {f.name: f.metadata.get("help", "") for f in dataclasses.fields(cls)}
+
+
+def method_options(method: Method, prefix: str = "method.") -> list[str]:
+    """One line per hyper-parameter of ``method``: ``method.section.field = value  # help``; a
+    stage that is off shows its defaults."""
+    lines = []
+    top_help = field_help(Method)
+    for f in dataclasses.fields(Method):
+        if f.name in HIDDEN_FIELDS:
+            continue
+        value = getattr(method, f.name)
+        section_type = METHOD_SECTIONS.get(f.name)
+        if section_type is None:
+            lines.append(f"{prefix}{f.name} = {value!r}  # {top_help[f.name]}")
+            continue
+        state = "" if value is not None else "  [stage off; setting a field switches it on]"
+        stage = value if value is not None else section_type()
+        helps = field_help(section_type)
+        for sub in dataclasses.fields(stage):
+            lines.append(f"{prefix}{f.name}.{sub.name} = {getattr(stage, sub.name)!r}  # {helps[sub.name]}{state}")
+    return lines
 
 
 def _values(config) -> str:

@@ -11,11 +11,11 @@
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import check_choice, check_range, check_shape
+from tokenbalance.algorithms._checks import check_choice, check_range, check_shape, param
 from tokenbalance.algorithms.advantages import (
     ADVANTAGE_ESTIMATOR_NAMES,
     OUTCOME_ESTIMATORS,
@@ -45,19 +45,12 @@ KL_PLACEMENTS = ("loss", "reward", "none")
 
 @dataclass(frozen=True)
 class AdvantageConfig:
-    """Advantage estimator and its options.
+    """Advantage estimator and its options."""
 
-    Attributes:
-        estimator: ``grpo``, ``dr_grpo`` (mean-only), ``rloo`` or ``reinforce_pp``.
-        eps: GRPO's std epsilon (1e-6, reference).
-        gamma: REINFORCE++ discount (1.0, reference).
-        singleton: what a group of size 1 gets: ``"reference"`` (A = s) or ``"zero"``.
-    """
-
-    estimator: str = "grpo"
-    eps: float = 1e-6
-    gamma: float = 1.0
-    singleton: str = "reference"
+    estimator: str = param("grpo", "``grpo``, ``dr_grpo`` (mean-only), ``rloo`` or ``reinforce_pp``.")
+    eps: float = param(1e-6, "GRPO's std epsilon (1e-6, reference).")
+    gamma: float = param(1.0, "REINFORCE++ discount (1.0, reference).")
+    singleton: str = param("reference", 'what a group of size 1 gets: ``"reference"`` (A = s) or ``"zero"``.')
 
     def __post_init__(self) -> None:
         check_choice("advantage.estimator", self.estimator, ADVANTAGE_ESTIMATOR_NAMES)
@@ -68,22 +61,20 @@ class AdvantageConfig:
 
 @dataclass(frozen=True)
 class KLConfig:
-    """Where the KL to the reference policy enters, and how it is estimated.
+    """Where the KL to the reference policy enters, and how it is estimated."""
 
-    Attributes:
-        coef: coefficient (K&K reference 0.001).
-        estimator: ``k1``/``kl``, ``abs``, ``k2``/``mse``, ``k3``/``low_var_kl`` (+ ``k1+``/``k3+``
-            straight-through). K&K reference: k3.
-        log_ratio_clamp: k3's inner clamp C (5 in the AR-Lopti reference, 20 upstream verl).
-        placement: ``"loss"`` (a KL loss term, the K&K scripts), ``"reward"`` (subtract
-            coef * KL(old, ref) from the token rewards before the advantage, verl's
-            ``apply_kl_penalty``) or ``"none"``.
-    """
-
-    coef: float = 0.001
-    estimator: str = "k3"
-    log_ratio_clamp: float = 5.0
-    placement: str = "loss"
+    coef: float = param(0.001, "coefficient (K&K reference 0.001).")
+    estimator: str = param(
+        "k3",
+        "``k1``/``kl``, ``abs``, ``k2``/``mse``, ``k3``/``low_var_kl`` (+ ``k1+``/``k3+`` "
+        "straight-through). K&K reference: k3.",
+    )
+    log_ratio_clamp: float = param(5.0, "k3's inner clamp C (5 in the AR-Lopti reference, 20 upstream verl).")
+    placement: str = param(
+        "loss",
+        '``"loss"`` (a KL loss term, the K&K scripts), ``"reward"`` (subtract coef * KL(old, ref) from '
+        'the token rewards before the advantage, verl\'s ``apply_kl_penalty``) or ``"none"``.',
+    )
 
     def __post_init__(self) -> None:
         check_range("kl.coef", self.coef, 0.0, float("inf"))
@@ -98,46 +89,45 @@ class KLConfig:
 
 @dataclass(frozen=True)
 class Method:
-    """A complete RL objective: estimator, token weights, update schedule and loss.
+    """A complete RL objective: estimator, token weights, update schedule and loss."""
 
-    Attributes:
-        name: preset or user label.
-        advantage, clip, kl: the stage configurations.
-        entropy_coeff: entropy bonus coefficient (0.0 in the reference: logged only).
-        loss_agg_mode: aggregation of the KL and entropy terms (and of the policy term unless
-            ``policy_loss_agg_mode`` is set).
-        policy_loss_agg_mode: aggregation of the policy term; ``None`` = ``loss_agg_mode``.
-            The AR-Lopti reference always uses ``"token-mean"`` here, whatever its config says.
-        max_response_len: the constant C of ``seq-mean-token-sum-norm`` (None = padded length).
-        ar, tr_grpo, nthr, lopti: the token-level stages; ``None`` switches a stage off.
-        token_rule: your own token-level stage (:class:`~tokenbalance.algorithms.token_rules.TokenRule`,
-            docs/methods.md §10); ``None`` (the presets) runs none of it.
-        dynamic_sampling: DAPO dynamic sampling (:mod:`~tokenbalance.algorithms.filtering`), a
-            rollout-loop option the runner reads; off by default.
-        recommended_temperature: the sampling temperature the preset's paper used. A rollout
-            setting, not part of the objective: nothing here applies it; runners and users set
-            their rollout temperature from it (``list-methods`` prints it). ``None``: no advice.
-        description: one line for ``list-methods``.
-        citations: (hyper-parameter, source) pairs.
-    """
-
-    name: str = "custom"
-    advantage: AdvantageConfig = field(default_factory=AdvantageConfig)
-    clip: ClipConfig = field(default_factory=ClipConfig)
-    kl: KLConfig = field(default_factory=KLConfig)
-    entropy_coeff: float = 0.0
-    loss_agg_mode: str = "token-mean"
-    policy_loss_agg_mode: str | None = None
-    max_response_len: int | None = None
-    ar: ARConfig | None = None
-    tr_grpo: TRGRPOConfig | None = None
-    nthr: NTHRConfig | None = None
-    lopti: LoptiConfig | None = None
-    token_rule: TokenRule | None = None
-    dynamic_sampling: DynamicSamplingConfig = field(default_factory=DynamicSamplingConfig)
-    recommended_temperature: float | None = None
-    description: str = ""
-    citations: tuple[tuple[str, str], ...] = ()
+    name: str = param("custom", "preset or user label.")
+    advantage: AdvantageConfig = param(help="the advantage estimator.", default_factory=AdvantageConfig)
+    clip: ClipConfig = param(help="the clipped surrogate.", default_factory=ClipConfig)
+    kl: KLConfig = param(help="the KL to the reference policy.", default_factory=KLConfig)
+    entropy_coeff: float = param(0.0, "entropy bonus coefficient (0.0 in the reference: logged only).")
+    loss_agg_mode: str = param(
+        "token-mean",
+        "aggregation of the KL and entropy terms (and of the policy term unless ``policy_loss_agg_mode`` is set).",
+    )
+    policy_loss_agg_mode: str | None = param(
+        None,
+        "aggregation of the policy term; ``None`` = ``loss_agg_mode``. The AR-Lopti reference always "
+        'uses ``"token-mean"`` here, whatever its config says.',
+    )
+    max_response_len: int | None = param(None, "the constant C of ``seq-mean-token-sum-norm`` (None = padded length).")
+    ar: ARConfig | None = param(None, "Advantage Reweighting (docs/methods.md §3); ``None``: off.")
+    tr_grpo: TRGRPOConfig | None = param(None, "the TR-GRPO probability weight (docs/methods.md §5); ``None``: off.")
+    nthr: NTHRConfig | None = param(None, "NTHR negative-token weights (docs/methods.md §6); ``None``: off.")
+    lopti: LoptiConfig | None = param(None, "Lopti's two update passes (docs/methods.md §4); ``None``: one pass.")
+    token_rule: TokenRule | None = param(
+        None,
+        "your own token-level stage (:class:`~tokenbalance.algorithms.token_rules.TokenRule`, "
+        "docs/methods.md §10); ``None`` (the presets) runs none of it.",
+    )
+    dynamic_sampling: DynamicSamplingConfig = param(
+        help="DAPO dynamic sampling (:mod:`~tokenbalance.algorithms.filtering`), a rollout-loop option the "
+        "runner reads; off by default.",
+        default_factory=DynamicSamplingConfig,
+    )
+    recommended_temperature: float | None = param(
+        None,
+        "the sampling temperature the preset's paper used. A rollout setting, not part of the objective: "
+        "nothing here applies it; runners and users set their rollout temperature from it "
+        "(``list-methods`` prints it). ``None``: no advice.",
+    )
+    description: str = param("", "one line for ``list-methods``.")
+    citations: tuple[tuple[str, str], ...] = param((), "(hyper-parameter, source) pairs.")
 
     def __post_init__(self) -> None:
         check_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
