@@ -1,20 +1,10 @@
 """Typed run configuration: one source of truth for defaults, help text and validation.
 
-A run is described by :class:`RunConfig`, a tree of small dataclasses. Each field declares its
-default, its help text and what is valid (``choices`` or a numeric ``low``/``high`` range) in one
-place through :func:`option`; :func:`validate` checks a whole tree and names the field, the value
-and the allowed range. Configs load from and save to YAML, and accept dotted overrides
-(``train.steps=20``; the method's hyper-parameters as ``method.lopti.eta=0.4``, stored in
-``train.method_overrides``) from the command line.
-
-The method is part of the config: ``train.method`` (a preset) and ``train.method_overrides`` are
-resolved and validated when the config is built (:meth:`RunConfig.method`), so a typo in a preset
-name or an out-of-range hyper-parameter fails at load, before any model or data work. Unknown names
-get a did-you-mean suggestion.
-
-    cfg = RunConfig()                                     # the embedded default
-    cfg = apply_overrides(cfg, ["train.steps=5", "rollout.group_size=4", "method.lopti.eta=0.4"])
-    save_config(cfg, "runs/x/config.yaml"); cfg2 = load_config("runs/x/config.yaml")
+A run is a tree of small dataclasses (:class:`RunConfig`); each field declares its default, help and
+valid values through :func:`option`, and :func:`validate` names the field, the value and the range of
+a bad one. Configs load from and save to YAML and take dotted overrides (``train.steps=20``,
+``method.lopti.eta=0.4``). The method (``train.method`` + ``train.method_overrides``) is resolved
+when the config is built (:meth:`RunConfig.method`), so a typo fails before any work (docs/training.md).
 """
 
 from __future__ import annotations
@@ -30,7 +20,7 @@ import yaml
 
 from tokenbalance.algorithms.describe import method_options
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.algorithms.presets import RULE_EXAMPLE, resolve_method
+from tokenbalance.algorithms.presets import RULE_EXAMPLE, merged_overrides, normalized_overrides, resolve_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
@@ -337,7 +327,7 @@ class TrainConfig:
         "method preset (tokenbalance list-methods), or your token rule: MODULE:RULE or FILE.py:RULE "
         "(docs/methods.md §10)",
     )
-    method_overrides: dict = option(
+    method_overrides: dict[str, Any] = option(
         None,
         "the preset's hyper-parameters changed, e.g. {'lopti.eta': 0.4} (on the command line: "
         "--set method.lopti.eta=0.4; every field is listed under method.* below)",
@@ -368,13 +358,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """A token rule's ``FILE.py`` (``train.method``, ``method.token_rule``) made absolute, so that
-        a saved config names the same file from any working directory (``--resume``)."""
+        a saved config names the same file from any working directory (``--resume``); every method
+        override checked against its field and stored as plain data (:func:`normalized_overrides`)."""
         if is_spec(self.method):
             self.method = normalized_spec(self.method, "train.method", RULE_EXAMPLE)
-        overrides = self.method_overrides  # checked against its type after this, so it may be anything here
-        rule = overrides.get("token_rule") if isinstance(overrides, dict) else None
-        if isinstance(rule, str) and is_spec(rule):
-            self.method_overrides["token_rule"] = normalized_spec(rule, "method.token_rule", RULE_EXAMPLE)
+        if isinstance(self.method_overrides, dict):  # anything else: validate() names its type
+            self.method_overrides = normalized_overrides(self.method_overrides)
 
 
 @dataclass
@@ -520,8 +509,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     against its field's declared type (``output.wandb=flase`` fails, as does ``train.steps=2.5``).
 
     ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes
-    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``; the long
-    form ``train.method_overrides.lopti.eta=0.4`` is the same.
+    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``, after the
+    ones given before it (they apply in order; ``method.lopti=null`` drops earlier ``lopti.*``
+    keys); the long form ``train.method_overrides.lopti.eta=0.4`` is the same.
     """
     data = to_dict(config)
     for item in overrides:
@@ -531,7 +521,8 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         key = key.strip()
         method_key = _method_override_key(key)
         if method_key is not None:
-            data["train"]["method_overrides"][method_key] = _parse_value(text)
+            train = data["train"]
+            train["method_overrides"] = merged_overrides(train["method_overrides"], method_key, _parse_value(text))
             continue
         parts = key.split(".")
         if len(parts) == 2 and parts[0] in data and parts[1] not in data[parts[0]]:

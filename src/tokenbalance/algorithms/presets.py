@@ -308,6 +308,28 @@ OPTIONAL_STAGES = tuple(name for name in METHOD_SECTIONS if type(None) in typing
 """The token-level stages ``None`` switches off (``ar``, ``tr_grpo``, ``nthr``, ``lopti``)."""
 
 
+_TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Method))
+
+
+def override_type(key: str) -> Any:
+    """The declared type of the Method field a dotted override ``key`` sets (``lopti.eta`` ->
+    ``float``); ``ValueError`` naming the closest valid key when there is no such field."""
+    section, _, name = str(key).partition(".")
+    if not name:
+        if section not in _TOP_LEVEL:
+            hint = did_you_mean(section, _TOP_LEVEL)
+            raise ValueError(f"method.{key}: unknown field; valid: {', '.join(sorted(_TOP_LEVEL))}{hint}")
+        return _METHOD_HINTS[section]
+    if section not in METHOD_SECTIONS:
+        hint = did_you_mean(section, METHOD_SECTIONS)
+        raise ValueError(f"method.{key}: unknown section {section!r}; valid: {', '.join(METHOD_SECTIONS)}{hint}")
+    hints = typing.get_type_hints(METHOD_SECTIONS[section])
+    if name not in hints:
+        hint = did_you_mean(name, hints)
+        raise ValueError(f"method.{key}: unknown field {name!r}; valid: {', '.join(sorted(hints))}{hint}")
+    return hints[name]
+
+
 def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) -> Method:
     """A copy of ``method`` with dotted overrides applied in order, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
 
@@ -315,33 +337,58 @@ def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) 
     switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR);
     ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on; ``{"token_rule":
     "rules.py:high_entropy"}`` adds a token rule (:func:`load_token_rule`) to any method.
-    Unknown names raise ``ValueError`` listing the valid ones.
+    Unknown names raise ``ValueError`` naming the closest valid one.
     """
-    top_level = {f.name for f in dataclasses.fields(Method)}
     for key, value in (overrides or {}).items():
+        declared = override_type(key)
         section, _, name = str(key).partition(".")
         if not name:
-            if section not in top_level:
-                hint = did_you_mean(section, top_level)
-                raise ValueError(f"method.{key}: unknown field; valid: {', '.join(sorted(top_level))}{hint}")
             if section in METHOD_SECTIONS and isinstance(value, Mapping):
                 value = METHOD_SECTIONS[section](**value)
             if section == "token_rule" and isinstance(value, str):  # a rule's name or MODULE:RULE
                 value = load_token_rule(value, f"method.{key}")
             method = dataclasses.replace(method, **{section: value})
-            check_type(f"method.{key}", value, _METHOD_HINTS[section])
-            continue
-        if section not in METHOD_SECTIONS:
-            hint = did_you_mean(section, METHOD_SECTIONS)
-            raise ValueError(f"method.{key}: unknown section {section!r}; valid: {', '.join(METHOD_SECTIONS)}{hint}")
-        current = getattr(method, section) or METHOD_SECTIONS[section]()
-        fields = {f.name for f in dataclasses.fields(current)}
-        if name not in fields:
-            hint = did_you_mean(name, fields)
-            raise ValueError(f"method.{key}: unknown field {name!r}; valid: {', '.join(sorted(fields))}{hint}")
-        method = dataclasses.replace(method, **{section: dataclasses.replace(current, **{name: value})})
-        check_type(f"method.{key}", value, typing.get_type_hints(type(current))[name])  # after the range checks
+        else:
+            current = getattr(method, section) or METHOD_SECTIONS[section]()
+            method = dataclasses.replace(method, **{section: dataclasses.replace(current, **{name: value})})
+        check_type(f"method.{key}", value, declared)  # after the field's own range and choice checks
     return method
+
+
+def stored_override(key: str, value: Any) -> Any:
+    """``value`` of the override ``key`` as a config stores it (plain YAML data, so that a saved
+    config loads back equal): a stage object as its fields, a token rule as its ``MODULE:RULE`` (a
+    ``FILE.py`` made absolute) or name, a number written as a string (YAML's ``1e-4``) as a number
+    where the field is one. The key is checked first (:func:`override_type`)."""
+    declared = override_type(key)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        if isinstance(value, TokenRule):
+            return value.spec or value.name
+        return dataclasses.asdict(value)
+    if isinstance(value, str) and key == "token_rule" and is_spec(value):
+        return normalized_spec(value, "method.token_rule", RULE_EXAMPLE)
+    if isinstance(value, str) and float in (declared, *typing.get_args(declared)):
+        try:
+            return float(value)
+        except ValueError:
+            return value  # the field's own check names it
+    return value
+
+
+def merged_overrides(overrides: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """``overrides`` with ``key`` set last (they apply in order); the earlier keys it replaces (the
+    same key, or a stage's fields when the whole stage is set) are dropped."""
+    key = str(key)
+    kept = {k: v for k, v in overrides.items() if k != key and not str(k).startswith(f"{key}.")}
+    return {**kept, key: stored_override(key, value)}
+
+
+def normalized_overrides(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every override checked against its field and stored as :func:`merged_overrides` keeps it."""
+    merged: dict[str, Any] = {}
+    for key, value in overrides.items():
+        merged = merged_overrides(merged, key, value)
+    return merged
 
 
 def _renamed(text: str, key: str, label: str, prefix: str) -> str:
