@@ -37,7 +37,7 @@ def child(vocab: int, rows: int, prompt_tokens: int, response_tokens: int, chunk
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
-    from tokenbalance.algorithms.methods import get_method
+    from tokenbalance.algorithms.presets import get_method
     from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences
     from tokenbalance.trainer.precision import ForwardSettings
     from tokenbalance.trainer.update import UpdateSettings, update_forward

@@ -36,7 +36,8 @@ from _common import interleaved_medians, machine_line, markdown_table, matmul_fl
 from _rl_batch import RLBatch, embedded_batch
 from _shapes import add_data_option, add_placement_options, placement, run_config
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, get_method
+from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.trainer import update as update_module
 from tokenbalance.trainer.evaluate import full_reward
 from tokenbalance.trainer.logprobs import batched_response_logprobs, response_logprobs

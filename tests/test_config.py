@@ -86,3 +86,32 @@ def test_sft_help_names_every_source_of_targets(capsys):
         build_parser().parse_args(["sft", "--help"])
     text = " ".join(capsys.readouterr().out.split())
     assert "supervised warm start on generated solutions (K&K, arith) or on your rows' --target-column" in text
+
+
+def test_method_overrides_are_checked_at_load_against_the_stage_fields(tmp_path):
+    (tmp_path / "c.yaml").write_text("train:\n  method_overrides: {lopti.etaa: 0.4}\n")
+    with pytest.raises(ValueError, match=r"^method.lopti.etaa: unknown field 'etaa'; .*\(did you mean 'eta'\?\)$"):
+        load_config(tmp_path / "c.yaml")
+    (tmp_path / "c.yaml").write_text("train:\n  method_overrides: {lopti.eta: 1.5}\n")
+    with pytest.raises(ValueError, match=r"^method.lopti.eta: must be in \(0.0, 1.0\), got 1.5$"):
+        load_config(tmp_path / "c.yaml")
+
+
+def test_method_overrides_apply_in_the_order_given_and_round_trip(tmp_path):
+    from tokenbalance.algorithms.passes import LoptiConfig
+    from tokenbalance.config import replace_sections
+
+    off = apply_overrides(RunConfig(), ["method.lopti.eta=0.3", "method.lopti=null"])
+    assert off.train.method_overrides == {"lopti": None} and off.method().lopti is None
+    on = apply_overrides(off, ["method.lopti.eta=0.3"])
+    assert on.train.method_overrides == {"lopti": None, "lopti.eta": 0.3} and on.method().lopti == LoptiConfig(eta=0.3)
+    # YAML 1.1 reads 1e-4 as a string; a stage object from Python is stored as its fields
+    (tmp_path / "c.yaml").write_text("train:\n  method_overrides: {kl.coef: 1e-4}\n")
+    assert load_config(tmp_path / "c.yaml").train.method_overrides == {"kl.coef": 1e-4}
+    config = replace_sections(
+        RunConfig(), train={"method_overrides": {"lopti": LoptiConfig(eta=0.25, order="high_first")}}
+    )
+    assert config.train.method_overrides["lopti"]["order"] == "high_first"
+    save_config(config, tmp_path / "saved.yaml")
+    loaded = load_config(tmp_path / "saved.yaml")
+    assert loaded == config and loaded.method().lopti == LoptiConfig(eta=0.25, order="high_first")

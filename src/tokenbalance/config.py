@@ -1,20 +1,10 @@
 """Typed run configuration: one source of truth for defaults, help text and validation.
 
-A run is described by :class:`RunConfig`, a tree of small dataclasses. Each field declares its
-default, its help text and what is valid (``choices`` or a numeric ``low``/``high`` range) in one
-place through :func:`option`; :func:`validate` checks a whole tree and names the field, the value
-and the allowed range. Configs load from and save to YAML, and accept dotted overrides
-(``train.steps=20``; the method's hyper-parameters as ``method.lopti.eta=0.4``, stored in
-``train.method_overrides``) from the command line.
-
-The method is part of the config: ``train.method`` (a preset) and ``train.method_overrides`` are
-resolved and validated when the config is built (:meth:`RunConfig.method`), so a typo in a preset
-name or an out-of-range hyper-parameter fails at load, before any model or data work. Unknown names
-get a did-you-mean suggestion.
-
-    cfg = RunConfig()                                     # the embedded default
-    cfg = apply_overrides(cfg, ["train.steps=5", "rollout.group_size=4", "method.lopti.eta=0.4"])
-    save_config(cfg, "runs/x/config.yaml"); cfg2 = load_config("runs/x/config.yaml")
+A run is a tree of small dataclasses (:class:`RunConfig`); each field declares its default, help and
+valid values through :func:`option`, and :func:`validate` names the field, the value and the range of
+a bad one. Configs load from and save to YAML and take dotted overrides (``train.steps=20``,
+``method.lopti.eta=0.4``). The method (``train.method`` + ``train.method_overrides``) is resolved
+when the config is built (:meth:`RunConfig.method`), so a typo fails before any work (docs/training.md).
 """
 
 from __future__ import annotations
@@ -22,7 +12,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import re
 from collections.abc import Sequence
 from dataclasses import MISSING, dataclass, field
 from pathlib import Path
@@ -30,13 +19,9 @@ from typing import Any
 
 import yaml
 
-from tokenbalance.algorithms.methods import (
-    METHOD_NESTED_TYPES,
-    RULE_EXAMPLE,
-    Method,
-    apply_method_overrides,
-    get_method,
-)
+from tokenbalance.algorithms.describe import method_options
+from tokenbalance.algorithms.methods import Method
+from tokenbalance.algorithms.presets import RULE_EXAMPLE, merged_overrides, normalized_overrides, resolve_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.checks import check_choice
 from tokenbalance.diagnostics.config import DiagnosticsConfig
@@ -360,7 +345,7 @@ class TrainConfig:
         "method preset (tokenbalance list-methods), or your token rule: MODULE:RULE or FILE.py:RULE "
         "(docs/methods.md §10)",
     )
-    method_overrides: dict = option(
+    method_overrides: dict[str, Any] = option(
         None,
         "the preset's hyper-parameters changed, e.g. {'lopti.eta': 0.4} (on the command line: "
         "--set method.lopti.eta=0.4; every field is listed under method.* below)",
@@ -391,13 +376,12 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """A token rule's ``FILE.py`` (``train.method``, ``method.token_rule``) made absolute, so that
-        a saved config names the same file from any working directory (``--resume``)."""
+        a saved config names the same file from any working directory (``--resume``); every method
+        override checked against its field and stored as plain data (:func:`normalized_overrides`)."""
         if is_spec(self.method):
             self.method = normalized_spec(self.method, "train.method", RULE_EXAMPLE)
-        overrides = self.method_overrides  # checked against its type after this, so it may be anything here
-        rule = overrides.get("token_rule") if isinstance(overrides, dict) else None
-        if isinstance(rule, str) and is_spec(rule):
-            self.method_overrides["token_rule"] = normalized_spec(rule, "method.token_rule", RULE_EXAMPLE)
+        if isinstance(self.method_overrides, dict):  # anything else: validate() names its type
+            self.method_overrides = normalized_overrides(self.method_overrides)
 
 
 @dataclass
@@ -435,16 +419,7 @@ class RunConfig:
     def method(self) -> Method:
         """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied.
         ``ValueError`` naming the field (and the closest valid name) when either is wrong."""
-        try:
-            base = get_method(self.train.method, setting="train.method")
-        except ValueError as err:
-            message = str(err)
-            raise ValueError(message if message.startswith("train.method") else f"train.method: {message}") from None
-        try:
-            return apply_method_overrides(base, self.train.method_overrides)
-        except (ValueError, TypeError) as err:  # stage checks name the field as "lopti.eta: ..."
-            message = str(err)
-            raise ValueError(message if message.startswith(METHOD_PREFIX) else METHOD_PREFIX + message) from None
+        return resolve_method(self.train.method, self.train.method_overrides, setting="train.method")
 
 
 def to_dict(config: Any) -> dict:
@@ -552,8 +527,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
     against its field's declared type (``output.wandb=flase`` fails, as does ``train.steps=2.5``).
 
     ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes
-    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``; the long
-    form ``train.method_overrides.lopti.eta=0.4`` is the same.
+    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``, after the
+    ones given before it (they apply in order; ``method.lopti=null`` drops earlier ``lopti.*``
+    keys); the long form ``train.method_overrides.lopti.eta=0.4`` is the same.
     """
     data = to_dict(config)
     for item in overrides:
@@ -563,7 +539,8 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
         key = key.strip()
         method_key = _method_override_key(key)
         if method_key is not None:
-            data["train"]["method_overrides"][method_key] = _parse_value(text)
+            train = data["train"]
+            train["method_overrides"] = merged_overrides(train["method_overrides"], method_key, _parse_value(text))
             continue
         parts = key.split(".")
         if len(parts) == 2 and parts[0] in data and parts[1] not in data[parts[0]]:
@@ -599,47 +576,6 @@ def _method_override_key(key: str) -> str | None:
     return None
 
 
-def attribute_help(cls: type) -> dict[str, str]:
-    """The ``Attributes:`` section of a dataclass's docstring as ``{field: help}`` (one place for
-    the help of the method's hyper-parameters: their own docstrings)."""
-    doc = cls.__doc__ or ""
-    if "Attributes:" not in doc:
-        return {}
-    helps: dict[str, str] = {}
-    current = None
-    for line in doc.split("Attributes:", 1)[1].splitlines():
-        match = re.match(r"^\s{4,8}([A-Za-z_][\w, ]*):\s*(.*)$", line)
-        if match and not line.startswith(" " * 12):
-            current = [name.strip() for name in match.group(1).split(",")]
-            for name in current:
-                helps[name] = match.group(2).strip()
-        elif current and line.strip():
-            for name in current:
-                helps[name] += " " + line.strip()
-    return helps
-
-
-def describe_method_options(method: Method) -> list[str]:
-    """One line per hyper-parameter of ``method``: ``method.section.field = value  # help``."""
-    lines = []
-    top_help = attribute_help(Method)
-    for f in dataclasses.fields(Method):
-        if f.name in ("name", "description", "citations"):
-            continue
-        value = getattr(method, f.name)
-        section_type = METHOD_NESTED_TYPES.get(f.name)
-        if section_type is None:
-            lines.append(f"{METHOD_PREFIX}{f.name} = {value!r}  # {top_help.get(f.name, '')}")
-            continue
-        state = "" if value is not None else "  [stage off; setting a field switches it on]"
-        stage = value if value is not None else section_type()
-        helps = attribute_help(section_type)
-        for sub in dataclasses.fields(stage):
-            text = helps.get(sub.name, f"see {section_type.__name__}")
-            lines.append(f"{METHOD_PREFIX}{f.name}.{sub.name} = {getattr(stage, sub.name)!r}  # {text}{state}")
-    return lines
-
-
 def describe_options(config: Any = None, prefix: str = "") -> list[str]:
     """One line per option: ``section.field = default  # help`` (for ``--help-config``), then the
     method's hyper-parameters (``method.*``, the values of the configured preset)."""
@@ -657,5 +593,5 @@ def describe_options(config: Any = None, prefix: str = "") -> list[str]:
             rule = f" (one of {', '.join(map(str, meta['choices']))})"
         lines.append(f"{prefix}{f.name} = {value!r}  # {meta.get('help', '')}{rule}")
     if top:
-        lines += describe_method_options(config.method())
+        lines += method_options(config.method(), prefix=METHOD_PREFIX)
     return lines

@@ -10,8 +10,8 @@ import pytest
 
 from tokenbalance.ablate.grid import GRID_METHODS
 from tokenbalance.ablate.verl.grid import verl_launch
-from tokenbalance.algorithms.methods import get_method
 from tokenbalance.algorithms.nthr import NTHRConfig
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.cli import main
 
 VERL = ["ablate", "--runner", "verl"]

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tokenbalance.algorithms.methods import get_method
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.algorithms.token_rules import TokenInputs
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "rules"

@@ -13,7 +13,7 @@ from tokenbalance.algorithms.filtering import (
     informative_rows,
     select_informative,
 )
-from tokenbalance.algorithms.methods import apply_method_overrides, get_method
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 
 # one row per prompt; K&K rewards 3 / -0.5 / -1 / -3
 REWARDS_PG = torch.tensor(

@@ -8,7 +8,8 @@ import torch
 
 from tests.algorithms.helpers import loss_and_grad, make_batch, nthr_inputs, passes_for
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
-from tokenbalance.algorithms.methods import METHOD_PRESETS, build_update_passes, get_method
+from tokenbalance.algorithms.methods import build_update_passes
+from tokenbalance.algorithms.presets import METHOD_PRESETS, get_method
 
 PRESETS = METHOD_PRESETS.names()
 

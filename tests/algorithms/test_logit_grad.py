@@ -17,7 +17,7 @@ from tokenbalance.algorithms.logit_grad import (
     softmax_grad_sq,
     sum_sq_probs,
 )
-from tokenbalance.algorithms.methods import apply_method_overrides, get_method
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 
 
 def test_hand_computed_three_token_vocabulary():

@@ -5,14 +5,8 @@ import torch
 
 from tests.algorithms.helpers import make_batch, passes_for
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import (
-    METHOD_PRESETS,
-    KLConfig,
-    Method,
-    build_update_passes,
-    get_method,
-    passes_from_advantages,
-)
+from tokenbalance.algorithms.methods import KLConfig, Method, build_update_passes, passes_from_advantages
+from tokenbalance.algorithms.presets import METHOD_PRESETS, get_method
 from tokenbalance.algorithms.weights import ARConfig
 from tokenbalance.cli import main
 

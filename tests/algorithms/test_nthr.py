@@ -710,7 +710,8 @@ def test_inputs_not_mutated_and_no_grad():
 
 
 def graded_batch(scores, tokens, hidden, group_ids):
-    from tokenbalance.algorithms.methods import compute_advantages, get_method
+    from tokenbalance.algorithms.methods import compute_advantages
+    from tokenbalance.algorithms.presets import get_method
 
     B = len(scores)
     mask = torch.ones(B, 1, dtype=torch.bool)
@@ -796,7 +797,8 @@ def test_group_without_correct_response_activates_under_the_advantage_sign_rule(
 @pytest.mark.parametrize("positives", ["correct", "advantage_sign"])
 def test_build_update_passes_derives_correctness_from_the_rewards(positives):
     """Both groups in one batch through the method: NTHRInputs.max_reward = 3 (the K&K maximum)."""
-    from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, compute_advantages, get_method
+    from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes, compute_advantages
+    from tokenbalance.algorithms.presets import get_method
 
     batch = graded_batch(
         KK_SCORES + FORMAT_SCORES, KK_TOKENS + FORMAT_TOKENS, KK_HIDDEN + FORMAT_HIDDEN, [0] * 8 + [1] * 4

@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from tokenbalance.algorithms.advantages import OUTCOME_ESTIMATORS
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import METHOD_PRESETS, NTHRInputs, build_update_passes, get_method
+from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes
+from tokenbalance.algorithms.presets import METHOD_PRESETS, get_method
 
 
 @st.composite

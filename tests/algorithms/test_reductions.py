@@ -10,9 +10,9 @@ import torch
 from tests.algorithms.helpers import loss_and_grad, make_batch, passes_for, total_loss_fn
 from tokenbalance.algorithms.aggregate import AGG_MODES, aggregate
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import get_method
 from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.algorithms.surrogate import clipped_surrogate
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, ar_token_weights, tr_grpo_token_weights
 

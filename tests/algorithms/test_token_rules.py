@@ -10,16 +10,10 @@ import pytest
 import torch
 
 from tests.algorithms.conftest import assert_values
+from tokenbalance.algorithms.describe import describe_presets
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import (
-    KLConfig,
-    apply_method_overrides,
-    build_update_passes,
-    describe_presets,
-    get_method,
-    passes_from_advantages,
-    rule_method,
-)
+from tokenbalance.algorithms.methods import KLConfig, build_update_passes, passes_from_advantages
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method, rule_method
 from tokenbalance.algorithms.token_rules import (
     TOKEN_RULES,
     TokenInputs,
@@ -298,7 +292,7 @@ def test_the_probe_names_a_rule_that_raises_or_returns_the_wrong_thing_and_passe
 
 
 def test_an_unregistered_rule_name_lists_the_registered_ones_or_says_there_are_none(monkeypatch):
-    from tokenbalance.algorithms.methods import load_token_rule
+    from tokenbalance.algorithms.presets import load_token_rule
 
     monkeypatch.setattr(TOKEN_RULES, "_items", {})
     with pytest.raises(

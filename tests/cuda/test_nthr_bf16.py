@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from tests.cuda.helpers import LOGIT_ULPS, ParityTask, logit_atol
-from tokenbalance.algorithms.methods import NTHRInputs, apply_method_overrides, build_update_passes, get_method
+from tokenbalance.algorithms.methods import NTHRInputs, build_update_passes
 from tokenbalance.algorithms.nthr import nthr_token_scores
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.models import load_policy
 from tokenbalance.rollout import SamplingParams, make_engine
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences

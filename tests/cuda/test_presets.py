@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from tests.cuda.helpers import step_config, synchronize
-from tokenbalance.algorithms.methods import METHOD_PRESETS
+from tokenbalance.algorithms.presets import METHOD_PRESETS
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.loop import prepare_training, rl_step

@@ -7,7 +7,7 @@ import torch
 
 from tests.algorithms.helpers import make_batch, passes_for
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import get_method
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.diagnostics.buckets import (
     bucket_index,

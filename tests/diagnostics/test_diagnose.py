@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from tests.algorithms.helpers import make_batch
-from tokenbalance.algorithms.methods import compute_advantages, get_method
+from tokenbalance.algorithms.methods import compute_advantages
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.cli import main
 from tokenbalance.diagnostics.nthr_view import bracket_selected, nthr_selections
 from tokenbalance.diagnostics.token_classes import token_pieces

@@ -6,7 +6,8 @@ import torch
 
 from tests.tolerances import dtype_atol
 from tests.trainer.test_distributed import ROWS, fixed_batch, on_two_gloo_ranks
-from tokenbalance.algorithms.methods import build_update_passes, get_method
+from tokenbalance.algorithms.methods import build_update_passes
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.diagnostics.config import DiagnosticsConfig
 from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.models import load_policy

@@ -15,7 +15,8 @@ from tests.tolerances import assert_close_in
 from tests.trainer.conftest import replace_section
 from tests.trainer.test_loop import undocumented
 from tests.trainer.test_update_skip import ROWS, fixed_batch
-from tokenbalance.algorithms.methods import KLConfig, apply_method_overrides, build_update_passes, get_method
+from tokenbalance.algorithms.methods import KLConfig, build_update_passes
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.diagnostics.buckets import bucket_shares
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs

@@ -20,7 +20,7 @@ import torch
 from tests.tasks.reward_modules import EVAL_ROWS, TRAIN_ROWS, write_jsonl
 from tests.trainer.conftest import SMALL_RUN, tiny_policy_dir  # noqa: F401 - pytest fixture
 from tests.trainer.test_loop import undocumented
-from tokenbalance.algorithms.methods import apply_method_overrides, get_method
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.algorithms.token_rules import TOKEN_RULES
 from tokenbalance.config import RunConfig, apply_overrides, load_config
 from tokenbalance.diagnostics.sinks import read_metrics

@@ -8,8 +8,8 @@ import importlib.metadata
 import pytest
 
 from tests.integrations.test_trl_support import tiny_policy_dir
-from tokenbalance.algorithms.methods import apply_method_overrides, get_method
 from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.integrations.trl import (
     TaskReward,
     TokenBalanceGRPOTrainer,

@@ -23,15 +23,9 @@ import torch
 from tests.integrations.test_trl_support import GROUP, fixed_batch, tiny_policy_dir
 from tests.tolerances import assert_close_in, dtype_atol
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
-from tokenbalance.algorithms.methods import (
-    AdvantageConfig,
-    NTHRInputs,
-    apply_method_overrides,
-    build_update_passes,
-    compute_advantages,
-    get_method,
-)
+from tokenbalance.algorithms.methods import AdvantageConfig, NTHRInputs, build_update_passes, compute_advantages
 from tokenbalance.algorithms.nthr import nthr_correct
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.integrations.trl import (
     TaskReward,
     build_grpo_trainer,

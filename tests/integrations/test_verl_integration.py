@@ -34,9 +34,9 @@ from tokenbalance.algorithms.methods import (
     Method,
     build_update_passes,
     compute_advantages,
-    get_method,
     passes_from_advantages,
 )
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.integrations.verl.config import (
     TokenBalancePolicyLossConfig,

@@ -13,7 +13,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from tests.tolerances import assert_close_in, dtype_atol
-from tokenbalance.algorithms.methods import build_update_passes, get_method
+from tokenbalance.algorithms.methods import build_update_passes
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.config import RunConfig
 from tokenbalance.models import load_policy
 from tokenbalance.trainer.distributed import DistContext, gather_keys, mean_over_ranks

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from tests.trainer.conftest import replace_section
-from tokenbalance.algorithms.methods import METHOD_PRESETS
+from tokenbalance.algorithms.presets import METHOD_PRESETS
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.models import load_policy
 from tokenbalance.trainer import loop

@@ -5,7 +5,8 @@ import torch
 
 from tests.models.helpers import tiny_model
 from tokenbalance.algorithms.loss import pass_loss, pass_normaliser
-from tokenbalance.algorithms.methods import apply_method_overrides, build_update_passes, get_method
+from tokenbalance.algorithms.methods import build_update_passes
+from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs, row_chunks
 from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, rows_with_terms, run_update

@@ -39,7 +39,7 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     (of ``prompts`` prompts, or all the training prompts when there are fewer: :func:`figure_prompts`)."""
     import torch
 
-    from tokenbalance.algorithms.methods import get_method
+    from tokenbalance.algorithms.presets import get_method
     from tokenbalance.analysis.experiments import bucket_experiment
     from tokenbalance.analysis.probe import method_passes, probe_batch
     from tokenbalance.config import load_config, replace_sections

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from tokenbalance.algorithms.methods import get_method
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.algorithms.registry import did_you_mean
 from tokenbalance.config import TrainConfig
 

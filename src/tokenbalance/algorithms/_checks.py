@@ -4,10 +4,14 @@ Every check raises ``ValueError`` with the argument's name, the value received a
 allowed, so a user sees the cause of a bad call at the boundary instead of a shape error deep
 inside torch. Checks on tensor *values* look only at valid (masked-in) positions: padding may
 hold anything, including NaN or -inf. The scalar checks (``check_range``, ``check_choice``) are
-:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models).
+:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models). :func:`param` declares a
+hyper-parameter field with its help text.
 """
 
 from __future__ import annotations
+
+from dataclasses import MISSING, field
+from typing import Any
 
 import torch
 
@@ -20,6 +24,7 @@ __all__ = [
     "check_range",
     "check_shape",
     "masked_fill_invalid",
+    "param",
 ]
 
 
@@ -50,3 +55,11 @@ def masked_fill_invalid(tensor: torch.Tensor, mask: torch.Tensor, value: float =
     Uses ``torch.where`` rather than a product so NaN / Inf padding cannot leak (``nan * 0`` is NaN).
     """
     return torch.where(mask.bool(), tensor, torch.full_like(tensor, value))
+
+
+def param(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING) -> Any:
+    """A hyper-parameter field: its default and its help text (``metadata["help"]``, which
+    ``--help-config`` and ``tokenbalance list-methods`` print) declared in one place."""
+    if default_factory is not MISSING:
+        return field(default_factory=default_factory, metadata={"help": help})
+    return field(default=default, metadata={"help": help})

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokenbalance.algorithms._checks import check_choice, check_finite, check_ndim, check_shape
+from tokenbalance.algorithms._checks import check_choice, check_finite, check_ndim, check_shape, param
 
 __all__ = [
     "DynamicSamplingConfig",
@@ -58,30 +58,36 @@ def _check_int(name: str, value, low: int) -> None:
 
 @dataclass(frozen=True)
 class DynamicSamplingConfig:
-    """DAPO dynamic sampling (docs/methods.md §9), carried by a :class:`Method`.
+    """DAPO dynamic sampling (docs/methods.md §9), carried by a :class:`Method`."""
 
-    Attributes:
-        enabled: drop groups whose values (``metric``) are all equal and sample more prompts until
-            the step has ``target`` informative groups. Off by default (the AR-Lopti reference does
-            not filter); on in the NTHR paper presets.
-        target_groups: informative groups per step; ``None`` (default) = the run's prompts per step,
-            so a step trains on as many groups as without filtering (verl: ``data.train_batch_size``).
-        max_extra_rounds: rollout rounds allowed after the first one of a step (>= 0; 0 = filter
-            only). Default 9: ten generation batches in all, verl's DAPO recipes'
-            ``max_num_gen_batches=10``.
-        metric: the value compared within a group. ``"reward"`` (default; verl's default metric):
-            the outcome reward, so exactly the zero-advantage groups go. ``"correct"`` (the DAPO
-            recipes' ``metric=acc``): correctness, keeping groups with 0 < #correct < G; on graded
-            rewards (K&K) it also drops all-wrong groups with different format scores.
-        on_shortfall: when ``max_extra_rounds`` are spent short of the target: ``"train"`` (default)
-            on the informative groups collected, or ``"error"`` (verl's behaviour).
-    """
-
-    enabled: bool = False
-    target_groups: int | None = None
-    max_extra_rounds: int = 9
-    metric: str = "reward"
-    on_shortfall: str = "train"
+    enabled: bool = param(
+        False,
+        "drop groups whose values (``metric``) are all equal and sample more prompts until the step has "
+        "``target`` informative groups. Off by default (the AR-Lopti reference does not filter); on in "
+        "the NTHR paper presets.",
+    )
+    target_groups: int | None = param(
+        None,
+        "informative groups per step; ``None`` (default) = the run's prompts per step, so a step trains "
+        "on as many groups as without filtering (verl: ``data.train_batch_size``).",
+    )
+    max_extra_rounds: int = param(
+        9,
+        "rollout rounds allowed after the first one of a step (>= 0; 0 = filter only). Default 9: ten "
+        "generation batches in all, verl's DAPO recipes' ``max_num_gen_batches=10``.",
+    )
+    metric: str = param(
+        "reward",
+        'the value compared within a group. ``"reward"`` (default; verl\'s default metric): the outcome '
+        'reward, so exactly the zero-advantage groups go. ``"correct"`` (the DAPO recipes\' '
+        "``metric=acc``): correctness, keeping groups with 0 < #correct < G; on graded rewards (K&K) it "
+        "also drops all-wrong groups with different format scores.",
+    )
+    on_shortfall: str = param(
+        "train",
+        'when ``max_extra_rounds`` are spent short of the target: ``"train"`` (default) on the '
+        'informative groups collected, or ``"error"`` (verl\'s behaviour).',
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.enabled, bool):

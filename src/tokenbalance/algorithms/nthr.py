@@ -63,6 +63,7 @@ from tokenbalance.algorithms._checks import (
     check_range,
     check_shape,
     masked_fill_invalid,
+    param,
 )
 
 __all__ = [
@@ -83,35 +84,43 @@ POSITIVE_RULES = ("correct", "advantage_sign")
 
 @dataclass(frozen=True)
 class NTHRConfig:
-    """Hyper-parameters of NTHR (docs/methods.md §6).
+    """Hyper-parameters of NTHR (docs/methods.md §6)."""
 
-    Attributes:
-        beta: threshold multiplier, tau = beta * min_{i'} sbar+_{i'}. Any finite float, or
-            ``float("-inf")`` to select every negative token (uniform shrink). NaN / +inf rejected.
-        eta: weight of the selected negative tokens: ``"2|0.5-p|"`` (paper default), ``"p"``,
-            ``"1-p"`` (p = N+/G), or a constant float in [0, 1]. ``eta=1.0`` reproduces GRPO.
-        anchor_exclude_self: compute the anchor score of positive response i' against M+ without
-            its own contribution (falls back to the inclusive form when the group has one positive).
-        vocab: ``"group"`` (V* = token ids of the group's responses, paper §7.4) or ``"full"``.
-        chunk_tokens: maximum number of tokens whose [n, |V*|] probability block is held at once.
-            Peak extra memory per group is about (2 * chunk_tokens + D) * |V*| floats; with
-            ``vocab="full"`` (|V*| = V) lower it accordingly.
-        positives: which responses anchor the scores. ``"correct"`` (default, the paper's rule):
-            the correct responses are the positives and the incorrect ones with a negative
-            advantage the negatives; needs ``correct_B`` (:func:`nthr_correct`). ``"advantage_sign"``
-            [derived]: rows with a positive / negative masked advantage sum, whatever their reward.
-        correct_threshold: with ``positives="correct"``, a response is correct when its reward is
-            >= this value; ``None`` (default) means the reward equals the task's maximum (K&K 3,
-            math 1), which the runner supplies (``NTHRInputs.max_reward``).
-    """
-
-    beta: float = 1.0
-    eta: float | str = "2|0.5-p|"
-    anchor_exclude_self: bool = False
-    vocab: str = "group"
-    chunk_tokens: int = 4096
-    positives: str = "correct"
-    correct_threshold: float | None = None
+    beta: float = param(
+        1.0,
+        "threshold multiplier, tau = beta * min_{i'} sbar+_{i'}. Any finite float, or ``float(\"-inf\")`` "
+        "to select every negative token (uniform shrink). NaN / +inf rejected.",
+    )
+    eta: float | str = param(
+        "2|0.5-p|",
+        'weight of the selected negative tokens: ``"2|0.5-p|"`` (paper default), ``"p"``, ``"1-p"`` (p = '
+        "N+/G), or a constant float in [0, 1]. ``eta=1.0`` reproduces GRPO.",
+    )
+    anchor_exclude_self: bool = param(
+        False,
+        "compute the anchor score of positive response i' against M+ without its own contribution (falls "
+        "back to the inclusive form when the group has one positive).",
+    )
+    vocab: str = param("group", '``"group"`` (V* = token ids of the group\'s responses, paper §7.4) or ``"full"``.')
+    chunk_tokens: int = param(
+        4096,
+        "maximum number of tokens whose [n, |V*|] probability block is held at once. Peak extra memory "
+        'per group is about (2 * chunk_tokens + D) * |V*| floats; with ``vocab="full"`` (|V*| = V) lower '
+        "it accordingly.",
+    )
+    positives: str = param(
+        "correct",
+        'which responses anchor the scores. ``"correct"`` (default, the paper\'s rule): the correct '
+        "responses are the positives and the incorrect ones with a negative advantage the negatives; "
+        'needs ``correct_B`` (:func:`nthr_correct`). ``"advantage_sign"`` [derived]: rows with a '
+        "positive / negative masked advantage sum, whatever their reward.",
+    )
+    correct_threshold: float | None = param(
+        None,
+        'with ``positives="correct"``, a response is correct when its reward is >= this value; ``None`` '
+        "(default) means the reward equals the task's maximum (K&K 3, math 1), which the runner supplies "
+        "(``NTHRInputs.max_reward``).",
+    )
 
     def __post_init__(self) -> None:
         beta = self.beta

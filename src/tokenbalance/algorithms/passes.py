@@ -27,6 +27,7 @@ from tokenbalance.algorithms._checks import (
     check_range,
     check_shape,
     masked_fill_invalid,
+    param,
 )
 from tokenbalance.types import UpdatePass
 
@@ -36,28 +37,30 @@ LOPTI_THRESHOLD_MODES = ("prob", "quantile")
 
 @dataclass(frozen=True)
 class LoptiConfig:
-    """Lopti hyper-parameters (docs/methods.md §4).
+    """Lopti hyper-parameters (docs/methods.md §4)."""
 
-    Attributes:
-        eta: probability threshold in (0, 1); tokens with p_old < eta are "low". Paper 0.5
-            (Figure 4, Tables 1 and 7); the released Lopti-only script uses 0.4.
-        order: ``"low_first"`` (the method) or ``"high_first"`` (the order-reversal ablation,
-            the reference's negative eta).
-        threshold_mode: ``"prob"`` (threshold eta) or ``"quantile"`` (threshold = the
-            ``portion`` quantile of the batch's valid-token probabilities; the reference's
-            eta = 0 "portion" mode).
-        portion: quantile in (0, 1) for ``"quantile"`` mode.
-        renormalize_per_stage: divide each pass by its own token count instead of all valid
-            tokens (not the reference; changes the step size).
-        strict_less: ``p < eta`` (reference) or ``p <= eta`` (the paper's I(pi <= eta)).
-    """
-
-    eta: float = 0.5
-    order: str = "low_first"
-    threshold_mode: str = "prob"
-    portion: float | None = None
-    renormalize_per_stage: bool = False
-    strict_less: bool = True
+    eta: float = param(
+        0.5,
+        'probability threshold in (0, 1); tokens with p_old < eta are "low". Paper 0.5 (Figure 4, Tables '
+        "1 and 7); the released Lopti-only script uses 0.4.",
+    )
+    order: str = param(
+        "low_first",
+        '``"low_first"`` (the method) or ``"high_first"`` (the order-reversal ablation, the reference\'s '
+        "negative eta).",
+    )
+    threshold_mode: str = param(
+        "prob",
+        '``"prob"`` (threshold eta) or ``"quantile"`` (threshold = the ``portion`` quantile of the '
+        "batch's valid-token probabilities; the reference's eta = 0 \"portion\" mode).",
+    )
+    portion: float | None = param(None, 'quantile in (0, 1) for ``"quantile"`` mode.')
+    renormalize_per_stage: bool = param(
+        False,
+        "divide each pass by its own token count instead of all valid tokens (not the reference; changes "
+        "the step size).",
+    )
+    strict_less: bool = param(True, "``p < eta`` (reference) or ``p <= eta`` (the paper's I(pi <= eta)).")
 
     def __post_init__(self) -> None:
         check_range("lopti.eta", self.eta, 0.0, 1.0, low_open=True, high_open=True)

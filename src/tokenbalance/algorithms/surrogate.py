@@ -24,6 +24,7 @@ from tokenbalance.algorithms._checks import (
     check_range,
     check_shape,
     masked_fill_invalid,
+    param,
 )
 
 IMPORTANCE_SAMPLING_MODES = ("on", "off", "off_for_pos")
@@ -47,23 +48,19 @@ K3_VALUE_CLAMP = 10.0  # outer clamp of k3, identical in the reference and upstr
 
 @dataclass(frozen=True)
 class ClipConfig:
-    """Hyper-parameters of the clipped surrogate.
+    """Hyper-parameters of the clipped surrogate."""
 
-    Attributes:
-        eps_low: lower clip range, ratio >= 1 - eps_low. K&K reference 0.20.
-        eps_high: upper clip range (clip-higher, DAPO), ratio <= 1 + eps_high. K&K reference 0.24.
-        dual_clip_c: dual-clip bound c > 1 for negative advantages (loss <= -A * c); ``None``
-            disables it. K&K reference 10.0.
-        importance_sampling: ``"on"`` (standard ratio), ``"off"`` (old := current, detached: the
-            vanilla policy gradient) or ``"off_for_pos"`` (``"off"`` where A > 0).
-        log_ratio_clamp: clamp on ``logp - old_logp`` before ``exp``; ``None`` for none.
-    """
-
-    eps_low: float = 0.2
-    eps_high: float = 0.2
-    dual_clip_c: float | None = 3.0
-    importance_sampling: str = "on"
-    log_ratio_clamp: float | None = 20.0
+    eps_low: float = param(0.2, "lower clip range, ratio >= 1 - eps_low. K&K reference 0.20.")
+    eps_high: float = param(0.2, "upper clip range (clip-higher, DAPO), ratio <= 1 + eps_high. K&K reference 0.24.")
+    dual_clip_c: float | None = param(
+        3.0, "dual-clip bound c > 1 for negative advantages (loss <= -A * c); ``None`` disables it. K&K reference 10.0."
+    )
+    importance_sampling: str = param(
+        "on",
+        '``"on"`` (standard ratio), ``"off"`` (old := current, detached: the vanilla policy gradient) or '
+        '``"off_for_pos"`` (``"off"`` where A > 0).',
+    )
+    log_ratio_clamp: float | None = param(20.0, "clamp on ``logp - old_logp`` before ``exp``; ``None`` for none.")
 
     def __post_init__(self) -> None:
         check_range("clip.eps_low", self.eps_low, 0.0, 1.0, high_open=True)

@@ -255,7 +255,7 @@ def register_token_rule(
     Returns the :class:`TokenRule` (the decorator returns it in place of the function, so that
     ``MODULE:FUNCTION`` names it). Registering a name again replaces the rule when the function
     comes from the same place (a module imported again, a notebook cell run again), and fails
-    otherwise. The rule is then a method (:func:`tokenbalance.algorithms.methods.get_method`):
+    otherwise. The rule is then a method (:func:`tokenbalance.algorithms.presets.get_method`):
     the ``grpo`` preset with the rule, named ``name``.
 
         @register_token_rule("high_entropy", stage="loss", needs=("entropy",))

@@ -34,6 +34,7 @@ from tokenbalance.algorithms._checks import (
     check_range,
     check_shape,
     masked_fill_invalid,
+    param,
 )
 
 PROB_SOURCES_AR = ("old", "current_detached")
@@ -55,24 +56,27 @@ DEGENERATE_WEIGHT_SPREAD = 1e-3
 
 @dataclass(frozen=True)
 class ARConfig:
-    """Advantage Reweighting hyper-parameters (docs/methods.md §3).
+    """Advantage Reweighting hyper-parameters (docs/methods.md §3)."""
 
-    Attributes:
-        alpha: slope on the token probability, in [0, 1]; 0 is plain GRPO. Paper: 0.3 on K&K
-            (Figure 4), 0.1 on math and REINFORCE++.
-        tau: intercept; ``None`` means ``1 - alpha`` (the paper's form). The reference lets it be
-            set independently (``reweight_tau``); it must be >= 0 so the weight stays positive.
-        neg_adv_weight: extra factor on advantages <= 0 after reweighting (reference 1.0), on both
-            ``prob_source`` paths.
-        prob_source: ``"old"`` (paper: the rollout policy) or ``"current_detached"`` (the current
-            policy's probability, detached, applied in the loss; ``neg_adv_weight`` is then applied
-            by :func:`scale_negative_advantages` before the passes).
-    """
-
-    alpha: float = 0.3
-    tau: float | None = None
-    neg_adv_weight: float = 1.0
-    prob_source: str = "old"
+    alpha: float = param(
+        0.3,
+        "slope on the token probability, in [0, 1]; 0 is plain GRPO. Paper: 0.3 on K&K (Figure 4), 0.1 "
+        "on math and REINFORCE++.",
+    )
+    tau: float | None = param(
+        None,
+        "intercept; ``None`` means ``1 - alpha`` (the paper's form). The reference lets it be set "
+        "independently (``reweight_tau``); it must be >= 0 so the weight stays positive.",
+    )
+    neg_adv_weight: float = param(
+        1.0, "extra factor on advantages <= 0 after reweighting (reference 1.0), on both ``prob_source`` paths."
+    )
+    prob_source: str = param(
+        "old",
+        '``"old"`` (paper: the rollout policy) or ``"current_detached"`` (the current policy\'s '
+        "probability, detached, applied in the loss; ``neg_adv_weight`` is then applied by "
+        ":func:`scale_negative_advantages` before the passes).",
+    )
 
     def __post_init__(self) -> None:
         check_range("ar.alpha", self.alpha, 0.0, 1.0)
@@ -145,32 +149,28 @@ def scale_negative_advantages(
 
 @dataclass(frozen=True)
 class TRGRPOConfig:
-    """TR-GRPO probability-shaping hyper-parameters (docs/methods.md §5). All constants are unverified.
+    """TR-GRPO probability-shaping hyper-parameters (docs/methods.md §5). All constants are unverified."""
 
-    Attributes:
-        shape: ``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)) or
-            ``"sigmoid_mul"`` (w = clip(alpha (sigmoid(tau p) - mu), L, U)). The literal
-            transcription ``"sigmoid_div"`` is refused (:data:`DROPPED_TR_SHAPES`).
-        alpha, tau, mu: shape constants (third-party: 2.0, 9.0, 0.25).
-        lower, upper: clip bounds L <= U, L > 0 (third-party: 1.0, 1.4).
-        prob_source: ``"current"`` (detached current-policy probability; default) or ``"old"``.
-        placement: ``"loss_multiplier"`` (default; w times the clipped surrogate, PPO's trust
-            region intact) or ``"ratio_in_clip"`` (paper-literal per the reviews: w r inside both
-            branches of the clip; positive-advantage tokens with w > 1 + eps_high get no gradient).
-        weight_kl: multiply pi_ref / pi_theta by w inside k3 (paper-literal per the reviews).
-        warn_degenerate: warn when the weight spread over p in [0, 1] is below 1e-3.
-    """
-
-    shape: str = "sigmoid_shift"
-    alpha: float = 2.0
-    tau: float = 9.0
-    mu: float = 0.25
-    lower: float = 1.0
-    upper: float = 1.4
-    prob_source: str = "current"
-    placement: str = "loss_multiplier"
-    weight_kl: bool = False
-    warn_degenerate: bool = True
+    shape: str = param(
+        "sigmoid_shift",
+        '``"sigmoid_shift"`` (default; w = clip(alpha * sigmoid(tau (p - mu)), L, U)) or '
+        '``"sigmoid_mul"`` (w = clip(alpha (sigmoid(tau p) - mu), L, U)). The literal transcription '
+        '``"sigmoid_div"`` is refused (:data:`DROPPED_TR_SHAPES`).',
+    )
+    alpha: float = param(2.0, "shape constants (third-party: 2.0, 9.0, 0.25).")
+    tau: float = param(9.0, "shape constants (third-party: 2.0, 9.0, 0.25).")
+    mu: float = param(0.25, "shape constants (third-party: 2.0, 9.0, 0.25).")
+    lower: float = param(1.0, "clip bounds L <= U, L > 0 (third-party: 1.0, 1.4).")
+    upper: float = param(1.4, "clip bounds L <= U, L > 0 (third-party: 1.0, 1.4).")
+    prob_source: str = param("current", '``"current"`` (detached current-policy probability; default) or ``"old"``.')
+    placement: str = param(
+        "loss_multiplier",
+        '``"loss_multiplier"`` (default; w times the clipped surrogate, PPO\'s trust region intact) or '
+        '``"ratio_in_clip"`` (paper-literal per the reviews: w r inside both branches of the clip; '
+        "positive-advantage tokens with w > 1 + eps_high get no gradient).",
+    )
+    weight_kl: bool = param(False, "multiply pi_ref / pi_theta by w inside k3 (paper-literal per the reviews).")
+    warn_degenerate: bool = param(True, "warn when the weight spread over p in [0, 1] is below 1e-3.")
 
     def __post_init__(self) -> None:
         if self.shape in DROPPED_TR_SHAPES:

@@ -15,7 +15,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tokenbalance.algorithms.methods import describe_presets
+    from tokenbalance.algorithms.describe import describe_presets
 
     print(describe_presets(args.name))
     return 0

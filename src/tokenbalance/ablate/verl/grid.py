@@ -19,9 +19,10 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 from tokenbalance.ablate.grid import Cell, GridMethod
-from tokenbalance.algorithms.methods import Method, get_method
+from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.algorithms.weights import ARConfig
 from tokenbalance.integrations.verl_names import LOPTI_TRAINER, NTHR_TRAINER
 from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_rule_problem

@@ -28,7 +28,8 @@ Methods the TRL subclass cannot run are refused with the reason (:func:`unsuppor
 
 from __future__ import annotations
 
-from tokenbalance.algorithms.methods import Method, get_method
+from tokenbalance.algorithms.methods import Method
+from tokenbalance.algorithms.presets import get_method
 from tokenbalance.checks import check_range
 
 ESTIMATOR_SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}

@@ -67,7 +67,7 @@ def parameter_digest(model) -> str:
 
 def method_from_spec(spec: str) -> Method:
     """A preset with dotted overrides: ``"lopti@lopti.eta=0.002"`` (values parsed as JSON when they can be)."""
-    from tokenbalance.algorithms.methods import apply_method_overrides, get_method
+    from tokenbalance.algorithms.presets import apply_method_overrides, get_method
 
     name, *assignments = spec.split("@")
     overrides = {}

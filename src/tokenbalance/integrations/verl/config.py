@@ -25,8 +25,9 @@ from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
-from tokenbalance.algorithms.methods import KLConfig, Method, load_token_rule
+from tokenbalance.algorithms.methods import KLConfig, Method
 from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.algorithms.presets import load_token_rule
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig
 from tokenbalance.integrations.verl.names import (
