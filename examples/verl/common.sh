@@ -8,6 +8,10 @@
 #   MODEL=7b|3b          7b: Qwen/Qwen2.5-7B-Instruct-1M (the scripts' default), 3b: Qwen/Qwen2.5-3B-Instruct
 #   MODEL_PATH=...       a local copy of the model instead of the hub name
 #   ESTIMATOR=grpo|reinforce_pp   advantage estimator (the scripts' default grpo; alternative reinforce_plus_plus)
+#   METHOD=NAME          the method: a preset (tokenbalance list-methods) or your token rule (MODULE:RULE or
+#                        FILE.py:RULE); each kk_*.sh has its own default, on ESTIMATOR's base (grpo: ar,
+#                        reinforce_pp: reinforce_pp_ar); its hyper-parameters change with
+#                        +actor_rollout_ref.actor.policy_loss.overrides.<stage>.<field>=... appended
 #   DATA_DIR=data/kk     where prepare_kk_data.sh wrote the parquet files
 #   N_GPUS=4             GPUs on the node (the scripts: 1 node x 4 x 80 GB)
 #   DRY_RUN=1            check and print the composed config instead of training (writes nothing here);
@@ -72,7 +76,7 @@ COMMON_OVERRIDES=(
   algorithm.kl_ctrl.kl_coef=0.001
   algorithm.gamma=1.0
   algorithm.lam=1.0
-  # tokenbalance policy-loss config class (the AR / TR-GRPO / Lopti fields live there)
+  # tokenbalance's policy-loss config class: the method (run_method below) travels in it
   "$POLICY_LOSS._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig"
   "algorithm.adv_estimator=tokenbalance_$ESTIMATOR"
   # rollout: vLLM, T 0.7, top_p 1, top_k -1, TP 1, 60 % memory, eager; log-prob micro-batch 8
@@ -105,4 +109,23 @@ run_preset() {
   local name="$1"; shift
   TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${COMMON_OVERRIDES[@]}" \
     "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@"
+}
+
+# preset_of NAME: the preset NAME on ESTIMATOR's base (ar -> ar or reinforce_pp_ar; grpo -> grpo or reinforce_pp).
+preset_of() {
+  if [[ "$ESTIMATOR" == grpo ]]; then echo "$1"; elif [[ "$1" == grpo ]]; then echo reinforce_pp; else echo "reinforce_pp_$1"; fi
+}
+
+# run_method NAME TRAINER [overrides...]: $METHOD on verl's sync trainer (sync), our Lopti trainer (lopti,
+# one actor update per pass) or our NTHR trainer (nthr, FSDP2: it reads the hidden states), through run_preset.
+run_method() {
+  local name="$1" trainer="$2"; shift 2
+  local trainer_mode=()
+  case "$trainer" in
+    sync) ;;
+    lopti) trainer_mode=(trainer.v1.trainer_mode=tokenbalance_lopti) ;;
+    nthr) trainer_mode=(trainer.v1.trainer_mode=tokenbalance_nthr actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.ref.strategy=fsdp2) ;;
+    *) echo "TRAINER must be sync, lopti or nthr, got '$trainer'" >&2; exit 2 ;;
+  esac
+  run_preset "$name" "$POLICY_LOSS.loss_mode=tokenbalance" "+$POLICY_LOSS.method=$METHOD" ${trainer_mode[@]+"${trainer_mode[@]}"} "$@"
 }

@@ -3,4 +3,5 @@
 # clipped surrogate and no token weights. Settings: common.sh; docs/verl.md.
 #   MODEL=3b bash examples/verl/kk_baseline.sh            ESTIMATOR=reinforce_pp ... for REINFORCE++
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
-run_preset baseline "$POLICY_LOSS.loss_mode=tokenbalance_grpo" "$@"
+METHOD="${METHOD:-$(preset_of grpo)}"
+run_method baseline sync "$@"

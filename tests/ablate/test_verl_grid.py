@@ -39,16 +39,21 @@ def test_every_row_launches_with_its_presets_values_or_says_why_not(tmp_path):
     by_name = launches(grid_dir)
     assert len(by_name) == 10 * 2 * 2  # every default row x models x seeds
     assert list(by_name)[:2] == ["grpo-3b-seed0", "ar-3b-seed0"]  # model-major, then seed, then row
-    assert by_name["grpo-3b-seed0"] == "LAUNCH=(env MODEL=3b ESTIMATOR=grpo bash examples/verl/kk_baseline.sh)"
+    script = "bash examples/verl/kk_method.sh)"  # each row's preset travels by name, resolved in verl's workers
+    assert (
+        by_name["grpo-3b-seed0"]
+        == f"LAUNCH=(env MODEL=3b ESTIMATOR=grpo METHOD=arlopti_kk_fig4_grpo TRAINER=sync {script}"
+    )
     assert by_name["ar_lopti-7b-seed1"] == (
-        "LAUNCH=(env MODEL=7b ESTIMATOR=grpo ALPHA=0.3 ETA=0.5 bash examples/verl/kk_ar_lopti.sh)"
+        f"LAUNCH=(env MODEL=7b ESTIMATOR=grpo METHOD=arlopti_kk_fig4_ar_lopti TRAINER=lopti {script}"
     )
     assert (
-        "ESTIMATOR=reinforce_pp ALPHA=0.1 ETA=0.5 bash examples/verl/kk_ar_lopti.sh" in by_name["rpp_ar_lopti-3b-seed0"]
+        f"ESTIMATOR=reinforce_pp METHOD=arlopti_kk_tab7_reinforce_pp_ar_lopti TRAINER=lopti {script}"
+        in (by_name["rpp_ar_lopti-3b-seed0"])
     )
-    assert "ETA=0.5 bash examples/verl/kk_lopti.sh" in by_name["lopti-3b-seed0"]  # Figure 4's eta, not the script's 0.4
-    assert "policy_loss.loss_mode=tokenbalance_tr_grpo" in by_name["tr_grpo-3b-seed0"]
-    assert by_name["nthr-3b-seed0"] == "LAUNCH=(env MODEL=3b ESTIMATOR=grpo bash examples/verl/kk_nthr.sh)"
+    assert f"METHOD=arlopti_kk_fig4_lopti TRAINER=lopti {script}" in by_name["lopti-3b-seed0"]  # Figure 4's eta 0.5
+    assert f"METHOD=tr_grpo TRAINER=sync {script}" in by_name["tr_grpo-3b-seed0"]
+    assert by_name["nthr-3b-seed0"] == f"LAUNCH=(env MODEL=3b ESTIMATOR=grpo METHOD=nthr TRAINER=nthr {script}"
     run = (grid_dir / "cells" / "rpp-7b-seed1" / "run.sh").read_text()
     assert "\nCELL=rpp-7b-seed1\nSEED=1\n" in run and run.rstrip().endswith('source "$CELL_DIR/../../run_cell.sh"')
     assert (grid_dir / "cells" / "rpp-7b-seed1" / "STATUS").read_text() == "not started\n"
@@ -61,7 +66,6 @@ def test_every_row_launches_with_its_presets_values_or_says_why_not(tmp_path):
 def test_rows_verl_cannot_run_say_why():
     nthr_lopti = get_method("nthr").replace(lopti=get_method("lopti").lopti)
     assert "NTHR and Lopti are two verl trainers" in verl_launch(nthr_lopti)
-    assert "NTHR with AR has no verl preset script" in verl_launch(get_method("nthr").replace(ar=get_method("ar").ar))
     assert "dynamic sampling" in verl_launch(get_method("nthr_math_tab2_grpo"))
     assert "weighted KL" in verl_launch(get_method("tr_grpo_literal"))
     assert "rloo" in verl_launch(get_method("grpo").replace(advantage=get_method("grpo").advantage.__class__("rloo")))
@@ -70,12 +74,16 @@ def test_rows_verl_cannot_run_say_why():
 def test_nthr_rows_carry_their_settings_to_the_nthr_trainer():
     beta_zero = get_method("nthr").replace(nthr=NTHRConfig(beta=0.0, positives="advantage_sign"))
     launch = verl_launch(beta_zero)
-    assert launch.script == "examples/verl/kk_nthr.sh" and launch.update_passes == 1
-    assert launch.overrides == (
-        "+trainer.v1.tokenbalance_nthr.beta=0.0",
-        "+trainer.v1.tokenbalance_nthr.positives=advantage_sign",
+    assert launch.script == "examples/verl/kk_method.sh" and launch.update_passes == 1
+    assert launch.env == (("ESTIMATOR", "grpo"), ("METHOD", "nthr"), ("TRAINER", "nthr"))
+    assert launch.overrides == (  # the preset's name and what differs from it, as dotted overrides
+        "+actor_rollout_ref.actor.policy_loss.overrides.nthr.beta=0.0",
+        "+actor_rollout_ref.actor.policy_loss.overrides.nthr.positives=advantage_sign",
     )
-    assert verl_launch(get_method("reinforce_pp_nthr")).env == (("ESTIMATOR", "reinforce_pp"),)
+    rpp = verl_launch(get_method("reinforce_pp_nthr"))
+    assert rpp.env == (("ESTIMATOR", "reinforce_pp"), ("METHOD", "reinforce_pp_nthr"), ("TRAINER", "nthr"))
+    with_ar = verl_launch(get_method("nthr").replace(ar=get_method("ar").ar))  # a stage on with its defaults
+    assert with_ar.overrides == ("+actor_rollout_ref.actor.policy_loss.overrides.ar={}",)
 
 
 def test_the_size_and_the_estimated_cost_are_printed(tmp_path, capsys):
@@ -118,7 +126,7 @@ def test_a_cell_that_ran_another_launch_is_refused(tmp_path, capsys):
     flags = ("--preset", "kk-smoke", "--seeds", "0", "--verl-models", "3b")
     cell = write(tmp_path, *flags) / "cells" / "ar_lopti-3b-seed0"
     script = cell / "run.sh"
-    script.write_text(script.read_text().replace("ALPHA=0.3", "ALPHA=0.2"))  # as written by another version
+    script.write_text(script.read_text().replace("TRAINER=lopti", "TRAINER=lopti ALPHA=0.2"))  # another version
     (cell / "metrics.sitting-1.jsonl").write_text('{"step":1,"data":{}}\n')
     before = script.read_text()
     assert main([*VERL, "--out", str(tmp_path / "out"), *flags]) == 2

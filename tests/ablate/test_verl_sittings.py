@@ -38,7 +38,7 @@ def work(tmp_path):
     fake = root / "examples" / "verl"
     fake.mkdir(parents=True)
     (fake / "common.sh").write_text("")
-    for name in ("kk_baseline.sh", "kk_ar.sh", "kk_lopti.sh", "kk_ar_lopti.sh"):
+    for name in ("kk_method.sh",):  # the script every cell launches
         (fake / name).write_text(FAKE_PRESET)
     out = tmp_path / "out"
     assert main([*GRID, "--out", str(out)]) == 0
@@ -179,7 +179,7 @@ def test_a_dry_run_value_that_is_not_yes_or_no_is_refused_before_anything(work, 
 
 
 def test_a_real_sitting_passes_dry_run_0_to_the_launch(work):
-    (work["root"] / "examples" / "verl" / "kk_baseline.sh").write_text('echo "DRY_RUN=$DRY_RUN" > "$RECORD.env"\n')
+    (work["root"] / "examples" / "verl" / "kk_method.sh").write_text('echo "DRY_RUN=$DRY_RUN" > "$RECORD.env"\n')
     done = run(work, cell(work) / "run.sh", DRY_RUN="no")
     assert done.returncode == 0, done.stderr
     assert (work["root"] / "record.env").read_text() == "DRY_RUN=0\n" and status(work).startswith("completed")
@@ -229,7 +229,7 @@ def test_every_embedded_value_is_data(tmp_path):
     root = tmp_path / "work"
     (root / "examples" / "verl").mkdir(parents=True)
     (root / "examples" / "verl" / "common.sh").write_text("")
-    (root / "examples" / "verl" / "kk_baseline.sh").write_text(FAKE_PRESET)
+    (root / "examples" / "verl" / "kk_method.sh").write_text(FAKE_PRESET)
     work = {"root": root, "grid": grid_dir, "record": root / "record"}
     done = run(work, grid_dir / "run_grid.sh", DRY_RUN="1")
     assert done.returncode == 0, done.stderr

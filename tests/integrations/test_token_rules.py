@@ -304,12 +304,12 @@ def test_verl_entropy_rule_runs_in_the_lopti_loss_and_is_refused_elsewhere(rules
 
 def test_the_grid_and_verl_launch_validation_name_the_rule(rules):
     from tokenbalance.ablate.grid import grid_method
-    from tokenbalance.ablate.verl.grid import POLICY_LOSS, verl_launch
+    from tokenbalance.ablate.verl.grid import verl_launch
 
     row = grid_method(rules["surprise"])  # tokenbalance ablate --methods FILE.py:RULE
     assert (row.key, row.label, row.preset, row.baseline) == ("surprise", "surprise", rules["surprise"], "grpo")
     launch = verl_launch(get_method(rules["surprise"]))
-    assert f"+{POLICY_LOSS}.token_rule={rules['surprise']}" in launch.overrides
+    assert ("METHOD", rules["surprise"]) in launch.env and launch.overrides == ()
     entropy_rule = get_method(rules["high_entropy"])
     assert "verl 0.9.1 does not pass to a registered policy loss" in verl_launch(entropy_rule)
     with_lopti = verl_launch(apply_method_overrides(entropy_rule, {"lopti.eta": 0.5}))

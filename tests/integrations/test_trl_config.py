@@ -190,3 +190,11 @@ def test_a_trainer_built_without_method_trains_the_configs():
     assert trainer.balance_method == get_method("ar")
     with pytest.raises(ValueError, match="args was built for method 'ar'"):
         TokenBalanceGRPOTrainer(str(tiny_policy_dir()), zero_reward, config("ar"), method="grpo", **data)
+
+
+def test_the_config_takes_overrides_as_every_runner_does():
+    args = config("lopti", method_overrides={"lopti.eta": 0.3})
+    assert config_method(args) == apply_method_overrides(get_method("lopti"), {"lopti.eta": 0.3})
+    assert config_method(args).lopti.eta == 0.3
+    with pytest.raises(ValueError, match=r"^method.lopti.etaa: unknown field 'etaa'"):
+        config("lopti", method_overrides={"lopti.etaa": 0.3})

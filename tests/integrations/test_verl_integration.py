@@ -663,3 +663,88 @@ def test_kk_reward_scores_a_response_as_the_reference():
     # another registered task through the same hook (its reward reads the response alone)
     assert compute_score("arith", "so \\boxed{12}", "12", task="arith")["score"] == 1.0
     assert compute_score("arith", "so \\boxed{13}", "12", task="arith")["score"] == 0.0
+
+
+# --------------------------------------------------------------------------- (g) the method: a preset and overrides
+
+
+def test_a_preset_and_overrides_give_the_loss_the_deprecated_fields_gave():
+    from tokenbalance.integrations.verl.config import method_from_actor_config
+
+    batch = make_batch()
+    new = TokenBalancePolicyLossConfig(
+        method="ar", overrides={"ar": {"alpha": 0.25, "prob_source": "current_detached"}}
+    )
+    with pytest.warns(FutureWarning, match=r"overrides.ar.alpha=0.25 \+.*overrides.ar.prob_source=current_detached"):
+        old = TokenBalancePolicyLossConfig(
+            loss_mode="tokenbalance_ar", ar_alpha=0.25, ar_prob_source="current_detached"
+        )
+    advantages_BT = compute_advantages(core_method("grpo"), batch["scores"], batch["groups"], batch["mask"])
+    losses = []
+    for policy_loss in (new, old):
+        config = actor_config(policy_loss, batch=batch)
+        losses.append(
+            core_algos.get_policy_loss_fn(policy_loss.loss_mode)(
+                batch["old"], batch["logp"], advantages_BT, batch["mask"], "token-mean", config
+            )[0]
+        )
+        assert method_from_actor_config(config, with_regularisers=False).ar == get_method("ar").ar.__class__(
+            alpha=0.25, prob_source="current_detached"
+        )
+    assert losses[0].item() == losses[1].item()
+    dotted = TokenBalancePolicyLossConfig(
+        method="ar", overrides={"ar.alpha": 0.25, "ar.prob_source": "current_detached"}
+    )
+    assert method_from_actor_config(actor_config(dotted), with_regularisers=False).ar.alpha == 0.25
+
+
+def test_every_setting_verl_does_not_hold_comes_from_the_method():
+    """A token-level stage reaches verl's loss through the method alone: every Method field verl has
+    no key for is the resolved method's (so a new stage needs no change here)."""
+    from tokenbalance.algorithms.presets import resolve_method
+    from tokenbalance.integrations.verl.config import method_from_actor_config
+    from tokenbalance.integrations.verl.names import VERL_OWNED
+
+    overrides = {"ar.alpha": 0.2, "ar.tau": 0.5, "tr_grpo.mu": 0.3, "lopti.eta": 0.3, "lopti.order": "high_first"}
+    policy_loss = TokenBalancePolicyLossConfig(method="ar_lopti", overrides=overrides)
+    ours = method_from_actor_config(actor_config(policy_loss), with_regularisers=True, with_lopti=True)
+    resolved = resolve_method("ar_lopti", overrides)
+    verls = {*VERL_OWNED, "nthr"}  # NTHR: the tokenbalance_nthr trainer's, before the loss
+    for field in dataclasses.fields(ours):
+        if field.name not in verls:
+            assert getattr(ours, field.name) == getattr(resolved, field.name), field.name
+    assert ours.clip == CLIP and ours.kl.coef == 0.001  # verl's keys
+
+
+def test_a_wrong_method_fails_naming_the_key_as_written():
+    key = "actor_rollout_ref.actor.policy_loss"
+    for policy_loss, match in [
+        (dict(method="arr"), rf"^{key}.method: unknown method 'arr'; .*\(did you mean 'ar'\?\)$"),
+        (dict(method="ar", overrides={"ar": {"alph": 0.2}}), rf"^{key}.overrides.ar.alph: unknown field 'alph'"),
+        (dict(overrides={"lopti.eta": 1.5}), rf"^{key}.overrides.lopti.eta: must be in \(0.0, 1.0\), got 1.5$"),
+        (
+            dict(method="ar", overrides={"clip.eps_high": 0.3}),
+            rf"^{key}.overrides.clip.eps_high: verl holds .*clip_ratio_high",
+        ),
+        (dict(loss_mode="tokenbalance_xyz"), "unknown tokenbalance loss 'tokenbalance_xyz'; valid: tokenbalance"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            TokenBalancePolicyLossConfig(**policy_loss)
+
+
+def test_the_launch_needs_the_trainer_and_the_estimator_the_method_needs():
+    new_form = {"actor_rollout_ref.actor.policy_loss.loss_mode": "tokenbalance"}
+    method = "actor_rollout_ref.actor.policy_loss.method"
+    with pytest.raises(ValueError, match=rf"method='ar_lopti' runs Lopti's two passes.*trainer_mode={LOPTI_TRAINER}"):
+        validate_launch(launch_config(**new_form, **{method: "ar_lopti"}))
+    validate_launch(launch_config(**new_form, **{method: "ar_lopti", "trainer.v1.trainer_mode": LOPTI_TRAINER}))
+    with pytest.raises(
+        ValueError, match="method='nthr' weights the advantages with NTHR.*trainer_mode=tokenbalance_nthr"
+    ):
+        validate_launch(launch_config(**new_form, **{method: "nthr"}))
+    with pytest.raises(ValueError, match="set algorithm.adv_estimator=tokenbalance_reinforce_pp"):
+        validate_launch(launch_config(**new_form, **{method: "reinforce_pp_ar"}))
+    with pytest.raises(
+        ValueError, match="method and .overrides are run by our loss only; set .*loss_mode=tokenbalance"
+    ):
+        validate_launch(launch_config(**{"actor_rollout_ref.actor.policy_loss.loss_mode": "vanilla", method: "ar"}))

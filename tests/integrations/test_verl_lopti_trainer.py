@@ -498,7 +498,7 @@ def test_preset_dry_run_validates_and_writes_nothing_in_the_working_directory(tm
     )
     assert result.returncode == 0, result.stderr[-2000:]
     assert "tokenbalance: config valid (dry run, nothing launched)" in result.stdout
-    assert f"trainer_mode: {LOPTI_TRAINER}" in result.stdout and "lopti_eta: 0.5" in result.stdout
+    assert f"trainer_mode: {LOPTI_TRAINER}" in result.stdout and "    lopti: eta=0.5," in result.stdout
     assert list(tmp_path.iterdir()) == []  # no hydra outputs/ (nor runs/) where it was started
     assert [path.name.startswith("tokenbalance-verl-dry-run-") for path in scratch.iterdir()] == [True]
 

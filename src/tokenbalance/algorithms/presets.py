@@ -431,3 +431,38 @@ def resolve_method(
             label = (key_names or {}).get(key, f"{key_prefix}{key}")
             raise ValueError(_renamed(str(err), str(key), label, key_prefix)) from None
     return resolved
+
+
+def as_overrides(method: Method) -> tuple[str, dict[str, Any]]:
+    """``(name, overrides)`` that :func:`resolve_method` turns back into ``method``: its preset (or
+    its token rule's ``MODULE:RULE``) and a dotted override for every hyper-parameter that differs
+    from it (``{"nthr.beta": 0.0}``; ``{"lopti": {}}`` for a stage on with its defaults). How a
+    method travels as text, e.g. to a verl launch script."""
+    rule = method.token_rule
+    if method.name in METHOD_PRESETS:
+        name = method.name
+    elif rule is not None and method.name == rule.name:
+        name = rule.spec or rule.name
+    else:
+        raise ValueError(
+            f"method {method.name!r}: neither a preset nor a token rule's method (tokenbalance list-methods)"
+        )
+    base = get_method(name)
+    overrides: dict[str, Any] = {}
+    for f in dataclasses.fields(Method):
+        value, preset = getattr(method, f.name), getattr(base, f.name)
+        if f.name in ("name", "description", "citations") or value == preset:
+            continue
+        if isinstance(value, TokenRule):
+            overrides[f.name] = value.spec or value.name
+        elif f.name in METHOD_SECTIONS and value is not None:
+            start = preset if preset is not None else METHOD_SECTIONS[f.name]()
+            changed = {
+                f"{f.name}.{sub.name}": getattr(value, sub.name)
+                for sub in dataclasses.fields(value)
+                if getattr(value, sub.name) != getattr(start, sub.name)
+            }
+            overrides.update(changed or {f.name: {}})
+        else:
+            overrides[f.name] = value
+    return name, overrides

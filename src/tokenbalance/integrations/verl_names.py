@@ -1,20 +1,49 @@
-"""The names we register into verl, and the token-level stages each policy-loss name switches on.
+"""The names we register into verl, and what the keys users typed before one loss name stand for.
 
 Outside the ``verl`` subpackage (which checks the installed verl on import) and free of verl and
 torch imports, so that the launch validation, the docs and ``tokenbalance ablate --runner verl``
-(which writes launch scripts on any machine) can use them without verl installed.
+(which writes launch scripts on any machine) can use them without verl installed (docs/verl.md).
 """
 
 from __future__ import annotations
 
-# policy_loss.loss_mode -> (AR on, TR-GRPO on)
-POLICY_LOSS_STAGES: dict[str, tuple[bool, bool]] = {
-    "tokenbalance_grpo": (False, False),
-    "tokenbalance_ar": (True, False),
-    "tokenbalance_tr_grpo": (False, True),
-    "tokenbalance_ar_tr_grpo": (True, True),
+# policy_loss.loss_mode of our loss; the method is policy_loss.method (+ policy_loss.overrides)
+POLICY_LOSS = "tokenbalance"
+POLICY_LOSS_KEY = "actor_rollout_ref.actor.policy_loss"
+
+# Deprecated loss names (one per stage combination, before POLICY_LOSS): still accepted, each as
+# policy_loss.method=grpo with these stages on (the flat fields below set their values).
+LEGACY_POLICY_LOSSES: dict[str, tuple[str, ...]] = {
+    "tokenbalance_grpo": (),
+    "tokenbalance_ar": ("ar",),
+    "tokenbalance_tr_grpo": ("tr_grpo",),
+    "tokenbalance_ar_tr_grpo": ("ar", "tr_grpo"),
 }
-POLICY_LOSS_NAMES = tuple(POLICY_LOSS_STAGES)
+POLICY_LOSS_NAMES = (POLICY_LOSS, *LEGACY_POLICY_LOSSES)
+
+# Deprecated flat policy_loss fields -> the override each stands for (policy_loss.overrides.<key>).
+LEGACY_FIELDS: dict[str, str] = {
+    **{f"ar_{name}": f"ar.{name}" for name in ("alpha", "tau", "neg_adv_weight", "prob_source")},
+    **{
+        f"tr_grpo_{name}": f"tr_grpo.{name}"
+        for name in ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
+    },
+    **{f"lopti_{name}": f"lopti.{name}" for name in ("eta", "order", "strict_less")},
+    "token_rule": "token_rule",
+}
+
+# The method's settings verl has its own keys for: on verl those keys hold them (one source of truth).
+VERL_OWNED: dict[str, str] = {
+    "advantage": "algorithm.adv_estimator (and algorithm.gamma)",
+    "clip": "actor_rollout_ref.actor.clip_ratio_low / clip_ratio_high / clip_ratio_c",
+    "kl": "actor_rollout_ref.actor.use_kl_loss / kl_loss_type / kl_loss_coef",
+    "entropy_coeff": "actor_rollout_ref.actor.entropy_coeff",
+    "loss_agg_mode": "actor_rollout_ref.actor.loss_agg_mode",
+    "policy_loss_agg_mode": "actor_rollout_ref.actor.loss_agg_mode",
+    "max_response_len": "actor_rollout_ref.actor.loss_scale_factor",
+    "dynamic_sampling": "verl's DAPO recipe (its own trainer)",
+    "recommended_temperature": "actor_rollout_ref.rollout.temperature",
+}
 
 # algorithm.adv_estimator -> tokenbalance AdvantageConfig.estimator
 ADVANTAGE_ESTIMATORS: dict[str, str] = {
@@ -48,6 +77,6 @@ NTHR_UNSUPPORTED = (
     "NTHR is not a policy loss or an advantage estimator on verl: it weights the advantages once per "
     "step from the old policy's last-layer hidden states of every response token, which only the "
     f"{NTHR_TRAINER} trainer collects (in verl's old-log-prob forward). Select "
-    f"trainer.v1.trainer_mode={NTHR_TRAINER} with any loss and estimator, NTHR's settings under "
-    f"+trainer.v1.{NTHR_TRAINER}.* (docs/verl.md, 'NTHR on verl')."
+    f"trainer.v1.trainer_mode={NTHR_TRAINER} with a method that has NTHR ({POLICY_LOSS_KEY}.method=nthr; its "
+    f"settings as {POLICY_LOSS_KEY}.overrides.nthr.*) and any estimator (docs/verl.md, 'NTHR on verl')."
 )

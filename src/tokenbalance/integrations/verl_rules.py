@@ -1,4 +1,4 @@
-"""Which token rules verl can run, and why not the others (docs/methods.md §10, docs/verl.md).
+"""Which methods and token rules verl can run, and why not the others (docs/methods.md §10, docs/verl.md).
 
 Free of verl imports, like :mod:`.verl_names`: the plugin's config (at launch and in every worker)
 and the grid writer (on any machine) ask the same question here.
@@ -12,8 +12,9 @@ computes it (``actor_rollout_ref.actor.calculate_entropy=True``).
 
 from __future__ import annotations
 
+from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.token_rules import TokenRule
-from tokenbalance.integrations.verl_names import LOPTI_TRAINER
+from tokenbalance.integrations.verl_names import LOPTI_TRAINER, NTHR_TRAINER
 
 CALCULATE_ENTROPY = "actor_rollout_ref.actor.calculate_entropy"
 
@@ -42,5 +43,24 @@ def verl_rule_problem(rule: TokenRule, *, lopti_trainer: bool, needs_spec: bool 
         return (
             f"token rule {rule.label} needs the entropy, which verl 0.9.1 does not pass to a registered policy "
             f"loss; it reaches the loss of the {LOPTI_TRAINER} trainer with {CALCULATE_ENTROPY}=True"
+        )
+    return None
+
+
+def verl_method_problem(method: Method, *, lopti_trainer: bool) -> str | None:
+    """Why verl cannot run ``method``'s token-level stages (``None`` when it can; its token rule is
+    :func:`verl_rule_problem`'s question). ``lopti_trainer``: under the ``tokenbalance_lopti`` trainer."""
+    if method.nthr is not None and method.lopti is not None:
+        return f"NTHR and Lopti are two verl trainers ({NTHR_TRAINER}, {LOPTI_TRAINER}); a launch runs one"
+    lopti = method.lopti
+    if lopti is not None and (lopti.threshold_mode != "prob" or lopti.renormalize_per_stage):
+        return (
+            "Lopti's quantile threshold and per-pass renormalisation need the whole batch, while verl gives the "
+            "loss one micro-batch and the mini-batch's token count: on verl Lopti takes eta, order and strict_less"
+        )
+    if method.tr_grpo is not None and method.tr_grpo.weight_kl and not lopti_trainer:
+        return (
+            "TR-GRPO's weighted KL (weight_kl) is not offered by verl's single-pass loss, whose KL term is verl's "
+            f"own; run it under the {LOPTI_TRAINER} trainer or on our trainer (docs/verl.md)"
         )
     return None

@@ -21,7 +21,7 @@ esac
 export DRY_RUN"""
 
 SITTING_SCRIPT = r"""# tokenbalance ablate --runner verl: one sitting of one cell. Sourced by cells/<cell>/run.sh, which sets
-# CELL, SEED, CELL_DIR and LAUNCH (the preset command with the row's hyper-parameters); its arguments
+# CELL, SEED, CELL_DIR and LAUNCH (the command that runs the row's method); its arguments
 # are extra hydra overrides for this sitting (the cell's own settings below come after them and win).
 #
 # A sitting (its state kept by `python -m tokenbalance.run.cell`, the local trainer's lock and statuses):

@@ -1,48 +1,34 @@
 """The same grid at paper scale on verl: how each row launches, and the cells (row x model x seed).
 
-Each cell runs one of the AR-Lopti K&K launch presets of ``examples/verl/`` (Qwen2.5-3B/7B-Instruct,
-3-7 people, 64 prompts x 8, lr 1e-6, 5 epochs, T 0.7: ``examples/verl/common.sh``, docs/verl.md)
-with its row's own hyper-parameters from its method preset (AR alpha, Lopti eta, TR-GRPO's
-weight, a token rule by its ``MODULE:RULE``); an NTHR row runs ``examples/verl/kk_nthr.sh`` (the
-``tokenbalance_nthr`` trainer, the same shared settings) with its NTHR settings. A row verl cannot run
-is returned with the reason (NTHR with Lopti: two trainers; a token rule that reads what verl's loss
-does not get, :mod:`tokenbalance.integrations.verl_rules`). The RL steps of the local grid do not
-apply: the paper's schedule is the scripts' 5 epochs.
-
-The scripts a cluster runs are written by :mod:`.scripts`, the cost estimate is
-:mod:`.cost`, the table from the cells' verl logs :mod:`.report`. Nothing here imports
-verl or the verl integration (which needs verl): the grid is text, written on any machine.
+Each cell runs its row's method through ``examples/verl/kk_method.sh`` with the AR-Lopti K&K
+settings of ``examples/verl/common.sh`` (Qwen2.5-3B/7B-Instruct, 3-7 people, 64 prompts x 8, lr 1e-6,
+5 epochs, T 0.7; docs/verl.md): the row's preset (or token rule) travels as ``METHOD`` and is resolved
+in verl's workers as in our trainer, on the trainer its passes need (``TRAINER``: Lopti's, NTHR's or
+verl's own). A row verl cannot run is returned with the reason. The RL steps of the local grid do
+not apply: the paper's schedule is the scripts' 5 epochs. Scripts: :mod:`.scripts`; cost:
+:mod:`.cost`; the table: :mod:`.report`. Nothing here imports verl: the grid is text.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+import re
+from dataclasses import dataclass
 
 from tokenbalance.ablate.grid import Cell, GridMethod
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.algorithms.nthr import NTHRConfig
-from tokenbalance.algorithms.passes import LoptiConfig
-from tokenbalance.algorithms.presets import get_method
-from tokenbalance.algorithms.weights import ARConfig
-from tokenbalance.integrations.verl_names import LOPTI_TRAINER, NTHR_TRAINER
-from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_rule_problem
+from tokenbalance.algorithms.presets import as_overrides, get_method
+from tokenbalance.integrations.verl_names import POLICY_LOSS_KEY, VERL_OWNED
+from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_method_problem, verl_rule_problem
 
 VERL_MODELS = ("3b", "7b")
-POLICY_LOSS = "actor_rollout_ref.actor.policy_loss"
-SCRIPTS = {  # (AR on, Lopti on) -> the AR-Lopti K&K preset
-    (False, False): "examples/verl/kk_baseline.sh",
-    (True, False): "examples/verl/kk_ar.sh",
-    (False, True): "examples/verl/kk_lopti.sh",
-    (True, True): "examples/verl/kk_ar_lopti.sh",
-}
-NTHR_SCRIPT = "examples/verl/kk_nthr.sh"  # GRPO / REINFORCE++ + NTHR, the tokenbalance_nthr trainer
-NTHR_SETTINGS = f"trainer.v1.{NTHR_TRAINER}"
-_TR_GRPO_FIELDS = ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
+POLICY_LOSS = POLICY_LOSS_KEY
+SCRIPT = "examples/verl/kk_method.sh"  # METHOD on TRAINER with the K&K settings of common.sh
+_PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")
 
 
 @dataclass(frozen=True)
 class VerlLaunch:
-    """How a row launches on verl: the preset script, its environment and extra hydra overrides."""
+    """How a row launches on verl: the script, its environment and extra hydra overrides."""
 
     script: str
     env: tuple[tuple[str, str], ...]
@@ -51,7 +37,7 @@ class VerlLaunch:
 
 
 def _base_difference(method: Method) -> str | None:
-    """Why ``method``'s shared stages differ from the K&K scripts' (None when they match)."""
+    """Why ``method``'s settings held by verl's keys differ from the K&K scripts' (None when they match)."""
     base = get_method("grpo")
     for name in ("clip", "kl", "entropy_coeff", "loss_agg_mode", "policy_loss_agg_mode", "max_response_len"):
         if getattr(method, name) != getattr(base, name):
@@ -62,23 +48,26 @@ def _base_difference(method: Method) -> str | None:
     return None
 
 
-def _non_default(config, default, skip: tuple[str, ...]) -> dict[str, object]:
-    return {
-        f.name: getattr(config, f.name)
-        for f in fields(config)
-        if f.name not in skip and getattr(config, f.name) != getattr(default, f.name)
-    }
+def hydra_value(value: object) -> str:
+    """``value`` as a hydra override writes it (strings with special characters quoted)."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {hydra_value(item)}" for key, item in value.items()) + "}"
+    text = str(value)
+    if isinstance(value, str) and not _PLAIN.fullmatch(text):
+        return "'" + text.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    return text
 
 
 def verl_launch(method: Method) -> VerlLaunch | str:
     """The launch of ``method`` on verl, or the reason it cannot run there."""
-    if method.nthr is not None and method.lopti is not None:
-        return f"NTHR and Lopti are two verl trainers ({NTHR_TRAINER}, {LOPTI_TRAINER}); a launch runs one"
-    if method.nthr is not None and method.ar is not None:
-        return (
-            f"NTHR with AR has no verl preset script; run {NTHR_SCRIPT} with "
-            f"{POLICY_LOSS}.loss_mode=tokenbalance_ar +{POLICY_LOSS}.ar_alpha=... by hand"
-        )
+    trainer = "lopti" if method.lopti is not None else "nthr" if method.nthr is not None else "sync"
+    problem = verl_method_problem(method, lopti_trainer=trainer == "lopti")
+    if problem:
+        return problem
     if method.dynamic_sampling.enabled:
         return "DAPO dynamic sampling has no tokenbalance verl preset (verl's DAPO recipe is its own trainer)"
     if method.advantage.estimator not in ("grpo", "reinforce_pp"):
@@ -86,39 +75,21 @@ def verl_launch(method: Method) -> VerlLaunch | str:
     difference = _base_difference(method)
     if difference:
         return difference
-    env: dict[str, str] = {"ESTIMATOR": method.advantage.estimator}
-    overrides: list[str] = []
-    if method.ar is not None:
-        env["ALPHA"] = repr(method.ar.alpha)
-        for name, value in _non_default(method.ar, ARConfig(), ("alpha",)).items():
-            overrides.append(f"+{POLICY_LOSS}.ar_{name}={value}")
-    if method.lopti is not None:
-        extra = _non_default(method.lopti, LoptiConfig(), ("eta", "order", "strict_less"))
-        if extra:
-            return f"Lopti {extra}: the verl Lopti trainer offers only eta, order and strict_less"
-        env["ETA"] = repr(method.lopti.eta)
-        for name, value in _non_default(method.lopti, LoptiConfig(), ("eta",)).items():
-            overrides.append(f"+{POLICY_LOSS}.lopti_{name}={value}")
-    if method.tr_grpo is not None:
-        if method.tr_grpo.weight_kl:
-            return "TR-GRPO's weighted KL (weight_kl) is not offered on verl (docs/verl.md)"
-        mode = "tokenbalance_ar_tr_grpo" if method.ar is not None else "tokenbalance_tr_grpo"
-        overrides.append(f"{POLICY_LOSS}.loss_mode={mode}")
-        overrides += [f"+{POLICY_LOSS}.tr_grpo_{name}={getattr(method.tr_grpo, name)}" for name in _TR_GRPO_FIELDS]
     rule = method.token_rule
     if rule is not None:
-        problem = verl_rule_problem(rule, lopti_trainer=method.lopti is not None, needs_spec=True)
+        problem = verl_rule_problem(rule, lopti_trainer=trainer == "lopti", needs_spec=True)
         if problem:
             return problem
-        overrides.append(f"+{POLICY_LOSS}.token_rule={rule.spec}")
-        if "entropy" in rule.needs:
-            overrides.append(f"{CALCULATE_ENTROPY}=True")
-    if method.nthr is not None:
-        overrides += [
-            f"+{NTHR_SETTINGS}.{name}={value}" for name, value in _non_default(method.nthr, NTHRConfig(), ()).items()
-        ]
-    script = NTHR_SCRIPT if method.nthr is not None else SCRIPTS[(method.ar is not None, method.lopti is not None)]
-    return VerlLaunch(script, tuple(env.items()), tuple(overrides), 2 if method.lopti is not None else 1)
+    name, changes = as_overrides(method)
+    overrides = [
+        f"+{POLICY_LOSS}.overrides.{key}={hydra_value(value)}"
+        for key, value in changes.items()
+        if key.partition(".")[0] not in VERL_OWNED  # the same as the K&K scripts' (checked above)
+    ]
+    if rule is not None and "entropy" in rule.needs:
+        overrides.append(f"{CALCULATE_ENTROPY}=True")
+    env = (("ESTIMATOR", method.advantage.estimator), ("METHOD", name), ("TRAINER", trainer))
+    return VerlLaunch(SCRIPT, env, tuple(overrides), len(method.pass_names))
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ def fill(template: str, **values: str) -> str:
 
 
 def launch_line(cell: VerlCell) -> str:
-    """The cell's ``LAUNCH=(...)`` array: ``env MODEL=.. ESTIMATOR=.. [ALPHA ETA] bash SCRIPT [overrides]``."""
+    """The cell's ``LAUNCH=(...)`` array: ``env MODEL=.. ESTIMATOR=.. METHOD=.. TRAINER=.. bash SCRIPT [overrides]``."""
     env = [f"{key}={value}" for key, value in (("MODEL", cell.model), *cell.launch.env)]
     words = ["env", *env, "bash", cell.launch.script, *cell.launch.overrides]
     return "LAUNCH=(" + " ".join(shlex.quote(word) for word in words) + ")"
@@ -51,9 +51,9 @@ CELL_TEMPLATE = """#!/usr/bin/env bash
 #   bash @SCRIPT@                   # one sitting; run it again to resume from the cell's last checkpoint
 #   DRY_RUN=1 bash @SCRIPT@         # compose and validate the cell's config (printed); change nothing
 #   bash @SCRIPT@ key=value ...     # extra hydra overrides for this sitting
-# The launch: the AR-Lopti K&K preset script (examples/verl/common.sh holds the shared settings, each with
-# its source: data, 64 prompts x 8, lengths, lr, clipping, KL, rollout, 5 epochs) with this row's
-# hyper-parameters from its method preset, then the seed (data.seed, rollout.seed) and this directory
+# The launch: this row's method preset on verl (examples/verl/kk_method.sh; common.sh holds the shared
+# AR-Lopti K&K settings, each with its source: data, 64 prompts x 8, lengths, lr, clipping, KL, rollout,
+# 5 epochs), then the seed (data.seed, rollout.seed) and this directory
 # (checkpoints/, hydra/, metrics.sitting-<k>.jsonl, train.log; STATUS says where the cell is).
 CELL=@NAME@
 SEED=@SEED@

@@ -21,12 +21,12 @@ from tokenbalance.integrations.versions import require_host
 
 TRL_VERSION = require_host("trl")
 
+from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.integrations.trl.build import build_grpo_trainer
 from tokenbalance.integrations.trl.config import (
     check_config,
     grpo_config_for_method,
     method_fields,
-    resolve_method,
     unsupported_reason,
 )
 from tokenbalance.integrations.trl.rewards import TaskReward, task_prompt_dataset

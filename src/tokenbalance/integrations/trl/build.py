@@ -17,11 +17,8 @@ from __future__ import annotations
 import torch
 
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.integrations.trl.config import (
-    grpo_config_for_method,
-    method_fields,
-    resolve_method,
-)
+from tokenbalance.algorithms.presets import resolve_method
+from tokenbalance.integrations.trl.config import grpo_config_for_method, method_fields
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
 QUIET = {"report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True, "log_completions": False}

@@ -1,35 +1,20 @@
 """Map a :class:`~tokenbalance.algorithms.methods.Method` onto TRL's ``GRPOConfig``, or refuse it.
 
 The subclass computes the loss with our functions, so most of TRL's loss fields are not read by it;
-they are still required to agree with the method, so that a config never says one thing while the
-trainer does another (and so that TRL computes what our loss needs: reference log-probs when the
-method has a KL term, the generation-time log-probs that Lopti's second pass reads).
-
-==============================  =====================================================================
-GRPOConfig field                value required for a method
-==============================  =====================================================================
-``scale_rewards``               ``"group"`` for ``advantage.estimator="grpo"``, ``"none"`` for ``dr_grpo``
-``multi_objective_aggregation`` ``"sum_then_normalize"`` (the reward is the weighted sum, then grouped)
-``loss_type``                   ``token-mean``: ``"dapo"`` (global token count, our default scope) or
-                                ``"bnpo"`` (per micro-batch); ``seq-mean-token-mean``: ``"grpo"``;
-                                ``seq-mean-token-sum-norm``: ``"dr_grpo"`` (C = max_completion_length)
-``epsilon`` / ``epsilon_high``  ``clip.eps_low`` / ``clip.eps_high`` (dual clip c has no TRL field)
-``delta``                       ``None`` (TRL's two-sided clip is not our dual clip)
-``importance_sampling_level``   ``"token"``
-``beta``                        ``kl.coef`` for a KL loss, else 0 (TRL loads the reference model iff beta != 0)
-``use_bias_correction_kl``      ``False`` (our KL term is not importance-weighted)
-``num_iterations``              passes x iterations per pass: 2 x mu for Lopti (one TRL iteration per pass)
-``top_entropy_quantile``        1.0; ``entropy_coef`` 0; ``use_adaptive_entropy`` False;
-``off_policy_mask_threshold``   ``None`` (TRL loss features our loss does not implement)
-==============================  =====================================================================
-
-Methods the TRL subclass cannot run are refused with the reason (:func:`unsupported_reason`).
+they must still agree with the method (:func:`method_fields`; the table is in docs/trl.md), so that a
+config never says one thing while the trainer does another, and so that TRL computes what our loss
+needs (reference log-probs for a KL term, the generation-time log-probs Lopti's second pass reads).
+The method is resolved as every runner's (:func:`~tokenbalance.algorithms.presets.resolve_method`);
+one TRL cannot run is refused with the reason (:func:`unsupported_reason`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from tokenbalance.algorithms.methods import Method
-from tokenbalance.algorithms.presets import get_method
+from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.checks import check_range
 
 ESTIMATOR_SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}
@@ -39,16 +24,6 @@ AGG_MODE_LOSS_TYPES = {
     "seq-mean-token-sum-norm": ("dr_grpo",),
 }
 GLOBAL_TOKEN_MEAN_LOSS_TYPE = "dapo"
-
-
-def resolve_method(method: Method | str) -> Method:
-    """A :class:`Method`, given itself, a preset name (``tokenbalance list-methods``) or a token rule
-    (its name, ``MODULE:RULE`` or ``FILE.py:RULE``; docs/methods.md §10)."""
-    if isinstance(method, Method):
-        return method
-    if isinstance(method, str):
-        return get_method(method)
-    raise ValueError(f"method: expected a tokenbalance Method or a preset name, got {type(method).__name__}")
 
 
 def pass_count(method: Method) -> int:
@@ -149,15 +124,24 @@ def method_fields(method: Method, *, iterations_per_pass: int = 1, loss_type: st
     }
 
 
-def grpo_config_for_method(method: Method | str, *, iterations_per_pass: int = 1, **config):
+def grpo_config_for_method(
+    method: Method | str,
+    *,
+    method_overrides: Mapping[str, Any] | None = None,
+    iterations_per_pass: int = 1,
+    **config,
+):
     """A ``trl.GRPOConfig`` with ``method``'s fields set and ``config`` for everything else.
 
-    ``config`` may repeat a method field only with the same value (``loss_type`` may pick
-    ``"bnpo"`` for token-mean); a conflicting value raises ``ValueError`` naming the field.
+    ``method``: a :class:`Method`, a preset (``tokenbalance list-methods``) or a token rule (its name,
+    ``MODULE:RULE`` or ``FILE.py:RULE``), with ``method_overrides`` (``{"lopti.eta": 0.4}``) applied:
+    :func:`~tokenbalance.algorithms.presets.resolve_method`, as every runner. ``config`` may repeat
+    a method field only with the same value (``loss_type`` may pick ``"bnpo"`` for token-mean); a
+    conflicting value raises ``ValueError`` naming the field.
     """
     from trl import GRPOConfig
 
-    method = resolve_method(method)
+    method = resolve_method(method, method_overrides)
     fields = method_fields(method, iterations_per_pass=iterations_per_pass, loss_type=config.pop("loss_type", None))
     for key, value in config.items():
         if key in fields and value != fields[key]:

@@ -67,7 +67,7 @@ def parameter_digest(model) -> str:
 
 def method_from_spec(spec: str) -> Method:
     """A preset with dotted overrides: ``"lopti@lopti.eta=0.002"`` (values parsed as JSON when they can be)."""
-    from tokenbalance.algorithms.presets import apply_method_overrides, get_method
+    from tokenbalance.algorithms.presets import resolve_method
 
     name, *assignments = spec.split("@")
     overrides = {}
@@ -79,7 +79,7 @@ def method_from_spec(spec: str) -> Method:
             overrides[key] = json.loads(text)
         except json.JSONDecodeError:
             overrides[key] = text
-    return apply_method_overrides(get_method(name), overrides)
+    return resolve_method(name, overrides, setting="--methods", key_prefix=f"--methods {name}@")
 
 
 def run_method(
@@ -97,8 +97,9 @@ def run_method(
     """Train ``method`` for ``steps`` generation batches; returns what the tests assert on."""
     import torch
 
+    from tokenbalance.algorithms.presets import resolve_method
     from tokenbalance.integrations.trl.build import build_grpo_trainer
-    from tokenbalance.integrations.trl.config import pass_count, resolve_method
+    from tokenbalance.integrations.trl.config import pass_count
     from tokenbalance.integrations.trl.rewards import TaskReward, task_prompt_dataset
     from tokenbalance.models import load_policy
 

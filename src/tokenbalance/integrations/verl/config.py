@@ -1,181 +1,192 @@
-"""The policy-loss config class verl instantiates for our losses, and its translation to a Method.
+"""The policy-loss config verl instantiates for our loss, and the Method it names.
 
-verl builds ``actor_rollout_ref.actor.policy_loss`` with hydra from its ``_target_``; pointing the
-target at :class:`TokenBalancePolicyLossConfig` (a subclass of verl's ``PolicyLossConfig``) lets
-the token-level hyper-parameters travel inside verl's own ``ActorConfig`` to every worker and
-into the loss function's ``config`` argument. Add the fields with a leading ``+`` on the command
-line (they are not in verl's YAML), e.g.::
+verl builds ``actor_rollout_ref.actor.policy_loss`` from its ``_target_``; pointed at
+:class:`TokenBalancePolicyLossConfig`, it carries a method to every worker the way our trainer's
+config does: a preset (or your token rule) and dotted overrides, resolved by
+:func:`~tokenbalance.algorithms.presets.resolve_method` (docs/verl.md)::
 
     actor_rollout_ref.actor.policy_loss._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig
-    actor_rollout_ref.actor.policy_loss.loss_mode=tokenbalance_ar
-    +actor_rollout_ref.actor.policy_loss.ar_alpha=0.3
+    actor_rollout_ref.actor.policy_loss.loss_mode=tokenbalance
+    +actor_rollout_ref.actor.policy_loss.method=ar_lopti
+    +actor_rollout_ref.actor.policy_loss.overrides.ar.alpha=0.2
 
-Everything that verl already has a key for is read from verl's keys, so there is one source of
-truth: clip ratios (``clip_ratio_low/high``, dual clip ``clip_ratio_c``), ``loss_agg_mode``,
-``loss_scale_factor``, ``entropy_coeff`` and the KL loss (``use_kl_loss``, ``kl_loss_type``,
-``kl_loss_coef``). The log-ratio clamps are verl's (20 in the PPO ratio and in k3), not the
-AR-Lopti fork's 5 (docs/methods.md §2.4-2.5). A wrong value fails when verl builds the config
-(at launch, in the driver) with the verl field named.
+What verl has a key for stays verl's (:data:`~tokenbalance.integrations.verl_names.VERL_OWNED`: clip
+ratios, the KL loss, the aggregation, the entropy term; verl's log-ratio clamps are 20, not the
+AR-Lopti fork's 5). The former loss names and flat fields still work, with a ``FutureWarning``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import dataclasses
+import warnings
+from collections.abc import Mapping
 from typing import Any
 
 from verl.workers.config import PolicyLossConfig
 
 from tokenbalance.algorithms.methods import KLConfig, Method
 from tokenbalance.algorithms.passes import LoptiConfig
-from tokenbalance.algorithms.presets import load_token_rule
+from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.algorithms.surrogate import ClipConfig
-from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig
 from tokenbalance.integrations.verl.names import (
+    LEGACY_FIELDS,
+    LEGACY_POLICY_LOSSES,
+    LOPTI_TRAINER,
     NTHR_UNSUPPORTED,
+    POLICY_LOSS,
+    POLICY_LOSS_KEY,
     POLICY_LOSS_NAMES,
-    POLICY_LOSS_STAGES,
+    VERL_OWNED,
 )
-from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_rule_problem
+from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_method_problem, verl_rule_problem
 
 VERL_LOG_RATIO_CLAMP = 20.0  # verl 0.9's clamp on log(pi/pi_old) and inside low_var_kl
-
-
-def _renamed(error: ValueError, section: str, verl_names: dict[str, str]) -> ValueError:
-    """Our configs name fields ``ar.alpha``; rewrite to the verl key the user wrote."""
-    text = str(error)
-    for ours, theirs in verl_names.items():
-        if text.startswith(f"{section}.{ours}:"):
-            return ValueError(theirs + text[len(section) + len(ours) + 1 :])
-    return ValueError(f"{section} ({', '.join(verl_names.values())}): {text}")
-
-
-def _build(config_type, section: str, values: dict[str, Any], verl_names: dict[str, str] | None = None):
-    """``config_type(**values)`` without the ``None`` entries, errors naming the verl field.
-
-    ``verl_names`` maps our field names to verl keys (default ``policy_loss.<section>_<name>``).
-    """
-    if verl_names is None:
-        verl_names = {name: f"actor_rollout_ref.actor.policy_loss.{section}_{name}" for name in values}
-    try:
-        return config_type(**{key: value for key, value in values.items() if value is not None})
-    except ValueError as error:
-        raise _renamed(error, section, verl_names) from None
-
-
+OVERRIDES_KEY = f"{POLICY_LOSS_KEY}.overrides"
+METHOD_KEY = f"{POLICY_LOSS_KEY}.method"
 _ACTOR = "actor_rollout_ref.actor."
-_CLIP_NAMES = {
-    "eps_low": _ACTOR + "clip_ratio_low",
-    "eps_high": _ACTOR + "clip_ratio_high",
-    "dual_clip_c": _ACTOR + "clip_ratio_c",
-    "log_ratio_clamp": "(verl's fixed clamp)",
-}
-_KL_NAMES = {
-    "coef": _ACTOR + "kl_loss_coef",
-    "estimator": _ACTOR + "kl_loss_type",
-    "log_ratio_clamp": "(verl's fixed clamp)",
-    "placement": _ACTOR + "use_kl_loss",
-}
+_LEGACY_STAGES = tuple(dict.fromkeys(stage for stages in LEGACY_POLICY_LOSSES.values() for stage in stages))
 
 
-@dataclass
-class TokenBalancePolicyLossConfig(PolicyLossConfig):
-    """verl ``policy_loss`` config with tokenbalance's token-level hyper-parameters.
+@dataclasses.dataclass
+class _MethodChoice(PolicyLossConfig):
+    loss_mode: str = POLICY_LOSS
+    method: str | None = None
+    overrides: dict[str, Any] | None = None
 
-    ``loss_mode`` picks the stages (``tokenbalance_grpo``, ``tokenbalance_ar``,
-    ``tokenbalance_tr_grpo``, ``tokenbalance_ar_tr_grpo``); Lopti is the update schedule of the
-    ``tokenbalance_lopti`` trainer and reads the ``lopti_*`` fields. ``None`` means our default
-    (docs/methods.md §3-5): the field's own help says which.
 
-    Attributes:
-        ar_alpha: AR slope alpha in [0, 1] (None: 0.3, paper Figure 4).
-        ar_tau: AR intercept (None: 1 - alpha, the paper's form).
-        ar_neg_adv_weight: factor on negative advantages after AR (1.0, every released script).
-        ar_prob_source: ``old`` (paper) or ``current_detached``.
-        tr_grpo_*: TR-GRPO weight (docs/methods.md §5; constants third-party, UNVERIFIED):
-            shape, alpha, tau, mu, lower, upper, prob_source, placement. ``weight_kl`` is not
-            offered: the KL term of the single-pass path is verl's own.
-        lopti_eta: Lopti threshold in (0, 1) (None: 0.5, paper; the Lopti-only script uses 0.4).
-        lopti_order: ``low_first`` (None) or ``high_first`` (ablation).
-        lopti_strict_less: ``p < eta`` (None: True, the reference) or ``p <= eta``.
-        token_rule: your token rule, ``MODULE:RULE`` or ``FILE.py:RULE`` (imported in every worker;
-            docs/methods.md §10), on top of the loss mode's stages; None: none.
-    """
+def _check(self) -> None:
+    method_from_policy_loss(self)  # every name and value checked when verl builds the config
 
-    loss_mode: str = "tokenbalance_grpo"
-    ar_alpha: float | None = None
-    ar_tau: float | None = None
-    ar_neg_adv_weight: float | None = None
-    ar_prob_source: str | None = None
-    tr_grpo_shape: str | None = None
-    tr_grpo_alpha: float | None = None
-    tr_grpo_tau: float | None = None
-    tr_grpo_mu: float | None = None
-    tr_grpo_lower: float | None = None
-    tr_grpo_upper: float | None = None
-    tr_grpo_prob_source: str | None = None
-    tr_grpo_placement: str | None = None
-    lopti_eta: float | None = None
-    lopti_order: str | None = None
-    lopti_strict_less: bool | None = None
-    token_rule: str | None = None
 
-    def __post_init__(self) -> None:
-        check_loss_mode(self.loss_mode)
-        token_stages(self)  # validates every field, naming it
-        lopti_config(self)
+TokenBalancePolicyLossConfig: type = dataclasses.make_dataclass(
+    "TokenBalancePolicyLossConfig",
+    [(name, Any, dataclasses.field(default=None)) for name in LEGACY_FIELDS],
+    bases=(_MethodChoice,),
+    namespace={
+        "__module__": __name__,
+        "__post_init__": _check,
+        "__doc__": "verl's ``policy_loss`` config naming a tokenbalance method: ``method`` (a preset or "
+        "``MODULE:RULE``; None: grpo) and ``overrides`` (dotted keys, ``{ar.alpha: 0.2}``). The flat "
+        "fields (``ar_alpha``, ``lopti_eta``, ... :data:`LEGACY_FIELDS`) are the deprecated spelling of "
+        "overrides.",
+    },
+)
 
 
 def check_loss_mode(loss_mode: str) -> None:
-    """Reject NTHR and unknown ``tokenbalance_*`` names with the reason."""
+    """Reject NTHR and unknown ``tokenbalance*`` names with the reason."""
     if "nthr" in str(loss_mode).lower():
-        raise ValueError(f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: {NTHR_UNSUPPORTED}")
-    if str(loss_mode).startswith("tokenbalance") and loss_mode not in POLICY_LOSS_STAGES:
+        raise ValueError(f"{POLICY_LOSS_KEY}.loss_mode={loss_mode!r}: {NTHR_UNSUPPORTED}")
+    if str(loss_mode).startswith("tokenbalance") and loss_mode not in POLICY_LOSS_NAMES:
         raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode: unknown tokenbalance loss {loss_mode!r}; "
-            f"valid: {', '.join(POLICY_LOSS_NAMES)}"
+            f"{POLICY_LOSS_KEY}.loss_mode: unknown tokenbalance loss {loss_mode!r}; valid: {POLICY_LOSS} "
+            f"(deprecated: {', '.join(LEGACY_POLICY_LOSSES)})"
         )
 
 
-def _field(policy_loss, name: str):
-    return getattr(policy_loss, name, None)
+def flat_overrides(overrides: Mapping | None) -> dict[str, Any]:
+    """Hydra's nesting of dotted keys undone: ``{ar: {alpha: 0.2}}`` -> ``{"ar.alpha": 0.2}`` (an
+    empty mapping, ``ar={}``, stays: the stage on with its defaults)."""
+    flat: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if isinstance(value, Mapping) and value:
+            flat.update({f"{key}.{sub}": item for sub, item in flat_overrides(value).items()})
+        else:
+            flat[str(key)] = {} if isinstance(value, Mapping) else value
+    return flat
 
 
-def token_rule(policy_loss):
-    """The :class:`~tokenbalance.algorithms.token_rules.TokenRule` named by ``policy_loss.token_rule``
-    (None when unset), refused with the reason when verl cannot give it what it reads."""
-    name = _field(policy_loss, "token_rule")
-    if name is None:
-        return None
-    setting = "actor_rollout_ref.actor.policy_loss.token_rule"
-    rule = load_token_rule(name, setting)
-    problem = verl_rule_problem(rule, lopti_trainer=True)  # the entropy is checked with the trainer known
-    if problem:
-        raise ValueError(f"{setting}={name!r}: {problem}")
-    return rule
+@dataclasses.dataclass(frozen=True)
+class MethodRequest:
+    """What ``resolve_method`` gets for a ``policy_loss`` section: the name, the overrides in order
+    and, for each override, the key the user wrote (``key_names``; others are ``overrides.<key>``)."""
+
+    name: str
+    overrides: dict[str, Any]
+    key_names: dict[str, str]
+
+    def label(self, key: str) -> str:
+        return self.key_names.get(key, f"{OVERRIDES_KEY}.{key}")
 
 
-def token_stages(policy_loss) -> dict[str, Any]:
-    """``{"ar": ARConfig | None, "tr_grpo": TRGRPOConfig | None, "token_rule": TokenRule | None}``
-    for ``policy_loss.loss_mode`` and ``policy_loss.token_rule``.
-
-    ``policy_loss`` is a :class:`TokenBalancePolicyLossConfig` (or verl's plain one: defaults).
-    """
-    loss_mode = policy_loss.loss_mode
+def method_request(policy_loss) -> MethodRequest:
+    """The method a ``policy_loss`` section names; a deprecated loss name or flat field becomes the
+    overrides it stands for (a ``FutureWarning`` shows the new spelling)."""
+    loss_mode = str(policy_loss.get("loss_mode", POLICY_LOSS))
     check_loss_mode(loss_mode)
-    with_ar, with_tr = POLICY_LOSS_STAGES.get(loss_mode, (False, False))
-    ar = _build(
-        ARConfig,
-        "ar",
-        {
-            "alpha": _field(policy_loss, "ar_alpha"),
-            "tau": _field(policy_loss, "ar_tau"),
-            "neg_adv_weight": _field(policy_loss, "ar_neg_adv_weight"),
-            "prob_source": _field(policy_loss, "ar_prob_source"),
-        },
+    name = policy_loss.get("method", None)
+    overrides = flat_overrides(policy_loss.get("overrides", None))
+    legacy = {key: policy_loss.get(flat, None) for flat, key in LEGACY_FIELDS.items()}
+    legacy = {key: value for key, value in legacy.items() if value is not None}
+    stages = LEGACY_POLICY_LOSSES.get(loss_mode)
+    if stages is None and not legacy:
+        return MethodRequest(name or "grpo", overrides, {})
+    request: dict[str, Any] = {
+        stage: {} for stage in stages or () if not any(k.startswith(f"{stage}.") for k in legacy)
+    }
+    request.update(legacy)
+    if stages is not None:  # the stages the old name leaves off (their fields are checked first)
+        request.update({stage: None for stage in _LEGACY_STAGES if stage not in stages})
+    shown = {key: value for key, value in request.items() if value is not None or name is not None}
+    old_form = [f"loss_mode={loss_mode}"] if stages is not None else []
+    old_form += [f"{flat}={policy_loss.get(flat)}" for flat, key in LEGACY_FIELDS.items() if key in legacy]
+    new_form = " ".join(f"+{OVERRIDES_KEY}.{key}={_shown(value)}" for key, value in shown.items())
+    warnings.warn(
+        f"{POLICY_LOSS_KEY}: {', '.join(old_form)} is the deprecated spelling of {POLICY_LOSS_KEY}.loss_mode="
+        f"{POLICY_LOSS} +{METHOD_KEY}={name or 'grpo'} {new_form}".rstrip(),
+        FutureWarning,
+        stacklevel=3,
     )
-    tr_names = ("shape", "alpha", "tau", "mu", "lower", "upper", "prob_source", "placement")
-    tr = _build(TRGRPOConfig, "tr_grpo", {name: _field(policy_loss, f"tr_grpo_{name}") for name in tr_names})
-    return {"ar": ar if with_ar else None, "tr_grpo": tr if with_tr else None, "token_rule": token_rule(policy_loss)}
+    names = {key: f"{POLICY_LOSS_KEY}.{flat}" for flat, key in LEGACY_FIELDS.items() if key in legacy}
+    return MethodRequest(name or "grpo", {**request, **overrides}, names)
+
+
+def _shown(value: Any) -> str:
+    return "null" if value is None else "{}" if value == {} else str(value)
+
+
+def method_from_policy_loss(policy_loss) -> Method:
+    """The :class:`Method` a ``policy_loss`` section names, every override checked against its field
+    (errors name the key as written); a setting verl holds (:data:`VERL_OWNED`) is refused."""
+    request = method_request(policy_loss)
+    for key in request.overrides:
+        owner = VERL_OWNED.get(str(key).partition(".")[0])
+        if owner is not None:
+            raise ValueError(f"{request.label(key)}: verl holds this setting in its own key; set {owner}")
+    method = resolve_method(
+        request.name,
+        request.overrides,
+        setting=METHOD_KEY,
+        key_prefix=f"{OVERRIDES_KEY}.",
+        key_names=request.key_names,
+    )
+    rule = method.token_rule
+    if rule is not None:
+        problem = verl_rule_problem(rule, lopti_trainer=True)  # the entropy: checked with the trainer known
+        if problem:
+            raise ValueError(f"{rule_key(policy_loss)}={rule.spec or rule.name!r}: {problem}")
+    return method
+
+
+def rule_key(policy_loss) -> str:
+    """The key that named the method's token rule."""
+    request = method_request(policy_loss)
+    return request.label("token_rule") if "token_rule" in request.overrides else METHOD_KEY
+
+
+def single_pass_problem(policy_loss, method: Method) -> str | None:
+    """Why ``method`` needs the Lopti trainer (its two passes), naming the key that asked for them."""
+    if method.lopti is None:
+        return None
+    request = method_request(policy_loss)
+    key = next((key for key in request.overrides if str(key).startswith("lopti")), None)
+    what = f"{request.label(key)} is set" if key else f"{METHOD_KEY}={request.name!r} runs Lopti's two passes"
+    return f"{what} but the update runs a single pass: select the Lopti trainer with trainer.v1.trainer_mode={LOPTI_TRAINER}"
+
+
+def lopti_config(policy_loss) -> LoptiConfig:
+    """The Lopti trainer's schedule: the method's Lopti settings, else Lopti's defaults."""
+    return method_from_policy_loss(policy_loss).lopti or LoptiConfig()
 
 
 def rule_entropy_problem(rule, actor, *, lopti_trainer: bool) -> str | None:
@@ -191,76 +202,80 @@ def rule_entropy_problem(rule, actor, *, lopti_trainer: bool) -> str | None:
     return problem
 
 
-def lopti_config(policy_loss) -> LoptiConfig:
-    """The Lopti schedule's config from the ``lopti_*`` fields (prob threshold mode only)."""
-    return _build(
-        LoptiConfig,
-        "lopti",
-        {
-            "eta": _field(policy_loss, "lopti_eta"),
-            "order": _field(policy_loss, "lopti_order"),
-            "strict_less": _field(policy_loss, "lopti_strict_less"),
-        },
-    )
+def _verl_stage(config_type, section: str, values: dict[str, Any], verl_names: dict[str, str]):
+    """``config_type(**values)``; an error names the verl key the value came from."""
+    try:
+        return config_type(**values)
+    except ValueError as error:
+        text = str(error)
+        for ours, theirs in verl_names.items():
+            if text.startswith(f"{section}.{ours}:"):
+                raise ValueError(theirs + text[len(section) + len(ours) + 1 :]) from None
+        raise ValueError(f"{section} ({', '.join(verl_names.values())}): {text}") from None
 
 
-def lopti_fields_set(policy_loss) -> list[str]:
-    """Names of the ``lopti_*`` fields given explicitly (they only act under the Lopti trainer)."""
-    return [name for name in ("lopti_eta", "lopti_order", "lopti_strict_less") if _field(policy_loss, name) is not None]
+_CLIP_NAMES = {
+    "eps_low": _ACTOR + "clip_ratio_low",
+    "eps_high": _ACTOR + "clip_ratio_high",
+    "dual_clip_c": _ACTOR + "clip_ratio_c",
+    "log_ratio_clamp": "(verl's fixed clamp)",
+}
+_KL_NAMES = {
+    "coef": _ACTOR + "kl_loss_coef",
+    "estimator": _ACTOR + "kl_loss_type",
+    "log_ratio_clamp": "(verl's fixed clamp)",
+    "placement": _ACTOR + "use_kl_loss",
+}
 
 
 def method_from_actor_config(actor_config, *, with_regularisers: bool, with_lopti: bool = False) -> Method:
-    """The tokenbalance :class:`Method` equivalent to a verl ``ActorConfig``.
+    """The tokenbalance :class:`Method` a verl ``ActorConfig`` runs: the ``policy_loss`` section's
+    method with verl's own settings (:data:`VERL_OWNED`) in place of the method's.
 
     Args:
         actor_config: verl ``ActorConfig`` (or a mapping with its keys).
         with_regularisers: include the KL loss and entropy terms (the Lopti loss computes them
-            itself, masked per pass); ``False`` for the registered policy losses, whose KL and
+            itself, masked per pass); ``False`` for the registered policy loss, whose KL and
             entropy terms verl's ``ppo_loss`` adds.
-        with_lopti: attach the Lopti config (the Lopti trainer's loss).
+        with_lopti: the Lopti trainer's loss: Lopti's passes (the method's settings, or its defaults).
     """
     policy_loss = actor_config.policy_loss
+    method = method_from_policy_loss(policy_loss)
+    problem = None if with_lopti else single_pass_problem(policy_loss, method)
+    problem = problem or verl_method_problem(method, lopti_trainer=with_lopti)
+    if problem:
+        raise ValueError(problem)
+    problem = rule_entropy_problem(method.token_rule, actor_config, lopti_trainer=with_lopti)
+    if problem:
+        raise ValueError(f"{rule_key(policy_loss)}: {problem}")
     clip_ratio = actor_config.get("clip_ratio", 0.2)
     low = actor_config.get("clip_ratio_low", None)
     high = actor_config.get("clip_ratio_high", None)
-    clip = _build(
-        ClipConfig,
-        "clip",
-        {
-            "eps_low": clip_ratio if low is None else low,
-            "eps_high": clip_ratio if high is None else high,
-            "dual_clip_c": actor_config.get("clip_ratio_c", 3.0),
-            "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
-        },
-        _CLIP_NAMES,
-    )
+    clip_values = {
+        "eps_low": clip_ratio if low is None else low,
+        "eps_high": clip_ratio if high is None else high,
+        "dual_clip_c": actor_config.get("clip_ratio_c", 3.0),
+        "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
+    }
+    clip = _verl_stage(ClipConfig, "clip", clip_values, _CLIP_NAMES)
     use_kl = with_regularisers and bool(actor_config.get("use_kl_loss", False))
-    kl = _build(
-        KLConfig,
-        "kl",
-        {
-            "coef": float(actor_config.get("kl_loss_coef", 0.0)),
-            "estimator": actor_config.get("kl_loss_type", "low_var_kl"),
-            "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
-            "placement": "loss" if use_kl else "none",
-        },
-        _KL_NAMES,
-    )
-    agg_mode = actor_config.get("loss_agg_mode", "token-mean")
-    stages = token_stages(policy_loss)
-    problem = rule_entropy_problem(stages["token_rule"], actor_config, lopti_trainer=with_lopti)
-    if problem:
-        raise ValueError(f"{_ACTOR}policy_loss.token_rule: {problem}")
+    kl_values = {
+        "coef": float(actor_config.get("kl_loss_coef", 0.0)),
+        "estimator": actor_config.get("kl_loss_type", "low_var_kl"),
+        "log_ratio_clamp": VERL_LOG_RATIO_CLAMP,
+        "placement": "loss" if use_kl else "none",
+    }
+    kl = _verl_stage(KLConfig, "kl", kl_values, _KL_NAMES)
     try:
-        return Method(
-            name=f"verl:{policy_loss.loss_mode}",
+        return method.replace(
             clip=clip,
             kl=kl,
             entropy_coeff=float(actor_config.get("entropy_coeff", 0.0)) if with_regularisers else 0.0,
-            loss_agg_mode=agg_mode,
+            loss_agg_mode=actor_config.get("loss_agg_mode", "token-mean"),
+            policy_loss_agg_mode=None,
             max_response_len=actor_config.get("loss_scale_factor", None),
-            lopti=lopti_config(policy_loss) if with_lopti else None,
-            **stages,
+            nthr=None,  # the tokenbalance_nthr trainer weights the advantages before the loss
+            lopti=(method.lopti or LoptiConfig()) if with_lopti else None,
         )
     except ValueError as error:
         raise ValueError(

@@ -1,8 +1,8 @@
 """Our losses in verl's shapes: the registered policy losses and the Lopti trainer's full loss.
 
-* :func:`policy_loss` is what verl's registry returns for ``tokenbalance_*`` loss modes. verl's
+* :func:`policy_loss` is what verl's registry returns for ``loss_mode=tokenbalance``. verl's
   own ``ppo_loss`` calls it per micro-batch with padded ``[B, T]`` tensors and then adds its KL
-  and entropy terms itself, so this is the clipped surrogate with AR / TR-GRPO token weights only.
+  and entropy terms itself, so this is the clipped surrogate with the method's token weights only.
 * :func:`lopti_ppo_loss` replaces verl's ``ppo_loss`` under the ``tokenbalance_lopti`` trainer:
   it reads which pass to compute from the batch (``UPDATE_PASS_KEY``), rebuilds that pass's
   masks from the batch's own advantages and old log-probs (``passes.lopti_passes``, elementwise
@@ -127,11 +127,11 @@ def policy_loss(
     config=None,
     rollout_is_weights: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, dict[str, float]]:
-    """verl ``PolicyLossFn`` for the ``tokenbalance_*`` loss modes (all tensors ``[B, T]``).
+    """verl ``PolicyLossFn`` of our loss, ``loss_mode=tokenbalance`` (all tensors ``[B, T]``).
 
-    The stages come from ``config.policy_loss.loss_mode`` and its fields
-    (:class:`~tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig`); ``log_prob``
-    carries gradient. Returns the aggregated policy loss and float metrics.
+    The method is ``config.policy_loss``'s (:func:`~tokenbalance.integrations.verl.config.method_from_actor_config`;
+    one pass: Lopti's passes are the Lopti trainer's); ``log_prob`` carries gradient. Returns the
+    aggregated policy loss and float metrics.
     """
     if config is None:
         raise ValueError("config: the tokenbalance policy losses need verl's ActorConfig")
@@ -139,11 +139,6 @@ def policy_loss(
         raise ValueError(
             "rollout_is_weights: verl's rollout correction is not supported by the tokenbalance losses; "
             "set algorithm.rollout_correction=null"
-        )
-    if config.policy_loss.get("lopti_eta", None) is not None:
-        raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss.lopti_eta is set but this update runs a single pass: "
-            f"select the Lopti trainer with trainer.v1.trainer_mode={LOPTI_TRAINER}"
         )
     method = method_from_actor_config(config, with_regularisers=False).replace(loss_agg_mode=loss_agg_mode)
     passes, _ = passes_from_advantages(method, advantages, response_mask, old_log_prob)

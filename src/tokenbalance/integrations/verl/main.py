@@ -60,17 +60,23 @@ def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
 def main(config) -> None:
     """Validate ``config`` for tokenbalance, then run verl's ``main_ppo.main`` on it.
 
-    With ``TOKENBALANCE_VERL_DRY_RUN=1`` only validate and print the composed config.
+    With ``TOKENBALANCE_VERL_DRY_RUN=1`` only validate and print the composed config and the method.
     """
     from verl.trainer import main_ppo
 
-    from tokenbalance.integrations.verl.validation import validate_launch
+    from tokenbalance.integrations.verl.validation import launch_method, validate_launch
 
     validate_launch(config)
     if is_dry_run():
         from omegaconf import OmegaConf
 
+        from tokenbalance.algorithms.describe import stage_summary
+
         print(OmegaConf.to_yaml(config))
+        method = launch_method(config)
+        if method is not None:
+            print(f"tokenbalance: the method verl's workers run: {method.name}")
+            print("\n".join(f"    {line}" for line in stage_summary(method)))
         print("tokenbalance: config valid (dry run, nothing launched)")
         return
     main_ppo.main.__wrapped__(config)

@@ -1,22 +1,11 @@
 """NTHR on verl: its settings, its launch checks, and one step's weighted advantages.
 
-NTHR (docs/methods.md §6) multiplies the advantage of selected tokens of incorrect responses by
-eta, once per RL step, from the old policy's last-layer hidden states of every response token of
-each prompt group. On verl it is the ``tokenbalance_nthr`` trainer (:mod:`.nthr_trainer`): verl's
-own old-log-prob forward also returns those hidden states (:mod:`.nthr_worker`); after verl's
-advantage estimator, :func:`nthr_advantages` runs on the whole batch the same
-``nthr_token_weights`` as our trainer (``NTHRInputs.from_output_layer``: float32, float64 for a
-float64 model) and the trainer stores ``advantages x weights`` in place of verl's advantages. The
-loss then runs unchanged: ours (AR / TR-GRPO on top, as in our trainer, where NTHR also comes
-first) or verl's own.
-
-Settings, in verl's section for a trainer mode (``+trainer.v1.tokenbalance_nthr.<key>=...``):
-every :class:`~tokenbalance.algorithms.nthr.NTHRConfig` field (``beta``, ``eta``, ``positives``,
-``correct_threshold``, ``anchor_exclude_self``, ``vocab``, ``chunk_tokens``) plus ``max_reward``,
-the reward of a correct response (``positives="correct"``, the default). ``max_reward`` defaults
-to the task's maximum when the reward is ours (``pkg://tokenbalance.integrations.verl.reward``:
-K&K 3, arith 1, your function's ``reward_kwargs.max_reward``). A response's reward is verl's
-``rm_scores`` summed over its tokens, as verl's GRPO reads it.
+NTHR (docs/methods.md §6) is the ``tokenbalance_nthr`` trainer (:mod:`.nthr_trainer`): verl's old-log-prob
+forward also returns the response tokens' last-layer hidden states (:mod:`.nthr_worker`); after verl's
+estimator, :func:`nthr_advantages` runs our trainer's ``nthr_token_weights`` on the whole batch, and the loss
+runs unchanged (ours with the method's other stages, or verl's). Settings: the method's NTHR stage
+(``policy_loss.method=nthr``, ``policy_loss.overrides.nthr.*``), then ``+trainer.v1.tokenbalance_nthr.<key>``
+(an NTHRConfig field, or ``max_reward``: by default our reward's maximum). docs/verl.md, "NTHR on verl".
 """
 
 from __future__ import annotations
@@ -61,8 +50,11 @@ def reward_maximum(reward_function: Mapping | None) -> float | None:
     return float(get_task(kwargs.get("task", DEFAULT_TASK)).max_reward)
 
 
-def nthr_settings(section: Mapping | None, reward_function: Mapping | None = None) -> NTHRSettings:
-    """The settings from ``trainer.v1.tokenbalance_nthr`` (``section``); errors name the key."""
+def nthr_settings(
+    section: Mapping | None, reward_function: Mapping | None = None, base: NTHRConfig | None = None
+) -> NTHRSettings:
+    """The settings: the method's NTHR stage ``base`` (None: NTHR's defaults) with the keys of
+    ``trainer.v1.tokenbalance_nthr`` (``section``) on top; errors name the key."""
     values = dict(section or {})
     valid = [field.name for field in dataclasses.fields(NTHRConfig)] + [MAX_REWARD]
     unknown = sorted(set(values) - set(valid))
@@ -70,7 +62,7 @@ def nthr_settings(section: Mapping | None, reward_function: Mapping | None = Non
         raise ValueError(f"{SECTION}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(valid)}")
     max_reward = values.pop(MAX_REWARD, None)
     try:
-        config = NTHRConfig(**values)
+        config = dataclasses.replace(base or NTHRConfig(), **values)
         if max_reward is not None:
             check_range(MAX_REWARD, max_reward)
             max_reward = float(max_reward)
@@ -87,7 +79,7 @@ def nthr_settings(section: Mapping | None, reward_function: Mapping | None = Non
     return NTHRSettings(config, max_reward)
 
 
-def check_nthr_launch(select: Callable[..., Any]) -> NTHRSettings:
+def check_nthr_launch(select: Callable[..., Any], base: NTHRConfig | None = None) -> NTHRSettings:
     """Raise ``ValueError`` naming the key when the ``tokenbalance_nthr`` trainer cannot run this launch.
 
     ``select(dotted_key, default)`` reads the composed config. The hidden states come from verl's
@@ -115,7 +107,7 @@ def check_nthr_launch(select: Callable[..., Any]) -> NTHRSettings:
             f"algorithm.rollout_correction.bypass_mode=True: the {NTHR_TRAINER} trainer takes the hidden states from "
             "verl's old-log-prob forward, which bypass mode skips; set it to False"
         )
-    return nthr_settings(select(SECTION, None), select("reward.custom_reward_function", None))
+    return nthr_settings(select(SECTION, None), select("reward.custom_reward_function", None), base)
 
 
 def weight_metrics(weights_BT: torch.Tensor, advantages_BT: torch.Tensor, mask_BT: torch.Tensor) -> dict[str, float]:

@@ -7,7 +7,7 @@ error (e.g. an unsupported verl version) is shown.
 
 Registers (names in :mod:`.names`, table in docs/verl.md):
 
-* policy losses ``tokenbalance_{grpo,ar,tr_grpo,ar_tr_grpo}`` -> :func:`.losses.policy_loss`;
+* the policy loss ``tokenbalance`` (and its deprecated names) -> :func:`.losses.policy_loss`;
 * advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}`` -> :mod:`.advantages`;
 * the trainers ``tokenbalance_lopti`` (:mod:`.lopti`) and ``tokenbalance_nthr``
   (:mod:`.nthr_trainer`), when verl's v1 trainer can be imported.
@@ -36,7 +36,7 @@ def register_all() -> None:
     compat.guard_trl_value_head()
     for name in POLICY_LOSS_NAMES:
         if name not in POLICY_LOSS_REGISTRY:
-            register_policy_loss(name)(policy_loss)  # the stages follow policy_loss.loss_mode
+            register_policy_loss(name)(policy_loss)  # the method is policy_loss.method's
     for name, function in ESTIMATOR_FUNCTIONS.items():
         if ADV_ESTIMATOR_REGISTRY.get(name) is not function:
             register_adv_est(name)(function)

@@ -1,16 +1,12 @@
 """Launch-time checks of a verl config that uses tokenbalance (run before Ray starts).
 
 :func:`validate_launch` is called by our launcher (:mod:`.main`) on the composed hydra config,
-and again by the Lopti trainer. It rejects, with the reason and the key to change:
-
-* NTHR as a loss mode or an estimator (it is the ``tokenbalance_nthr`` trainer), the NTHR trainer
-  where it cannot get the hidden states (:func:`.nthr.check_nthr_launch`), ``trainer.v1.tokenbalance_nthr``
-  settings without that trainer;
-* unknown ``tokenbalance_*`` loss modes / estimators, and unknown ``policy_loss`` keys (listing
-  the valid ones) or out-of-range values (naming the field);
-* a token rule verl cannot feed (:mod:`tokenbalance.integrations.verl_rules`);
-* ``lopti_*`` keys without the Lopti trainer, the Lopti trainer without a tokenbalance loss or
-  without verl's v1 trainer (``trainer.use_v1``) or its undeclared dependencies (``TransferQueue``, ...).
+and again by our trainers. It rejects, naming the key to change: NTHR as a loss or an estimator
+(it is the ``tokenbalance_nthr`` trainer) or its trainer where it cannot get the hidden states;
+unknown ``tokenbalance*`` names and ``policy_loss`` keys; a method that is wrong (its name or an
+override) or that the chosen trainer cannot run (Lopti's passes without the Lopti trainer, NTHR
+without the NTHR trainer, an estimator other than the method's); a token rule verl cannot feed;
+our trainers without verl's v1 trainer or its undeclared dependencies (docs/verl.md).
 """
 
 from __future__ import annotations
@@ -23,8 +19,9 @@ from tokenbalance.integrations.verl.names import (
     LOPTI_TRAINER,
     NTHR_TRAINER,
     NTHR_UNSUPPORTED,
+    POLICY_LOSS,
     POLICY_LOSS_CONFIG_TARGET,
-    POLICY_LOSS_NAMES,
+    POLICY_LOSS_KEY,
 )
 
 
@@ -38,17 +35,10 @@ def _select(config, dotted: str, default=None):
 
 
 def _reject_nthr(config) -> None:
-    for key in ("actor_rollout_ref.actor.policy_loss.loss_mode", "algorithm.adv_estimator"):
+    for key in (f"{POLICY_LOSS_KEY}.loss_mode", "algorithm.adv_estimator"):
         value = _select(config, key)
         if value is not None and "nthr" in str(value).lower():
             raise ValueError(f"{key}={value!r}: {NTHR_UNSUPPORTED}")
-
-
-def nthr_launch_settings(config):
-    """The ``tokenbalance_nthr`` trainer's settings, after its launch checks (:func:`.nthr.check_nthr_launch`)."""
-    from tokenbalance.integrations.verl.nthr import check_nthr_launch
-
-    return check_nthr_launch(partial(_select, config))
 
 
 def _check_policy_loss_keys(policy_loss) -> None:
@@ -57,21 +47,32 @@ def _check_policy_loss_keys(policy_loss) -> None:
     valid = {field.name for field in dataclasses.fields(TokenBalancePolicyLossConfig)}
     unknown = sorted(set(policy_loss) - valid)
     if unknown:
-        raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss: unknown key(s) {', '.join(unknown)}; "
-            f"valid: {', '.join(sorted(valid))}"
-        )
+        raise ValueError(f"{POLICY_LOSS_KEY}: unknown key(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
 
 
 def policy_loss_config(config):
-    """The ``policy_loss`` section as our config object (validates every field)."""
+    """The ``policy_loss`` section as our config object (validates every key and the method), or
+    None when its ``_target_`` is not ours."""
     from tokenbalance.integrations.verl.config import TokenBalancePolicyLossConfig
 
-    section = dict(_select(config, "actor_rollout_ref.actor.policy_loss", {}) or {})
+    if _select(config, f"{POLICY_LOSS_KEY}._target_") != POLICY_LOSS_CONFIG_TARGET:
+        return None
+    section = dict(_select(config, POLICY_LOSS_KEY, {}) or {})
     _check_policy_loss_keys(section)
     section.pop("_target_", None)
     section.pop("rollout_correction", None)
     return TokenBalancePolicyLossConfig(**section)
+
+
+def nthr_launch_settings(config):
+    """The ``tokenbalance_nthr`` trainer's settings, after its launch checks (:func:`.nthr.check_nthr_launch`):
+    the method's NTHR settings (or NTHR's defaults), then ``trainer.v1.tokenbalance_nthr.*``."""
+    from tokenbalance.integrations.verl.config import method_from_policy_loss
+    from tokenbalance.integrations.verl.nthr import check_nthr_launch
+
+    policy_loss = policy_loss_config(config)
+    base = method_from_policy_loss(policy_loss).nthr if policy_loss is not None else None
+    return check_nthr_launch(partial(_select, config), base)
 
 
 TRAINER_IMPORT_ERROR: str | None = None
@@ -79,58 +80,108 @@ TRAINER_IMPORT_ERROR: str | None = None
 nor the NTHR trainer is registered and a launch asking for one is refused); ``None`` once both are."""
 
 
-def validate_launch(config) -> None:
-    """Raise ``ValueError`` naming the key if ``config`` (verl's composed config) cannot run."""
-    from tokenbalance.integrations.verl.config import lopti_fields_set, rule_entropy_problem, token_rule
-
-    _reject_nthr(config)
-    loss_mode = str(_select(config, "actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"))
-    ours = loss_mode.startswith("tokenbalance")
-    target = _select(config, "actor_rollout_ref.actor.policy_loss._target_")
-    if ours and target != POLICY_LOSS_CONFIG_TARGET:
-        raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss._target_={target!r}: the {loss_mode} loss reads its "
-            f"hyper-parameters from {POLICY_LOSS_CONFIG_TARGET}; set _target_ to it"
-        )
-    policy_loss = policy_loss_config(config) if target == POLICY_LOSS_CONFIG_TARGET else None
-    estimator = str(_select(config, "algorithm.adv_estimator", ""))
-    if estimator.startswith("tokenbalance") and estimator not in ADVANTAGE_ESTIMATORS:
-        raise ValueError(
-            f"algorithm.adv_estimator: unknown tokenbalance estimator {estimator!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}"
-        )
-
-    trainer_mode = _select(config, "trainer.v1.trainer_mode")
+def _check_trainer(config, trainer_mode, ours: bool, loss_mode: str) -> None:
     use_v1 = bool(_select(config, "trainer.use_v1", True))
-    lopti_on = use_v1 and trainer_mode == LOPTI_TRAINER
-    ours_on = use_v1 and trainer_mode in (LOPTI_TRAINER, NTHR_TRAINER)
     if trainer_mode in (LOPTI_TRAINER, NTHR_TRAINER) and not use_v1:
         raise ValueError(
             f"trainer.use_v1=False: the {trainer_mode} trainer is a verl v1 trainer; set trainer.use_v1=True"
         )
-    if lopti_on and not ours:
+    if trainer_mode == LOPTI_TRAINER and not ours:
         raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss.loss_mode={loss_mode!r}: the {LOPTI_TRAINER} trainer needs a "
-            f"tokenbalance loss; valid: {', '.join(POLICY_LOSS_NAMES)}"
+            f"{POLICY_LOSS_KEY}.loss_mode={loss_mode!r}: the {LOPTI_TRAINER} trainer needs a tokenbalance loss; "
+            f"set {POLICY_LOSS_KEY}.loss_mode={POLICY_LOSS}"
         )
-    if ours_on and TRAINER_IMPORT_ERROR is not None:
+    if trainer_mode in (LOPTI_TRAINER, NTHR_TRAINER) and TRAINER_IMPORT_ERROR is not None:
         raise ValueError(
             f"trainer.v1.trainer_mode={trainer_mode}: verl's v1 trainer could not be imported "
             f"({TRAINER_IMPORT_ERROR}); install tokenbalance's verl extra (pip install -e '.[verl]': "
             "TransferQueue, cachetools, fastapi, uvicorn)"
         )
-    if ours_on and trainer_mode == NTHR_TRAINER:
+    if trainer_mode == NTHR_TRAINER:
         nthr_launch_settings(config)
     elif _select(config, f"trainer.v1.{NTHR_TRAINER}") is not None:
         raise ValueError(
             f"trainer.v1.{NTHR_TRAINER} is set but the trainer is {trainer_mode!r}: select the NTHR trainer with "
             f"trainer.v1.trainer_mode={NTHR_TRAINER}"
         )
-    if policy_loss is not None and not lopti_on and lopti_fields_set(policy_loss):
-        raise ValueError(
-            f"actor_rollout_ref.actor.policy_loss.{lopti_fields_set(policy_loss)[0]} is set but the update runs "
-            f"a single pass: select the Lopti trainer with trainer.v1.trainer_mode={LOPTI_TRAINER}"
-        )
-    rule = token_rule(policy_loss) if policy_loss is not None else None
-    problem = rule_entropy_problem(rule, _select(config, "actor_rollout_ref.actor", {}), lopti_trainer=lopti_on)
+
+
+def _check_method(config, policy_loss, trainer_mode, estimator: str) -> None:
+    """The method of our ``policy_loss`` against the trainer and the estimator of this launch."""
+    from tokenbalance.integrations.verl.config import (
+        METHOD_KEY,
+        method_from_policy_loss,
+        rule_entropy_problem,
+        rule_key,
+        single_pass_problem,
+    )
+    from tokenbalance.integrations.verl_rules import verl_method_problem
+
+    method = method_from_policy_loss(policy_loss)
+    lopti_on = trainer_mode == LOPTI_TRAINER
+    problem = None if lopti_on else single_pass_problem(policy_loss, method)
     if problem:
-        raise ValueError(f"actor_rollout_ref.actor.policy_loss.token_rule: {problem}")
+        raise ValueError(problem)
+    if method.nthr is not None and trainer_mode != NTHR_TRAINER:
+        raise ValueError(
+            f"{METHOD_KEY}={policy_loss.get('method')!r} weights the advantages with NTHR, which only the "
+            f"{NTHR_TRAINER} trainer can: select it with trainer.v1.trainer_mode={NTHR_TRAINER}"
+        )
+    problem = verl_method_problem(method, lopti_trainer=lopti_on)
+    if problem:
+        raise ValueError(f"{METHOD_KEY}: {problem}")
+    wanted = method.advantage.estimator
+    if policy_loss.get("method") is not None and ADVANTAGE_ESTIMATORS.get(estimator, wanted) != wanted:
+        raise ValueError(
+            f"algorithm.adv_estimator={estimator}: {METHOD_KEY}={policy_loss.get('method')!r} uses the "
+            f"{wanted} advantages; set algorithm.adv_estimator=tokenbalance_{wanted}"
+        )
+    problem = rule_entropy_problem(
+        method.token_rule, _select(config, "actor_rollout_ref.actor", {}), lopti_trainer=lopti_on
+    )
+    if problem:
+        raise ValueError(f"{rule_key(policy_loss)}: {problem}")
+
+
+def validate_launch(config) -> None:
+    """Raise ``ValueError`` naming the key if ``config`` (verl's composed config) cannot run."""
+    _reject_nthr(config)
+    loss_mode = str(_select(config, f"{POLICY_LOSS_KEY}.loss_mode", "vanilla"))
+    ours = loss_mode.startswith("tokenbalance")
+    target = _select(config, f"{POLICY_LOSS_KEY}._target_")
+    if ours and target != POLICY_LOSS_CONFIG_TARGET:
+        raise ValueError(
+            f"{POLICY_LOSS_KEY}._target_={target!r}: the {loss_mode} loss reads its "
+            f"method from {POLICY_LOSS_CONFIG_TARGET}; set _target_ to it"
+        )
+    policy_loss = policy_loss_config(config)
+    estimator = str(_select(config, "algorithm.adv_estimator", ""))
+    if estimator.startswith("tokenbalance") and estimator not in ADVANTAGE_ESTIMATORS:
+        raise ValueError(
+            f"algorithm.adv_estimator: unknown tokenbalance estimator {estimator!r}; valid: {', '.join(ADVANTAGE_ESTIMATORS)}"
+        )
+    use_v1 = bool(_select(config, "trainer.use_v1", True))
+    trainer_mode = _select(config, "trainer.v1.trainer_mode") if use_v1 else None
+    _check_trainer(config, _select(config, "trainer.v1.trainer_mode"), ours, loss_mode)
+    if policy_loss is not None and not ours and (policy_loss.get("method") or policy_loss.get("overrides")):
+        raise ValueError(
+            f"{POLICY_LOSS_KEY}.loss_mode={loss_mode!r}: {POLICY_LOSS_KEY}.method and .overrides are run by our "
+            f"loss only; set {POLICY_LOSS_KEY}.loss_mode={POLICY_LOSS}"
+        )
+    if policy_loss is not None:
+        _check_method(config, policy_loss, trainer_mode, estimator)
+
+
+def launch_method(config):
+    """The :class:`~tokenbalance.algorithms.methods.Method` this launch runs (verl's own settings in
+    place of the method's; NTHR's as the NTHR trainer takes them), or None when the loss is not ours."""
+    from tokenbalance.integrations.verl.config import method_from_actor_config
+
+    loss_mode = str(_select(config, f"{POLICY_LOSS_KEY}.loss_mode", "vanilla"))
+    if policy_loss_config(config) is None or not loss_mode.startswith("tokenbalance"):
+        return None
+    trainer_mode = _select(config, "trainer.v1.trainer_mode")
+    lopti = trainer_mode == LOPTI_TRAINER
+    actor = _select(config, "actor_rollout_ref.actor")
+    method = method_from_actor_config(actor, with_regularisers=True, with_lopti=lopti)  # verl's KL term too
+    return method.replace(nthr=nthr_launch_settings(config).config) if trainer_mode == NTHR_TRAINER else method
