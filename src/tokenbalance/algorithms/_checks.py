@@ -1,11 +1,10 @@
-"""Input validation shared by the algorithm functions.
+"""Input validation shared by the algorithm functions (docs/methods.md §8).
 
-Every check raises ``ValueError`` with the argument's name, the value received and what is
-allowed, so a user sees the cause of a bad call at the boundary instead of a shape error deep
-inside torch. Checks on tensor *values* look only at valid (masked-in) positions: padding may
-hold anything, including NaN or -inf. The scalar checks (``check_range``, ``check_choice``) are
-:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models). :func:`param` declares a
-hyper-parameter field with its help text.
+Every check raises ``ValueError`` naming the argument, the value received and what is allowed, so a
+bad call fails at the boundary, not as a shape error deep inside torch. Tensor-value checks look only
+at valid (masked-in) positions: padding may hold anything, NaN or -inf included. The scalar checks
+(``check_range``, ``check_choice``) are :mod:`tokenbalance.checks`' (shared with the config, the tasks
+and the models); :func:`param` declares a hyper-parameter field with its help text.
 """
 
 from __future__ import annotations

@@ -1,32 +1,11 @@
 """DAPO dynamic sampling: which prompt groups are informative, and the option's configuration.
 
-DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2; docs/methods.md §9) trains only on groups whose
-rewards are not all equal: such a group has zero advantage under every group baseline, so it adds
-nothing to the gradient but its tokens to the token-mean denominator. The rollout loop drops those
-groups and samples further prompts until the step has its number of informative groups, with a
-cap on extra rounds. The NTHR paper trains with it (§9.6: "DAPO dynamic sampling on"); the AR-Lopti
-reference does not filter. verl's equivalent is ``algorithm.filter_groups`` (``enable``, ``metric``,
-``max_num_gen_batches``).
-
-This module is the pure half: the decisions on given rewards. The rollout loop (sampling rounds,
-data-parallel ranks, resume) is the runner's, which reads a :class:`DynamicSamplingConfig` from the
-:class:`~tokenbalance.algorithms.methods.Method` and calls these functions:
-
-    config = method.dynamic_sampling
-    target = config.target(prompts_per_step)
-    kept, rounds = [], 0
-    while True:
-        batch = rollout(next prompts); rounds += 1
-        informative_P = informative_groups(filter_values(config, rewards_PG, correct_PG))
-        kept += [groups of batch at select_informative(informative_P, len(kept), target)]
-        if not config.wants_another_round(len(kept), target, rounds):
-            break
-    metrics = dynamic_sampling_metrics(...)
-
-Differences from verl: none in the rule (a group is dropped when it has two or more responses and
-their values are all equal, so a single-response group is kept, as verl keeps it); when the cap is
-reached short of the target, verl raises, while ``on_shortfall="train"`` (default) trains on the
-informative groups it has and reports the shortfall (``"error"`` raises as verl).
+DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2) trains only on groups whose rewards are not all
+equal. This module holds the pure decisions on given rewards; the runner's rollout loop (rounds,
+ranks, resume) reads a :class:`DynamicSamplingConfig` from the Method and calls them. Differs from
+verl only at the cap short of the target: verl raises, ``on_shortfall="train"`` (default) trains on
+the informative groups it has and reports the shortfall. docs/methods.md §9 has the rule, the
+options and the loop.
 """
 
 from __future__ import annotations

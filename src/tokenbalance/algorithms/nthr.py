@@ -1,51 +1,11 @@
 """NTHR: Negative Token Hidden Reward (Deng et al. 2025, arXiv 2505.18830, §5.3 / §7 and Eq. 7-8).
 
-For every prompt group with both correct (positive) and incorrect (negative) responses, each token of
-an incorrect response gets a score
-
-    s-_t = sum_{i in P} sum_k <g+_{i,k}, g-_t> <h+_{i,k}, h-_t>  =  g-_t^T M+ h-_t,
-    M+   = sum_{i in P} sum_k g+_{i,k} h+_{i,k}^T                       ([|V*|, D])
-
-where h is the old policy's final-layer hidden state at the position predicting the token and
-g = onehot(y) - softmax(logits)[V*] its prediction error. The score measures how much penalising that
-token drags down the likelihood of the correct responses. Tokens whose score exceeds the anchor
-threshold tau = beta * min_{i'} mean_k s+_{i',k} (the same score computed for the correct responses'
-own tokens) are "selected" and their negative advantage is multiplied by eta (paper default
-eta = 2|0.5 - p|, p = N+/G). This module only returns the per-token weights; the caller multiplies the
-advantages by them before the unchanged clipped GRPO loss, once per rollout batch.
-
-Differences from the paper and where the choices come from (docs/methods.md §6):
-
-* **log-Z trick** [derived]: the paper takes q_t = softmax(z_t)[V*] from the old-log-prob pass. Here the
-  caller only supplies last-layer hidden states and the old log-prob of the sampled token at the same
-  temperature, ``old_logp = z_t[y_t] - log Z_t``. We recover log Z_t = z_t[y_t] - old_logp and
-  q_t[v] = exp(z_t[v] - log Z_t) for v in V*, which needs only the |V*| unembedding rows, never a
-  full-vocabulary softmax. It is exact whenever ``old_logp`` was computed from the same hidden states,
-  unembedding, bias and temperature (an inconsistent ``old_logp`` rescales every q_t by the same factor).
-* **Which responses are positive** (``positives``, docs/methods.md §6). The paper (binary rewards)
-  anchors on the *correct* responses and down-weights tokens of the *incorrect* ones.
-  ``positives="correct"`` (default) keeps that on graded rewards: P = the correct rows (``correct_B``,
-  e.g. reward equal to the task's maximum, or above a stated threshold: :func:`nthr_correct`), N = the
-  incorrect rows whose masked advantage sum is < 0 (the only rows with a negative advantage for eta to
-  scale; an incorrect row with a positive advantage, e.g. K&K's well-formatted wrong answer in a group
-  of format errors, is neither anchor nor scored). ``positives="advantage_sign"`` [derived extension]
-  splits by the sign of each row's masked advantage sum (> 0 positive, < 0 negative, 0 neither); it
-  makes wrong-but-well-formatted rows anchors and activates NTHR in groups with no correct response.
-  Either way p = N+/G with G the number of rows sharing the group id, and groups without both
-  positives and negatives are left untouched (weights 1).
-* **Anchor self-exclusion** [docs/methods.md §6]: the paper text does not settle whether s+ of response i' sums
-  over i' itself. ``anchor_exclude_self=False`` (default) includes it; ``True`` uses M+ - M+_{i'}, and for a
-  group with a single positive (where that is undefined) falls back to the inclusive form and counts
-  the group in ``nthr/anchor_self_fallback_groups``.
-* **beta = -inf** [docs/methods.md §6]: an explicit "select every negative token" branch; -inf * min(sbar) would
-  select nothing when min(sbar) < 0.
-* **Selection is strict** (s-_t > tau), as written in the paper. V* (``vocab="group"``) is the sorted set
-  of token ids at valid positions of *all* rows of the group, probabilities sliced without
-  renormalisation (paper §7.4); ``vocab="full"`` uses the whole vocabulary.
-* Accumulation is in float32 (float64 when the hidden states or the unembedding are float64).
-
-Nothing here carries gradient: every function runs under ``torch.no_grad`` on detached inputs and
-never modifies its arguments. Values at padded positions (mask false) are ignored, whatever they hold.
+Per-token weights for incorrect responses: a token whose score s-_t = g-_t^T M+ h-_t exceeds the
+anchor tau is selected and its negative advantage multiplied by eta; the caller applies the weights
+before the unchanged clipped loss, once per rollout batch. Differences from the paper: the log-Z
+trick [derived] (q_t from the hidden states, the |V*| unembedding rows and ``old_logp``, no
+full-vocabulary softmax), ``positives`` ("correct" or the [derived] "advantage_sign"),
+``anchor_exclude_self`` and ``beta=-inf`` as explicit options. docs/methods.md §6 has the rest.
 """
 
 from __future__ import annotations

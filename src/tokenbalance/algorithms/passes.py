@@ -1,17 +1,10 @@
 """Update schedules: which tokens each optimizer pass trains on.
 
-* :func:`single_pass` - every valid token in one pass (GRPO, AR, TR-GRPO, NTHR).
-* :func:`split_passes` - two passes over disjoint token sets (Lopti's, a token rule's split).
-* :func:`lopti_passes` - Low-Probability Token Isolation (Yang et al. 2025, arXiv 2505.12929,
-  Algorithm 1; docs/methods.md §4): split the valid tokens by the old policy's probability, run a
-  complete update on the low-probability tokens, then one on the high-probability tokens.
-
-Reference behaviour kept (``ray_trainer.fit`` of the AR-Lopti fork): the split is computed once
-from the old log-probs with a strict ``p < eta``; each pass masks the advantages *and* the KL /
-entropy terms, while the loss denominators count all valid tokens (no per-stage renormalisation
-unless asked). Differences: the indicator is ANDed with the response mask explicitly (the
-reference relies on padding having p = 1), and the order is a named option (``high_first``)
-instead of a negative threshold.
+:func:`single_pass` (every valid token), :func:`split_passes` (two disjoint token sets) and
+:func:`lopti_passes` (Yang et al. 2025, arXiv 2505.12929, Algorithm 1: low-probability tokens first,
+then high). Differs from the reference: the indicator is ANDed with the response mask explicitly
+(the reference relies on padding having p = 1), and the order is a named option (``high_first``)
+instead of a negative threshold. docs/methods.md §4 has the rest.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
-"""The per-token PPO surrogate, KL estimators and entropy.
+"""The per-token PPO surrogate, KL estimators and entropy, each a per-token ``[B, T]`` tensor.
 
-Reference: ``compute_policy_loss`` and ``kl_penalty`` in verl's ``core_algos.py`` (AR-Lopti fork;
-docs/methods.md §2.4-2.6). Every function returns a per-token ``[B, T]`` tensor; aggregation over
-tokens is :mod:`tokenbalance.algorithms.aggregate`'s job. Differences from the reference:
-
-* the log-ratio is clamped to ``[-log_ratio_clamp, log_ratio_clamp]`` before ``exp`` (default 20,
-  as upstream verl; ``None`` disables it, as in the AR-Lopti fork);
-* ``ratio_weight_BT`` lets TR-GRPO's paper-literal placement put a weight on the ratio inside
-  both branches of the clip (docs/methods.md §5); it is ``None`` for every other method.
+Differences from the reference (verl's ``core_algos.py``, AR-Lopti fork): the log-ratio is clamped to
+``[-log_ratio_clamp, log_ratio_clamp]`` before ``exp`` (default 20, as upstream verl; ``None`` as the
+fork), and ``ratio_weight_BT`` puts TR-GRPO's paper-literal weight on the ratio inside both branches
+of the clip (``None`` for every other method). docs/methods.md §2.4-2.6 and §5 have the rest.
 """
 
 from __future__ import annotations

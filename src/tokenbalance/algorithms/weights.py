@@ -1,23 +1,11 @@
 """Per-token weights that rebalance low- and high-probability tokens: AR and TR-GRPO.
 
+* Advantage Reweighting (arXiv 2505.12929, Eq. 4): ``A <- (alpha * pi + tau) * A``, then the
+  reference's ``neg_adv_weight`` on negative advantages (docs/methods.md §3).
+* TR-GRPO (arXiv 2511.00066): ``w = clip(f(p), L, U)``; the paper's formula is unknown, so two
+  sigmoid readings (``shape``) with third-party, unverified constants; the literal transcription is
+  refused, being the constant 1 (:data:`DROPPED_TR_SHAPES`; docs/methods.md §5).
 (NTHR, which needs hidden states, lives in :mod:`tokenbalance.algorithms.nthr`.)
-
-* **Advantage Reweighting** (Yang et al. 2025, arXiv 2505.12929, Eq. 4; docs/methods.md §3):
-  ``A <- (alpha * pi + tau) * A`` with ``tau = 1 - alpha`` by default and ``pi`` the old policy's
-  probability of the sampled token at the log-prob temperature. The weight never carries
-  gradient. The reference's ``neg_adv_weight`` then scales negative advantages (1.0 in every
-  released script). With ``prob_source="current_detached"`` the probability weight is applied per
-  micro-batch in the loss, and ``neg_adv_weight`` (which depends only on the sign of A) is applied
-  with the old-policy stages: the product is the same on both paths.
-* **TR-GRPO** (arXiv 2511.00066; docs/methods.md §5): ``w = clip(f(p), L, U)`` with a sigmoid shape ``f``.
-  The paper's exact formula is unknown (its method section was not readable); two readings are
-  offered (``shape``) and the only transcribed constants (``alpha=2, tau=9, mu=0.25, L=1,
-  U=1.4``, third-party, unverified) are the defaults. The transcription as written,
-  ``clip(alpha (sigmoid(p / tau) - mu), L, U)``, is not offered: at those constants it is the
-  constant 1 (GRPO), not a weight that grows with p (see :data:`DROPPED_TR_SHAPES`).
-
-Both weights are positive, so as a loss multiplier they equal advantage scaling and leave the
-clip decisions unchanged (docs/methods.md §3).
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
 """tokenbalance methods inside TRL's ``GRPOTrainer`` (AR, TR-GRPO, Lopti, NTHR), no fork.
 
-    from tokenbalance.integrations.trl import TokenBalanceGRPOTrainer, grpo_config_for_method, TaskReward
-    args = grpo_config_for_method("ar_lopti", output_dir="runs/trl", num_generations=8,
-                                  per_device_train_batch_size=8, max_completion_length=1024)
-    trainer = TokenBalanceGRPOTrainer("Qwen/Qwen2.5-3B-Instruct", TaskReward(tokenizer), args,
-                                      method="ar_lopti", train_dataset=dataset)
+    args = grpo_config_for_method("ar_lopti", output_dir="runs/trl", num_generations=8)
+    trainer = TokenBalanceGRPOTrainer(model, TaskReward(tokenizer), args, train_dataset=dataset)
     trainer.train()
 
-Modules: ``config`` (Method -> GRPOConfig fields, refusals), ``passes`` (our token stages on TRL's
-advantages), ``hidden`` (NTHR's hidden states from the training forward), ``trainer`` (the
-subclass), ``rewards`` (K&K reward function + dataset), ``build`` (a trainer with our sampling
-settings, for benchmarks), ``smoke`` (the CPU / 2-process end-to-end run). docs/trl.md has the rest.
-
-Importing this package checks the installed TRL version first
-(:func:`tokenbalance.integrations.versions.require_host`): outside the tested range it fails here
-with both versions named, not deep inside TRL.
+Importing this package checks the installed TRL version first (outside the tested range it fails
+here with both versions named). docs/trl.md has the use, the modules and the differences.
 """
 
 from tokenbalance.integrations.versions import require_host

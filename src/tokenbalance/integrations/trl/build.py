@@ -1,15 +1,11 @@
 """Build a TRL trainer (plain ``GRPOTrainer`` or ours) with sampling settings matching our trainer.
 
-For benchmarks and smoke runs: the same model, prompts, group size and completion length as an
-our-trainer run, sampling at temperature 1.0 with no top-p / top-k / min-p / repetition penalty,
-one optimizer step per generation batch (``prompts_per_step x group_size`` completions over all
-ranks, no gradient accumulation), no bf16 autocast unless asked (``bf16=True``; transformers 5
-turns it on by default, even on CPU), no hub access, no reports, no checkpoints.
+For benchmarks and smoke runs: temperature 1.0, no top-p / top-k / min-p / repetition penalty, one
+optimizer step per generation batch, no bf16 autocast unless asked, no hub, reports or checkpoints
+(docs/trl.md, "Use").
 
-    trainer = build_grpo_trainer("runs/tiny/init", tokenizer=None, train_dataset=task_prompt_dataset(64),
-                                 reward_funcs=TaskReward(tok), method="lopti", group_size=8,
-                                 prompts_per_step=4, max_completion_length=256, output_dir="runs/trl")
-    trainer.train()
+    trainer = build_grpo_trainer("runs/tiny/init", train_dataset=task_prompt_dataset(64),
+                                 reward_funcs=TaskReward(tok), method="lopti", output_dir="runs/trl")
 """
 
 from __future__ import annotations

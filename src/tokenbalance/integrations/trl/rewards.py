@@ -1,20 +1,12 @@
 """A registered task's reward as a TRL reward function (Knights & Knaves by default), and a prompt
 dataset of the task for TRL.
 
-TRL calls a reward function with the batch's ``prompts``, decoded ``completions``, their
-``completion_ids`` and every other dataset column as a keyword (a list per column). The task scores
-decoded prompt + response with special tokens kept (K&K's reference reward reads its tags); TRL
-decodes completions with ``skip_special_tokens=True``, so given a tokenizer :class:`TaskReward`
-decodes ``completion_ids`` itself (EOS dropped, other special tokens kept), exactly as our trainer
-does. Any other TRL reward function (a plain callable) can stand beside it in ``reward_funcs``.
+Given a tokenizer, :class:`TaskReward` decodes ``completion_ids`` itself (EOS dropped, other special
+tokens kept, as our trainer does: TRL's ``completions`` lose them). ``reward="mypkg.rewards:fn"``
+scores with your own ``fn(response, **row)`` instead. docs/trl.md, "Use", has the rest.
 
-    dataset = task_prompt_dataset(64, difficulty=3, template="qwen-instruct")
-    trainer = TokenBalanceGRPOTrainer(model, reward_funcs=TaskReward(tokenizer), train_dataset=dataset, ...)
-
-Your own reward function ``fn(response, **row)`` (the one ``tokenbalance train --reward`` takes,
-docs/tasks.md) is scored the same way, loaded and checked by the same code
-(:class:`tokenbalance.tasks.function.FunctionTask`): ``TaskReward(tokenizer, reward="mypkg.rewards:gsm8k")``
-calls it with the decoded completion and the batch row's columns (``prompt`` and every other dataset column).
+    trainer = TokenBalanceGRPOTrainer(model, reward_funcs=TaskReward(tokenizer),
+                                      train_dataset=task_prompt_dataset(64, difficulty=3), ...)
 """
 
 from __future__ import annotations

@@ -1,16 +1,11 @@
 """A few TRL steps per method on the tiny model, on CPU: the end-to-end and data-parallel check.
 
-Builds (or reads) a tiny local policy, trains each method for a few generation batches with
-:class:`TokenBalanceGRPOTrainer`, and writes one JSON per method and rank: logged losses and
-metrics, optimizer steps, and a SHA-256 of the final parameters (equal across ranks under DDP).
-The reward is the K&K reference reward plus a dense term (the share of even token ids): a random
-tiny model never writes a well-formed answer, so the K&K reward alone is constant (no gradient).
+Writes one JSON per method and rank (losses, metrics, optimizer steps, a SHA-256 of the final
+parameters). The reward adds a dense term to K&K's, which is constant on a random tiny model.
+docs/trl.md, "Use", has the rest.
 
-    python -m tokenbalance.integrations.trl.smoke --out runs/trl-smoke                       # CPU, all methods
-    torchrun --standalone --nproc_per_node 2 -m tokenbalance.integrations.trl.smoke --out runs/trl-smoke  # 2 ranks
-    accelerate launch --num_processes 2 -m tokenbalance.integrations.trl.smoke --out runs/trl-smoke      # 2 GPUs
-
-(On CPU use torchrun: ``accelerate launch --num_processes 2 --cpu`` starts one process.)
+    python -m tokenbalance.integrations.trl.smoke --out runs/trl-smoke
+    torchrun --standalone --nproc_per_node 2 -m tokenbalance.integrations.trl.smoke --out runs/trl-smoke
 """
 
 from __future__ import annotations
