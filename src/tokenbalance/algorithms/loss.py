@@ -10,17 +10,20 @@ are already inside ``update_pass.advantages_BT``.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from tokenbalance.algorithms._checks import check_shape
 from tokenbalance.algorithms.aggregate import aggregate, loss_normaliser
+from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.surrogate import clipped_surrogate, kl_penalty
 from tokenbalance.algorithms.token_rules import weight_metrics
 from tokenbalance.algorithms.weights import ar_token_weights, tr_grpo_token_weights
 from tokenbalance.types import LossNormaliser, LossOutput, UpdatePass
 
 
-def pass_normaliser(method, update_pass: UpdatePass) -> LossNormaliser:
+def pass_normaliser(method: Method, update_pass: UpdatePass) -> LossNormaliser:
     """Denominators of ``update_pass``'s loss terms over the rows it holds.
 
     Call it on the whole mini-batch (and sum over data-parallel ranks) for a global token-mean;
@@ -41,7 +44,7 @@ def _masked_mean(values_BT: torch.Tensor, mask_BT: torch.Tensor) -> float:
 
 
 def pass_loss(
-    method,
+    method: Method,
     update_pass: UpdatePass,
     logp_BT: torch.Tensor,
     old_logp_BT: torch.Tensor,
@@ -109,7 +112,9 @@ def pass_loss(
     surrogate = clipped_surrogate(
         logp_BT, old_logp_BT, advantages_BT, valid_BT, method.clip, ratio_weight_BT=ratio_weight_BT
     )
-    agg = dict(denominator_mask_BT=update_pass.normaliser_mask_BT, max_response_len=method.max_response_len)
+    agg: dict[str, Any] = dict(
+        denominator_mask_BT=update_pass.normaliser_mask_BT, max_response_len=method.max_response_len
+    )
     policy_loss = aggregate(surrogate.loss_BT, policy_BT, method.policy_agg_mode, normaliser=normaliser.policy, **agg)
     total = policy_loss
     metrics["loss/policy"] = float(policy_loss.detach().item())

@@ -33,7 +33,7 @@ import torch
 
 from tokenbalance.algorithms.aggregate import loss_normaliser
 from tokenbalance.algorithms.loss import pass_loss
-from tokenbalance.algorithms.methods import passes_from_advantages
+from tokenbalance.algorithms.methods import Method, passes_from_advantages
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES
 from tokenbalance.diagnostics.grad_share import loss_grad_shares
 from tokenbalance.integrations.verl.config import method_from_actor_config
@@ -48,7 +48,7 @@ def select_pass(passes: list[UpdatePass], name: str) -> UpdatePass:
     raise ValueError(f"{UPDATE_PASS_KEY}: unknown pass {name!r}; this schedule has {[p.name for p in passes]}")
 
 
-def global_normaliser(method, update_pass: UpdatePass, global_batch_info: dict[str, Any]) -> LossNormaliser:
+def global_normaliser(method: Method, update_pass: UpdatePass, global_batch_info: dict[str, Any]) -> LossNormaliser:
     """Our normaliser equal to verl's ``agg_loss`` scaling with ``global_batch_info``.
 
     verl divides by ``batch_num_tokens`` (token-mean) or ``global_batch_size`` (seq-mean modes;
@@ -73,7 +73,7 @@ def global_normaliser(method, update_pass: UpdatePass, global_batch_info: dict[s
 
 
 def grad_share_bound_metrics(
-    method,
+    method: Method,
     loss: torch.Tensor,
     log_prob: torch.Tensor,
     old_log_prob: torch.Tensor,
