@@ -6,12 +6,12 @@ relative to the manifest; ``tokenbalance plot --redraw MANIFEST`` writes them (d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
+from tokenbalance.ablate.testbeds import read_json_list
 from tokenbalance.diagnostics.plots import FIGURES, NotDrawn, load_runs, save_figures
 
 # what draws a figure, and the keys its entry needs
@@ -25,12 +25,7 @@ KINDS = {
 
 def read_figures(manifest: Path) -> list[dict]:
     """The manifest's entries; one-line ``ValueError`` naming the entry and what is wrong."""
-    try:
-        entries = json.loads(manifest.read_text())
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{manifest}: cannot read the figure manifest ({error})") from None
-    if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{manifest}: a figure manifest is a non-empty JSON list of {{figure, draw, ...}}")
+    entries = read_json_list(manifest, "figure", "{figure, draw, ...}")
     for i, entry in enumerate(entries):
         name = entry.get("figure", f"entry {i}") if isinstance(entry, dict) else f"entry {i}"
         if not isinstance(entry, dict) or entry.get("draw") not in KINDS:

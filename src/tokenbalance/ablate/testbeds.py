@@ -36,14 +36,20 @@ class GainPoint:
     seeds: int
 
 
-def read_manifest(path: Path) -> list[tuple[str, Path, Path]]:
-    """``(name, accuracy.csv, profile.json)`` per testbed; one-line ``ValueError`` naming what is wrong."""
+def read_json_list(path: Path, kind: str, shape: str) -> list:
+    """A manifest file's non-empty JSON list; one-line ``ValueError`` naming ``path`` otherwise."""
     try:
         entries = json.loads(path.read_text())
     except (OSError, ValueError) as error:
-        raise ValueError(f"{path}: cannot read the testbed manifest ({error})") from None
+        raise ValueError(f"{path}: cannot read the {kind} manifest ({error})") from None
     if not isinstance(entries, list) or not entries:
-        raise ValueError(f"{path}: a testbed manifest is a non-empty JSON list of {{name, accuracy, profile}}")
+        raise ValueError(f"{path}: a {kind} manifest is a non-empty JSON list of {shape}")
+    return entries
+
+
+def read_manifest(path: Path) -> list[tuple[str, Path, Path]]:
+    """``(name, accuracy.csv, profile.json)`` per testbed; one-line ``ValueError`` naming what is wrong."""
+    entries = read_json_list(path, "testbed", "{name, accuracy, profile}")
     out = []
     for i, entry in enumerate(entries):
         missing = {"name", "accuracy", "profile"} - set(entry if isinstance(entry, dict) else ())
