@@ -1,7 +1,11 @@
 """The preset table and the one resolving function every runner uses."""
 
-import pytest
+from dataclasses import replace
 
+import pytest
+import torch
+
+from tests.tolerances import assert_close_in
 from tokenbalance.algorithms.nthr import NTHRConfig
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.presets import (
@@ -12,7 +16,7 @@ from tokenbalance.algorithms.presets import (
     get_method,
     resolve_method,
 )
-from tokenbalance.algorithms.weights import ARConfig
+from tokenbalance.algorithms.weights import ARConfig, tr_grpo_token_weights
 
 
 def test_every_preset_cites_a_source_for_its_own_values():
@@ -22,6 +26,26 @@ def test_every_preset_cites_a_source_for_its_own_values():
         assert method.name == name and method.description and method.citations
         stages = [stage for stage in OPTIONAL_STAGES if getattr(method, stage) is not None]
         assert all(any(what.startswith(stage) for what, _ in method.citations) for stage in stages), name
+
+
+def test_the_tr_grpo_presets_keep_the_reading_every_published_row_ran():
+    # docs/methods.md §5: each published TR-GRPO row (kk-tiny, arith-cot, arith 2 x 2) ran preset
+    # tr_grpo with no overrides. If the paper's own form is ever read and differs, it comes in under a
+    # new name; these presets keep this reading so the committed records re-run as they were.
+    reading = get_method("tr_grpo").tr_grpo
+    for name in ("tr_grpo", "reinforce_pp_tr_grpo"):
+        tr = get_method(name).tr_grpo
+        assert (tr.shape, tr.alpha, tr.tau, tr.mu, tr.lower, tr.upper) == ("sigmoid_shift", 2.0, 9.0, 0.25, 1.0, 1.4)
+        assert (tr.prob_source, tr.placement, tr.weight_kl) == ("current", "loss_multiplier", False)
+    assert get_method("tr_grpo_literal").tr_grpo == replace(reading, placement="ratio_in_clip", weight_kl=True)
+    # w = clip(2 sigmoid(9 (p - 0.25)), 1, 1.4): p = 0.1 -> 1 (raw 0.41); p = 0.3 -> 2 / (1 + e^-0.45);
+    # p = 0.9 -> 1.4 (raw 1.99); padding -> 1. Computed from the current log-probs with no gradient.
+    logp_BT = torch.log(torch.tensor([[0.1, 0.3, 0.9, 0.5]], dtype=torch.float64)).requires_grad_(True)
+    mask_BT = torch.tensor([[True, True, True, False]])
+    weights_BT = tr_grpo_token_weights(logp_BT, mask_BT, reading)
+    expected_BT = torch.tensor([[1.0, 2.0 / (1.0 + torch.e**-0.45), 1.4, 1.0]], dtype=torch.float64)
+    assert_close_in(weights_BT, expected_BT, torch.float64, msg="tr_grpo preset weights")
+    assert not weights_BT.requires_grad
 
 
 def test_the_sections_are_read_from_the_method_itself():

@@ -64,7 +64,7 @@ _TR_GRPO_LITERAL = (
 )
 _TR_GRPO_WHAT = (
     " + a TR-GRPO-like probability weight (loss multiplier); UNVERIFIED: the weight shape and constants come "
-    "from no primary source (no paper text or code was reachable)"
+    "from no primary source (of the paper's text only its abstracts were readable, and no code)"
 )
 _NTHR = ("nthr.beta=1, eta=2|0.5-p|", f"{_NTHR_PAPER}, §7.3 (docs/methods.md §6)")
 _KK_TEMPERATURE = ("recommended_temperature=0.7 (rollout)", f"{_AR_LOPTI}, K&K scripts train_kklogic_*.sh")
