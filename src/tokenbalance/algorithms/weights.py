@@ -15,15 +15,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-    param,
-)
+from tokenbalance.algorithms._checks import check_finite, check_ndim, check_shape, masked_fill_invalid, param
+from tokenbalance.checks import check_choice, check_range
 
 PROB_SOURCES_AR = ("old", "current_detached")
 TR_SHAPES = ("sigmoid_shift", "sigmoid_mul")
