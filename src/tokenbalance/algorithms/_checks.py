@@ -4,7 +4,7 @@ Every check raises ``ValueError`` naming the argument, the value received and wh
 bad call fails at the boundary, not as a shape error deep inside torch. Tensor-value checks look only
 at valid (masked-in) positions: padding may hold anything, NaN or -inf included. The scalar checks
 (``check_range``, ``check_choice``) are :mod:`tokenbalance.checks`' (shared with the config, the tasks
-and the models), imported from there; :func:`param` declares a hyper-parameter field with its help text.
+and the models); :func:`param` declares a hyper-parameter field with its help text.
 """
 
 from __future__ import annotations
@@ -14,7 +14,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["check_finite", "check_ndim", "check_shape", "masked_fill_invalid", "param"]
+from tokenbalance.checks import check_choice, check_range
+
+__all__ = [
+    "check_choice",
+    "check_finite",
+    "check_ndim",
+    "check_range",
+    "check_shape",
+    "masked_fill_invalid",
+    "param",
+]
 
 
 def check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:

@@ -12,9 +12,15 @@ import warnings
 
 import torch
 
-from tokenbalance.algorithms._checks import check_finite, check_ndim, check_shape, masked_fill_invalid
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
 from tokenbalance.algorithms.registry import Registry
-from tokenbalance.checks import check_choice, check_range
 
 SINGLETON_RULES = ("reference", "zero")
 GAP_RULES = ("restart", "carry")

@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import torch
 
-from tokenbalance.algorithms._checks import check_ndim, check_shape, masked_fill_invalid
-from tokenbalance.checks import check_choice, check_range
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+)
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 

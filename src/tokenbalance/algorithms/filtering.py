@@ -15,8 +15,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokenbalance.algorithms._checks import check_finite, check_ndim, check_shape, param
-from tokenbalance.checks import check_choice
+from tokenbalance.algorithms._checks import check_choice, check_finite, check_ndim, check_shape, param
 
 __all__ = [
     "DynamicSamplingConfig",

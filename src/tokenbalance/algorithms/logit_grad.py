@@ -12,8 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from tokenbalance.algorithms._checks import check_shape
-from tokenbalance.checks import check_range
+from tokenbalance.algorithms._checks import check_range, check_shape
 
 
 def sum_sq_probs(logp_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> torch.Tensor:

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import check_shape, param
+from tokenbalance.algorithms._checks import check_choice, check_range, check_shape, param
 from tokenbalance.algorithms.advantages import (
     ADVANTAGE_ESTIMATOR_NAMES,
     OUTCOME_ESTIMATORS,
@@ -38,7 +38,6 @@ from tokenbalance.algorithms.passes import (
 from tokenbalance.algorithms.surrogate import KL_ESTIMATORS, ClipConfig, kl_penalty
 from tokenbalance.algorithms.token_rules import TokenRule, weight_metrics
 from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig, advantage_reweight, scale_negative_advantages
-from tokenbalance.checks import check_choice, check_range
 from tokenbalance.types import UpdatePass
 
 KL_PLACEMENTS = ("loss", "reward", "none")

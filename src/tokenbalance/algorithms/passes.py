@@ -13,8 +13,15 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import check_finite, check_ndim, check_shape, masked_fill_invalid, param
-from tokenbalance.checks import check_choice, check_range
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+    param,
+)
 from tokenbalance.types import UpdatePass
 
 LOPTI_ORDERS = ("low_first", "high_first")

@@ -15,9 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tokenbalance.algorithms._checks import masked_fill_invalid
+from tokenbalance.algorithms._checks import check_choice, masked_fill_invalid
 from tokenbalance.algorithms.registry import Registry
-from tokenbalance.checks import check_choice
 from tokenbalance.user_code import first_line, shown
 
 RULE_STAGES = ("passes", "loss")

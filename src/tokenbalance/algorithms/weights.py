@@ -15,8 +15,15 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import check_finite, check_ndim, check_shape, masked_fill_invalid, param
-from tokenbalance.checks import check_choice, check_range
+from tokenbalance.algorithms._checks import (
+    check_choice,
+    check_finite,
+    check_ndim,
+    check_range,
+    check_shape,
+    masked_fill_invalid,
+    param,
+)
 
 PROB_SOURCES_AR = ("old", "current_detached")
 TR_SHAPES = ("sigmoid_shift", "sigmoid_mul")
