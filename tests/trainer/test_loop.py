@@ -183,11 +183,11 @@ def test_every_preset_trains_one_step(small_config, name):
 
 
 def test_prompt_order_is_a_seeded_permutation_per_epoch():
-    steps = [loop.step_prompt_indices(10, 3, step, 4) for step in range(5)]
+    steps = [loop.prompt_indices(10, 3, step * 4, 4) for step in range(5)]
     first_epoch = steps[0] + steps[1] + steps[2][:2]
     assert sorted(first_epoch) == list(range(10))
-    assert steps == [loop.step_prompt_indices(10, 3, step, 4) for step in range(5)]
-    assert steps != [loop.step_prompt_indices(10, 4, step, 4) for step in range(5)]
+    assert steps == [loop.prompt_indices(10, 3, step * 4, 4) for step in range(5)]
+    assert steps != [loop.prompt_indices(10, 4, step * 4, 4) for step in range(5)]
 
 
 def test_undocumented_keys_are_caught():

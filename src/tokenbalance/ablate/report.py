@@ -105,20 +105,19 @@ def fmt(value: float, digits: int = 3, sign: bool = False) -> str:
     return f"{value:+.{digits}f}" if sign else f"{value:.{digits}f}"
 
 
-def fmt_estimate(e: Estimate, digits: int = 3) -> str:
+def _fmt_with_spread(e: Estimate, digits: int, sign: bool, spread: str) -> str:
+    """``e``'s mean then ``spread`` (its interval, written as the caller wants), or what one seed or none gives."""
     if e.n == 0:
         return "–"
-    if e.n == 1:
-        return f"{fmt(e.mean, digits)} (1 seed)"
-    return f"{fmt(e.mean, digits)} ± {fmt(e.half_width, digits)}"
+    return f"{fmt(e.mean, digits, sign)} {'(1 seed)' if e.n == 1 else spread}"
+
+
+def fmt_estimate(e: Estimate, digits: int = 3) -> str:
+    return _fmt_with_spread(e, digits, False, f"± {fmt(e.half_width, digits)}")
 
 
 def fmt_difference(e: Estimate, digits: int = 3) -> str:
-    if e.n == 0:
-        return "–"
-    if e.n == 1:
-        return f"{fmt(e.mean, digits, True)} (1 seed)"
-    return f"{fmt(e.mean, digits, True)} [{fmt(e.low, digits, True)}, {fmt(e.high, digits, True)}]"
+    return _fmt_with_spread(e, digits, True, f"[{fmt(e.low, digits, True)}, {fmt(e.high, digits, True)}]")
 
 
 def fmt_relative(fraction: float) -> str:

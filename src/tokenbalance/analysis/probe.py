@@ -25,6 +25,7 @@ from tokenbalance.trainer.batch import RolloutBatch, update_inputs
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import ResponseLogprobs, batched_response_logprobs
 from tokenbalance.trainer.precision import ForwardSettings, forward_precision
+from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 from tokenbalance.types import UpdatePass
 
@@ -82,6 +83,17 @@ class ProbeBatch:
     @property
     def examples_B(self) -> list[TaskExample]:
         return [e for e in self.rollout.examples_P for _ in range(self.rollout.group_size)]
+
+    def access(self) -> StepPolicy:
+        """The policy as one step's diagnostics see it, on this process alone."""
+        return StepPolicy(
+            self.model,
+            self.rollout.packed,
+            self.temperature,
+            self.micro_batch_rows,
+            DistContext(device=self.device),
+            self.forward_settings,
+        )
 
 
 def probe_batch(
@@ -194,12 +206,6 @@ def single_update(
 
 
 def rescore(probe: ProbeBatch, rows=None) -> torch.Tensor:
-    """[B, T] the policy's current log-probs of the probe's responses (or of ``rows``)."""
-    packed = probe.rollout.packed if rows is None else probe.rollout.packed.rows(rows)
-    return batched_response_logprobs(
-        probe.model,
-        packed,
-        temperature=probe.temperature,
-        micro_batch=probe.micro_batch_rows,
-        forward_settings=probe.forward_settings,
-    ).logp_BT
+    """[B, T] the policy's current log-probs of the probe's responses (or of ``rows``), without gradient."""
+    with torch.no_grad():
+        return probe.access().logp(slice(None) if rows is None else rows)

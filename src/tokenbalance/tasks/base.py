@@ -210,16 +210,7 @@ class BaseTask:
         split = "test" if use in ("eval", "validation") else "train"
         return ExampleSource(split, count=count, seed=self.USE_SEEDS[use])
 
-    def examples(
-        self,
-        split: str,
-        *,
-        difficulty: int | None = None,
-        count: int | None = None,
-        start_index: int | None = None,
-        seed: int | None = None,
-        template: str | None = None,
-    ) -> list[TaskExample]:
+    def examples(self, *args: Any, **options: Any) -> list[TaskExample]:
         raise NotImplementedError(f"task {self.name!r} must define examples()")
 
     def sft_response(self, example: TaskExample, target: str) -> str:

@@ -349,16 +349,7 @@ class FunctionTask(BaseTask):
             "(the embedded policy is then built on your rows)"
         )
 
-    def examples(
-        self,
-        split: str,
-        *,
-        difficulty: int | None = None,
-        count: int | None = None,
-        start_index: int | None = None,
-        seed: int | None = None,
-        template: str | None = None,
-    ) -> list[TaskExample]:
+    def examples(self, *args: Any, **options: Any) -> list[TaskExample]:
         raise self._no_generated("generated examples")
 
     def sft_response(self, example: TaskExample, target: str) -> str:

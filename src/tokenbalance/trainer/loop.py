@@ -77,11 +77,6 @@ def prompt_indices(num_examples: int, seed: int, position: int, count: int) -> l
     return indices
 
 
-def step_prompt_indices(num_examples: int, seed: int, step: int, per_step: int) -> list[int]:
-    """Global prompt indices of RL step ``step`` (0-based) when every step draws ``per_step``."""
-    return prompt_indices(num_examples, seed, step * per_step, per_step)
-
-
 @dataclass(frozen=True, kw_only=True)
 class StepSettings(UpdateSettings):
     """What the config fixes for every step of a run, derived once (:meth:`from_config`): the

@@ -29,7 +29,7 @@ class StepPolicy:
     ctx: DistContext
     forward_settings: ForwardSettings = PLAIN_FORWARD  # the forwards' precision and chunks, as the update's
 
-    def logp(self, rows_R: torch.Tensor) -> torch.Tensor:
+    def logp(self, rows_R: torch.Tensor | slice) -> torch.Tensor:
         packed = self.packed.rows(rows_R)
         if torch.is_grad_enabled():
             return response_logprobs(
