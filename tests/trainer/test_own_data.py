@@ -64,7 +64,7 @@ def test_the_example_rows_are_sft_pairs_and_its_reward_scores_them():
         ],
     )
     pairs = row_pairs(config.data)
-    assert len(pairs) == 400 and pairs[0] == SFTPair("reverse: n b i p =", " p i b n")
+    assert len(pairs) == 2000 and pairs[0] == SFTPair("reverse: n b i p =", " p i b n")
     reverse = load_function(REWARD, "data.reward")
     assert [reverse(text, " p i b n") for text in (" p i b n", "p i b x", "n b i p", "")] == [1.0, 0.375, 0.0, 0.0]
 
