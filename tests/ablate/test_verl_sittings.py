@@ -84,18 +84,20 @@ def test_a_failed_sitting_says_where_and_the_next_resumes_into_its_own_file(work
     assert not (cell(work) / "metrics.sitting-3.jsonl").exists()
 
 
-def test_the_cell_runs_its_launch_with_extra_overrides_before_its_own(work):
+def test_the_cell_runs_its_launch_with_extra_overrides_between_its_checkpoints_and_its_own(work):
+    """The cell's checkpoint directory comes before the extra overrides (a user's
+    trainer.default_local_dir moves it), the cell's seed, name and directories after them."""
     done = run(work, cell(work, "ar-3b-seed0") / "run.sh", "trainer.total_epochs=1", "a=b c")
     assert done.returncode == 0, done.stderr
     directory = cell(work, "ar-3b-seed0")
     assert recorded(work, 1) == [
         "3b",  # MODEL from the launch line (the fake preset prints it first)
+        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.total_epochs=1",
         "a=b c",
         "trainer.experiment_name=ar-3b-seed0",
         "data.seed=0",
         "actor_rollout_ref.rollout.seed=0",
-        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.resume_mode=auto",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={directory}/hydra",
@@ -146,10 +148,14 @@ def test_one_sitting_of_a_cell_at_a_time(work):
 def test_a_dry_run_changes_nothing(work):
     done = run(work, work["grid"] / "run_grid.sh", DRY_RUN="1")
     assert done.returncode == 0, done.stderr
-    assert (work["root"] / "record.dry-run").read_text().splitlines()[1:] == [
+    directory = cell(work, "ar-3b-seed0")
+    assert (work["root"] / "record.dry-run").read_text().splitlines()[1:] == [  # the sitting's, but its files
+        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.experiment_name=ar-3b-seed0",
         "data.seed=0",
         "actor_rollout_ref.rollout.seed=0",
+        "trainer.resume_mode=auto",
+        "trainer.logger=[console,file]",
     ]
     assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
 
@@ -198,12 +204,14 @@ def test_a_slurm_task_runs_its_line_of_cells_txt(work):
 
 def test_a_grid_written_with_a_relative_out_runs_from_the_repository_root(work, tmp_path, monkeypatch):
     """``--out rel`` written in one directory, submitted from the repository root (where Slurm
-    runs each task): the scripts name the grid by its absolute path, so every task finds its cell."""
+    runs each task): the grid is not below the submit directory, so the tasks find it by the absolute
+    path it was written at."""
     (tmp_path / "written-here").mkdir()
     monkeypatch.chdir(tmp_path / "written-here")
     assert main([*GRID, "--out", "rel"]) == 0
     grid_dir = tmp_path / "written-here" / "rel" / "verl"
-    assert f"DEFAULT_GRID_DIR={grid_dir}" in (grid_dir / "slurm_array.sh").read_text()
+    slurm = (grid_dir / "slurm_array.sh").read_text()
+    assert "\nDEFAULT_GRID_DIR=rel/verl\n" in slurm and f"\nWRITTEN_GRID_DIR={grid_dir}\n" in slurm
     for task in ("0", "1"):
         done = run(work, grid_dir / "slurm_array.sh", SLURM_ARRAY_TASK_ID=task, SLURM_SUBMIT_DIR=str(work["root"]))
         assert done.returncode == 0, done.stderr
