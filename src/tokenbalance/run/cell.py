@@ -189,7 +189,9 @@ def begin(
         except ValueError as err:
             refuse(cell, err)
         write_text_atomic(Path(cell_dir) / cell_launch.LAUNCH_RECORD, json.dumps(record, indent=1) + "\n")
-        removed = cell_launch.prune_checkpoints(checkpoints, cell_launch.keep_setting(list(launch.overrides), launch.keep))
+        removed = cell_launch.prune_checkpoints(
+            checkpoints, cell_launch.keep_setting(list(launch.overrides), launch.keep)
+        )
         if removed:
             say(f"== {cell}: removed the checkpoints {', '.join(removed)} (kept: the newest the retention allows)")
         if last_logged_step(cell_dir) and not (checkpoints / cell_launch.TRACKER).is_file():
@@ -281,10 +283,10 @@ def main(argv: list[str] | None = None) -> int:
             begun = begin(
                 args.cell_dir, args.cell, pid=args.pid, lock_fd=args.lock_fd, say=say, launch=launch_of(args, overrides)
             )
-            metrics, path = begun or (None, None)
+            metrics, trained = begun or (None, None)
             print(metrics or "")
-            if path is not None:
-                print(path)
+            if trained is not None:
+                print(trained)
         else:
             ended = {"metrics": args.metrics, "exit_status": args.exit_status, "signal_name": args.signal_name}
             end(args.cell_dir, args.cell, **ended, say=say)

@@ -172,4 +172,3 @@ def prune_checkpoints(directory: Path, keep: int | None) -> list[str]:
     for step in removed:
         shutil.rmtree(directory / f"global_step_{step}")
     return [f"global_step_{step}" for step in removed]
-

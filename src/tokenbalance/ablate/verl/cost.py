@@ -93,7 +93,9 @@ class CellCost:
     @property
     def first_sitting_gpu_hours(self) -> float:
         """Every step and validation once: the cell run without a stop."""
-        seconds = steps_per_cell() * self.step_gpu_seconds + validations_per_cell() * validation_seconds(self.parameters)
+        seconds = steps_per_cell() * self.step_gpu_seconds + validations_per_cell() * validation_seconds(
+            self.parameters
+        )
         return seconds / 3600
 
     @property

@@ -1,11 +1,11 @@
-"""The paper-layout table of a verl grid, from the validation metrics verl wrote in each cell.
+"""The paper-layout tables of a verl grid, from the validation metrics verl wrote in each cell.
 
-Two reports per model, ``OUT/verl/report-<model>/`` (each cell's last validation) and
-``report-<model>-last3/`` (the mean of its last three, the paper's reading), each with ``results.md``, ``accuracy.csv``, ``cells.csv``,
-``step_cost.csv``, ``reward_curves.png``): the local grid's report (:mod:`.report`, :mod:`.stats`,
-:mod:`.curves`) on the cells read by :mod:`.results`: per people count and their average,
-mean and 95% CI over seeds, paired differences against the baseline row, the cost per step from
-verl's timings and the training-reward curves.
+Two reports per model: ``OUT/verl/report-<model>/`` (each cell's last validation) and
+``report-<model>-last3/`` (the mean of its last three, the paper's reading), each with ``results.md``,
+``accuracy.csv``, ``cells.csv``, ``step_cost.csv``, ``reward_curves.png``: the local grid's report
+(:mod:`.report`, :mod:`.stats`, :mod:`.curves`) on the cells read by :mod:`.results`: per people count
+and their average, mean and 95% CI over seeds, paired differences against the baseline row, the cost
+per step from verl's timings and the training-reward curves.
 """
 
 from __future__ import annotations

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import math
 import re
-from pathlib import Path
-
 from dataclasses import replace
+from pathlib import Path
 
 import yaml
 

@@ -1,5 +1,5 @@
 """The verl grid as files a cluster runs: ``OUT/verl/run_grid.sh`` (every cell in turn on one node),
-``slurm_array.sh`` (one array task per line of ``cells.txt``), ``run_cell.sh`` (one sitting,
+``slurm_array.sh`` (one array task per line of ``cells.txt``, requeued near its time limit), ``run_cell.sh`` (one sitting,
 :mod:`.cell_script`) and ``cells/<cell>/run.sh`` (its row, model, seed and launch); a cell's STATUS,
 lock and sittings are :mod:`tokenbalance.run.cell`'s. Every embedded value is shell-quoted data. Writing
 again never touches what the cells wrote, refuses a cell that ran another launch and never replaces a
@@ -8,7 +8,6 @@ script the user edited (:data:`DIGESTS`). docs/ablate.md "The grid at paper scal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -22,6 +21,7 @@ from tokenbalance.ablate.verl.cost import SLURM_MAX_HOURS
 from tokenbalance.ablate.verl.grid import VERL_MODEL_NAMES, VerlCell
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.cell import STATUS_FILE, has_run
+from tokenbalance.run.cell_launch import file_digest
 from tokenbalance.run.state import NOT_STARTED
 
 DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
@@ -257,10 +257,6 @@ def written_digests(grid_dir: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {k: v for k, v in digests.items() if isinstance(v, str)} if isinstance(digests, dict) else {}
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_unedited(grid_dir: Path, names: list[str]) -> None:
