@@ -101,6 +101,7 @@ def test_pruning_keeps_the_newest_up_to_the_one_a_resume_loads(tmp_path):
 
 
 def test_the_kept_number_follows_the_overrides():
-    assert keep_setting([], 1) == 1
-    assert keep_setting(["trainer.max_actor_ckpt_to_keep=3"], 1) == 3
-    assert keep_setting(["trainer.max_actor_ckpt_to_keep=null"], 1) is None
+    assert keep_setting([], "1") == 1 and keep_setting([], "2") == 2  # KEEP_CHECKPOINTS, as common.sh passes it
+    assert keep_setting(["trainer.max_actor_ckpt_to_keep=3"], "1") == 3
+    assert keep_setting(["trainer.max_actor_ckpt_to_keep=null"], "1") is None
+    assert keep_setting([], "null") is None

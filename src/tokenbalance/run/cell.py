@@ -122,7 +122,7 @@ class Launch:
     words: tuple[str, ...]
     overrides: tuple[str, ...]
     checkpoints: Path
-    keep: int
+    keep: str
 
 
 def check_launch(cell_dir: Path, launch: Launch, env: Mapping[str, str], root: Path) -> tuple[str, dict]:
@@ -227,7 +227,7 @@ def add_launch_options(parser: argparse.ArgumentParser, required: bool) -> None:
     parser.add_argument("--hub-name", default="", help="the model's hub name, taken when MODEL_PATH_<MODEL> is unset")
     parser.add_argument("--launch", action="append", default=[], help="one word of the cell's LAUNCH (repeated)")
     parser.add_argument("--checkpoints", type=Path, help="the cell's checkpoint directory unless an override sets one")
-    parser.add_argument("--keep", type=int, default=1, help="checkpoints kept unless an override sets the number")
+    parser.add_argument("--keep", default="1", help="checkpoints kept (KEEP_CHECKPOINTS) unless an override says")
 
 
 def launch_of(args: argparse.Namespace, overrides: list[str]) -> Launch | None:

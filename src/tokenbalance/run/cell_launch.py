@@ -143,15 +143,14 @@ def claim_checkpoints(directory: Path, cell: str, own: bool) -> None:
     mark.write_text(cell + "\n")
 
 
-def keep_setting(overrides: list[str], default: int) -> int | None:
-    """The checkpoints to keep: ``trainer.max_actor_ckpt_to_keep`` of the overrides (None: every one)."""
-    value = last_value(overrides, "trainer.max_actor_ckpt_to_keep")
-    if value is None:
-        return default
+def keep_setting(overrides: list[str], default: str) -> int | None:
+    """The checkpoints to keep: ``trainer.max_actor_ckpt_to_keep`` of the overrides, else ``default``
+    (``KEEP_CHECKPOINTS``); None (keep every one) for null or a number below 1, as verl reads it."""
+    value = last_value(overrides, "trainer.max_actor_ckpt_to_keep") or default
     try:
         return int(value) if int(value) > 0 else None
     except ValueError:
-        return None  # null / None: verl keeps every checkpoint
+        return None
 
 
 def prune_checkpoints(directory: Path, keep: int | None) -> list[str]:

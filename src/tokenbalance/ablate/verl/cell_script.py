@@ -53,7 +53,7 @@ if [[ ! -f examples/verl/common.sh ]]; then
 fi
 CHECKPOINTS="$CELL_DIR/checkpoints"
 if [[ -n "${CHECKPOINT_ROOT:-}" ]]; then CHECKPOINTS="${CHECKPOINT_ROOT%/}/$CELL"; fi
-CELL_ARGS=("$CELL_DIR" "$CELL" --model "$MODEL" --hub-name "$MODEL_HUB_NAME" --checkpoints "$CHECKPOINTS" --keep @KEEP@)
+CELL_ARGS=("$CELL_DIR" "$CELL" --model "$MODEL" --hub-name "$MODEL_HUB_NAME" --checkpoints "$CHECKPOINTS" --keep "${KEEP_CHECKPOINTS:-@KEEP@}")
 for word in "${LAUNCH[@]}"; do CELL_ARGS+=("--launch=$word"); done
 if [[ "$DRY_RUN" == "1" ]]; then
   MODEL_PATH="$(python -m tokenbalance.run.cell check "${CELL_ARGS[@]}" -- "$@")" || exit $?
