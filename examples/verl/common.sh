@@ -6,7 +6,8 @@
 #
 # Environment (all optional):
 #   MODEL=7b|3b          7b: Qwen/Qwen2.5-7B-Instruct-1M (the scripts' default), 3b: Qwen/Qwen2.5-3B-Instruct
-#   MODEL_PATH=...       a local copy of the model instead of the hub name
+#   MODEL_PATH=...       a local copy of the model instead of the hub name (a grid cell sets it from
+#                        MODEL_PATH_3B / MODEL_PATH_7B, one per model)
 #   ESTIMATOR=grpo|reinforce_pp   advantage estimator (the scripts' default grpo; alternative reinforce_plus_plus)
 #   METHOD=NAME          the method: a preset (tokenbalance list-methods) or your token rule (MODULE:RULE or
 #                        FILE.py:RULE); each kk_*.sh has its own default, on ESTIMATOR's base (grpo: ar,
@@ -14,6 +15,11 @@
 #                        +actor_rollout_ref.actor.policy_loss.overrides.<stage>.<field>=... appended
 #   DATA_DIR=data/kk     where prepare_kk_data.sh wrote the parquet files
 #   N_GPUS=4             GPUs on the node (the scripts: 1 node x 4 x 80 GB)
+#   OFFLOAD=1            FSDP CPU offload as the authors' fork: actor parameters and optimizer state, reference
+#                        parameters (1, the default); 0: all on the GPU (faster where memory allows)
+#   VALIDATION=greedy    greedy validation (verl's default, the table's); sample: one response at T = 1.0,
+#                        top_p 1 (the fork's second validation; verl 0.9.1 validates one way per run)
+#   KEEP_CHECKPOINTS=1   the newest checkpoints verl keeps (ours: verl's default keeps all, ~37 GB each at 3B)
 #   DRY_RUN=1            check and print the composed config instead of training (writes nothing here);
 #                        1/true/yes/on: a dry run; unset/empty/0/false/no/off: train; anything else is refused
 #   extra hydra overrides can be appended to any kk_*.sh command line.
@@ -38,6 +44,21 @@ case "$ESTIMATOR" in
 esac
 DATA_DIR="${DATA_DIR:-data/kk}"
 N_GPUS="${N_GPUS:-4}"
+KEEP_CHECKPOINTS="${KEEP_CHECKPOINTS:-1}"
+case "${OFFLOAD:-1}" in
+  1) OFFLOAD=True ;;
+  0) OFFLOAD=False ;;
+  *) echo "OFFLOAD must be 1 (the fork's CPU offload) or 0, got '$OFFLOAD'" >&2; exit 2 ;;
+esac
+VALIDATION="${VALIDATION:-greedy}"
+case "$VALIDATION" in
+  greedy) VAL_KWARGS=(actor_rollout_ref.rollout.val_kwargs.do_sample=False) ;;
+  sample)
+    VAL_KWARGS=(actor_rollout_ref.rollout.val_kwargs.do_sample=True actor_rollout_ref.rollout.val_kwargs.temperature=1.0
+      actor_rollout_ref.rollout.val_kwargs.top_p=1.0 actor_rollout_ref.rollout.val_kwargs.top_k=-1
+      actor_rollout_ref.rollout.val_kwargs.n=1) ;;
+  *) echo "VALIDATION must be greedy or sample, got '$VALIDATION'" >&2; exit 2 ;;
+esac
 VAL_FILES="[$DATA_DIR/3ppl/test_new.parquet,$DATA_DIR/4ppl/test_new.parquet,$DATA_DIR/5ppl/test_new.parquet,$DATA_DIR/6ppl/test_new.parquet,$DATA_DIR/7ppl/test_new.parquet]"
 POLICY_LOSS=actor_rollout_ref.actor.policy_loss
 
@@ -62,6 +83,11 @@ COMMON_OVERRIDES=(
   actor_rollout_ref.actor.optim.weight_decay=0.01
   actor_rollout_ref.actor.optim.clip_grad=1.0
   actor_rollout_ref.actor.optim.lr_warmup_steps_ratio=0.0
+  # FSDP CPU offload (OFFLOAD): the fork's param_offload, grad_offload and optimizer_offload for the actor and
+  # param_offload for the reference (verl 0.9.1 has no grad_offload key)
+  "actor_rollout_ref.actor.fsdp_config.param_offload=$OFFLOAD"
+  "actor_rollout_ref.actor.fsdp_config.optimizer_offload=$OFFLOAD"
+  "actor_rollout_ref.ref.fsdp_config.param_offload=$OFFLOAD"
   # clipped surrogate: eps_low 0.20, eps_high 0.24, dual clip c = 10
   actor_rollout_ref.actor.clip_ratio_low=0.2
   actor_rollout_ref.actor.clip_ratio_high=0.24
@@ -93,22 +119,29 @@ COMMON_OVERRIDES=(
   # K&K reward (Logic-RL scoring: 3 / -0.5 / -1 / -3) from tokenbalance.tasks.kk
   reward.custom_reward_function.path=pkg://tokenbalance.integrations.verl.reward
   reward.custom_reward_function.name=compute_score
+  # validation (VALIDATION): greedy (verl's default; the fork also logs a T = 1.0 sample)
+  "${VAL_KWARGS[@]}"
   # schedule: 5 epochs (350 steps), validate before training and every 20 steps, save every 20
   trainer.total_epochs=5
   trainer.val_before_train=True
   trainer.test_freq=20
   trainer.save_freq=20
+  # checkpoint retention (ours, KEEP_CHECKPOINTS): the fork keeps every one (fp32 weights + Adam state:
+  # 12 bytes per parameter, ~0.67 TB per 3B run); a resume needs only the newest
+  "trainer.max_actor_ckpt_to_keep=$KEEP_CHECKPOINTS"
   trainer.n_gpus_per_node="$N_GPUS"
   trainer.nnodes=1
   trainer.project_name=AR-Lopti
   "trainer.logger=[console,wandb]"
 )
 
-# run_preset NAME [overrides...]: launch verl through our validating entry point.
+# run_preset NAME [overrides...]: launch verl through our validating entry point; a dry run first runs
+# verl's own validate_config on the composed config (the launcher's dry run stops before it).
 run_preset() {
   local name="$1"; shift
-  TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${COMMON_OVERRIDES[@]}" \
-    "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@"
+  local overrides=("${COMMON_OVERRIDES[@]}" "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@")
+  if [[ "$DRY_RUN" == "1" ]]; then python -m tokenbalance.ablate.verl.check_config "${overrides[@]}" || exit $?; fi
+  TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${overrides[@]}"
 }
 
 # preset_of NAME: the preset NAME on ESTIMATOR's base (ar -> ar or reinforce_pp_ar; grpo -> grpo or reinforce_pp).

@@ -129,4 +129,8 @@ def test_the_verl_report_command_runs_as_printed_with_a_rule_row(tmp_path, capsy
     assert command.removesuffix(" --report-only") in slurm
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
-    assert main(shlex.split(command)[1:]) == 0, capsys.readouterr().err
+    capsys.readouterr()
+    assert main(shlex.split(command)[1:]) == 1  # it reports; no cell has run yet, each named
+    assert "cells without a final accuracy: 8: grpo-3b-seed0 (not started); half_weight-3b-seed0" in (
+        capsys.readouterr().err
+    )

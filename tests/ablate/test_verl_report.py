@@ -99,7 +99,7 @@ def test_the_table_holds_the_validation_scores_per_people_count_and_their_averag
 def test_a_cell_not_completed_is_left_out_and_named(grid):
     cell = grid / "verl" / "cells" / "ar-3b-seed1"
     (cell / "STATUS").write_text("failed at step 3: exit status 1 in sitting 1 on node at t; steps up to 2 logged\n")
-    assert main([*GRID, "--out", str(grid), "--report-only"]) == 0
+    assert main([*GRID, "--out", str(grid), "--report-only"]) == 1  # a planned cell gives no accuracy
     ar = accuracy(grid)[("greedy", "ar", "eval/greedy/acc")]
     assert ar["seeds"] == "0" and float(ar["mean"]) == pytest.approx(0.55, abs=ATOL)
     report = (grid / "verl" / "report-3b" / "results.md").read_text()
@@ -151,3 +151,79 @@ def test_the_table_reads_the_accuracy_the_kk_reward_gives_verl():
     """The verl reward (integrations/verl/reward.py) returns the score and ``KKScore.metrics()``."""
     gold = {"solution_text_format": "(1) Zoey is a knight\n(2) Oliver is a knave"}
     assert verl_results.ACCURACY_VARIABLE in score_response("no answer", gold).metrics()
+
+
+def test_each_unusable_cell_says_why_and_the_report_exits_1(grid, capsys):
+    cells = grid / "verl" / "cells"
+    (cells / "ar-3b-seed1" / "metrics.sitting-1.jsonl").write_text(line(1, training(1.0)) + line(2, training(1.0)))
+    text = line(0, validation(0.1, 0.0)) + line(1, training(1.0) | validation(0.2, 0.1)) + line(2, training(1.0))
+    (cells / "grpo-3b-seed1" / "metrics.sitting-1.jsonl").write_text(text)
+    (cells / "ar-3b-seed0" / "STATUS").write_text("not started\n")
+    assert main([*GRID, "--out", str(grid), "--report-only"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("cells without a final accuracy: 3: ar-3b-seed0 (not started); grpo-3b-seed1 (completed, but")
+    report = (grid / "verl" / "report-3b" / "results.md").read_text()
+    assert "grpo-3b-seed1 (completed, but its last validation is at step 1, not at its last training step 2" in report
+    assert "ar-3b-seed1 (completed, but its logs hold no validation of `correct` per data source" in report
+    assert "ar-3b-seed0 (not started)" in report
+
+
+def test_cells_of_two_models_that_trained_one_model_path_are_unusable(tmp_path, capsys):
+    out = tmp_path / "out"
+    flags = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo", "--seeds", "0"]
+    assert main([*flags, "--out", str(out)]) == 0  # 3b and 7b
+    for model in ("3b", "7b"):
+        cell = out / "verl" / "cells" / f"grpo-{model}-seed0"
+        (cell / "STATUS").write_text("completed: sitting 1 on node at t\n")
+        (cell / "metrics.sitting-1.jsonl").write_text(line(0, validation(0.1, 0.0)) + line(1, training(1.0)))
+        with open(cell / "metrics.sitting-1.jsonl", "a") as metrics:
+            metrics.write(line(1, validation(0.5, 0.4)))
+        (cell / "launch.json").write_text(json.dumps({"MODEL": model, "MODEL_PATH": "/models/one"}))
+    assert main([*flags, "--out", str(out), "--report-only"]) == 1
+    report = (out / "verl" / "report-7b" / "results.md").read_text()
+    assert "grpo-7b-seed0 (completed, but it trained /models/one, as the 3b cells did: one model path for two" in report
+    assert "(set MODEL_PATH_7B for the 7b cells)" in report
+    capsys.readouterr()
+
+
+def test_the_last_three_validations_are_averaged_beside_the_last(tmp_path):
+    out = tmp_path / "out"
+    flags = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo", "--seeds", "0"]
+    assert main([*flags, "--verl-models", "3b", "--out", str(out)]) == 0
+    cell = out / "verl" / "cells" / "grpo-3b-seed0"
+    (cell / "STATUS").write_text("completed: sitting 1 on node at t\n")
+    accuracies = {0: (0.0, 0.0), 20: (0.1, 0.2), 40: (0.3, 0.1), 60: (0.5, 0.3), 70: (0.7, 0.5)}
+    text = "".join(line(step, (training(1.0) if step else {}) | validation(*acc)) for step, acc in accuracies.items())
+    (cell / "metrics.sitting-1.jsonl").write_text(text)
+    assert main([*flags, "--out", str(out), "--report-only"]) == 0
+    last = accuracy_of(out / "verl" / "report-3b")
+    last3 = accuracy_of(out / "verl" / "report-3b-last3")
+    assert float(last["eval/greedy/acc_3"]["mean"]) == pytest.approx(0.7, abs=ATOL)
+    assert float(last3["eval/greedy/acc_3"]["mean"]) == pytest.approx((0.3 + 0.5 + 0.7) / 3, abs=ATOL)
+    assert float(last3["eval/greedy/acc"]["mean"]) == pytest.approx((0.2 + 0.4 + 0.6) / 3, abs=ATOL)
+    assert (
+        "the mean of a cell's last 3 validations after step 0" in (out / "verl/report-3b-last3/results.md").read_text()
+    )
+
+
+def accuracy_of(report) -> dict:
+    with open(report / "accuracy.csv") as table:
+        return {r["column"]: r for r in csv.DictReader(table) if r["row"] == "grpo"}
+
+
+def test_the_report_reads_the_grids_own_plan(grid, capsys):
+    """Without flags, ``--report-only`` reports the grid as written (its plan.json), not kk-tiny's
+    default rows and seeds; a flag may name a part of it, not a cell the grid does not have."""
+    out = ["--out", str(grid)]
+    assert main(["ablate", "--runner", "verl", "--report-only", *out]) == 0
+    assert "cells complete: 4 of 4" in (grid / "verl" / "report-3b" / "results.md").read_text()
+    assert main(["ablate", "--runner", "verl", "--report-only", "--seeds", "1", *out]) == 0
+    assert "cells complete: 2 of 2" in (grid / "verl" / "report-3b" / "results.md").read_text()
+    capsys.readouterr()
+    assert main(["ablate", "--runner", "verl", "--report-only", "--seeds", "0,5", *out]) == 2
+    assert "--report-only --seeds: 5 is not in the grid's plan (plan.json: 0,1)" in capsys.readouterr().err
+    assert main(["ablate", "--runner", "verl", "--report-only", "--preset", "kk-tiny", *out]) == 2
+    assert "was written with --preset kk-smoke, not kk-tiny" in capsys.readouterr().err
+    (grid / "verl" / "plan.json").unlink()  # a grid from before plans were kept: the flags, against cells.txt
+    assert main([*GRID[:-2], "--verl-models", "3b,7b", "--report-only", *out]) == 2
+    assert "--report-only: cell grpo-7b-seed0 is not in the grid (" in capsys.readouterr().err

@@ -8,6 +8,7 @@ verl's trainer: tests/integrations/test_verl_grid_e2e.py.
 """
 
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -84,18 +85,20 @@ def test_a_failed_sitting_says_where_and_the_next_resumes_into_its_own_file(work
     assert not (cell(work) / "metrics.sitting-3.jsonl").exists()
 
 
-def test_the_cell_runs_its_launch_with_extra_overrides_before_its_own(work):
+def test_the_cell_runs_its_launch_with_extra_overrides_between_its_checkpoints_and_its_own(work):
+    """The cell's checkpoint directory comes before the extra overrides (a user's
+    trainer.default_local_dir moves it), the cell's seed, name and directories after them."""
     done = run(work, cell(work, "ar-3b-seed0") / "run.sh", "trainer.total_epochs=1", "a=b c")
     assert done.returncode == 0, done.stderr
     directory = cell(work, "ar-3b-seed0")
     assert recorded(work, 1) == [
         "3b",  # MODEL from the launch line (the fake preset prints it first)
+        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.total_epochs=1",
         "a=b c",
         "trainer.experiment_name=ar-3b-seed0",
         "data.seed=0",
         "actor_rollout_ref.rollout.seed=0",
-        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.resume_mode=auto",
         "trainer.logger=[console,file]",
         f"hydra.run.dir={directory}/hydra",
@@ -146,10 +149,14 @@ def test_one_sitting_of_a_cell_at_a_time(work):
 def test_a_dry_run_changes_nothing(work):
     done = run(work, work["grid"] / "run_grid.sh", DRY_RUN="1")
     assert done.returncode == 0, done.stderr
-    assert (work["root"] / "record.dry-run").read_text().splitlines()[1:] == [
+    directory = cell(work, "ar-3b-seed0")
+    assert (work["root"] / "record.dry-run").read_text().splitlines()[1:] == [  # the sitting's, but its files
+        f"trainer.default_local_dir={directory}/checkpoints",
         "trainer.experiment_name=ar-3b-seed0",
         "data.seed=0",
         "actor_rollout_ref.rollout.seed=0",
+        "trainer.resume_mode=auto",
+        "trainer.logger=[console,file]",
     ]
     assert status(work) == "not started" and sorted(p.name for p in cell(work).iterdir()) == ["STATUS", "run.sh"]
 
@@ -198,12 +205,14 @@ def test_a_slurm_task_runs_its_line_of_cells_txt(work):
 
 def test_a_grid_written_with_a_relative_out_runs_from_the_repository_root(work, tmp_path, monkeypatch):
     """``--out rel`` written in one directory, submitted from the repository root (where Slurm
-    runs each task): the scripts name the grid by its absolute path, so every task finds its cell."""
+    runs each task): the grid is not below the submit directory, so the tasks find it by the absolute
+    path it was written at."""
     (tmp_path / "written-here").mkdir()
     monkeypatch.chdir(tmp_path / "written-here")
     assert main([*GRID, "--out", "rel"]) == 0
     grid_dir = tmp_path / "written-here" / "rel" / "verl"
-    assert f"DEFAULT_GRID_DIR={grid_dir}" in (grid_dir / "slurm_array.sh").read_text()
+    slurm = (grid_dir / "slurm_array.sh").read_text()
+    assert "\nDEFAULT_GRID_DIR=rel/verl\n" in slurm and f"\nWRITTEN_GRID_DIR={grid_dir}\n" in slurm
     for task in ("0", "1"):
         done = run(work, grid_dir / "slurm_array.sh", SLURM_ARRAY_TASK_ID=task, SLURM_SUBMIT_DIR=str(work["root"]))
         assert done.returncode == 0, done.stderr
@@ -247,3 +256,148 @@ def test_every_embedded_value_is_data(tmp_path):
     assert (grid_dir / "cells" / "grpo-3b-seed0" / "STATUS").read_text() == "not started\n"
     assert not list(tmp_path.rglob("PWNED*"))
     assert sorted(p.name for p in root.iterdir()) == ["examples", "probe.sh", "record.dir", "record.dry-run"]
+
+
+MODEL_PRESET = 'echo "$MODEL_PATH" > "$RECORD.model"\nexit "${FAKE_EXIT:-0}"\n'
+
+
+def test_each_cell_trains_its_own_models_path_and_records_it(work):
+    (work["root"] / "examples" / "verl" / "kk_method.sh").write_text(MODEL_PRESET)
+    done = run(work, cell(work) / "run.sh", MODEL_PATH_3B="/m/3b", MODEL_PATH_7B="/m/7b")
+    assert done.returncode == 0, done.stderr
+    assert (work["root"] / "record.model").read_text() == "/m/3b\n"
+    record = json.loads((cell(work) / "launch.json").read_text())
+    assert (record["MODEL"], record["MODEL_PATH"]) == ("3b", "/m/3b")
+    done = run(work, cell(work, "ar-3b-seed0") / "run.sh")  # no copy named: the hub's model
+    assert (work["root"] / "record.model").read_text() == "Qwen/Qwen2.5-3B-Instruct\n"
+
+
+@pytest.mark.parametrize("dry_run", ["0", "1"])
+def test_one_model_path_for_every_model_is_refused_before_anything(work, dry_run):
+    (work["root"] / "examples" / "verl" / "kk_method.sh").write_text(MODEL_PRESET)
+    done = run(work, cell(work) / "run.sh", MODEL_PATH="/m/3b", DRY_RUN=dry_run)
+    assert done.returncode == 2 and done.stderr.strip().splitlines() == [
+        "== grpo-3b-seed0: MODEL_PATH='/m/3b' would train every model's cells on one model; set MODEL_PATH_3B "
+        "(this cell's 3b) and the other models' MODEL_PATH_<MODEL> instead; nothing started"
+    ]
+    assert status(work) == "not started" and not (work["root"] / "record.model").exists()
+
+
+def test_a_resume_that_changed_what_decides_the_numbers_is_refused_naming_it(work):
+    script = cell(work) / "run.sh"
+    assert run(work, script, FAKE_STEPS="0 1", FAKE_EXIT="3", DATA_DIR="/data/a").returncode == 3
+    for env, changed in (
+        ({"DATA_DIR": "/data/b"}, 'DATA_DIR changed ("/data/a" -> "/data/b")'),
+        ({"DATA_DIR": "/data/a", "N_GPUS": "8"}, 'N_GPUS changed ("4" -> "8")'),
+        ({"DATA_DIR": "/data/a", "MODEL_PATH_3B": "/m/3b"}, 'MODEL_PATH changed ("Qwen/Qwen2.5-3B-Instruct" -> '),
+    ):
+        for dry_run in ("1", "0"):  # a dry run says so before a job is submitted
+            done = run(work, script, DRY_RUN=dry_run, **env)
+            assert done.returncode == 2 and f"== grpo-3b-seed0: {changed}" in done.stderr, done.stderr
+            assert "since the cell's earlier sittings (launch.json): resuming would mix two experiments" in done.stderr
+    done = run(work, script, "trainer.total_epochs=9", DATA_DIR="/data/a")
+    assert done.returncode == 2 and 'extra overrides changed ([] -> ["trainer.total_epochs=9"])' in done.stderr
+    common = work["root"] / "examples" / "verl" / "common.sh"
+    common.write_text("# edited\n")
+    done = run(work, script, DATA_DIR="/data/a")
+    assert done.returncode == 2 and "examples/verl/common.sh was edited (sha256 " in done.stderr
+    common.write_text("")
+    assert status(work).startswith("failed at step 2") and not (cell(work) / "metrics.sitting-2.jsonl").exists()
+    done = run(work, script, FAKE_STEPS="1 2", DATA_DIR="/data/a")  # as before: it resumes
+    assert done.returncode == 0 and status(work).startswith("completed: sitting 2"), done.stderr
+
+
+def test_an_override_of_a_key_the_cell_sets_is_refused(work):
+    done = run(work, cell(work) / "run.sh", "data.seed=5")
+    assert done.returncode == 2 and "the override 'data.seed=5' sets data.seed, which the cell sets itself" in (
+        done.stderr
+    )
+    assert status(work) == "not started"
+
+
+def test_checkpoints_go_where_the_user_says_and_keep_only_what_resume_needs(work, tmp_path):
+    scratch = tmp_path / "scratch"
+    done = run(work, cell(work) / "run.sh", FAKE_STEPS="0 1", FAKE_EXIT="1", CHECKPOINT_ROOT=str(scratch))
+    assert f"trainer.default_local_dir={scratch}/grpo-3b-seed0" in recorded(work, 1)
+    assert (scratch / "grpo-3b-seed0" / ".tokenbalance-cell").read_text() == "grpo-3b-seed0\n"
+    for step in (20, 40, 60):  # what verl left behind over sittings
+        (scratch / "grpo-3b-seed0" / f"global_step_{step}").mkdir()
+    (scratch / "grpo-3b-seed0" / "latest_checkpointed_iteration.txt").write_text("60")
+    done = run(work, cell(work) / "run.sh", FAKE_STEPS="2", CHECKPOINT_ROOT=str(scratch))
+    assert done.returncode == 0, done.stderr
+    assert "removed the checkpoints global_step_20, global_step_40" in done.stdout
+    assert sorted(p.name for p in (scratch / "grpo-3b-seed0").glob("global_step_*")) == ["global_step_60"]
+    shared = f"trainer.default_local_dir={scratch / 'grpo-3b-seed0'}"  # one directory for every cell: refused
+    done = run(work, cell(work, "ar-3b-seed0") / "run.sh", shared)
+    assert done.returncode == 2 and f"the checkpoint directory {scratch / 'grpo-3b-seed0'} is cell grpo-3b-seed0's" in (
+        done.stderr
+    )
+
+
+def slurm_run(work, grid_dir, **env) -> subprocess.Popen:
+    fake_bin = work["root"] / "bin"
+    fake_bin.mkdir(exist_ok=True)
+    (fake_bin / "scontrol").write_text('#!/usr/bin/env bash\necho "$@" > "$RECORD.scontrol"\n')
+    (fake_bin / "scontrol").chmod(0o755)
+    full = {
+        **os.environ,
+        "PATH": f"{fake_bin}{os.pathsep}{PATH}",
+        "RECORD": str(work["record"]),
+        "SLURM_SUBMIT_DIR": str(work["root"]),
+        "SLURM_ARRAY_JOB_ID": "77",
+        **env,
+    }
+    return subprocess.Popen(
+        ["bash", str(grid_dir / "slurm_array.sh")], cwd=work["root"], env=full, stderr=subprocess.PIPE, text=True
+    )
+
+
+@pytest.mark.parametrize(("restarts", "requeued"), [("0", True), ("8", False)])
+def test_a_task_near_its_time_limit_stops_its_cell_and_requeues_itself(work, restarts, requeued):
+    """Slurm's ``--signal=B:USR1@900`` before the time limit: the cell's launch is stopped (STATUS failed,
+    stopped by SIGTERM) and the task requeues itself, unless it has been requeued MAX_REQUEUES times."""
+    slurm = (work["grid"] / "slurm_array.sh").read_text()
+    assert "\n#SBATCH --exclusive\n" in slurm and "\n#SBATCH --requeue\n" in slurm
+    assert "\n#SBATCH --signal=B:USR1@900\n" in slurm
+    env = {"SLURM_ARRAY_TASK_ID": "0", "FAKE_STEPS": "0 1", "FAKE_SLEEP": "300", "SLURM_RESTART_COUNT": restarts}
+    process = slurm_run(work, work["grid"], **env, MAX_REQUEUES="8")
+    sleeper = work["root"] / "record.sleeper"
+    deadline = time.monotonic() + 30
+    while not sleeper.exists() or not sleeper.read_text().strip():
+        assert time.monotonic() < deadline, "the fake launch did not start"
+        time.sleep(0.1)
+    process.send_signal(signal.SIGUSR1)
+    _, err = process.communicate(timeout=30)
+    assert status(work).startswith("failed at step 2: stopped by SIGTERM in sitting 1")
+    scontrol = work["root"] / "record.scontrol"
+    if requeued:
+        assert scontrol.read_text() == "requeue 77_0\n"
+    else:
+        assert not scontrol.exists() and "after 8 requeues (MAX_REQUEUES)" in err
+
+
+def test_a_task_that_ends_on_its_own_is_not_requeued(work):
+    process = slurm_run(work, work["grid"], SLURM_ARRAY_TASK_ID="0", FAKE_STEPS="0", FAKE_EXIT="1")
+    assert process.wait(timeout=60) == 1
+    assert not (work["root"] / "record.scontrol").exists() and status(work).startswith("failed at step 1")
+
+
+def test_a_grid_written_in_the_repository_moves_with_it(work, tmp_path, monkeypatch):
+    """Written from the repository root into it, the grid is named relative to it: the repository
+    copied elsewhere (a cluster) runs its tasks there; a grid the script cannot find is one line."""
+    monkeypatch.chdir(work["root"])
+    assert main([*GRID, "--out", "runs/g"]) == 0
+    assert "\nDEFAULT_GRID_DIR=runs/g/verl\n" in (work["root"] / "runs/g/verl/slurm_array.sh").read_text()
+    moved = tmp_path / "cluster" / "repo"
+    moved.parent.mkdir()
+    work["root"].rename(moved)
+    work = {**work, "root": moved, "record": moved / "record", "grid": moved / "runs" / "g" / "verl"}
+    process = slurm_run(work, work["grid"], SLURM_ARRAY_TASK_ID="1")
+    assert process.wait(timeout=60) == 0, process.stderr.read() if process.stderr else ""
+    assert (work["grid"] / "cells" / "ar-3b-seed0" / "STATUS").read_text().startswith("completed")
+    process = slurm_run(work, work["grid"], SLURM_ARRAY_TASK_ID="1", GRID_DIR=str(tmp_path / "nowhere"))
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2 and err.strip().splitlines() == [
+        f"array task 1: no grid in {tmp_path / 'nowhere'} (no cells.txt there, from {moved}): submit from the "
+        "directory the grid was written from, or name it: sbatch --export=ALL,GRID_DIR=/path/to/verl ..."
+    ]

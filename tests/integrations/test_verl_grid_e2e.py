@@ -4,7 +4,8 @@ trainer, one cell killed and resumed, the table built from the cells' verl logs.
 A 2-row (GRPO, + AR) x 1-seed x 2-step grid on the tiny model of the CPU harness
 (``tests/integrations/verl_cpu``): ``tokenbalance ablate --runner verl`` writes it; the test runs
 ``OUT/verl/run_grid.sh`` from the repository root, as a user does, with the harness's CPU overrides
-as the driver's extra hydra overrides (they come before each cell's own seed and directories) and a
+as the driver's extra hydra overrides (less the keys a cell sets itself: model path, logger,
+directories; the model comes as ``MODEL_PATH_3B``) and a
 validation split by people count (data sources ``kk_logic2`` and ``kk_logic3``; sampled, before
 training and at step 2) and a checkpoint every step.
 
@@ -46,6 +47,7 @@ if _missing:
 from tests.integrations.verl_cpu.launch import REPO_ROOT, _kill_group, child_env, cpu_overrides, prepare_inputs
 from tokenbalance.ablate.verl.results import merged_steps, read_sitting
 from tokenbalance.cli import main
+from tokenbalance.run.cell_launch import CELL_KEYS, override_key
 
 pytestmark = pytest.mark.slow
 
@@ -54,6 +56,7 @@ GRID = ["ablate", "--runner", "verl", "--preset", "kk-smoke", "--methods", "grpo
 GRID += ["--verl-models", "3b"]
 KILLED, OTHER = "grpo-3b-seed0", "ar-3b-seed0"
 LEVELS = (2, 3)
+CELL_OWNED = {*CELL_KEYS, "trainer.default_local_dir"}  # a shared checkpoint directory would be refused
 SITTING_TIMEOUT_S = 900  # two launches of ~90-100 s each here; a wrong Ray CPU count hangs silently
 
 
@@ -69,8 +72,9 @@ def grid(tmp_path_factory) -> dict:
     assert main([*GRID, "--out", str(out)]) == 0
     grid_dir = out / "verl"
     val_files = ",".join(str(validation).replace("{n}", str(n)) for n in LEVELS)
+    harness = cpu_overrides(inputs, root / "unused", ranks=1, steps=2)
     overrides = [
-        *cpu_overrides(inputs, root / "unused", ranks=1, steps=2),  # the cell's own directories come later and win
+        *(word for word in harness if override_key(word) not in CELL_OWNED),  # the cell sets these itself
         f"data.val_files=[{val_files}]",
         f"reward.custom_reward_function.path={GRID_REWARD}",
         "trainer.val_before_train=True",
@@ -87,9 +91,11 @@ def grid(tmp_path_factory) -> dict:
         "GRID_TEST_PAUSED": str(paused),
     }
     pause_overrides = [f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}={value}" for key, value in pause.items()]
-    model = {"MODEL_PATH": str(inputs["model"])}  # the preset scripts take the model from here
+    # each model's path (the cells pass it to the preset scripts); the harness's FSDP runs without offload
+    model = {"MODEL_PATH_3B": str(inputs["model"]), "OFFLOAD": "0"}
+    # the same overrides in both sittings (a resume with others is refused); the pause happens once
     first = run_driver(grid_dir, [*overrides, *pause_overrides], model, stop_when=paused)
-    second = run_driver(grid_dir, overrides, model)
+    second = run_driver(grid_dir, [*overrides, *pause_overrides], model)
     report = main([*GRID, "--out", str(out), "--report-only"])
     return {"dir": grid_dir, "first": first, "second": second, "report": report}
 

@@ -12,11 +12,13 @@ from __future__ import annotations
 import argparse
 import os
 import shlex
+import sys
 from pathlib import Path
 
 from tokenbalance.commands.train import add_set_option, nonempty
 
 DEFAULT_VERL_MODELS = "3b,7b"
+DEFAULT_PRESET = "kk-tiny"
 DEFAULT_FIGURE_PROMPTS = 16
 
 
@@ -24,7 +26,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "ablate", help="grid of methods x seeds: paper-layout table with CIs over seeds, curves, cost (resumable)"
     )
-    parser.add_argument("--preset", default="kk-tiny", help="grid preset (--list; default kk-tiny)")
+    parser.add_argument(
+        "--preset", help=f"grid preset (--list; default {DEFAULT_PRESET}; --runner verl --report-only: the grid's)"
+    )
     parser.add_argument("--methods", help="comma-separated rows (default: the preset's); keys or method presets")
     parser.add_argument("--seeds", help="comma-separated seeds (default: the preset's)")
     parser.add_argument("--steps", type=int, help="RL steps per cell (default: the preset's)")
@@ -46,7 +50,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "table from the verl cells' logs",
     )
     parser.add_argument(
-        "--verl-models", default=DEFAULT_VERL_MODELS, help="--runner verl: models (3b, 7b; default both)"
+        "--verl-models",
+        help="--runner verl: models (3b, 7b; default both; with --report-only: the grid's, or a part of them)",
     )
     parser.add_argument(
         "--isolation",
@@ -143,7 +148,7 @@ def check_flags(args: argparse.Namespace) -> None:
                 f"--runner verl: {', '.join('--' + f for f in given)} apply to the local grid only; the verl grid "
                 "runs the AR-Lopti K&K presets (docs/ablate.md); leave them out"
             )
-    elif args.verl_models != DEFAULT_VERL_MODELS:
+    elif args.verl_models is not None:
         raise ValueError("--verl-models: applies to --runner verl only")
 
 
@@ -201,10 +206,13 @@ def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
     """Print the verl grid's size and estimated cost, then write its scripts into ``OUT/verl``."""
     from tokenbalance.ablate.verl.cost import CellCost, assumptions, cost_table
     from tokenbalance.ablate.verl.grid import verl_cells
+    from tokenbalance.ablate.verl.plan import write_plan
     from tokenbalance.ablate.verl.scripts import write_verl_grid
     from tokenbalance.outputs import record_written
 
-    models = tuple(_split(args.verl_models, "--verl-models") or ())
+    given = args.verl_models if args.verl_models is not None else DEFAULT_VERL_MODELS
+    models = tuple(_split(given, "--verl-models") or ())
+    args.verl_models = ",".join(models)
     cells, unsupported = verl_cells(plan.methods, plan.seeds, models)
     if not cells:  # every check first: a refused grid writes nothing
         raise ValueError(
@@ -236,6 +244,7 @@ def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
         longest_cell_hours=max(cost.wall_hours for cost in costs),
         command=command_line(args, plan, out),
     )
+    write_plan(grid_dir, plan.preset.name, [methods_word(m) for m in plan.methods], list(plan.seeds), list(models))
     print(f"written: {len(cells)} cell scripts in {grid_dir / 'cells'}, {driver.name} (one node), {slurm.name} (Slurm)")
     print(f"run on one node: bash {shlex.quote(str(driver))}   (DRY_RUN=1 first: checks every cell's config)")
     print(f"one job per cell: sbatch {shlex.quote(str(slurm))}   (adapt its #SBATCH header to your cluster)")
@@ -243,25 +252,66 @@ def write_verl(args: argparse.Namespace, plan, out: Path) -> int:
     return 0
 
 
-def report_verl(args: argparse.Namespace, plan, out: Path) -> int:
-    """The paper-layout report of each model from the verl cells' logs in ``OUT/verl``."""
-    from tokenbalance.ablate.verl.report import write_verl_reports
+def verl_report_plan(args: argparse.Namespace, out: Path):
+    """The plan ``--report-only`` reports: the grid's own (``OUT/verl/plan.json``), or the part of it the
+    flags name; a grid written before plans were kept: the flags' (checked against its ``cells.txt``)."""
+    from tokenbalance.ablate.grid import grid_preset, make_plan
+    from tokenbalance.ablate.verl.grid import verl_cells
+    from tokenbalance.ablate.verl.plan import check_cells_written, chosen, read_plan
 
     grid_dir = out / "verl"
     if not (grid_dir / "cells.txt").is_file():
         raise ValueError(
             f"--report-only: {grid_dir} holds no verl grid (write it first: the command without --report-only)"
         )
+    recorded = read_plan(grid_dir)
+    if recorded is None:
+        preset = grid_preset(args.preset or DEFAULT_PRESET)
+        plan = make_plan(preset, methods=_split(args.methods), seeds=_seeds(args.seeds))
+        given = args.verl_models if args.verl_models is not None else DEFAULT_VERL_MODELS
+        models = _split(given, "--verl-models") or []
+    else:
+        if args.preset is not None and args.preset != recorded["preset"]:
+            raise ValueError(
+                f"--report-only --preset: the grid in {grid_dir} was written with --preset {recorded['preset']}, "
+                f"not {args.preset}; leave --preset out"
+            )
+        preset = grid_preset(recorded["preset"])
+        given = make_plan(preset, methods=_split(args.methods)) if args.methods is not None else None
+        words = chosen("--methods", [methods_word(m) for m in given.methods] if given else None, recorded["methods"])
+        seeds = chosen("--seeds", _seeds(args.seeds), recorded["seeds"])
+        models = chosen("--verl-models", _split(args.verl_models, "--verl-models"), recorded["models"])
+        plan = make_plan(preset, methods=words, seeds=seeds)
+    cells, _ = verl_cells(plan.methods, plan.seeds, tuple(models))
+    check_cells_written(grid_dir, [cell.name for cell in cells])
+    args.verl_models = ",".join(models)
+    return plan
+
+
+def report_verl(args: argparse.Namespace, plan, out: Path) -> int:
+    """The paper-layout report of each model from the verl cells' logs in ``OUT/verl``; exit status 1
+    when a cell of the plan gives no final accuracy (each named with why)."""
+    from tokenbalance.ablate.verl.report import write_verl_reports
+
+    grid_dir = out / "verl"
     models = tuple(_split(args.verl_models, "--verl-models") or ())
-    reports = write_verl_reports(
+    reports, unusable = write_verl_reports(
         grid_dir, plan.preset.name, plan.methods, plan.seeds, models, command=command_line(args, plan, out)
     )
     for report in reports:
         print(report.read_text())
     print(
         "written: " + ", ".join(str(report.parent) for report in reports) + " (results.md, accuracy.csv, cells.csv, "
-        "step_cost.csv, reward_curves.png)"
+        "step_cost.csv, reward_curves.png; report-<model>: each cell's last validation, report-<model>-last3: the "
+        "mean of its last 3, the paper's reading)"
     )
+    if unusable:
+        print(
+            f"cells without a final accuracy: {len(unusable)}: "
+            + "; ".join(f"{result.cell.name} ({result.status})" for result in unusable),
+            file=sys.stderr,
+        )
+        return 1
     return 0
 
 
@@ -299,21 +349,26 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.ablate.grid import grid_preset, make_plan
 
     check_flags(args)
+    from tokenbalance.ablate.runner import GRID_FILES, adopt_earlier_grid
+    from tokenbalance.outputs import check_files_replaceable
+
+    if args.runner == "verl" and args.report_only:
+        out = Path(args.out or f"runs/ablate-{args.preset or DEFAULT_PRESET}")
+        adopt_earlier_grid(out)
+        check_files_replaceable(out, GRID_FILES, "--out")
+        return report_verl(args, verl_report_plan(args, out), out)
     plan = make_plan(
-        grid_preset(args.preset),
+        grid_preset(args.preset or DEFAULT_PRESET),
         methods=_split(args.methods),
         seeds=_seeds(args.seeds),
         steps=args.steps,
         overrides=args.overrides,
     )
     out = Path(args.out or f"runs/ablate-{plan.preset.name}")
-    from tokenbalance.ablate.runner import GRID_FILES, adopt_earlier_grid
-    from tokenbalance.outputs import check_files_replaceable
-
     adopt_earlier_grid(out)  # a grid written before OUT had a manifest continues
     check_files_replaceable(out, GRID_FILES, "--out")  # nothing of the user's in OUT is replaced
     if args.runner == "verl":
-        return report_verl(args, plan, out) if args.report_only else write_verl(args, plan, out)
+        return write_verl(args, plan, out)
     if args.figure_prompts < 1:
         raise ValueError(f"--figure-prompts: must be >= 1, got {args.figure_prompts}")
     from tokenbalance.ablate.curves import reward_curves

@@ -5,21 +5,26 @@ A cell directory holds ``STATUS`` (one line: ``not started``, ``running: sitting
 T``, ``completed: sitting k on HOST at T``, ``failed at step N: WHY in sitting k on HOST at T; steps up
 to N-1 logged``), one verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's file logger
 truncates the file it opens) and ``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the
-shell's descriptor so that the launch keeps it). Standard library only. docs/ablate.md "The grid at paper scale".
+shell's descriptor so that the launch keeps it); ``launch.json``, what the sittings launch
+(:mod:`.cell_launch`: a resume that would launch another experiment is refused, naming the key).
+Standard library only. docs/ablate.md "The grid at paper scale".
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import re
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from tokenbalance.outputs import write_text_atomic
+from tokenbalance.run import cell_launch
 from tokenbalance.run.lock import RunLock
 from tokenbalance.run.state import NOT_STARTED, RunStatus
 
@@ -106,11 +111,58 @@ def write_status(cell_dir: Path, line: str) -> None:
     write_text_atomic(Path(cell_dir) / STATUS_FILE, line + "\n")
 
 
-def begin(cell_dir: Path, cell: str, *, pid: int, lock_fd: int, say: Callable[[str], None]) -> Path | None:
+@dataclass(frozen=True)
+class Launch:
+    """What a sitting launches: the cell's ``model`` (``3b``) and its hub name, the ``LAUNCH`` words,
+    the sitting's extra ``overrides``, the cell's default ``checkpoints`` directory and the checkpoints
+    to ``keep`` there unless an override says otherwise."""
+
+    model: str
+    hub_name: str
+    words: tuple[str, ...]
+    overrides: tuple[str, ...]
+    checkpoints: Path
+    keep: str
+
+
+def check_launch(cell_dir: Path, launch: Launch, env: Mapping[str, str], root: Path) -> tuple[str, dict]:
+    """The cell's model path and launch record; ``ValueError`` (one phrase) for an override of a key the
+    cell sets itself, a model path that names another model's, or a record that differs from the one the
+    cell's earlier sittings launched (a resume would mix two experiments)."""
+    overrides = list(launch.overrides)
+    cell_launch.check_overrides(overrides)
+    path = cell_launch.model_path(launch.model, launch.hub_name, env)
+    record = cell_launch.launch_record(list(launch.words), overrides, launch.model, path, env, root)
+    earlier = cell_launch.read_record(cell_dir)
+    change = cell_launch.record_change(earlier, record) if earlier is not None and has_run(cell_dir) else None
+    if change:
+        raise ValueError(
+            f"{change} since the cell's earlier sittings ({cell_launch.LAUNCH_RECORD}): resuming would mix two "
+            f"experiments in one cell; run it as before, or move {cell_dir} away to start it again"
+        )
+    return path, record
+
+
+def refuse(cell: str, err: ValueError) -> None:
+    print(f"== {cell}: {err}; nothing started", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def begin(
+    cell_dir: Path,
+    cell: str,
+    *,
+    pid: int,
+    lock_fd: int,
+    say: Callable[[str], None],
+    launch: Launch | None = None,
+    env: Mapping[str, str] | None = None,
+) -> tuple[Path, str | None] | None:
     """Begin a sitting: None for a completed cell (skipped); else the cell's lock taken on the shell's
-    ``lock_fd``, STATUS "running" and the sitting's metrics file returned. ``SystemExit`` with the
-    status ``run.sh`` ends with when the directory cannot go into a hydra override (2) or another
-    process holds the cell (:data:`LOCKED_EXIT`)."""
+    ``lock_fd``, STATUS "running" and the sitting's metrics file returned, with the model path when
+    ``launch`` is given (its record kept, its checkpoint directory claimed and pruned to the kept ones).
+    ``SystemExit`` with the status ``run.sh`` ends with when the directory cannot go into a hydra
+    override or the launch is refused (2), or another process holds the cell (:data:`LOCKED_EXIT`)."""
     line = status_line(cell_dir)
     if line_status(line) is RunStatus.COMPLETED:
         say(f"== {cell}: {line} (skipped)")
@@ -127,11 +179,28 @@ def begin(cell_dir: Path, cell: str, *, pid: int, lock_fd: int, say: Callable[[s
     except ValueError:
         print(f"== {cell}: another process runs this cell ({line or ''}); not started", file=sys.stderr)
         raise SystemExit(LOCKED_EXIT) from None
+    path = None
+    if launch is not None:
+        try:
+            path, record = check_launch(cell_dir, launch, os.environ if env is None else env, Path.cwd())
+            checkpoints = cell_launch.checkpoint_dir(launch.checkpoints, list(launch.overrides))
+            own = checkpoints.resolve() == (Path(cell_dir) / "checkpoints").resolve()
+            cell_launch.claim_checkpoints(checkpoints, cell, own)
+        except ValueError as err:
+            refuse(cell, err)
+        write_text_atomic(Path(cell_dir) / cell_launch.LAUNCH_RECORD, json.dumps(record, indent=1) + "\n")
+        removed = cell_launch.prune_checkpoints(
+            checkpoints, cell_launch.keep_setting(list(launch.overrides), launch.keep)
+        )
+        if removed:
+            say(f"== {cell}: removed the checkpoints {', '.join(removed)} (kept: the newest the retention allows)")
+        if last_logged_step(cell_dir) and not (checkpoints / cell_launch.TRACKER).is_file():
+            say(f"== {cell}: no checkpoint in {checkpoints}: this sitting starts again at step 1")
     sitting = next_sitting(cell_dir)
     metrics = sitting_metrics(cell_dir, sitting)
     write_status(cell_dir, f"{RunStatus.RUNNING}: sitting {sitting} on {socket.gethostname()} pid {pid} since {_now()}")
     say(f"== {cell}: sitting {sitting} (metrics: {metrics})")
-    return metrics
+    return metrics, path
 
 
 def end(
@@ -153,25 +222,57 @@ def end(
     print(f"== {cell}: {status_line(cell_dir)}", file=sys.stderr)
 
 
+def add_launch_options(parser: argparse.ArgumentParser, required: bool) -> None:
+    parser.add_argument("--model", required=required, help="the cell's model (3b, 7b): MODEL_PATH_<MODEL> names it")
+    parser.add_argument("--hub-name", default="", help="the model's hub name, taken when MODEL_PATH_<MODEL> is unset")
+    parser.add_argument("--launch", action="append", default=[], help="one word of the cell's LAUNCH (repeated)")
+    parser.add_argument("--checkpoints", type=Path, help="the cell's checkpoint directory unless an override sets one")
+    parser.add_argument("--keep", default="1", help="checkpoints kept (KEEP_CHECKPOINTS) unless an override says")
+
+
+def launch_of(args: argparse.Namespace, overrides: list[str]) -> Launch | None:
+    if args.model is None:
+        return None
+    checkpoints = args.checkpoints or Path(args.cell_dir) / "checkpoints"
+    return Launch(args.model, args.hub_name, tuple(args.launch), tuple(overrides), checkpoints, args.keep)
+
+
 def main(argv: list[str] | None = None) -> int:
+    """The command line; the words after ``--`` are the sitting's extra hydra overrides."""
+    words = list(sys.argv[1:] if argv is None else argv)
+    overrides = words[words.index("--") + 1 :] if "--" in words else []
+    words = words[: words.index("--")] if "--" in words else words
     parser = argparse.ArgumentParser(prog="python -m tokenbalance.run.cell", description=__doc__.splitlines()[0])
     commands = parser.add_subparsers(dest="command", required=True)
     first = commands.add_parser("begin", help="begin a sitting; prints its metrics file (nothing: skipped)")
+    checked = commands.add_parser("check", help="check a sitting's launch (a dry run); prints the model path")
     last = commands.add_parser("end", help="end the sitting: STATUS completed or failed")
     shown = commands.add_parser("status", help="print the cell's STATUS as the report shows it")
-    for sub in (first, last, shown):
+    for sub in (first, checked, last, shown):
         sub.add_argument("cell_dir", type=Path)
-    for sub in (first, last):
+    for sub in (first, checked, last):
         sub.add_argument("cell", help="the cell's name, for the messages")
+    for sub in (first, last):
         sub.add_argument("--say-fd", type=int, default=1, help="where the messages go (the shell's stdout)")
     first.add_argument("--pid", type=int, required=True, help="the sitting's process (run.sh)")
     first.add_argument("--lock-fd", type=int, required=True, help="the shell's open descriptor of CELL_DIR/.lock")
+    add_launch_options(first, required=False)
+    add_launch_options(checked, required=True)
     last.add_argument("--metrics", type=Path, required=True, help="the sitting's metrics file (begin's)")
     last.add_argument("--exit", type=int, required=True, dest="exit_status", help="the launch's exit status")
     last.add_argument("--signal", default="", dest="signal_name", help="the signal that stopped it (TERM, ...)")
-    args = parser.parse_args(argv)
+    args = parser.parse_args(words)
     if args.command == "status":
         print(cell_status(args.cell_dir))
+        return 0
+    if args.command == "check":
+        launch = launch_of(args, overrides)
+        assert launch is not None  # --model is required
+        try:
+            path, _ = check_launch(args.cell_dir, launch, os.environ, Path.cwd())
+        except ValueError as err:
+            refuse(args.cell, err)
+        print(path)
         return 0
     with open(args.say_fd, "w", closefd=False) as out:
 
@@ -179,8 +280,13 @@ def main(argv: list[str] | None = None) -> int:
             print(text, file=out, flush=True)
 
         if args.command == "begin":
-            metrics = begin(args.cell_dir, args.cell, pid=args.pid, lock_fd=args.lock_fd, say=say)
+            begun = begin(
+                args.cell_dir, args.cell, pid=args.pid, lock_fd=args.lock_fd, say=say, launch=launch_of(args, overrides)
+            )
+            metrics, trained = begun or (None, None)
             print(metrics or "")
+            if trained is not None:
+                print(trained)
         else:
             ended = {"metrics": args.metrics, "exit_status": args.exit_status, "signal_name": args.signal_name}
             end(args.cell_dir, args.cell, **ended, say=say)

@@ -3,7 +3,9 @@
 * :mod:`.grid`: each row's launch and the cells; :mod:`.cost`: their estimated cost;
 * :mod:`.scripts`, :mod:`.cell_script`: the scripts a cluster runs (one per cell, a one-node driver,
   a Slurm array);
-* :mod:`.results`, :mod:`.report`: the cells read back from their verl logs, and the table.
+* :mod:`.plan`: the grid's own plan (``plan.json``) that ``--report-only`` reports;
+* :mod:`.check_config`: verl's own ``validate_config`` for a dry run (imports verl when run);
+* :mod:`.results`, :mod:`.report`: the cells read back from their verl logs, and the tables.
 
 Writing the scripts never imports verl.
 """

@@ -21,6 +21,8 @@ from tokenbalance.integrations.verl_names import POLICY_LOSS_KEY, VERL_OWNED
 from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_method_problem, verl_rule_problem
 
 VERL_MODELS = ("3b", "7b")
+# each model's hub name (examples/verl/common.sh's defaults; MODEL_PATH_3B / MODEL_PATH_7B name a copy)
+VERL_MODEL_NAMES = {"3b": "Qwen/Qwen2.5-3B-Instruct", "7b": "Qwen/Qwen2.5-7B-Instruct-1M"}
 POLICY_LOSS = POLICY_LOSS_KEY
 SCRIPT = "examples/verl/kk_method.sh"  # METHOD on TRAINER with the K&K settings of common.sh
 _PLAIN = re.compile(r"[A-Za-z0-9_.:/+-]+")

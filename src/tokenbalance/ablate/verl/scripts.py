@@ -1,5 +1,5 @@
 """The verl grid as files a cluster runs: ``OUT/verl/run_grid.sh`` (every cell in turn on one node),
-``slurm_array.sh`` (one array task per line of ``cells.txt``), ``run_cell.sh`` (one sitting,
+``slurm_array.sh`` (one array task per line of ``cells.txt``, requeued near its time limit), ``run_cell.sh`` (one sitting,
 :mod:`.cell_script`) and ``cells/<cell>/run.sh`` (its row, model, seed and launch); a cell's STATUS,
 lock and sittings are :mod:`tokenbalance.run.cell`'s. Every embedded value is shell-quoted data. Writing
 again never touches what the cells wrote, refuses a cell that ran another launch and never replaces a
@@ -8,22 +8,24 @@ script the user edited (:data:`DIGESTS`). docs/ablate.md "The grid at paper scal
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
+import os
 import re
 import shlex
 from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.ablate.verl.cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
-from tokenbalance.ablate.verl.grid import VerlCell
+from tokenbalance.ablate.verl.cost import SLURM_MAX_HOURS
+from tokenbalance.ablate.verl.grid import VERL_MODEL_NAMES, VerlCell
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.cell import STATUS_FILE, has_run
+from tokenbalance.run.cell_launch import file_digest
 from tokenbalance.run.state import NOT_STARTED
 
 DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
-SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
+STOP_LEAD_S = 900  # Slurm signals a task this long before its time limit: the cell stops, then requeues
 
 
 def comment_safe(text: str) -> str:
@@ -51,12 +53,15 @@ CELL_TEMPLATE = """#!/usr/bin/env bash
 #   bash @SCRIPT@                   # one sitting; run it again to resume from the cell's last checkpoint
 #   DRY_RUN=1 bash @SCRIPT@         # compose and validate the cell's config (printed); change nothing
 #   bash @SCRIPT@ key=value ...     # extra hydra overrides for this sitting
+#   MODEL_PATH_@MODEL_UPPER@=/models/... bash @SCRIPT@   # a local copy of the model (default: the hub's @HUB_COMMENT@)
 # The launch: this row's method preset on verl (examples/verl/kk_method.sh; common.sh holds the shared
 # AR-Lopti K&K settings, each with its source: data, 64 prompts x 8, lengths, lr, clipping, KL, rollout,
 # 5 epochs), then the seed (data.seed, rollout.seed) and this directory
 # (checkpoints/, hydra/, metrics.sitting-<k>.jsonl, train.log; STATUS says where the cell is).
 CELL=@NAME@
 SEED=@SEED@
+MODEL=@MODEL_WORD@
+MODEL_HUB_NAME=@HUB@
 @LAUNCH@
 CELL_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$CELL_DIR/../../run_cell.sh"
@@ -72,6 +77,10 @@ def cell_script(cell: VerlCell, script_path: str) -> str:
         SEED=str(int(cell.seed)),
         SCRIPT=comment_safe(shlex.quote(script_path)),
         NAME=shlex.quote(cell.name),
+        MODEL_WORD=shlex.quote(cell.model),
+        MODEL_UPPER=comment_safe(cell.model.upper()),
+        HUB=shlex.quote(VERL_MODEL_NAMES[cell.model]),
+        HUB_COMMENT=comment_safe(VERL_MODEL_NAMES[cell.model]),
         LAUNCH=launch_line(cell),
     )
 
@@ -88,9 +97,13 @@ DRIVER_TEMPLATE = """#!/usr/bin/env bash
 #   bash @SCRIPT@ [key=value...] # run every cell not completed, in turn (extra hydra overrides for every cell)
 # A failed cell does not stop the grid: the others run, the failed ones are listed at the end (exit
 # status 1), and running this script again resumes them from their last checkpoint. One job per cell on
-# a cluster: slurm_array.sh beside this script. Environment: LOGGER (default [console,file]) and those
-# of examples/verl/common.sh (MODEL_PATH, DATA_DIR, N_GPUS). Each cell: cells/<cell>/run.sh, STATUS,
-# metrics.sitting-<k>.jsonl. The table from the cells' verl logs: the command above with --report-only.
+# a cluster: slurm_array.sh beside this script. Environment: MODEL_PATH_3B / MODEL_PATH_7B (each model's
+# local copy; default the hub's), CHECKPOINT_ROOT (cell C's checkpoints in CHECKPOINT_ROOT/C instead of
+# cells/C/checkpoints), LOGGER (default [console,file]) and those of examples/verl/common.sh (DATA_DIR,
+# N_GPUS, OFFLOAD, VALIDATION). A resume whose launch, model path, DATA_DIR, N_GPUS, VALIDATION, extra
+# overrides or scripts differ from the cell's earlier sittings is refused, naming what changed. Each
+# cell: cells/<cell>/run.sh, STATUS, launch.json, metrics.sitting-<k>.jsonl. The table from the cells'
+# verl logs: the command above with --report-only.
 set -uo pipefail
 @DRY_RUN_CHECK@
 GRID_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -115,40 +128,74 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 #SBATCH --array=0-@LAST_TASK@
 #SBATCH --nodes=1
 #SBATCH --ntasks=1
+#SBATCH --exclusive
 #SBATCH --gres=gpu:4
 #SBATCH --cpus-per-task=32
 #SBATCH --time=@HOURS@:00:00
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@@STOP_LEAD_S@
 # tokenbalance ablate --runner verl: grid @PRESET@, one Slurm array task per cell (task i runs line i + 1
 # of cells.txt: cells/<cell>/run.sh). Written by: @COMMAND@
 @SUMMARY@
 #
 # Submit from the repository root (a task runs there: examples/verl/ and DATA_DIR are found from it):
 #   sbatch @SCRIPT@                   # every cell; a completed cell exits at once, so submitting again
-#                                     # after failures or time limits resumes exactly the unfinished ones
+#                                     # after failures resumes exactly the unfinished ones
 #   sbatch --array=2,5 @SCRIPT@       # only these tasks (line number - 1 in cells.txt)
 #   sbatch --array=0-@LAST_TASK@%4 @SCRIPT@   # at most 4 cells at once
+#   sbatch --export=ALL,MODEL_PATH_3B=/models/Qwen2.5-3B-Instruct,MODEL_PATH_7B=/models/Qwen2.5-7B-Instruct-1M @SCRIPT@
 # Adapt to your cluster before submitting:
 #   * add #SBATCH --partition=... / --account=... / --qos=... as your site requires;
-#   * --gres=gpu:4 is one node of 4 GPUs per cell (the AR-Lopti scripts); write your site's GPU request
-#     (e.g. --gpus-per-node=4) and export N_GPUS to the GPUs per node if it is not 4;
+#   * --gres=gpu:4 is one node of 4 GPUs per cell (the AR-Lopti scripts) and --exclusive keeps other jobs off
+#     it; write your site's GPU request (e.g. --gpus-per-node=4) and export N_GPUS if it is not 4;
 #   * --cpus-per-task and --mem: the node's share your site gives 4 GPUs;
-#   * --time: @TIME_WHY@; a cell stopped by the limit gets SIGTERM, is marked failed
-#     at its step and resumes from its last checkpoint (every 20 steps) when submitted again;
+#   * --time: @TIME_WHY@. @STOP_LEAD_S@ s before the limit Slurm
+#     sends this script USR1 (--signal): the cell's launch is stopped (SIGTERM to its process group; STATUS
+#     "failed at step N: stopped by SIGTERM"), then the task requeues itself (scontrol requeue; --requeue) and
+#     resumes from the cell's last checkpoint (every 20 steps), at most MAX_REQUEUES (default @MAX_REQUEUES@) times;
 #   * the environment: jobs inherit the submitting shell's by default; otherwise activate it below
-#     (module load ... / source .venv/bin/activate);
-#   * a grid directory copied elsewhere: sbatch --export=ALL,GRID_DIR=/new/path @SCRIPT@.
+#     (module load ... / source .venv/bin/activate); CHECKPOINT_ROOT=/scratch/... puts the checkpoints there;
+#   * the grid directory: @GRID_WHERE@; a grid moved elsewhere: sbatch --export=ALL,GRID_DIR=/new/path @SCRIPT@.
 # Extra arguments are hydra overrides for every cell (sbatch @SCRIPT@ trainer.n_gpus_per_node=8).
 set -uo pipefail
 DEFAULT_GRID_DIR=@GRID_DIR@
+WRITTEN_GRID_DIR=@WRITTEN_GRID_DIR@
+USER_GRID_DIR="${GRID_DIR:-}"
 GRID_DIR="${GRID_DIR:-$DEFAULT_GRID_DIR}"
 cd "${SLURM_SUBMIT_DIR:-.}" || exit 2
 TASK="${SLURM_ARRAY_TASK_ID:?submit this script with sbatch (each array task runs one cell); on one node use run_grid.sh}"
+if [[ -z "$USER_GRID_DIR" && ! -f "$GRID_DIR/cells.txt" && -f "$WRITTEN_GRID_DIR/cells.txt" ]]; then
+  GRID_DIR="$WRITTEN_GRID_DIR"
+fi
+if [[ ! -f "$GRID_DIR/cells.txt" ]]; then
+  echo "array task $TASK: no grid in $GRID_DIR (no cells.txt there, from $PWD): submit from the directory the grid was written from, or name it: sbatch --export=ALL,GRID_DIR=/path/to/verl ..." >&2
+  exit 2
+fi
 CELL="$(sed -n "$((TASK + 1))p" "$GRID_DIR/cells.txt")"
 if [[ -z "$CELL" ]]; then
   echo "array task $TASK: no line $((TASK + 1)) in $GRID_DIR/cells.txt" >&2
   exit 2
 fi
-exec bash "$GRID_DIR/cells/$CELL/run.sh" "$@"
+STOPPED=""
+stop_for_requeue() {
+  STOPPED=1
+  kill -TERM "$SITTING" 2> /dev/null
+}
+trap stop_for_requeue USR1
+bash "$GRID_DIR/cells/$CELL/run.sh" "$@" &
+SITTING=$!
+wait "$SITTING"
+RC=$?
+while kill -0 "$SITTING" 2> /dev/null; do wait "$SITTING"; RC=$?; done  # a trapped signal ends wait early
+if [[ -n "$STOPPED" ]]; then
+  RESTARTS="${SLURM_RESTART_COUNT:-0}"
+  if ((RESTARTS >= ${MAX_REQUEUES:-@MAX_REQUEUES@})); then
+    echo "== $CELL: stopped before the time limit after $RESTARTS requeues (MAX_REQUEUES); submit again to resume it" >&2
+  elif scontrol requeue "${SLURM_ARRAY_JOB_ID:-$SLURM_JOB_ID}_$TASK"; then
+    echo "== $CELL: stopped before the time limit; requeued (restart $((RESTARTS + 1))): it resumes from its last checkpoint"
+  fi
+fi
+exit "$RC"
 """
 
 
@@ -161,6 +208,24 @@ def slurm_hours(longest_cell_hours: float) -> tuple[int, str]:
         f"{SLURM_MAX_HOURS} h, a common partition limit (the longest cell is estimated at "
         f"{longest_cell_hours:.0f} h on 4 GPUs: it runs over several submissions)"
     )
+
+
+def max_requeues(longest_cell_hours: float, job_hours: int) -> int:
+    """Twice the jobs the longest cell is estimated to need, at least 3: a cell that makes no progress
+    between requeues stops requeueing."""
+    return max(3, 2 * math.ceil(longest_cell_hours / job_hours))
+
+
+def movable_path(grid_dir: Path) -> tuple[str, str]:
+    """How the Slurm script names the grid: relative to the directory it was written from when below it
+    (the repository root, which is where tasks run: the grid moves with it), else absolute; and why."""
+    relative = os.path.relpath(grid_dir)
+    if not relative.startswith(os.pardir) and not os.path.isabs(relative):
+        return relative, (
+            f"{relative} from the directory tasks are submitted from (as it was written: it moves with that "
+            f"directory), else {grid_dir}"
+        )
+    return str(grid_dir), f"{grid_dir} (written outside the directory it was written from)"
 
 
 def summary_comment(lines: list[str]) -> str:
@@ -192,10 +257,6 @@ def written_digests(grid_dir: Path) -> dict[str, str]:
     except (OSError, ValueError):
         return {}
     return {k: v for k, v in digests.items() if isinstance(v, str)} if isinstance(digests, dict) else {}
-
-
-def file_digest(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 def check_unedited(grid_dir: Path, names: list[str]) -> None:
@@ -236,6 +297,7 @@ def write_verl_grid(
     not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
     header = summary_comment([*summary, *not_on_verl])
     hours, why = slurm_hours(longest_cell_hours)
+    grid_word, grid_where = movable_path(grid_dir)
     common = {"PRESET": comment_safe(repr(preset)), "COMMAND": comment_safe(command), "SUMMARY": header}
     (grid_dir / "cells").mkdir(parents=True, exist_ok=True)
     for cell in cells:
@@ -257,7 +319,11 @@ def write_verl_grid(
         HOURS=str(hours),
         TIME_WHY=comment_safe(why),
         SCRIPT=comment_safe(shlex.quote(str(slurm))),
-        GRID_DIR=shlex.quote(str(grid_dir)),
+        STOP_LEAD_S=str(STOP_LEAD_S),
+        MAX_REQUEUES=str(max_requeues(longest_cell_hours, hours)),
+        GRID_DIR=shlex.quote(grid_word),
+        GRID_WHERE=comment_safe(grid_where),
+        WRITTEN_GRID_DIR=shlex.quote(str(grid_dir)),
     )
     _write_script(slurm, slurm_text)
     digests = earlier | {name: file_digest(grid_dir / name) for name in scripts}
