@@ -1,10 +1,9 @@
 """Advantage estimators: GRPO, Dr. GRPO (mean-only), RLOO and REINFORCE++.
 
-Outcome scores (one per response) or token-level rewards in, a ``[B, T]`` float advantage out: 0
-at every padded position, no gradient; groups by ``group_ids_B``, never by prompt text. The
-reference is verl's ``core_algos.py`` as forked by AR-Lopti; the differences (singleton groups,
-REINFORCE++ on fewer than two tokens, ``gaps="restart"`` vs ``"carry"``): docs/methods.md §2.2, §2.3.
-"""
+Outcome scores (one per response) or token-level rewards in, a ``[B, T]`` float advantage out: 0 at every padded
+position, no gradient; groups by ``group_ids_B``, never by prompt text. The reference is verl's ``core_algos.py`` as
+forked by AR-Lopti; the differences (singleton groups, REINFORCE++ on fewer than two tokens, ``gaps="restart"`` vs
+``"carry"``): docs/methods.md §2.2, §2.3."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def group_statistics(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-response statistics of its group: (size_B, mean_B, unbiased std_B), float64.
 
-    The std of a singleton group is returned as 0 (callers decide what a singleton means).
-    """
+    The std of a singleton group is returned as 0 (callers decide what a singleton means)."""
     _, inverse_B = torch.unique(group_ids_B, return_inverse=True)
     num_groups = int(inverse_B.max().item()) + 1 if inverse_B.numel() else 0
     scores = scores_B.detach().to(torch.float64)
@@ -62,9 +60,8 @@ def _group_advantages(
 ) -> torch.Tensor:
     """Shared body of the grouped estimators.
 
-    ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's
-    singleton convention (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0.
-    """
+    ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's singleton convention
+    (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0."""
     _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
     check_choice("singleton", singleton, SINGLETON_RULES)
     size_B, mean_B, std_B = group_statistics(scores_B, group_ids_B)
@@ -103,8 +100,7 @@ def grpo_advantages(
         singleton: ``"reference"`` (mean 0, std 1: A = s / (1 + eps)) or ``"zero"``.
 
     Returns:
-        [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding.
-    """
+        [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding."""
     check_range("eps", eps, 0.0, float("inf"))
     return _group_advantages(
         scores_B,
@@ -135,9 +131,7 @@ def rloo_advantages(
 ) -> torch.Tensor:
     """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - mean_g)``.
 
-    A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s),
-    ``"zero"`` gives 0.
-    """
+    A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s), ``"zero"`` gives 0."""
     return _group_advantages(
         scores_B,
         group_ids_B,
@@ -150,8 +144,7 @@ def rloo_advantages(
 def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
     """Place each outcome score at its response's last valid token ([B, T], 0 elsewhere).
 
-    Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement").
-    """
+    Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement")."""
     check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
     check_shape("scores_B", scores_B, (response_mask_BT.shape[0],))
     mask_BT = response_mask_BT.bool()
@@ -185,9 +178,8 @@ def discounted_returns(
               masked positions are 0.
 
     Returns:
-        [B, T] returns, dtype of ``token_rewards_BT``, no gradient. Both rules agree on valid
-        positions of a mask without gaps.
-    """
+        [B, T] returns, dtype of ``token_rewards_BT``, no gradient. Both rules agree on valid positions of a mask
+        without gaps."""
     check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
     check_range("gamma", gamma, 0.0, 1.0)
@@ -217,20 +209,18 @@ def reinforce_pp_advantages(
 ) -> torch.Tensor:
     """REINFORCE++ (arXiv 2501.03262): discounted returns whitened over all valid batch tokens.
 
-    ``A = (G - mu) / sqrt(var + eps) * mask`` with mu and the unbiased var over the M valid tokens
-    of the whole batch (no grouping; long responses weigh more). With M < 2 the reference raises;
-    here the advantages are 0.
+    ``A = (G - mu) / sqrt(var + eps) * mask`` with mu and the unbiased var over the M valid tokens of the whole batch
+    (no grouping; long responses weigh more). With M < 2 the reference raises; here the advantages are 0.
 
     Args:
-        token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly
-            minus a KL penalty (:func:`kl_in_reward`).
+        token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly minus a KL penalty
+            (:func:`kl_in_reward`).
         response_mask_BT: [B, T] response mask.
-        gaps: ``"restart"`` (AR-Lopti fork) or ``"carry"`` (verl): how the return crosses a
-            masked position inside a response (:func:`discounted_returns`).
+        gaps: ``"restart"`` (AR-Lopti fork) or ``"carry"`` (verl): how the return crosses a masked position inside a
+            response (:func:`discounted_returns`).
 
     Returns:
-        [B, T] advantages, dtype of ``token_rewards_BT``, 0 at masked positions, no gradient.
-    """
+        [B, T] advantages, dtype of ``token_rewards_BT``, 0 at masked positions, no gradient."""
     check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
     mask_BT = response_mask_BT.bool()
     returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma, gaps=gaps)
@@ -252,9 +242,8 @@ def kl_in_reward(
 ) -> torch.Tensor:
     """``token_rewards = token_scores - coef * kl`` at valid tokens (docs/methods.md §2.3, ``apply_kl_penalty``).
 
-    ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the
-    reference uses this only when the KL loss is off.
-    """
+    ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the reference uses this only
+    when the KL loss is off."""
     check_shape("kl_BT", kl_BT, tuple(token_scores_BT.shape))
     check_range("coef", coef, 0.0, float("inf"))
     check_finite("kl_BT", kl_BT, response_mask_BT)

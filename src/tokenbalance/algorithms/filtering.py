@@ -1,12 +1,10 @@
 """DAPO dynamic sampling: which prompt groups are informative, and the option's configuration.
 
-DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2) trains only on groups whose rewards are not all
-equal. This module holds the pure decisions on given rewards; the runner's rollout loop (rounds,
-ranks, resume) reads a :class:`DynamicSamplingConfig` from the Method and calls them. Differs from
-verl only at the cap short of the target: verl raises, ``on_shortfall="train"`` (default) trains on
-the informative groups it has and reports the shortfall. docs/methods.md §9 has the rule, the
-options and the loop.
-"""
+DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2) trains only on groups whose rewards are not all equal. This module holds
+the pure decisions on given rewards; the runner's rollout loop (rounds, ranks, resume) reads a
+:class:`DynamicSamplingConfig` from the Method and calls them. Differs from verl only at the cap short of the target:
+verl raises, ``on_shortfall="train"`` (default) trains on the informative groups it has and reports the shortfall.
+docs/methods.md §9 has the rule, the options and the loop."""
 
 from __future__ import annotations
 
@@ -90,9 +88,7 @@ class DynamicSamplingConfig:
     def wants_another_round(self, kept_groups: int, target: int, rounds_done: int) -> bool:
         """Whether the step samples again: enabled, short of ``target`` and rounds left.
 
-        Raises ``ValueError`` when the rounds are spent short of the target and
-        ``on_shortfall="error"``.
-        """
+        Raises ``ValueError`` when the rounds are spent short of the target and ``on_shortfall="error"``."""
         _check_int("kept_groups", kept_groups, 0)
         _check_int("target", target, 1)
         _check_int("rounds_done", rounds_done, 1)
@@ -112,9 +108,8 @@ class DynamicSamplingConfig:
 def filter_values(config: DynamicSamplingConfig, rewards: Tensor, correct: Tensor | None = None) -> Tensor:
     """The values ``config.metric`` compares: the rewards, or the correctness flags as floats.
 
-    ``rewards`` and ``correct`` have the same shape ([B] or [P, G]); ``correct`` (bool) is required
-    for ``metric="correct"``.
-    """
+    ``rewards`` and ``correct`` have the same shape ([B] or [P, G]); ``correct`` (bool) is required for
+    ``metric="correct"``."""
     if not isinstance(config, DynamicSamplingConfig):
         raise ValueError(f"config: expected a DynamicSamplingConfig, got {type(config).__name__}")
     if config.metric == "reward":
@@ -132,8 +127,7 @@ def informative_groups(values_PG: Tensor) -> Tensor:
     """[P] bool: groups (rows of ``values_PG``) whose G values are not all equal, or G = 1.
 
     Args:
-        values_PG: [P, G] float rewards (or correctness as 0/1), one row per prompt, finite.
-    """
+        values_PG: [P, G] float rewards (or correctness as 0/1), one row per prompt, finite."""
     check_ndim("values_PG", values_PG, 2, "PG")
     check_finite("values_PG", values_PG.detach())
     values = values_PG.detach()
@@ -148,8 +142,7 @@ def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
 
     Args:
         values_B: [B] float rewards (or correctness as 0/1), finite.
-        group_ids_B: [B] integer group ids.
-    """
+        group_ids_B: [B] integer group ids."""
     check_ndim("values_B", values_B, 1, "B")
     check_shape("group_ids_B", group_ids_B, tuple(values_B.shape))
     if group_ids_B.dtype.is_floating_point or group_ids_B.dtype == torch.bool:
@@ -169,8 +162,8 @@ def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
 def select_informative(informative_P: Tensor, kept_groups: int, target: int) -> Tensor:
     """Indices of the first informative groups of a round, up to ``target - kept_groups`` of them.
 
-    Groups beyond the target are dropped (verl trims the batch the same way), so a step never
-    trains on more than ``target`` groups.
+    Groups beyond the target are dropped (verl trims the batch the same way), so a step never trains on more than
+    ``target`` groups.
 
     Args:
         informative_P: [P] bool, :func:`informative_groups` of this round's prompts, in order.
@@ -178,8 +171,7 @@ def select_informative(informative_P: Tensor, kept_groups: int, target: int) -> 
         target: informative groups the step needs.
 
     Returns:
-        [K] int64 indices into this round's groups, ascending, K <= target - kept_groups.
-    """
+        [K] int64 indices into this round's groups, ascending, K <= target - kept_groups."""
     check_ndim("informative_P", informative_P, 1, "P")
     if informative_P.dtype != torch.bool:
         raise ValueError(f"informative_P: expected a bool tensor, got {informative_P.dtype}")
@@ -194,10 +186,9 @@ def dynamic_sampling_metrics(
 ) -> dict[str, float]:
     """``sampling/*`` metrics of one step.
 
-    ``sampling/rounds`` rollout rounds, ``sampling/groups_drawn`` groups sampled,
-    ``sampling/informative_frac`` informative / drawn, ``sampling/groups_kept`` groups trained on,
-    ``sampling/shortfall`` target - kept (0 when the target was met).
-    """
+    ``sampling/rounds`` rollout rounds, ``sampling/groups_drawn`` groups sampled, ``sampling/informative_frac``
+    informative / drawn, ``sampling/groups_kept`` groups trained on, ``sampling/shortfall`` target - kept (0 when the
+    target was met)."""
     for name, value, low in (
         ("rounds", rounds, 1),
         ("groups_drawn", groups_drawn, 0),

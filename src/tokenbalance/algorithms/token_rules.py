@@ -1,11 +1,9 @@
 """Your own token-level stage: a function of the per-token quantities, registered under a name.
 
-A *token rule* is ``fn(inputs: TokenInputs) -> torch.Tensor``, registered with
-:func:`register_token_rule`: weights >= 0 that multiply the advantages (``output="weights"``) or a
-bool split into two optimizer passes (``output="split"``), at ``stage="passes"`` (once per RL
-batch, old policy) or ``stage="loss"`` (per micro-batch, current policy). What each stage sees,
-where it sits in the composition and the checks on what a rule returns: docs/methods.md §10.
-"""
+A *token rule* is ``fn(inputs: TokenInputs) -> torch.Tensor``, registered with :func:`register_token_rule`: weights >=
+0 that multiply the advantages (``output="weights"``) or a bool split into two optimizer passes (``output="split"``),
+at ``stage="passes"`` (once per RL batch, old policy) or ``stage="loss"`` (per micro-batch, current policy). What each
+stage sees, where it sits in the composition and the checks on what a rule returns: docs/methods.md §10."""
 
 from __future__ import annotations
 
@@ -29,20 +27,19 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 class TokenInputs:
     """The per-token quantities a token rule reads ([B, T] unless noted; no gradient).
 
-    Positions outside ``response_mask_BT`` hold neutral values (log-prob 0, advantage 0, entropy 0),
-    never NaN; what a rule returns there is ignored.
+    Positions outside ``response_mask_BT`` hold neutral values (log-prob 0, advantage 0, entropy 0), never NaN; what a
+    rule returns there is ignored.
 
     Attributes:
         old_logp_BT: rollout-policy log-probs of the sampled tokens at the log-prob temperature.
         advantages_BT: the advantages the rule's weights multiply (see the module table).
-        response_mask_BT: bool, the valid response tokens (the loss stage: the pass's tokens and
-            those its denominators count).
+        response_mask_BT: bool, the valid response tokens (the loss stage: the pass's tokens and those its
+            denominators count).
         logp_BT: current-policy log-probs, detached (the loss stage only, else None).
-        entropy_BT: current-policy entropy of the next-token distribution (the loss stage, where
-            the runner computes it; else None).
+        entropy_BT: current-policy entropy of the next-token distribution (the loss stage, where the runner computes
+            it; else None).
         group_ids_B: [B] int64 prompt-group ids (the passes stage, where the runner has them).
-        correct_B: [B] bool, which responses are correct (the passes stage of our trainer).
-    """
+        correct_B: [B] bool, which responses are correct (the passes stage of our trainer)."""
 
     old_logp_BT: torch.Tensor
     advantages_BT: torch.Tensor
@@ -81,11 +78,10 @@ class TokenRule:
         function: ``fn(inputs: TokenInputs) -> torch.Tensor``.
         stage: ``"passes"`` (old policy, once per batch) or ``"loss"`` (per micro-batch, current policy).
         output: ``"weights"`` (>= 0, multiply the advantages) or ``"split"`` (bool; ``passes`` only).
-        needs: the optional inputs the function reads: ``entropy`` (loss stage), ``group_ids`` and
-            ``correct`` (passes stage); a runner that cannot give one fails naming it.
-        spec: ``MODULE:RULE`` / ``FILE.py:RULE`` that imports it in another process (set when it
-            was loaded by that name; verl's workers need it).
-    """
+        needs: the optional inputs the function reads: ``entropy`` (loss stage), ``group_ids`` and ``correct`` (passes
+            stage); a runner that cannot give one fails naming it.
+        spec: ``MODULE:RULE`` / ``FILE.py:RULE`` that imports it in another process (set when it was loaded by that
+            name; verl's workers need it)."""
 
     name: str
     function: Callable[[TokenInputs], torch.Tensor] = field(repr=False)
@@ -116,8 +112,8 @@ class TokenRule:
 
     @property
     def label(self) -> str:
-        """How messages name it: ``'high_entropy' (rules.py:high_entropy)``, or its function's
-        ``module.qualname`` until it is loaded by a spec."""
+        """How messages name it: ``'high_entropy' (rules.py:high_entropy)``, or its function's ``module.qualname``
+        until it is loaded by a spec."""
         if self.spec is not None:
             return f"{self.name!r} ({self.spec})"
         module = getattr(self.function, "__module__", None)
@@ -164,8 +160,8 @@ class TokenRule:
         )
 
     def __call__(self, inputs: TokenInputs) -> torch.Tensor:
-        """The function's output, checked: [B, T] weights (float, finite, >= 0; 1 at padding) or a
-        [B, T] bool split (False at padding). No gradient."""
+        """The function's output, checked: [B, T] weights (float, finite, >= 0; 1 at padding) or a [B, T] bool split
+        (False at padding). No gradient."""
         mask_BT = inputs.response_mask_BT
         value = self.function(inputs)
 
@@ -197,8 +193,8 @@ class TokenRule:
 
 
 def synthetic_inputs(rule: TokenRule) -> TokenInputs:
-    """A small fixed batch (2 groups x 2 responses x 5 tokens, some padding, mixed advantages) with
-    every input ``rule`` may read, the shapes and dtypes a runner gives: :func:`probe_rule`'s."""
+    """A small fixed batch (2 groups x 2 responses x 5 tokens, some padding, mixed advantages) with every input
+    ``rule`` may read, the shapes and dtypes a runner gives: :func:`probe_rule`'s."""
     generator = torch.Generator().manual_seed(0)
     B, T = 4, 5
     mask_BT = torch.ones(B, T, dtype=torch.bool)
@@ -215,9 +211,9 @@ def synthetic_inputs(rule: TokenRule) -> TokenInputs:
 
 
 def probe_rule(rule: TokenRule) -> None:
-    """Run ``rule`` once on :func:`synthetic_inputs` and check what it returns (as every runner
-    does), so that a rule that raises or returns the wrong thing fails before any model loads;
-    one ``ValueError`` line naming the rule and its function."""
+    """Run ``rule`` once on :func:`synthetic_inputs` and check what it returns (as every runner does), so that a rule
+    that raises or returns the wrong thing fails before any model loads; one ``ValueError`` line naming the rule and
+    its function."""
     try:
         rule(synthetic_inputs(rule))
     except ValueError as err:
@@ -252,15 +248,13 @@ def register_token_rule(
 ):
     """Register ``function`` as the token rule ``name``; without ``function``, a decorator.
 
-    Returns the :class:`TokenRule` (the decorator returns it in place of the function, so that
-    ``MODULE:FUNCTION`` names it). Registering a name again replaces the rule when the function
-    comes from the same place (a module imported again, a notebook cell run again), and fails
-    otherwise. The rule is then a method (:func:`tokenbalance.algorithms.presets.get_method`):
-    the ``grpo`` preset with the rule, named ``name``.
+    Returns the :class:`TokenRule` (the decorator returns it in place of the function, so that ``MODULE:FUNCTION``
+    names it). Registering a name again replaces the rule when the function comes from the same place (a module
+    imported again, a notebook cell run again), and fails otherwise. The rule is then a method
+    (:func:`tokenbalance.algorithms.presets.get_method`): the ``grpo`` preset with the rule, named ``name``.
 
         @register_token_rule("high_entropy", stage="loss", needs=("entropy",))
-        def high_entropy(inputs: TokenInputs) -> torch.Tensor: ...
-    """
+        def high_entropy(inputs: TokenInputs) -> torch.Tensor: ..."""
 
     def register(fn: Callable[[TokenInputs], torch.Tensor]) -> TokenRule:
         rule = TokenRule(name=name, function=fn, stage=stage, output=output, needs=tuple(needs))
