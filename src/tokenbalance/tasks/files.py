@@ -1,6 +1,6 @@
-"""Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name
-the file, the row (from 0, in file order; the line too for JSON lines) and the column (nested ones
-with dots, e.g. ``reward_model.ground_truth.solution_text_format``).
+"""Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name the file, the row
+(from 0, in file order; the line too for JSON lines) and the column (nested ones with dots, e.g.
+``reward_model.ground_truth.solution_text_format``).
 
 pyarrow is imported inside the functions that need it, so importing the tasks stays light."""
 
@@ -21,8 +21,8 @@ _MISSING = object()
 
 
 class RowReader:
-    """Typed access to the columns of one row; every failure is a ``ValueError`` of the form
-    ``"<file>: row <r>[ (line <l>)]: column '<c>': <problem>"``."""
+    """Typed access to the columns of one row; every failure is a ``ValueError`` of the form ``"<file>: row <r>[ (line
+    <l>)]: column '<c>': <problem>"``."""
 
     def __init__(self, path: str | os.PathLike, row_number: int, row: Any, line: int | None = None):
         self.path = str(path)
@@ -60,8 +60,7 @@ class RowReader:
     def get(self, column: str, kind: type | tuple[type, ...], *, default: Any = _MISSING) -> Any:
         """The value of ``column``, checked to be of type ``kind``.
 
-        A missing column returns ``default`` when one is given, else raises. ``bool`` is never
-        accepted as an ``int``.
+        A missing column returns ``default`` when one is given, else raises. ``bool`` is never accepted as an ``int``.
         """
         value = self._lookup(column)
         if value is _MISSING:
@@ -104,12 +103,11 @@ def json_array_rows(file: Path, text: str) -> list[RowReader]:
 
 
 def read_rows(path: str | os.PathLike) -> list[RowReader]:
-    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file, or of a
-    ``.json`` file holding one array of row objects (as ``json.dump(rows, f)`` writes it).
+    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file, or of a ``.json`` file
+    holding one array of row objects (as ``json.dump(rows, f)`` writes it).
 
-    Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise
-    ``ValueError`` naming the file (and the line).
-    """
+    Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise ``ValueError`` naming the file
+    (and the line)."""
     file = Path(path)
     suffix = file.suffix.lower()
     if not file.is_file():
@@ -150,8 +148,8 @@ WRITTEN_BY = b"tokenbalance gen-data"
 
 
 def parquet_written_by_tokenbalance(path: str | os.PathLike) -> bool:
-    """Whether the parquet file ``path`` carries the mark :func:`write_parquet_atomic` writes
-    (its schema metadata ``written_by``); False for any other or unreadable file."""
+    """Whether the parquet file ``path`` carries the mark :func:`write_parquet_atomic` writes (its schema metadata
+    ``written_by``); False for any other or unreadable file."""
     try:
         import pyarrow.parquet as pq
 
@@ -162,9 +160,8 @@ def parquet_written_by_tokenbalance(path: str | os.PathLike) -> bool:
 
 
 def check_parquet_target(path: str | os.PathLike, *, replace: bool = False) -> None:
-    """``ValueError`` unless ``path`` may be written: it does not exist, or ``replace`` is given and
-    the file there was written by tokenbalance (:func:`parquet_written_by_tokenbalance`). A file of
-    the user's is never replaced."""
+    """``ValueError`` unless ``path`` may be written: it does not exist, or ``replace`` is given and the file there
+    was written by tokenbalance (:func:`parquet_written_by_tokenbalance`). A file of the user's is never replaced."""
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"--out {target}: is a directory; give a .parquet file path")
@@ -185,9 +182,9 @@ def check_parquet_target(path: str | os.PathLike, *, replace: bool = False) -> N
 def write_parquet_atomic(
     rows: Iterable[dict[str, Any]], path: str | os.PathLike, schema: Any, *, replace: bool = False
 ) -> Path:
-    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the
-    path. The file is marked as tokenbalance's (schema metadata ``written_by``); an existing file is
-    replaced only with ``replace`` and only when it carries that mark (:func:`check_parquet_target`)."""
+    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the path. The file
+    is marked as tokenbalance's (schema metadata ``written_by``); an existing file is replaced only with ``replace``
+    and only when it carries that mark (:func:`check_parquet_target`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 
