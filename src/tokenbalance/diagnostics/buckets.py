@@ -1,12 +1,10 @@
 """Token statistics by probability bucket (AR-Lopti paper, Figure 1 a-b and Figure 3).
 
-Tokens are grouped by their old-policy probability p at the log-prob temperature, bucket b
-holding ``edges[b] <= p < edges[b + 1]`` (p == 1 in the last; the reference's masks use (lo, hi]),
-or equal-count buckets with ``bucket_mode="quantile"``. Pure functions of tensors: the trainer
-calls :func:`bucket_token_stats` every step, ``diagnose buckets`` :func:`probability_change_stats`;
-:func:`bucket_shares` splits any per-token quantity (the gradient share) over the buckets. Keys,
-edges and differences from the paper: docs/metrics.md ("Diagnostics").
-"""
+Tokens are grouped by their old-policy probability p at the log-prob temperature, bucket b holding ``edges[b] <= p <
+edges[b + 1]`` (p == 1 in the last; the reference's masks use (lo, hi]), or equal-count buckets with
+``bucket_mode="quantile"``. Pure functions of tensors: the trainer calls :func:`bucket_token_stats` every step,
+``diagnose buckets`` :func:`probability_change_stats`; :func:`bucket_shares` splits any per-token quantity (the
+gradient share) over the buckets. Keys, edges and differences from the paper: docs/metrics.md ("Diagnostics")."""
 
 from __future__ import annotations
 
@@ -26,8 +24,7 @@ from tokenbalance.diagnostics.edges import (  # noqa: F401 - re-exported
 def quantile_edges(prob_N: torch.Tensor, num_buckets: int) -> tuple[float, ...]:
     """Edges 0, q(1/n), ..., q((n-1)/n), 1 of the probabilities ``prob_N`` (equal-count buckets).
 
-    Ties can make two interior edges equal (an empty bucket); with no tokens the edges are uniform.
-    """
+    Ties can make two interior edges equal (an empty bucket); with no tokens the edges are uniform."""
     check_range("num_buckets", num_buckets, 1, integer=True)
     if prob_N.numel() == 0:
         return tuple(i / num_buckets for i in range(num_buckets + 1))
@@ -74,16 +71,14 @@ def bucket_shares(
     Args:
         old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (defines the buckets).
         mask_BT: [B, T] valid response tokens.
-        values: name -> [B, T] non-negative per-token quantity (read at valid tokens only), e.g.
-            ``{"grad_share": logit_grad_sq_BT}``; ``mask_BT`` itself gives the token share.
+        values: name -> [B, T] non-negative per-token quantity (read at valid tokens only), e.g. ``{"grad_share":
+            logit_grad_sq_BT}``; ``mask_BT`` itself gives the token share.
         edges, mode: as :func:`bucket_token_stats`.
         prefix: key prefix.
 
     Returns:
-        ``{prefix}bucket{b}/{name}`` = sum over the bucket's valid tokens / sum over all valid tokens
-        (float64 sums); the buckets of a name add up to 1, or are all NaN when the total is 0
-        (nothing to share).
-    """
+        ``{prefix}bucket{b}/{name}`` = sum over the bucket's valid tokens / sum over all valid tokens (float64 sums);
+        the buckets of a name add up to 1, or are all NaN when the total is 0 (nothing to share)."""
     valid_BT = mask_BT.bool()
     edges = step_edges(old_logp_BT, valid_BT, edges, mode)
     index_BT = bucket_index(
@@ -134,12 +129,10 @@ def bucket_token_stats(
         prefix: key prefix.
 
     Returns:
-        For each bucket b, under ``{prefix}bucket{b}/``: ``lo``, ``hi`` (the edges used),
-        ``token_frac`` (share of all valid tokens), ``adv_mean``, ``clip_frac``, ``entropy``, and
-        the same four under ``pos/`` and ``neg/`` (tokens with A > 0 / A < 0; ``pos/token_frac`` is
-        still a share of *all* valid tokens, so pos + neg + zero-advantage shares add up to
-        ``token_frac``). Means over an empty set are NaN; missing inputs give no key.
-    """
+        For each bucket b, under ``{prefix}bucket{b}/``: ``lo``, ``hi`` (the edges used), ``token_frac`` (share of all
+        valid tokens), ``adv_mean``, ``clip_frac``, ``entropy``, and the same four under ``pos/`` and ``neg/`` (tokens
+        with A > 0 / A < 0; ``pos/token_frac`` is still a share of *all* valid tokens, so pos + neg + zero-advantage
+        shares add up to ``token_frac``). Means over an empty set are NaN; missing inputs give no key."""
     valid_BT = mask_BT.bool()
     edges = step_edges(old_logp_BT, valid_BT, edges, mode)
     total = int(valid_BT.sum())
@@ -171,11 +164,10 @@ def probability_change_stats(
 ) -> list[dict[str, float | str]]:
     """Δp = exp(new) - exp(old) per bucket of the *old* probability (Figure 1 c/e/f and Figure 3).
 
-    Returns one dict per bucket: ``interval`` (label), ``tokens``, ``dp_mean``, ``dp_p10``,
-    ``dp_p50``, ``dp_p90`` (quantiles of Δp), ``pos_tokens``, ``pos_up_frac`` (share of A > 0 tokens
-    whose probability rose: the paper's "correct ratio"), ``neg_tokens``, ``neg_down_frac`` (share
-    of A < 0 tokens whose probability fell). NaN where a set is empty.
-    """
+    Returns one dict per bucket: ``interval`` (label), ``tokens``, ``dp_mean``, ``dp_p10``, ``dp_p50``, ``dp_p90``
+    (quantiles of Δp), ``pos_tokens``, ``pos_up_frac`` (share of A > 0 tokens whose probability rose: the paper's
+    "correct ratio"), ``neg_tokens``, ``neg_down_frac`` (share of A < 0 tokens whose probability fell). NaN where a
+    set is empty."""
     edges = check_bucket_edges(edges)
     valid_BT = mask_BT.bool()
     dp_BT = torch.exp(new_logp_BT.detach().double()) - torch.exp(old_logp_BT.detach().double())

@@ -1,12 +1,11 @@
-"""The low-probability gradient share: each probability bucket's share of the squared
-logit-gradient norm, the one estimator our trainer, the TRL subclass and the verl losses log.
+"""The low-probability gradient share: each probability bucket's share of the squared logit-gradient norm, the one
+estimator our trainer, the TRL subclass and the verl losses log.
 
-Per token ||dL/dz||^2 = g^2 ||e_o - pi||^2 (:mod:`tokenbalance.algorithms.logit_grad`): exact where
-the runner has sum_j pi_j^2, the AR-Lopti bound (keys ending ``_bound``) where it sees log-probs
-only. "After": g = dL/d log p of the loss; "before": g = A c, kept as A^2 times the norm per unit
-advantage (g = c) so that a runner can sum that norm over micro-batches before A is known.
-Definitions and which runner reports what: docs/metrics.md ("Gradient share per bucket").
-"""
+Per token ||dL/dz||^2 = g^2 ||e_o - pi||^2 (:mod:`tokenbalance.algorithms.logit_grad`): exact where the runner has
+sum_j pi_j^2, the AR-Lopti bound (keys ending ``_bound``) where it sees log-probs only. "After": g = dL/d log p of the
+loss; "before": g = A c, kept as A^2 times the norm per unit advantage (g = c) so that a runner can sum that norm over
+micro-batches before A is known. Definitions and which runner reports what: docs/metrics.md ("Gradient share per
+bucket")."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def grad_shares(
         unit_logit_grad_sq_BT: [B, T] the same per unit advantage (g = c: ratio 1, no clip, no weight).
         estimator_adv_BT: [B, T] the method's estimator's advantage, before any token stage.
         edges, mode: the buckets (:func:`~tokenbalance.diagnostics.buckets.bucket_shares`).
-        with_token_frac: also ``diag/bucket<b>/token_frac`` (a runner without the bucket statistics).
-    """
+        with_token_frac: also ``diag/bucket<b>/token_frac`` (a runner without the bucket statistics)."""
     suffix = "" if exact else "_bound"
     before_BT = estimator_adv_BT.double().square() * unit_logit_grad_sq_BT
     values = {"token_frac": mask_BT} if with_token_frac else {}
@@ -61,10 +59,10 @@ def loss_grad_shares(
     edges,
     sum_sq_probs_BT: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """:func:`grad_shares` (with ``token_frac``) of a host's micro-batch (the TRL subclass, the verl
-    losses): g = dL/d log p of ``loss`` from ``autograd.grad`` down to ``logp_BT`` only (no parameter
-    gradient; 0 where nothing reaches the log-probs), c the token's weight in ``method``'s policy
-    aggregation; exact with ``sum_sq_probs_BT`` ([B, T] sum_j pi_j^2), the bound without."""
+    """:func:`grad_shares` (with ``token_frac``) of a host's micro-batch (the TRL subclass, the verl losses): g = dL/d
+    log p of ``loss`` from ``autograd.grad`` down to ``logp_BT`` only (no parameter gradient; 0 where nothing reaches
+    the log-probs), c the token's weight in ``method``'s policy aggregation; exact with ``sum_sq_probs_BT`` ([B, T]
+    sum_j pi_j^2), the bound without."""
     (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
     if dlogp_BT is None:  # no gradient reaches the log-probs (every advantage 0)
         dlogp_BT = torch.zeros_like(logp_BT)
