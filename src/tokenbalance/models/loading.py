@@ -4,8 +4,8 @@
     model, tokenizer = load_policy("/models/Qwen2.5-3B", device="cuda", dtype=torch.bfloat16)
 
 Unlike the usual ``from_pretrained`` habits: never a hub id, never unpickle (safetensors only unless
-``allow_pickle=True``), ``trust_remote_code=False``, our tokenizer loaded as the generic fast tokenizer
-it was saved as, and every problem one ``ValueError`` up front. Why: docs/training.md ("Models")."""
+``allow_pickle=True``), ``trust_remote_code=False``, our tokenizer loaded as the generic fast tokenizer it was saved
+as, and every problem one ``ValueError`` up front. Why: docs/training.md ("Models")."""
 
 from __future__ import annotations
 
@@ -39,11 +39,10 @@ GENERIC_TOKENIZER_CLASSES = ("TokenizersBackend", "PreTrainedTokenizerFast")
 def save_policy(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, path: str | os.PathLike) -> Path:
     """Write ``model`` (safetensors) and ``tokenizer`` to the directory ``path``, atomically.
 
-    Everything is written into a fresh temporary directory beside ``path``, which is then renamed
-    to ``path``. An existing ``path`` is first renamed away and deleted only after the new one is
-    in place, so at every moment ``path`` is either the complete old or the complete new policy
-    (a crash between the two renames leaves the old one under ``.<name>.old-*``). Returns ``path``.
-    """
+    Everything is written into a fresh temporary directory beside ``path``, which is then renamed to ``path``. An
+    existing ``path`` is first renamed away and deleted only after the new one is in place, so at every moment
+    ``path`` is either the complete old or the complete new policy (a crash between the two renames leaves the old one
+    under ``.<name>.old-*``). Returns ``path``."""
     target = Path(path)
     if target.exists() and not target.is_dir():
         raise ValueError(f"{target} exists and is not a directory; refusing to replace it")
@@ -77,8 +76,8 @@ def replace_directory(new: Path, target: Path) -> None:
 
 
 def check_policy_dir(path: str | os.PathLike, *, allow_pickle: bool = False) -> Path:
-    """``path`` as a ``Path`` if it looks like a loadable local policy directory; ``ValueError``
-    naming the first missing piece otherwise (see :func:`load_policy`)."""
+    """``path`` as a ``Path`` if it looks like a loadable local policy directory; ``ValueError`` naming the first
+    missing piece otherwise (see :func:`load_policy`)."""
     directory = Path(path)
     if not directory.is_dir():
         hint = ""
@@ -119,8 +118,8 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, where: object = "tokeniz
 
 
 def load_tokenizer(directory: Path) -> PreTrainedTokenizerBase:
-    """The tokenizer saved in ``directory``, of the class its ``tokenizer_config.json`` declares
-    when that is a generic fast tokenizer (see the module docstring), else ``AutoTokenizer``'s."""
+    """The tokenizer saved in ``directory``, of the class its ``tokenizer_config.json`` declares when that is a
+    generic fast tokenizer (see the module docstring), else ``AutoTokenizer``'s."""
     config_file = directory / "tokenizer_config.json"
     declared = json.loads(config_file.read_text()).get("tokenizer_class") if config_file.is_file() else None
     if declared in GENERIC_TOKENIZER_CLASSES and (directory / "tokenizer.json").is_file():
@@ -154,20 +153,16 @@ def load_policy(
     Args:
         path: a directory with ``config.json``, weights (``*.safetensors``) and tokenizer files.
         device: where to put the model.
-        dtype: parameter dtype; ``None`` = the dtype recorded in ``config.json`` (transformers
-            5's ``"auto"``: bfloat16 for Qwen2.5, float32 for our tiny models). Pass
-            ``torch.float32`` to train with fp32 master weights.
-        attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...; ``None`` =
-            transformers' choice.
+        dtype: parameter dtype; ``None`` = the dtype recorded in ``config.json`` (transformers 5's ``"auto"``:
+            bfloat16 for Qwen2.5, float32 for our tiny models). Pass ``torch.float32`` to train with fp32 master
+            weights.
+        attn_implementation: ``"sdpa"``, ``"eager"``, ``"flash_attention_2"``, ...; ``None`` = transformers' choice.
         pad_token: sets ``tokenizer.pad_token`` (for tokenizers shipped without one).
         allow_pickle: also accept ``pytorch_model.bin``-only directories (unpickles them).
-        tokenizer: the tokenizer already loaded from ``path`` (a run's setup), used instead of
-            loading it again.
+        tokenizer: the tokenizer already loaded from ``path`` (a run's setup), used instead of loading it again.
 
-    The model is returned in eval mode. ``model.config.pad_token_id`` is set to the tokenizer's pad
-    id when the config has none. Raises ``ValueError`` for every problem listed in the module
-    docstring.
-    """
+    The model is returned in eval mode. ``model.config.pad_token_id`` is set to the tokenizer's pad id when the config
+    has none. Raises ``ValueError`` for every problem listed in the module docstring."""
     directory = check_policy_dir(path, allow_pickle=allow_pickle)
     try:
         json.loads((directory / CONFIG_FILE).read_text())
@@ -228,11 +223,10 @@ def check_special_tokens(
 ) -> dict[str, list[int]]:
     """The ids of each ``required`` tag, after checking it survives encode -> decode.
 
-    Each tag is checked alone and inside text (``"a<tag> b"``) with ``add_special_tokens=False``
-    and ``skip_special_tokens=False``. With ``single_token=True`` each tag must also be one token
-    (true for our tokenizers; Qwen2.5's splits ``<think>`` into pieces, which round-trip).
-    ``ValueError`` naming every tag that fails.
-    """
+    Each tag is checked alone and inside text (``"a<tag> b"``) with ``add_special_tokens=False`` and
+    ``skip_special_tokens=False``. With ``single_token=True`` each tag must also be one token (true for our
+    tokenizers; Qwen2.5's splits ``<think>`` into pieces, which round-trip). ``ValueError`` naming every tag that
+    fails."""
     ids_by_tag: dict[str, list[int]] = {}
     broken, split = [], []
     for tag in required:
