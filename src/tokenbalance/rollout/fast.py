@@ -56,14 +56,11 @@ def uniforms(rows: int, generator: torch.Generator | None, device: torch.device)
 
 
 def draw(probs_BV: torch.Tensor, generator: torch.Generator | None, u_B1: torch.Tensor | None = None) -> torch.Tensor:
-    """[B] int64: one index per row with probability ``probs / probs.sum()``, by inverse CDF.
+    """[B] int64: one index per row with probability ``probs / probs.sum()``, by inverse CDF in float64.
 
-    Uses exactly B float64 uniforms from ``generator`` per call, whatever the values (so every sampler that calls this
-    for the same B rows consumes the random stream identically). The CDF is float64, so rounding biases no token by
-    more than ~1e-16; ``u`` lies in (0, 1], which makes the chosen token always one with positive probability. Cheaper
-    than ``torch.multinomial`` (one exponential per vocabulary entry) by a wide margin on a CPU. ``u_B1``: the rows'
-    uniforms drawn already (:func:`uniforms`; the compacted loop draws them for every row of the batch and passes the
-    live rows' ones), instead of drawing here."""
+    Uses exactly B float64 uniforms from ``generator`` per call whatever the values (every sampler consumes the stream
+    identically); ``u`` lies in (0, 1], so the chosen token always has positive probability. ``u_B1``: uniforms drawn
+    already (:func:`uniforms`; the compacted loop passes the live rows' ones)."""
     cdf_BV = probs_BV.double().cumsum(dim=-1)
     if u_B1 is None:
         u_B1 = uniforms(probs_BV.shape[0], generator, probs_BV.device)
@@ -78,11 +75,10 @@ def sample_next(
     generator: torch.Generator | None,
     u_B1: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its log-prob: ``(token_B int64, logp_B float32)``.
+    """``(token_B int64, logp_B float32)``: one token per row and its log-prob under the processed distribution.
 
-    ``temperature == 0``: argmax, no randomness used, ``logp`` = the untempered log-softmax. Otherwise the scores
-    ``logits / temperature`` are truncated (:func:`truncate_logits`), one token per row is drawn from their softmax
-    with :func:`draw` (always all B rows), and ``logp`` is its log-probability under that processed distribution."""
+    ``temperature == 0``: argmax, no randomness, ``logp`` = the untempered log-softmax. Otherwise ``logits /
+    temperature`` truncated (:func:`truncate_logits`) and drawn by :func:`draw` (always all B rows)."""
     logits_BV = logits_BV.float()
     if temperature == 0:
         token_B = logits_BV.argmax(dim=-1)
@@ -306,15 +302,12 @@ def grouped_attention(
     group_size: int,
     slot_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One decode step's self-attention for groups of G rows sharing a prompt. -> [B, 1, D].
+    """One decode step's self-attention -> [B, 1, D] for groups of G rows sharing a prompt.
 
-    The prompt's keys and values ([U, H_kv, S, Dh], U = B / G) are read once per group: the G rows' queries form one
-    [G x heads-per-kv, Dh] matrix against them. The response's keys and values ([B, H_kv, T, Dh], column ``t`` written
-    here) are per row. One softmax spans both.
-
-    ``slot_B``: the rows are some of the U x G rows of the prompt cache's groups, row b at slot ``slot_B[b]`` (a
-    compacted batch, :meth:`GroupedCacheDecoder.select`). The prompt part then runs on all U x G slots (zeros where no
-    row is), so each group's product has the same shape as in the full batch and each row the same bits."""
+    The prompt's K/V ([U, H_kv, S, Dh], U = B / G) are read once per group (the G rows' queries as one matrix); the
+    response's K/V ([B, H_kv, T, Dh], column ``t`` written here) are per row; one softmax spans both. ``slot_B``: the
+    rows are some of the U x G slots (a compacted batch, :meth:`GroupedCacheDecoder.select`); the prompt part still
+    runs on all slots, so each row gets the same bits as in the full batch."""
     batch = x_B1D.shape[0]
     heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
     G = group_size
@@ -370,11 +363,8 @@ def kept_columns(cache_BHLD: torch.Tensor, keep_A: torch.Tensor, columns: int) -
 
 
 class GroupedCacheDecoder:
-    """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row.
-
-    Each prompt runs once in the prefill and its K/V columns are stored once ([U, H_kv, S, Dh]); every step reads them
-    once per group (:func:`grouped_attention`) instead of once per row. At decode time attention is bound by reading
-    the K/V cache, so this saves most of the prompt's share of those reads."""
+    """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row: each prompt's K/V
+    columns are stored once ([U, H_kv, S, Dh]) and read once per group per step (:func:`grouped_attention`)."""
 
     def __init__(
         self,
@@ -542,10 +532,8 @@ def _cache_keyword(forward_owner: type) -> str:
 
 
 def cache_kwargs(module: torch.nn.Module, cache: DynamicCache) -> dict[str, Any]:
-    """``{name: cache}`` for ``module``'s forward: newer transformers (5.24 here) take the K/V cache as ``cache=`` and
-    warn that ``past_key_values=`` goes away in 5.40; 5.10 (verl 0.9.1's ceiling) knows only ``past_key_values=`` and
-    would silently ignore ``cache=``. Read from the forward's signature, so each model class gets the name it
-    declares."""
+    """``{name: cache}`` for ``module``'s forward: ``cache=`` where the forward declares it (newer transformers), else
+    ``past_key_values=`` (5.10, verl 0.9.1's ceiling, would silently ignore ``cache=``)."""
     return {_cache_keyword(type(module)): cache}
 
 
@@ -628,9 +616,8 @@ def sampling_loop(
     EOS; after its EOS a row gets pad tokens with log-prob 0.
 
     ``compact`` (a decoder with ``select``): finished rows leave the batch (:func:`compaction`); every step still
-    draws one uniform per row of the whole batch and the live rows use theirs, so the random stream and every row's
-    tokens are those of the full batch (each row's arithmetic is its own: ``tests/rollout/test_fast.py`` checks the
-    bits, at one thread, where it is used)."""
+    draws one uniform per row of the whole batch, so the stream and every row's tokens are the full batch's
+    (``tests/rollout/test_fast.py``; docs/training.md §Threads)."""
     logits_AV = decoder.prefill()
     batch, device = logits_AV.shape[0], logits_AV.device
     tokens_BT = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.int64, device=device)
@@ -685,18 +672,15 @@ class FastEngine(PromptEngine):
     """:class:`~tokenbalance.rollout.base.RolloutEngine` with a preallocated KV cache.
 
     Args:
-        model: a Hugging Face causal LM (its device and dtype are used). Llama and Qwen2 run on the static-cache
-            decoder; others on the model's forward with a ``DynamicCache``.
+        model: a Hugging Face causal LM (its device and dtype are used); Llama and Qwen2 run on the static-cache
+            decoder, others on the model's forward with a ``DynamicCache``.
         tokenizer: supplies the pad id (required) and the EOS id.
         eos_token_ids: ids that end a response; default as in ``HFGenerateEngine``.
-        max_batch_size: sample at most this many prompts at once (bounds the cache memory); sub-batches run in order
-            on the same generator, so outputs depend on it. ``None``: the whole batch at once.
-        path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or ``"model"`` (always
-            the fallback).
-        compact: let finished rows leave the batch on the static path (:func:`sampling_loop`). ``None`` (default):
-            when the CPU runs one torch thread, where it leaves every token bit-identical (with two threads MKL rounds
-            a row differently in a smaller batch: off); ``False`` never; ``True`` always (another device or thread
-            count: the same distribution, not the same bits)."""
+        max_batch_size: at most this many prompts at once (bounds cache memory; outputs depend on it). ``None``: all.
+        path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or ``"model"``.
+        compact: let finished rows leave the batch on the static path (:func:`sampling_loop`). ``None``: only at one
+            CPU torch thread, where every token stays bit-identical (docs/training.md §Threads); ``False`` never;
+            ``True`` always (same distribution, not the same bits)."""
 
     def __init__(
         self,

@@ -3,9 +3,8 @@
     engine = HFGenerateEngine(model, tokenizer)
     gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
-The reference engine. Unlike a plain ``generate`` call it samples exactly the distribution asked for (the checkpoint's
-generation config swapped for a neutral one), records each sampled token's log-prob one step at a time, and seeds a
-forked RNG; details in docs/training.md ("Rollout engines")."""
+The reference engine: the exact distribution asked for, per-token sampler log-probs, a forked RNG; docs/training.md
+("Rollout engines")."""
 
 from __future__ import annotations
 
@@ -28,11 +27,8 @@ from tokenbalance.rollout.base import Generation, SamplingParams
 
 
 class SampledTokenLogProbs(LogitsProcessor):
-    """Records ``log_softmax(scores)`` at each sampled token, where ``scores`` are the final processed scores of a
-    step. It must be the last processor; it returns ``scores`` unchanged.
-
-    The token sampled from step t's scores is only known at step t + 1 (the last column of ``input_ids``), so one step
-    of log-probs is kept pending; :meth:`finish` reads the last one."""
+    """Records ``log_softmax(scores)`` at each sampled token (must be the last processor; returns ``scores``
+    unchanged). Step t's token is known only at step t + 1, so one step stays pending; :meth:`finish` reads the last."""
 
     def __init__(self) -> None:
         self.pending_logp_BV: torch.Tensor | None = None
