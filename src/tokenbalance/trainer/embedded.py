@@ -1,11 +1,7 @@
-"""The embedded default policy: a tiny model, a tokenizer trained on the task's text (``Task.tokenizer_corpus``; K&K
-by default), an SFT warm start. With ``data.reward`` and ``data.target_column`` (your own rows), the tokenizer is
-trained on the rows' prompts and targets and the SFT teaches the targets
-(:func:`~tokenbalance.run.examples.row_pairs`).
-
-Built once and cached under ``model.cache_dir/<key>/`` where the key hashes every setting that changes the result
-(model sizes, tokenizer size, SFT settings, data, seed, package version), so a changed setting never reuses a stale
-cache. The directory appears atomically when complete."""
+"""The embedded default policy: a tiny model, a tokenizer trained on the task's text (``Task.tokenizer_corpus``), an
+SFT warm start; with ``data.reward`` and ``data.target_column`` trained on your rows
+(:func:`~tokenbalance.run.examples.row_pairs`). Cached atomically under ``model.cache_dir/<key>/``, the key hashing
+every setting that changes the result, so a changed setting never reuses a stale cache."""
 
 from __future__ import annotations
 

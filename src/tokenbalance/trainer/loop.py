@@ -199,10 +199,9 @@ def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
 
 
 def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch, dict[str, float]]:
-    """Steps 1-3: prompts, G responses each, rewards. With the method's dynamic sampling (DAPO), groups whose rewards
-    are all equal are dropped and further rounds drawn until the step has its informative groups (every rank the same
-    number); without it, one round, every group. Returns the batch to train on, the first round (the unfiltered sample
-    the ``reward/*`` metrics describe) and the ``sampling/*`` metrics."""
+    """Steps 1-3: prompts, G responses each, rewards; with DAPO dynamic sampling, all-equal groups dropped and rounds
+    drawn until the step has its groups. Returns the batch to train on, the first round (what ``reward/*`` describe)
+    and the ``sampling/*`` metrics."""
     dynamic, ctx = parts.method.dynamic_sampling, parts.runtime.ctx
     first = sample_round(parts, step, 0)
     if not dynamic.enabled:
@@ -299,10 +298,9 @@ def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> Ste
 
 
 def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLogprobs | None:
-    """Step 4's old-policy forward run as the update's first forward (with gradient), when the update's first
-    micro-batch is the whole batch before any optimizer step
-    (:func:`~tokenbalance.trainer.update.reusable_first_forward`): one forward instead of two, the same bits. ``None``
-    otherwise (``with_logprobs`` then runs its own no-gradient forward)."""
+    """Step 4's old-policy forward run as the update's first (with gradient) when that micro-batch is the whole batch
+    (:func:`~tokenbalance.trainer.update.reusable_first_forward`): one forward instead of two, same bits; else
+    ``None``."""
     s, method, policy = parts.settings, parts.method, parts.state.policy
     if s.sampler_logprobs and not method.needs_hidden_states:
         return None  # no old-policy forward to share

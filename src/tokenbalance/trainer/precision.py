@@ -1,9 +1,8 @@
 """The compute type of a run's forwards, and the check that a half-precision policy can still learn.
 
-``model.autocast=bfloat16`` runs every forward under ``torch.autocast`` with float32 master weights, log-probs and
-losses (float16 is refused: it needs a gradient scaler); ``model.dtype=bfloat16`` stores the weights in bfloat16,
-refused when an AdamW step would round away (:func:`check_update_resolution`). docs/training.md ("Mixed precision").
-"""
+``model.autocast=bfloat16``: forwards under ``torch.autocast``, float32 master weights, log-probs and losses (float16
+refused); ``model.dtype=bfloat16`` stores bfloat16 weights, refused when an AdamW step would round away
+(:func:`check_update_resolution`). docs/training.md ("Mixed precision")."""
 
 from __future__ import annotations
 
@@ -30,10 +29,9 @@ def compute_dtype(autocast: str) -> torch.dtype | None:
 
 @dataclass(frozen=True)
 class ForwardSettings:
-    """How every forward of a run computes (the same for the rollout's, the old, reference and current log-probs):
-    ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``; ``None``: the parameters' own),
-    ``chunk_tokens`` how many response positions go through the output layer and the log-softmax at once
-    (``optim.logit_chunk_tokens``; 0: all of a micro-batch's at once)."""
+    """How every forward of a run computes: ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``;
+    ``None``: the parameters' own), ``chunk_tokens`` positions per output-layer chunk (``optim.logit_chunk_tokens``;
+    0: all at once)."""
 
     compute_dtype: torch.dtype | None = None
     chunk_tokens: int = 0

@@ -1,9 +1,6 @@
-"""Progress of long loops (step, reward, accuracy, tokens per second, time left) and the timer of one RL step's
-phases.
-
-A rich progress bar on a terminal; otherwise plain lines, one every :data:`PLAIN_EVERY_S` seconds or every
-1/:data:`PLAIN_LINES` of the steps, and one at each evaluation, also appended to a file inside :func:`progress_log`.
-Off on non-main ranks and with ``output.progress=false``. docs/training.md ("Progress in a log")."""
+"""Progress of long loops (step, reward, accuracy, tokens/s, time left) and the timer of one RL step's phases: a rich
+bar on a terminal, else plain lines (every :data:`PLAIN_EVERY_S` s or 1/:data:`PLAIN_LINES` of the steps, and at each
+evaluation), also appended to a file inside :func:`progress_log`. docs/training.md ("Progress in a log")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,6 @@
-"""From a config to a finished run: the setup (:func:`tokenbalance.run.setup.prepare`: the checks before any work,
-seconds in), device, distributed setup, the policy, the run directory (claimed and locked), the loop, and the
-before/after table. Shared by ``tokenbalance train`` and the tests.
-
-Order (docs/reliability.md): the run directory is new or empty, then everything that can be checked without a model;
-then the run directory is locked and, on ``--resume``, repaired (interrupted writes cleaned, a lost ``latest`` pointer
-recovered, the checkpoint's files read); only then the embedded policy build or the model load."""
+"""From a config to a finished run, shared by ``tokenbalance train`` and the tests: the checks before any work
+(:func:`tokenbalance.run.setup.prepare`), device, ranks, the run directory claimed and locked (and repaired on
+``--resume``), then the policy, the loop and the before/after table. Order: docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -117,11 +113,9 @@ def check_checkpoint_config(checkpoint: Path, config: RunConfig) -> None:
 
 
 def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> None:
-    """Before a resume does any work (the lock held): remove what an interrupted write left, re-point a lost
-    ``latest`` at the newest complete checkpoint, read that checkpoint's files, check that ``config`` (the run's
-    config.yaml with the resume's changes) is still the config the checkpoint was trained with outside the settings a
-    resume may change (an edited ``config.yaml`` is refused, naming the key), and check ``metrics.jsonl`` (a torn last
-    line is reported here and dropped by the loop)."""
+    """Before a resume does any work (lock held): clean interrupted writes, re-point a lost ``latest``, read the
+    checkpoint, refuse a ``config`` that differs from the checkpoint's outside the resumable settings (naming the
+    key), and check ``metrics.jsonl`` (a torn last line is reported here and dropped by the loop)."""
     removed = clean_interrupted_writes(run_dir)
     if removed:
         log(f"removed what an interrupted write left in {run_dir}: {', '.join(removed)}")

@@ -1,7 +1,6 @@
-"""Supervised warm start: teach the response format (and some answers) before RL.
-
-The targets are the task's ``sft_response`` (``sft.target``) to its SFT examples, disjoint from the held-out set
-(:func:`tokenbalance.run.examples.sft_pairs`); the loss and schedule: docs/training.md ("The embedded default").
+"""Supervised warm start: teach the response format (and some answers) before RL, on the task's ``sft_response``
+(``sft.target``) to SFT examples disjoint from the held-out set (:func:`tokenbalance.run.examples.sft_pairs`). Loss
+and schedule: docs/training.md ("The embedded default").
 
     tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU"""
 
