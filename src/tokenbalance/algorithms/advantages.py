@@ -90,17 +90,11 @@ def grpo_advantages(
     eps: float = 1e-6,
     singleton: str = "reference",
 ) -> torch.Tensor:
-    """GRPO: ``A_i = (s_i - mean_g) / (std_g + eps)`` with the unbiased (Bessel) group std.
+    """GRPO: ``A_i = (s_i - mean_g) / (std_g + eps)`` with the unbiased group std; [B, T] in ``scores_B``'s dtype
+    (float32 for integer scores), 0 at padding.
 
-    Args:
-        scores_B: [B] float outcome scores.
-        group_ids_B: [B] integer group ids.
-        response_mask_BT: [B, T] bool / 0-1 response mask (EOS included).
-        eps: added to the std (reference 1e-6); an all-equal group gets exactly 0.
-        singleton: ``"reference"`` (mean 0, std 1: A = s / (1 + eps)) or ``"zero"``.
-
-    Returns:
-        [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding."""
+    ``eps``: reference 1e-6 (an all-equal group gets exactly 0); ``singleton``: ``"reference"`` (A = s / (1 + eps)) or
+    ``"zero"``."""
     check_range("eps", eps, 0.0, float("inf"))
     return _group_advantages(
         scores_B,
@@ -162,24 +156,14 @@ def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor
 def discounted_returns(
     token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0, *, gaps: str = "restart"
 ) -> torch.Tensor:
-    """Reverse discounted cumulative sum of the valid token rewards (docs/methods.md §2.3).
+    """Reverse discounted cumulative sum of the valid token rewards ([B, T], no gradient; docs/methods.md §2.3).
 
-    Args:
-        token_rewards_BT: [B, T] token rewards; values at masked positions are ignored.
-        response_mask_BT: [B, T] bool / 0-1 mask; may have gaps (masked positions between valid ones).
-        gamma: discount in [0, 1].
-        gaps: what a masked position does to the running return G:
+    ``gaps``, what a masked position inside a response does to the running return G:
 
-            * ``"restart"`` (AR-Lopti fork): G_t = r_t + gamma * G_{t+1} at every t, and G is
-              reset to 0 after each masked position, so tokens before a gap do not see the
-              rewards after it. Returns at masked positions are left as computed (not zeroed).
-            * ``"carry"`` (verl 0.9): G passes a masked position unchanged (no reward, no
-              discount), so the reward after a gap reaches the tokens before it; returns at
-              masked positions are 0.
+    * ``"restart"`` (AR-Lopti fork): G restarts at 0 after each masked position; returns there are left as computed.
+    * ``"carry"`` (verl 0.9): G passes it unchanged (no reward, no discount); returns there are 0.
 
-    Returns:
-        [B, T] returns, dtype of ``token_rewards_BT``, no gradient. Both rules agree on valid positions of a mask
-        without gaps."""
+    Both agree on a mask without gaps."""
     check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
     check_range("gamma", gamma, 0.0, 1.0)
@@ -207,20 +191,10 @@ def reinforce_pp_advantages(
     eps: float = 1e-8,
     gaps: str = "restart",
 ) -> torch.Tensor:
-    """REINFORCE++ (arXiv 2501.03262): discounted returns whitened over all valid batch tokens.
-
-    ``A = (G - mu) / sqrt(var + eps) * mask`` with mu and the unbiased var over the M valid tokens of the whole batch
-    (no grouping; long responses weigh more). With M < 2 the reference raises; here the advantages are 0.
-
-    Args:
-        token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly minus a KL penalty
-            (:func:`kl_in_reward`).
-        response_mask_BT: [B, T] response mask.
-        gaps: ``"restart"`` (AR-Lopti fork) or ``"carry"`` (verl): how the return crosses a masked position inside a
-            response (:func:`discounted_returns`).
-
-    Returns:
-        [B, T] advantages, dtype of ``token_rewards_BT``, 0 at masked positions, no gradient."""
+    """REINFORCE++ (arXiv 2501.03262): ``A = (G - mu) / sqrt(var + eps) * mask``, discounted returns whitened over the
+    M valid tokens of the whole batch (unbiased var, no grouping); M < 2 gives 0 (the reference raises).
+    ``token_rewards_BT`` from :func:`outcome_token_rewards` (minus :func:`kl_in_reward`); ``gaps`` as
+    :func:`discounted_returns`. [B, T], 0 at masked positions, no gradient."""
     check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
     mask_BT = response_mask_BT.bool()
     returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma, gaps=gaps)

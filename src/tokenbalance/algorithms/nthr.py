@@ -127,16 +127,9 @@ def nthr_eta(rule: float | str, p: float) -> float:
 
 
 def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None = None) -> Tensor:
-    """[B] bool: the responses NTHR counts as correct (its anchors under ``positives="correct"``).
-
-    ``scores_B >= config.correct_threshold`` when the config states a threshold, otherwise ``scores_B == max_reward``,
-    the task's maximum reward (K&K 3, math 1). A score above ``max_reward`` raises (the maximum is wrong); NaN scores
-    are not correct.
-
-    Args:
-        scores_B: [B] float outcome rewards.
-        config: the :class:`NTHRConfig` (its ``correct_threshold``).
-        max_reward: the task's maximum reward; required when ``config.correct_threshold`` is None."""
+    """[B] bool: the responses NTHR counts as correct (its anchors under ``positives="correct"``): ``scores_B >=
+    config.correct_threshold`` if set, else ``scores_B == max_reward`` (then required). A score above ``max_reward``
+    raises; NaN is not correct."""
     if not isinstance(config, NTHRConfig):
         raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
     check_ndim("scores_B", scores_B, 1, "B")
@@ -196,18 +189,8 @@ def nthr_groups(
     config: NTHRConfig,
     correct_B: Tensor | None = None,
 ) -> list[NTHRGroup]:
-    """The groups NTHR acts on (both positives and negatives), in group-id order.
-
-    ``positives="correct"``: positives = rows with ``correct_B``, negatives = the other rows whose masked advantage
-    sum is < 0. ``positives="advantage_sign"``: positives / negatives = rows whose masked advantage sum is > 0 / < 0
-    (``correct_B`` is then ignored).
-
-    Args:
-        advantages_BT: [B, T] float advantages (anything at padding).
-        response_mask_BT: [B, T] bool or 0/1.
-        group_ids_B: [B] integer group ids.
-        config: the :class:`NTHRConfig` (its ``positives``).
-        correct_B: [B] bool, which responses are correct (required for ``positives="correct"``)."""
+    """The groups NTHR acts on, in group-id order. ``positives="correct"``: positives = ``correct_B`` rows, negatives
+    = the others with masked advantage sum < 0; ``"advantage_sign"``: sum > 0 / < 0 (``correct_B`` ignored)."""
     check_ndim("advantages_BT", advantages_BT, 2, "BT")
     B, T = advantages_BT.shape
     check_shape("response_mask_BT", response_mask_BT, (B, T))
@@ -550,24 +533,10 @@ def nthr_restricted_probs(
     temperature: float = 1.0,
     unembed_bias_V: Tensor | None = None,
 ) -> Tensor:
-    """Old-policy probabilities of the vocabulary ``vocab_S`` without a full-vocabulary softmax.
-
-    q[n, s] = softmax((W h_n + b) / temperature)[vocab_S[s]] computed as exp(z[s] - log Z_n) with log Z_n =
-    z_n[tokens_N[n]] - old_logp_N[n] (the log-Z trick). Exact when ``old_logp_N`` is the log-prob of ``tokens_N``
-    under the same weights and temperature. Not renormalised over V*.
-
-    Args:
-        hidden_ND: [N, D] float final-layer hidden states (valid tokens only, no padding).
-        tokens_N: [N] int64 token ids, each in ``vocab_S`` (or in [0, V) when ``vocab_S`` is None).
-        old_logp_N: [N] float log-prob of ``tokens_N``.
-        unembed_VD: [V, D] float lm_head weight.
-        vocab_S: optional [S] sorted unique int64 token ids; None = full vocabulary.
-        temperature: > 0.
-        unembed_bias_V: optional [V] bias.
-
-    Returns:
-        q_NS: [N, S] (S = V when ``vocab_S`` is None), float32 or float64 (as in ``nthr_token_scores``), no gradient.
-    """
+    """Old-policy probabilities q_NS of ``vocab_S`` (None: all V) without a full-vocabulary softmax: exp(z[s] - log
+    Z_n), log Z_n = z_n[tokens_N[n]] - old_logp_N[n] (the log-Z trick; exact when ``old_logp_N`` came from the same
+    weights and temperature; not renormalised). Inputs: valid tokens only; dtypes as :func:`nthr_token_scores`; no
+    gradient."""
     check_ndim("hidden_ND", hidden_ND, 2, "ND")
     N, D = hidden_ND.shape
     check_ndim("unembed_VD", unembed_VD, 2, "VD")

@@ -144,16 +144,9 @@ def lopti_passes(
     response_mask_BT: torch.Tensor,
     config: LoptiConfig,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
-    """Lopti's two passes, low-probability tokens first (or last with ``order="high_first"``).
-
-    Args:
-        advantages_BT: [B, T] advantages (already AR-reweighted if AR is on; no gradient).
-        old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (no gradient).
-        response_mask_BT: [B, T] valid-token mask.
-
-    Returns:
-        The two passes, and metrics ``lopti/threshold`` (eta, or the quantile value) and ``lopti/low_token_frac``
-        (share of valid tokens in the low group; the reference's ``sep_portion``)."""
+    """Lopti's two passes (Algorithm 1), low-probability tokens first (last with ``order="high_first"``), from
+    ``advantages_BT`` (AR-reweighted if on) and ``old_logp_BT`` at the log-prob temperature. Returns the passes and
+    ``lopti/threshold`` (eta or the quantile value), ``lopti/low_token_frac`` (the reference's ``sep_portion``)."""
     mask_BT = response_mask_BT.bool()  # split_passes checks the inputs
     low_BT, threshold = lopti_low_mask(old_logp_BT, mask_BT, config)
     low_first = config.order == "low_first"

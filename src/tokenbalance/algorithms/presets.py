@@ -1,10 +1,8 @@
 """The method presets, one row each citing its source, and the one way every runner gets a Method.
 
-:func:`resolve_method` turns a preset name (or your token rule, ``MODULE:RULE`` / ``FILE.py:RULE``) and dotted
-overrides (``{"lopti.eta": 0.4}``) into a :class:`~.methods.Method`: our trainer's config, the verl worker, the TRL
-subclass and the grids all call it. Every base preset shares the GRPO base of the AR-Lopti K&K scripts, so methods
-differ only in their token-level stage; the paper rows follow each paper's runs (docs/methods.md §3, §6, §7).
-``tokenbalance list-methods``."""
+:func:`resolve_method` turns a preset name (or a token rule, ``MODULE:RULE`` / ``FILE.py:RULE``) and dotted overrides
+(``{"lopti.eta": 0.4}``) into a :class:`~.methods.Method` for every runner. Base presets share the AR-Lopti K&K GRPO
+base and differ only in their token-level stage; paper rows follow each paper (docs/methods.md §3, §6, §7)."""
 
 from __future__ import annotations
 
@@ -328,10 +326,9 @@ def override_type(key: str) -> Any:
 def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) -> Method:
     """A copy of ``method`` with dotted overrides applied in order, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
 
-    ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off switches it on with its
-    defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR); ``{"dynamic_sampling.enabled": True}`` turns
-    DAPO dynamic sampling on; ``{"token_rule": "rules.py:high_entropy"}`` adds a token rule (:func:`load_token_rule`)
-    to any method. Unknown names raise ``ValueError`` naming the closest valid one."""
+    ``"stage": None`` switches a stage off; a field of a stage that is off switches it on with its defaults first
+    (``{"ar.alpha": 0.2}`` on ``grpo``: GRPO + AR); ``{"token_rule": "rules.py:high_entropy"}`` adds a token rule
+    (:func:`load_token_rule`). Unknown names raise ``ValueError`` naming the closest valid one."""
     for key, value in (overrides or {}).items():
         declared = override_type(key)
         section, _, name = str(key).partition(".")
@@ -349,10 +346,8 @@ def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) 
 
 
 def stored_override(key: str, value: Any) -> Any:
-    """``value`` of the override ``key`` as a config stores it (plain YAML data, so that a saved config loads back
-    equal): a stage object as its fields, a token rule as its ``MODULE:RULE`` (a ``FILE.py`` made absolute) or name, a
-    number written as a string (YAML's ``1e-4``) as a number where the field is one. The key is checked first
-    (:func:`override_type`)."""
+    """``value`` of the checked override ``key`` as plain YAML data (a saved config loads back equal): a stage as its
+    fields, a token rule as its ``MODULE:RULE`` (``FILE.py`` made absolute) or name, a numeric string as a number."""
     declared = override_type(key)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if isinstance(value, TokenRule):
@@ -400,12 +395,9 @@ def resolve_method(
     key_prefix: str = "method.",
     key_names: Mapping[str, str] | None = None,
 ) -> Method:
-    """The method a runner trains with: ``method`` (a preset, a token rule's name, ``MODULE:RULE`` / ``FILE.py:RULE``,
-    or a :class:`Method`) with the dotted ``overrides`` applied in order.
-
-    Every runner gets its method here (our config, the verl worker, the TRL subclass, the grids). A wrong name is one
-    ``ValueError`` line naming ``setting``; a wrong override names its key as the user wrote it: ``key_names[key]``,
-    else ``key_prefix + key`` (``method.lopti.eta: ...``)."""
+    """The method a runner trains with: ``method`` (a preset, a token rule's name or spec, or a :class:`Method`) with
+    the dotted ``overrides`` applied in order. A wrong name is one ``ValueError`` line naming ``setting``; a wrong
+    override names its key as written: ``key_names[key]``, else ``key_prefix + key``."""
     if isinstance(method, Method):
         resolved = method
     elif isinstance(method, str):
@@ -426,10 +418,9 @@ def resolve_method(
 
 
 def as_overrides(method: Method) -> tuple[str, dict[str, Any]]:
-    """``(name, overrides)`` that :func:`resolve_method` turns back into ``method``: its preset (or its token rule's
-    ``MODULE:RULE``) and a dotted override for every hyper-parameter that differs from it (``{"nthr.beta": 0.0}``;
-    ``{"lopti": {}}`` for a stage on with its defaults). How a method travels as text, e.g. to a verl launch script.
-    """
+    """``(name, overrides)`` that :func:`resolve_method` turns back into ``method``: its preset (or token rule's spec)
+    and a dotted override per differing hyper-parameter (``{"lopti": {}}``: a stage on with its defaults). A method as
+    text."""
     rule = method.token_rule
     if method.name in METHOD_PRESETS:
         name = method.name
