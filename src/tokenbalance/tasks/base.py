@@ -18,20 +18,17 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class TaskExample:
-    """One prompt with what is needed to score answers to it.
+    """One prompt with what is needed to score answers to it (treat as read-only).
 
     Attributes:
-        prompt: the rendered prompt text (template applied; ready to tokenize as is).
-        question: the bare question (K&K: the ``quiz``), so the prompt can be re-rendered with another template by
-            :meth:`Task.render_prompt`.
-        ground_truth: what the scorer compares with: for K&K the ``reward_model.ground_truth`` dict
-            (``{"solution_text_format": str, "statements": str}``), for math tasks the answer string (or a list of
-            accepted answer strings).
+        prompt: the rendered prompt text (template applied, ready to tokenize).
+        question: the bare question (K&K: the ``quiz``), for :meth:`Task.render_prompt` with another template.
+        ground_truth: what the scorer compares with: K&K's ``reward_model.ground_truth`` dict, math's answer string
+            (or list of accepted answers).
         data_source: the metric group, e.g. ``"kk_logic"``, ``"kk_logic3"``, ``"arith"``.
-        difficulty: number of people for K&K, level for arith (0 when unknown).
-        index: the example's index in its source (K&K: global generator index; file readers: that column when present,
-            else the row number).
-        extra: anything else worth keeping (K&K: names, solution, split, row, ...). Treat as read-only."""
+        difficulty: people for K&K, level for arith (0 when unknown).
+        index: the index in its source (K&K: global generator index; files: that column, else the row number).
+        extra: anything else worth keeping (K&K: names, solution, split, row, ...)."""
 
     prompt: str
     question: str
@@ -49,10 +46,8 @@ class ScoreError(ValueError):
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """A scored response: the scalar ``reward`` and named per-response ``metrics``.
-
-    Metrics are floats (0.0/1.0 for flags) so a trainer can average them over a batch, e.g. ``{"format_ok": 1.0,
-    "answer_parsed": 1.0, "correct": 0.0}``."""
+    """A scored response: the scalar ``reward`` and float per-response ``metrics`` (0.0/1.0 for flags, averaged over a
+    batch), e.g. ``{"format_ok": 1.0, "answer_parsed": 1.0, "correct": 0.0}``."""
 
     reward: float
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -74,11 +69,7 @@ def drawn_choices(example: TaskExample, stream: str = "cot_random") -> random.Ra
 @dataclass(frozen=True)
 class ExampleSource:
     """Where the generated examples of one use and difficulty come from: the arguments of :meth:`Task.examples`
-    (``None`` leaves the task's default for that argument).
-
-    The trainer calls ``task.examples(source.split, difficulty=d, count=source.count, start_index=source.start_index,
-    seed=source.seed, template=...)``. The sources of the three uses must be disjoint where it matters (the held-out
-    set is never trained on)."""
+    (``None``: the task's default); the held-out source must be disjoint from the training ones."""
 
     split: str
     count: int | None = None
@@ -93,19 +84,13 @@ ProgressFactory = Callable[[int, str], AbstractContextManager[Callable[[], None]
 
 @runtime_checkable
 class Task(Protocol):
-    """What the trainer needs from a task; the trainer never tests a task by name.
+    """What the trainer needs from a task (it never tests a task by name); members and defaults: docs/tasks.md.
 
     Attributes:
-        name: registry name.
-        templates: valid template names, the first being the default.
-        max_reward: the reward of a fully correct answer (K&K 3, arith 1): a response is counted correct
-            (``reward/acc``, ``eval/*/acc``) when its reward equals it.
-        special_tokens: text the scorer reads from the decoded response (K&K: ``<think>``, ``</think>``, ``<answer>``,
-            ``</answer>``); the trainer checks that the tokenizer round-trips each of them before a run
-            (``models.check_special_tokens``). Empty when nothing needs checking.
-
-    :class:`BaseTask` gives defaults for ``special_tokens``, :meth:`example_source`, :meth:`read_examples`,
-    :meth:`tokenizer_corpus`, :meth:`write_data`, :meth:`score_without_prompt` and :meth:`difficulty_label`."""
+        name: registry name; templates: valid template names, the first the default.
+        max_reward: the reward of a fully correct answer (K&K 3, arith 1), which counts a response correct.
+        special_tokens: text the scorer reads from the response (K&K's tags), checked to round-trip the tokenizer
+            before a run (``models.check_special_tokens``)."""
 
     name: str
     templates: tuple[str, ...]
@@ -122,10 +107,8 @@ class Task(Protocol):
         template: str | None = None,
         start_index: int | None = None,
     ) -> list[TaskExample]:
-        """Generate the examples of ``split`` ("train" or "test") deterministically.
-
-        ``difficulty`` / ``count`` / ``seed`` / ``start_index`` default to the task's published set; ``template`` to
-        ``templates[0]``. Bad values raise ``ValueError`` naming the argument and the valid range."""
+        """Generate the examples of ``split`` ("train" or "test") deterministically; unset arguments default to the
+        published set and ``templates[0]``; bad values raise ``ValueError`` naming the argument and its range."""
         ...
 
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
@@ -153,10 +136,8 @@ class Task(Protocol):
         ...
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
-        """Score the decoded ``response`` (generated text only, special tokens kept) for ``example``.
-
-        Tasks whose reference reward reads prompt + response (K&K) put ``example.prompt`` in front themselves, so
-        every task is called the same way."""
+        """Score the decoded ``response`` (generated text only, special tokens kept); tasks whose reward reads the
+        prompt (K&K) prepend ``example.prompt`` themselves."""
         ...
 
     def sft_response(self, example: TaskExample, target: str) -> str:

@@ -1,8 +1,5 @@
-"""Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name the file, the row
-(from 0, in file order; the line too for JSON lines) and the column (nested ones with dots, e.g.
-``reward_model.ground_truth.solution_text_format``).
-
-pyarrow is imported inside the functions that need it, so importing the tasks stays light."""
+"""Row files (parquet, JSON lines) for the task readers, with errors naming the file, the row (from 0; the line too
+for JSON lines) and the column (nested with dots). pyarrow is imported only where needed."""
 
 from __future__ import annotations
 
@@ -58,10 +55,8 @@ class RowReader:
         return value
 
     def get(self, column: str, kind: type | tuple[type, ...], *, default: Any = _MISSING) -> Any:
-        """The value of ``column``, checked to be of type ``kind``.
-
-        A missing column returns ``default`` when one is given, else raises. ``bool`` is never accepted as an ``int``.
-        """
+        """The value of ``column``, checked to be of type ``kind`` (``bool`` is never an ``int``); missing:
+        ``default`` if given, else raises."""
         value = self._lookup(column)
         if value is _MISSING:
             if default is not _MISSING:
@@ -103,11 +98,8 @@ def json_array_rows(file: Path, text: str) -> list[RowReader]:
 
 
 def read_rows(path: str | os.PathLike) -> list[RowReader]:
-    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file, or of a ``.json`` file
-    holding one array of row objects (as ``json.dump(rows, f)`` writes it).
-
-    Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise ``ValueError`` naming the file
-    (and the line)."""
+    """All rows of a ``.parquet``, JSON-lines (``.jsonl``/``.json``/``.ndjson``) or JSON-array ``.json`` file;
+    unreadable files, unknown suffixes and bad lines raise ``ValueError`` naming the file (and line)."""
     file = Path(path)
     suffix = file.suffix.lower()
     if not file.is_file():

@@ -1,11 +1,9 @@
-"""``function``: your prompts and your reward function as a task, without a subclass.
+"""``function``: your prompts and reward function as a task, without a subclass.
 
-``--data FILE --eval-data FILE --reward MODULE:FUNCTION`` train on the rows of a parquet or JSON-lines file, each
-response scored by ``fn(response, **row)`` (the columns it names, or all with ``**kwargs``); it returns a number,
-``(reward, correct)`` or a dict with ``"reward"`` (or verl's ``"score"``) and other numbers, logged as metrics. Chat
-prompts are rendered with the policy's chat template, handed in by the run's setup
-(:func:`tokenbalance.run.examples.task_for`). One loader and one check of what the function returns serve our trainer,
-TRL and verl; docs/tasks.md."""
+``--data FILE --eval-data FILE --reward MODULE:FUNCTION``: each response scored by ``fn(response, **row)``, returning
+a number, ``(reward, correct)`` or a dict with ``"reward"`` (or ``"score"``) and other metrics. Chat prompts get the
+policy's chat template (:func:`tokenbalance.run.examples.task_for`). One loader and check for our trainer, TRL and
+verl; docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -68,13 +66,13 @@ class RewardFunction:
 
     Args:
         reward: ``"pkg.module:function"``, ``"path/file.py:function"`` or the function itself.
-        max_reward: the reward of a correct response; a returned ``correct`` flag must agree with it.
-        prefix: how the caller names its settings in messages: ``"data."`` (the trainer's ``data.reward`` /
-            ``data.max_reward``), ``"reward_kwargs."`` (verl), ``""`` (TRL's ``TaskReward`` arguments).
+        max_reward: the reward of a correct response (a returned ``correct`` must agree).
+        prefix: how the caller's settings are named in messages: ``"data."``, ``"reward_kwargs."`` (verl), ``""``
+            (TRL).
 
     Attributes:
         name: the spec, or the function's qualified name.
-        required_columns: the parameters without a default after the response: columns every row needs."""
+        required_columns: parameters without a default after the response (columns every row needs)."""
 
     def __init__(self, reward: str | Callable[..., Any], *, max_reward: float = 1.0, prefix: str = "data.") -> None:
         self.setting = f"{prefix}reward"
@@ -197,15 +195,8 @@ def _question(prompt: Any) -> str:
 
 
 class FunctionTask(BaseTask):
-    """Rows of a file scored by a reward function (module docstring).
-
-    Args:
-        reward: the reward function or its name (:class:`RewardFunction`).
-        prompt_column: the column holding each row's prompt.
-        max_reward: the reward of a correct response.
-        render_chat: chat messages -> prompt text (the policy's chat template); ``None`` refuses chat prompts with a
-            message saying where the renderer comes from.
-        prefix: how the settings are named in messages (:class:`RewardFunction`)."""
+    """Rows of a file scored by a reward function (:class:`RewardFunction`; ``reward``, ``max_reward``, ``prefix`` as
+    there) with prompts from ``prompt_column``; ``render_chat`` renders chat prompts (``None`` refuses them)."""
 
     name = FUNCTION_TASK
     templates = PROMPT_FORMATS

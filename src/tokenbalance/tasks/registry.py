@@ -1,8 +1,5 @@
-"""The task registry: names to task factories (``data.task``, ``gen-data``); the built-in tasks are imported only when
-asked for, so this module imports no task.
-
-    register_task("echo", EchoTask)          # a class is a factory too
-    task = get_task("echo")"""
+"""The task registry: names to task factories (``data.task``, ``gen-data``); built-in tasks are imported only when
+asked for (:func:`register_task`)."""
 
 from __future__ import annotations
 
@@ -59,7 +56,7 @@ def task_names() -> tuple[str, ...]:
 
 
 def register_task(name: str, factory: Callable[[], Task], *, replace: bool = False) -> None:
-    """Make ``get_task(name)`` return ``factory()``; ``data.task`` and ``gen-data`` accept ``name`` from then on. A
+    """Make ``get_task(name)`` return ``factory()`` (``data.task`` and ``gen-data`` accept ``name`` from then on); a
     name already registered is an error unless ``replace=True``.
 
         register_task("echo", EchoTask)          # a class is a factory too"""

@@ -1,11 +1,6 @@
-"""Knights & Knaves solver: every consistent assignment of a puzzle (each knight's statement true, each knave's
-false), by truth table in ``itertools.product([True, False], repeat=n)`` order as the reference (spec ``kk.md``
-§3.2-3.3).
-
-Difference from the reference: each statement is compiled into a *truth mask*, a Python int whose bit ``a`` is its
-value under candidate ``a``, so consistency is a few bit operations over all 2**n candidates at once instead of one
-tree evaluation per candidate. Same results, a much faster generator and chain of thought (docs/tasks.md, "Deliberate
-differences")."""
+"""Knights & Knaves solver: every consistent assignment (knights' statements true, knaves' false), in the reference's
+``product([True, False], repeat=n)`` order (spec ``kk.md`` §3.2-3.3), each statement compiled to a truth mask over all
+2**n candidates (docs/tasks.md, "Deliberate differences")."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""Knights & Knaves statements: the syntax tree, its Python-repr text form, a parser for that text and the
-natural-language rendering (spec ``kk.md`` §3.1, §6.4).
-
-A statement is a nested tuple, exactly as the reference stores it: ``('telling-truth', j)``, ``('lying', j)``,
-``('not', S)``, ``('and', S1, ...)``, ``('or', S1, ...)``, ``('->', S1, S2)``, ``('<=>', S1, S2)`` (0-based ``int``
-indices), so ``repr`` of a puzzle is its ``statements`` column. Difference from the reference, which reads that column
-back with ``eval``: :func:`parse_statements` accepts only this grammar, so untrusted files can never run code
-(docs/tasks.md)."""
+"""Knights & Knaves statements (spec ``kk.md`` §3.1, §6.4): nested tuples exactly as the reference stores them
+(``('telling-truth', j)``, ``('lying', j)``, ``('not', S)``, ``('and', S1, ...)``, ``('or', ...)``, ``('->', S1,
+S2)``, ``('<=>', S1, S2)``), their repr as the ``statements`` column, a parser that accepts only this grammar (never
+``eval``) and the English rendering. docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -205,10 +201,8 @@ def parse_statements(text: str, n_people: int | None = None) -> Puzzle:
 
 
 def render_statement(statement: Statement, names: list[str] | tuple[str, ...]) -> str:
-    """English text of a depth <= 2 statement, e.g. ``If Zoey is a knight then Oliver is a knave``.
-
-    Keeps the reference's wording quirks: a capital "If" and no comma for ``->``, "is not a" for a negated atom.
-    Deeper trees (never generated with the default depth 2) raise ``ValueError``."""
+    """English text of a depth <= 2 statement (``If Zoey is a knight then Oliver is a knave``) with the reference's
+    wording quirks; deeper trees raise ``ValueError``."""
     tag = statement[0]
     if tag == KNIGHT_ATOM:
         return f"{names[statement[1]]} is a knight"
@@ -254,9 +248,7 @@ def render_statement_compact(statement: Statement, names: list[str] | tuple[str,
 
 
 def compact_question(statements: str, names: list[str] | tuple[str, ...]) -> str:
-    """The puzzle as one terse line per person: ``Zoey says Oliver knave. Oliver says not Zoey knight.``
-
-    Built from the ``statements`` text and the names, for the ``compact`` template (tiny models on CPU): about a
-    quarter of the tokens of the natural-language quiz, same puzzle, same answer."""
+    """One terse line per person (``Zoey says Oliver knave. Oliver says not Zoey knight.``) for the ``compact``
+    template."""
     puzzle = parse_statements(statements, len(names))
     return " ".join(f"{names[i]} says {render_statement_compact(s, names)}." for i, s in enumerate(puzzle))

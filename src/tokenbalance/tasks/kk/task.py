@@ -1,10 +1,7 @@
-"""The Knights & Knaves task object for the trainer (the :class:`~tokenbalance.tasks.base.Task` protocol): Logic-RL
-examples, prompt rendering, the reference reward, SFT targets, the tokenizer corpus and ``gen-data``.
-
-``score`` puts ``example.prompt`` in front of the response, as the reference scores; its metrics are the flags
-format_ok, answer_parsed and correct. Generated examples keep disjoint ranges of global generator indices per use
-(held-out, validation, RL, SFT; :meth:`KKTask.example_source`), so the held-out puzzles are never trained or tuned on:
-the ranges are in docs/training.md ("Data")."""
+"""The Knights & Knaves :class:`~tokenbalance.tasks.base.Task`: Logic-RL examples, prompts, the reference reward (on
+prompt + response; metrics format_ok, answer_parsed, correct), SFT targets, the tokenizer corpus and ``gen-data``.
+Each use takes its own range of global generator indices, so held-out puzzles are never trained on (docs/training.md,
+"Data")."""
 
 from __future__ import annotations
 
@@ -36,10 +33,9 @@ COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
 
 
 def random_order_cot(example: TaskExample) -> str:
-    """The synthetic chain of thought of a generated example with the search's choices drawn at random
-    (:func:`~tokenbalance.tasks.kk.cot.search`), from a generator seeded by the puzzle's difficulty and index: the
-    same puzzle always gets the same trace, different puzzles different orders, so the trace's order cannot be told
-    from the puzzle."""
+    """The chain of thought of a generated example with the search's choices drawn
+    (:func:`~tokenbalance.tasks.kk.cot.search`) from a generator seeded by difficulty and index: a fixed trace per
+    puzzle, different orders across puzzles."""
     puzzle = parse_statements(example.ground_truth["statements"])
     head, steps, foot = chain_of_thought(puzzle, tuple(example.extra["names"]), drawn_choices(example))
     return " ".join([head, *steps, foot])
@@ -110,11 +106,8 @@ def tokenizer_corpus(
     split: str = "train",
     template: str = "plain",
 ) -> Iterator[str]:
-    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people, the rendered prompt,
-    the response of :func:`response_text` and the plain ``solution_text`` ("A is a knight, B is a knave, and ...").
-
-    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first ``count`` puzzles), so
-    the corpus is deterministic."""
+    """Deterministic text for tokenizer training: for the first ``count`` rows of ``split`` per number of people, the
+    prompt, :func:`response_text` and the plain ``solution_text``."""
     for n_people in people:
         for row in generate_rows(n_people, split, count=count, template=template):
             yield row["prompt"][0]["content"]

@@ -1,9 +1,6 @@
-"""Knights & Knaves prompt templates (spec ``kk.md`` §10): the prompt is ``prefix + quiz + suffix``, the chat template
-already baked in; nothing wraps it again.
-
-``qwen-instruct`` and ``qwen-base`` are Logic-RL's, byte-exact, typos and odd spacing kept on purpose ("and<answer>",
-two spaces before "Now", "solves it.The", "User:{quiz}": what the published models saw); ``compact`` and ``plain`` are
-ours, for a tiny local tokenizer, built so the unchanged reward works on them. Each: docs/tasks.md ("Templates")."""
+"""Knights & Knaves prompt templates (spec ``kk.md`` §10): ``prefix + quiz + suffix``, the chat template baked in.
+``qwen-instruct`` and ``qwen-base`` are Logic-RL's byte for byte (typos kept); ``compact`` and ``plain`` are ours, for
+a tiny local tokenizer. docs/tasks.md ("Templates")."""
 
 from __future__ import annotations
 
