@@ -1,9 +1,6 @@
-"""Figures of training runs from their ``metrics.jsonl`` alone (``tokenbalance plot``): ``training``, ``buckets`` (the
-AR-Lopti paper's Figure 1 layout, means over steps), ``buckets_steps`` and ``lld``.
-
-Several runs are overlaid, one colour each; a panel no run has data for is dropped and named in the figure, a figure
-with no data at all is not written (the log says why). Figures are written through :func:`save_figures`, which never
-replaces a file of the user's. docs/metrics.md, "Plots".
+"""Figures of runs from their ``metrics.jsonl`` (``tokenbalance plot``): ``training``, ``buckets`` (Figure 1 layout),
+``buckets_steps`` and ``lld``, runs overlaid; empty panels dropped and named; written by :func:`save_figures`, which
+never replaces a user's file. docs/metrics.md ("Plots").
 
     tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/"""
 
@@ -485,10 +482,9 @@ def save_figures(
     *,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
-    """Draw each figure and write it in every format to ``out`` (``--out``); a file there that tokenbalance did not
-    write is never replaced (checked before drawing). A figure without data is not written, and one an earlier call
-    wrote under its name is removed; ``log`` says so. PNG files carry the fingerprint of what they plot
-    (:mod:`.plotted`). Returns the files written."""
+    """Draw each figure and write it in every format to ``out``; a file tokenbalance did not write is never replaced
+    (checked before drawing); a figure without data is not written (an earlier one of its name removed), and ``log``
+    says so. PNGs carry the fingerprint of what they plot (:mod:`.plotted`). Returns the files written."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")

@@ -1,9 +1,6 @@
-"""Metric sinks: ``metrics.jsonl`` always, TensorBoard and Weights & Biases on request.
-
-One JSON object per line, ``{"step": N, "kind": "train"|"eval", ...metrics}``; W&B runs offline unless ``WANDB_MODE``
-says otherwise. :func:`dump_json` writes non-finite numbers as ``null`` (every JSON writer of the package uses it);
-:func:`restore_non_finite` reads them back as NaN, and the strings of older files too: docs/metrics.md ("Non-finite
-numbers")."""
+"""Metric sinks: ``metrics.jsonl`` always (``{"step": N, "kind": "train"|"eval", ...}`` per line), TensorBoard and W&B
+(offline unless ``WANDB_MODE``) on request. :func:`dump_json` writes non-finite numbers as ``null``,
+:func:`restore_non_finite` reads them back as NaN (docs/metrics.md, "Non-finite numbers")."""
 
 from __future__ import annotations
 

@@ -1,10 +1,7 @@
-"""The per-step diagnostics of a training run (``diagnostics`` config section), logged under ``diag/``.
-
-The trainer calls two hooks of :class:`StepDiagnostics`: :meth:`~StepDiagnostics.before_update` (the opt-in per-bucket
-gradient norms) and :meth:`~StepDiagnostics.after_update` (bucket statistics, gradient shares and the opt-in LLD
-monitor, from the batch, the passes and the update's record; nothing recomputed). The model is reached through one
-:class:`PolicyAccess`, the batch read through :class:`StepBatch`, so this module imports only torch and the algorithm
-core. Every key and its cost: docs/metrics.md."""
+"""The per-step diagnostics of a run (``diagnostics`` section), logged under ``diag/``: the trainer calls
+:meth:`StepDiagnostics.before_update` (gradient norms) and :meth:`StepDiagnostics.after_update` (bucket statistics,
+gradient shares, LLD; nothing recomputed), reaching the model through :class:`PolicyAccess` and the batch through
+:class:`StepBatch`. Keys and costs: docs/metrics.md."""
 
 from __future__ import annotations
 

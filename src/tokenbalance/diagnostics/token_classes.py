@@ -1,10 +1,6 @@
-"""Token statistics by class (decisions, copies, wording, format) for a task that tells
-(:meth:`~tokenbalance.tasks.base.BaseTask.text_classes`; arith's working).
-
-:func:`token_classes` gives each response token's class, :func:`class_profile` the token profile by class and bucket,
-:func:`logp_change_by_class` the single update's change of log p by class, bucket and advantage sign (saturated tokens
-apart). Pure functions of tensors and strings; the probe batch and the update come from the caller. docs/metrics.md
-("Offline diagnostics")."""
+"""Token statistics by class (decisions, copies, wording, format) for a task that has
+:meth:`~tokenbalance.tasks.base.BaseTask.text_classes` (arith's working): each token's class, the profile by class and
+bucket, and one update's change of log p by class, bucket and sign. docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -112,10 +108,8 @@ def logp_change_by_class(
     *,
     saturated: float = SATURATED_P,
 ) -> list[dict]:
-    """Δ log p = new - old per class, bucket of the old probability and sign of the advantage, the tokens with p >
-    ``saturated`` in a bucket of their own (``interval`` "saturated"). One dict per (class, interval, sign) with
-    tokens, the mean Δ log p and the share that moved the advantage's way (up for A > 0, down for A < 0); NaN where a
-    set is empty."""
+    """Δ log p = new - old per (class, old-probability bucket, advantage sign), tokens with p > ``saturated`` in an
+    interval "saturated": tokens, mean Δ log p and the share moved the advantage's way; NaN where a set is empty."""
     edges = check_bucket_edges(edges)
     old = old_logp_BT.detach().double().cpu()
     change_BT = new_logp_BT.detach().double().cpu() - old
