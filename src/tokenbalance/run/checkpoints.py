@@ -1,11 +1,7 @@
-"""Checkpoint folders: how they are named, when one is complete, how they are listed, found and pruned, for the RL
-trainer's (:func:`rl_store`) and the SFT's (:func:`sft_store`) alike; writing and reading their tensors is the
-trainer's (trainer/checkpoint.py, trainer/sft_checkpoint.py).
-
-A checkpoint is built under a temporary name (``.step_000010.*``) and renamed into place whole; ``checkpoints/latest``
-names the RL run's newest. Only the names the trainer writes (``step_`` and six or more digits) are ever read or
-removed: a user's ``step_000001_best`` or ``step_000002.keep`` beside them is never touched. Standard library only.
-docs/training.md "The run directory"."""
+"""Checkpoint folders of the RL trainer (:func:`rl_store`) and the SFT (:func:`sft_store`): naming, completeness,
+listing, finding, pruning (their tensors: trainer/checkpoint.py, trainer/sft_checkpoint.py). Built under a temporary
+name and renamed whole; ``checkpoints/latest`` names the newest; only ``step_`` + 6 or more digits is ever read or
+removed. Standard library only; docs/training.md "The run directory"."""
 
 from __future__ import annotations
 

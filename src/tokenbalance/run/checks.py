@@ -95,10 +95,9 @@ def wandb_problem(output: OutputConfig, environ: Mapping[str, str]) -> str | Non
 
 
 def check_real_model_settings(config: RunConfig, tokenizer) -> None:
-    """``ValueError`` when a chat model (its tokenizer has a chat template; the embedded tiny tokenizer has none)
-    meets the tiny model's prompt template, naming the settings that fit it
-    (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): the terse ``compact`` prompt and a 48-token budget score every
-    answer -3, which no RL step can learn from."""
+    """``ValueError`` when a chat model (a tokenizer with a chat template) meets the tiny model's prompt template,
+    naming the settings that fit it (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): that prompt and budget score
+    every answer -3."""
     if config.data.template != DEFAULT_TEMPLATE or not getattr(tokenizer, "chat_template", None):
         return
     flags = " ".join(f"--set {key}={value}" for key, value in REAL_MODEL_SETTINGS)

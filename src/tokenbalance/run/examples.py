@@ -1,10 +1,7 @@
-"""Which examples a run trains, evaluates and warm-starts on, and their prompts' token ids.
-
-Generated data comes from the task (:meth:`~tokenbalance.tasks.base.Task.example_source`): per difficulty, disjoint
-held-out, RL and SFT sources. ``data.train_file`` / ``data.eval_file`` are read by the task's file reader instead.
-With ``data.reward`` the task is your function, built from the config by :func:`task_for` (never registered), its chat
-prompts rendered with the policy's template. Built once per run by :func:`tokenbalance.run.setup.prepare`;
-docs/tasks.md."""
+"""Which examples a run trains, evaluates and warm-starts on, and their prompts' token ids: the task's disjoint
+held-out, RL and SFT sources per difficulty (:meth:`~tokenbalance.tasks.base.Task.example_source`), or
+``data.train_file`` / ``data.eval_file``; with ``data.reward`` the task is your function (:func:`task_for`, never
+registered). Built once by :func:`tokenbalance.run.setup.prepare`; docs/tasks.md."""
 
 from __future__ import annotations
 

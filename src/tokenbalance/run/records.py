@@ -1,8 +1,7 @@
-"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``), so that a grid can span
-machines: :data:`RECORD_FILES` (kilobytes, no checkpoint) are copied there, and restored into a new cell directory
-whose planned config and steps the record completed. The config is compared as a resume compares it
-(:func:`~tokenbalance.run.resume.changed_setting`), the embedded start policy's cache directory aside; a record of
-another experiment is never replaced. docs/ablate.md "Across machines"."""
+"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``, :data:`RECORD_FILES`, no
+checkpoint), restored into a new cell whose planned config and steps it completed (compared as a resume compares,
+:func:`~tokenbalance.run.resume.changed_setting`); another experiment's record is never replaced. docs/ablate.md
+"Across machines"."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""What a new run may start in (:func:`check_new_run_dir`: a new or empty directory; one holding a run is refused with
-the ``--resume`` command, any other with a request for another directory, nothing in it touched;
-:func:`undo_failed_start` takes back a start that failed before its first status), and the repairs a resume makes
-after a kill: the temporary files of interrupted writes removed, a lost ``checkpoints/latest`` re-pointed at the
-newest complete checkpoint. docs/reliability.md "Guarantees"."""
+"""Where a new run may start (:func:`check_new_run_dir`: a new or empty directory, nothing touched otherwise;
+:func:`undo_failed_start`) and a resume's repairs after a kill: interrupted writes' temporary files removed, a lost
+``checkpoints/latest`` re-pointed. docs/reliability.md "Guarantees"."""
 
 from __future__ import annotations
 
@@ -38,9 +36,8 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def undo_failed_start(run_dir: Path) -> list[str]:
-    """After a new run failed to start (e.g. W&B did not start) before it wrote its first status: remove what the
-    start wrote (:data:`START_FILES`; the directory was new or empty, checked before work), so that the same command
-    is accepted again; returns the names removed. A run that wrote its status or any metrics is left as it is (it
+    """After a new run failed before writing its first status: remove what the start wrote (:data:`START_FILES`), so
+    the same command is accepted again; returns the names removed. A run with a status or metrics is left (it
     resumes)."""
     if (run_dir / RUN_STATE_FILE).exists() or (run_dir / METRICS_FILE).exists():
         return []

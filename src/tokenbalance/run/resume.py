@@ -1,7 +1,5 @@
-"""The settings a new sitting of a run may change: how long it goes on and how it runs and reports, the same for
-``train --resume`` and for the grid's cells. Anything else would make the continued run a different experiment from
-the one its checkpoints belong to (``train.threads`` changes the numbers from that step on, not what is computed:
-docs/training.md). docs/reliability.md."""
+"""The settings a new sitting of a run may change (length, how it runs and reports), the same for ``train --resume``
+and the grid's cells; anything else would be another experiment than its checkpoints'. docs/reliability.md."""
 
 from __future__ import annotations
 

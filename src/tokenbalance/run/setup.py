@@ -1,11 +1,7 @@
-"""One setup path: :func:`prepare` runs the checks before work and builds what a run works on once.
-
-Training, the probe batch, ``tokenbalance eval`` and the grid call it before any model is built or loaded; every error
-is one line, seconds in. It builds the task (:func:`~tokenbalance.run.examples.task_for`), the policy's tokenizer
-(from ``model.path``), the RL and held-out examples, their prompts' token ids and, when the embedded policy must be
-built, its SFT pairs. The embedded policy's tokenizer exists only once that policy is built:
-:meth:`RunSetup.with_tokenizer` then checks and encodes with it. docs/reliability.md ("Every error is one message, as
-early as possible")."""
+"""One setup path: :func:`prepare` runs the checks before work and builds, once, the task, the policy's tokenizer, the
+RL and held-out examples, their token ids and (for the embedded policy) its SFT pairs. Training, the probe batch,
+``eval`` and the grid call it before any model loads; every error is one line, seconds in. The embedded tokenizer
+exists only once that policy is built (:meth:`RunSetup.with_tokenizer`). docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -69,12 +65,10 @@ class RunSetup:
 
 
 def prepare(config: RunConfig, *, resume: bool = False, tokenizer=None) -> RunSetup:
-    """Check ``config`` before any model work and build the run's setup: the settings first (:func:`check_settings`),
-    then the policy directory's files and its tokenizer (``tokenizer``: one already loaded, the policy's), the
-    examples (files follow the schema; with ``data.target_column`` every row has its target), a chat model meeting the
-    tiny model's template, the task's tags and every prompt's length; the embedded policy's cache directory is
-    writable when the policy must be built; your reward function returns a reward for the empty response on the first
-    rows of each file."""
+    """Check ``config`` before any model work and build the run's setup: the settings (:func:`check_settings`), the
+    policy directory and tokenizer (``tokenizer``: one already loaded), the examples (schema, targets), a chat model
+    against the tiny template, the task's tags, prompt lengths, the embedded cache directory's writability, and your
+    reward function on the empty response of each file's first rows."""
     data = config.data
     task = check_settings(config, resume=resume)
     if tokenizer is None and config.model.path is not None:

@@ -1,8 +1,6 @@
 """A run directory's files and state: ``run_state.json`` (a :class:`RunStatus` and the step), read and written only
-here, and :class:`RunDirState`, what a directory holds, read without writing.
-
-Standard library only (the verl cell imports it on a cluster node). docs/training.md "The run directory" lists the
-files."""
+here, and :class:`RunDirState`, read without writing. Standard library only (the verl cell imports it).
+docs/training.md "The run directory"."""
 
 from __future__ import annotations
 
