@@ -1,9 +1,6 @@
-"""The run config of each cell and its start policy.
-
-Every cell of seed s starts from the same policy (``model.path``, else the embedded tiny policy built by SFT with seed
-s, cached under ``model.cache_dir``) and trains with RL seed s, so a seed's cells differ only in the method:
-docs/ablate.md ("Pairing by seed"). What a restarted grid does with each cell is its run directory's
-(:func:`tokenbalance.run.plan.cell_action`)."""
+"""The run config of each cell and its start policy: every cell of seed s starts from the same policy (``model.path``,
+else the embedded one built with seed s) and trains with seed s, so a seed's cells differ only in the method
+(docs/ablate.md, "Pairing by seed"; restarts: :func:`tokenbalance.run.plan.cell_action`)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
-"""A grid's curves over training as small multiples: one column per row of the grid against its baseline row (grey),
-one line of panels per metric (:data:`METRICS`). A line is the mean over the row's complete seeds, its band the 95% t
-interval of that mean (none for one seed); training metrics are smoothed per seed (EMA), held-out accuracy is drawn as
-evaluated. docs/ablate.md, "Outputs"."""
+"""A grid's curves as small multiples: a column per row against its baseline (grey), a line of panels per metric
+(:data:`METRICS`); mean over complete seeds with a 95% t band, training metrics EMA-smoothed. docs/ablate.md
+("Outputs")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""What a grid is: its methods (rows), presets (named settings) and cells (method x seed).
-
-A grid method is a row of the table: a label, the method preset it trains with (its published hyper-parameters) and
-the row it is compared with (GRPO or REINFORCE++). A grid preset is a Python registry entry (no YAML): run-config
-overrides shared by every cell (one rollout temperature for all), the default rows, seeds and RL steps. The rows and
-presets: docs/ablate.md ("Rows and presets")."""
+"""What a grid is: methods (rows: a label, the preset it trains, the row it is compared with), presets (a Python
+registry of shared run-config overrides, default rows, seeds and steps) and cells (method x seed). docs/ablate.md
+("Rows and presets")."""
 
 from __future__ import annotations
 

@@ -1,7 +1,5 @@
-"""Every committed figure redrawn from its committed data by the code that drew it: a manifest
-(``docs/results/figures.json``) lists each figure, what draws it and from which files, paths relative to the manifest;
-``tokenbalance plot --redraw MANIFEST`` writes them (docs/results.md, "Figures"). Each entry's ``draw`` is one of
-:data:`KINDS`; its other keys are that kind's."""
+"""Every committed figure redrawn from its committed data (``tokenbalance plot --redraw MANIFEST``; docs/results.md,
+"Figures"): the manifest lists each figure, its ``draw`` (one of :data:`KINDS`) and its files, relative to it."""
 
 from __future__ import annotations
 

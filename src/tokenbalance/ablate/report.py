@@ -1,9 +1,6 @@
-"""The grid's tables: held-out accuracy in the paper's layout, paired differences, per-step cost.
-
-Writes ``results.md``, ``accuracy.csv``, ``cells.csv`` and ``step_cost.csv`` to ``OUT/`` from the complete cells, with
-the statistics of :mod:`tokenbalance.ablate.stats`: docs/ablate.md ("Outputs"). A :class:`ReportSource` says where the
-numbers come from: the local grid's cells by default, the cells' verl logs for a verl grid
-(:mod:`tokenbalance.ablate.verl.report`)."""
+"""The grid's tables (``results.md``, ``accuracy.csv``, ``cells.csv``, ``step_cost.csv``): held-out accuracy in the
+paper's layout, paired differences (:mod:`.stats`), per-step cost; a :class:`ReportSource` reads the local cells or a
+verl grid's logs (:mod:`tokenbalance.ablate.verl.report`). docs/ablate.md ("Outputs")."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Read a grid's cells back from their run directories (``metrics.jsonl``, ``run_state.json`` and, where the cell
-wrote one, ``eval_outcomes.jsonl``).
-
-Every number of the report comes from here: a cell's accuracy is its **last** ``kind: eval`` record (the evaluation
-after the final RL step), its start accuracy the first one (step 0, the start policy), its cost the ``timing/*`` keys
-of its train records."""
+"""A grid's cells read back from their run directories: accuracy is the **last** ``kind: eval`` record of
+``metrics.jsonl``, start accuracy the first (step 0), cost the ``timing/*`` keys; also ``run_state.json`` and
+``eval_outcomes.jsonl``."""
 
 from __future__ import annotations
 

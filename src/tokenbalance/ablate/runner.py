@@ -1,10 +1,7 @@
-"""Run a grid cell by cell, resumably, into one results directory.
-
-``OUT/`` holds ``grid.json`` (the plan), ``grid_log.jsonl`` (sittings and cell runs), ``configs/<cell>.yaml``,
-``cells/<cell>/`` (each a normal ``tokenbalance train`` run) and ``logs/<cell>.log``. Each cell runs in a child
-process by default (``isolation="subprocess"``; ``"inprocess"`` for the tests), a killed grid continues where it
-stopped (:func:`tokenbalance.run.plan.cell_action`), and the run lock keeps a second grid out: docs/ablate.md ("How a
-grid runs", "Outputs")."""
+"""Run a grid cell by cell, resumably, into ``OUT/`` (``grid.json``, ``grid_log.jsonl``, ``configs/``,
+``cells/<cell>/`` each a normal ``train`` run, ``logs/``): each cell in a child process by default, a killed grid
+continues (:func:`tokenbalance.run.plan.cell_action`), the run lock keeps a second grid out. docs/ablate.md ("How a
+grid runs")."""
 
 from __future__ import annotations
 

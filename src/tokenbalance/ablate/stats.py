@@ -1,8 +1,6 @@
-"""Confidence intervals over seeds: Student's t quantile, mean +- CI, paired differences.
-
-Standard library only (no scipy): the t quantile inverts the t CDF (the regularized incomplete beta function, by
-continued fraction) by bisection. The formulas (mean +- t * sd / sqrt(n), paired by seed, relative change, the
-difference a grid could detect): docs/ablate.md ("How the confidence intervals are computed")."""
+"""Confidence intervals over seeds: Student's t quantile (the t CDF inverted by bisection; standard library only),
+mean
++- CI, paired differences. The formulas: docs/ablate.md ("How the confidence intervals are computed")."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
 """Across testbeds: each method's paired gain over GRPO against the share of low-probability tokens that are decisions
-(the evidence issue's figure; docs/results.md, "Across testbeds").
-
-A testbed is a grid's ``accuracy.csv`` (``tokenbalance ablate``) and the token-class profile of its start policy
-(``tokenbalance diagnose buckets --json``); a manifest lists them, paths relative to it."""
+(docs/results.md, "Across testbeds"), from a manifest of grids' ``accuracy.csv`` and their start policies' ``diagnose
+buckets --json`` profiles (paths relative to it)."""
 
 from __future__ import annotations
 
