@@ -1,11 +1,7 @@
-"""A probe batch: a policy and one fresh batch of its rollouts with old log-probs, built with the trainer's own
-pieces, for the offline diagnostics (:mod:`tokenbalance.analysis.experiments`, ``tokenbalance diagnose``) and the
-grid's Figure 1.
-
-:func:`probe_batch` takes the run's setup (:func:`tokenbalance.run.setup.prepare`: the checks before any model work,
-the task, the examples), the device, threads and policy a run with the same config would, draws the first ``prompts``
-prompts of the run's prompt stream (its first epoch's order), and samples and scores them as a training step does. The
-probe's reference policy is the policy."""
+"""A probe batch for the offline diagnostics and the grid's Figure 1: a policy and one fresh batch of its rollouts
+with old log-probs (its own reference), built from the run's setup (:func:`tokenbalance.run.setup.prepare`) with the
+device, threads and policy a run of the same config would, the first ``prompts`` of its prompt stream sampled and
+scored as a training step does."""
 
 from __future__ import annotations
 
