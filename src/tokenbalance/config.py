@@ -1,10 +1,8 @@
 """Typed run configuration: one source of truth for defaults, help text and validation.
 
-A run is a tree of small dataclasses (:class:`RunConfig`); each field declares its default, help and valid values
-through :func:`option`, and :func:`validate` names the field, the value and the range of a bad one. Configs load from
-and save to YAML and take dotted overrides (``train.steps=20``, ``method.lopti.eta=0.4``). The method
-(``train.method`` + ``train.method_overrides``) is resolved when the config is built (:meth:`RunConfig.method`), so a
-typo fails before any work (docs/training.md)."""
+A :class:`RunConfig` tree of small dataclasses whose fields declare default, help and valid values (:func:`option`);
+YAML in and out, dotted overrides (``train.steps=20``, ``method.lopti.eta=0.4``); the method is resolved when the
+config is built, so a typo fails before any work (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -518,17 +516,13 @@ def _parse_value(text: str) -> Any:
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]).
+    """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]), each checked against its
+    field's declared type (``output.wandb=flase``, ``train.steps=2.5`` fail).
 
-    The value of a string option (``str`` or ``str | None``: paths, names, the device) is taken verbatim:
-    ``model.path=null`` is the path ``null``, ``a #b`` keeps its ``#b``, ``123`` is the name ``123``, and an empty
-    value is an error, never "unset". Every value is then checked against its field's declared type
-    (``output.wandb=flase`` fails, as does ``train.steps=2.5``).
-
-    ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes one hyper-parameter
-    of the method: it is stored as ``train.method_overrides[KEY]``, after the ones given before it (they apply in
-    order; ``method.lopti=null`` drops earlier ``lopti.*`` keys); the long form
-    ``train.method_overrides.lopti.eta=0.4`` is the same."""
+    A string option's value is verbatim (``model.path=null`` is the path ``null``, ``123`` the name ``123``; empty is
+    an error). ``method.KEY=VALUE`` (e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) is stored as
+    ``train.method_overrides[KEY]`` after earlier ones (``method.lopti=null`` drops earlier ``lopti.*``), as is the
+    long form ``train.method_overrides.lopti.eta=0.4``."""
     data = to_dict(config)
     for item in overrides:
         if "=" not in item:

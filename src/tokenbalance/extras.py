@@ -1,7 +1,6 @@
-"""What each optional extra (pyproject.toml's ``[project.optional-dependencies]``) must install: the distributions its
-commands import, in one table. The commands' early checks read it (``build-model``: :func:`missing_package` before the
-download; ``train``'s ``output.tensorboard`` / ``output.wandb`` before the model loads), and ``tests/test_extras.py``
-fails when an extra of pyproject.toml declares fewer. Standard library only, so every layer may import it."""
+"""What each optional extra (pyproject.toml's ``[project.optional-dependencies]``) must install, in one table, read by
+the commands' early checks (``build-model``, ``output.tensorboard`` / ``output.wandb``) and checked against
+pyproject.toml by ``tests/test_extras.py``. Standard library only."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Where commands write: never over a file tokenbalance did not write, and checked before the work.
-
-Every command that writes (``train``, ``sft``, ``gen-data``, ``plot``, ``diagnose --json``) checks its output here
-before its expensive part: a writable directory (a probe file), a new output file or, with ``--force``, one
-tokenbalance wrote, and the manifest of a directory shared with the user's files (``plot --out``). The rule and each
-command's case: docs/reliability.md."""
+"""Where commands write: never over a file tokenbalance did not write, checked before the work (a writable directory,
+a new file or with ``--force`` one of ours, the manifest of a directory shared with the user's files). Each command's
+case: docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -129,11 +126,9 @@ def current_umask() -> int:
 
 
 def umask_modes(path: str | os.PathLike) -> None:
-    """Give ``path`` (a file, or a directory and everything under it) the permissions a plain write would: 0666 less
-    the umask for a file, 0777 less the umask for a directory or an executable file. Every atomic writer calls it on
-    its temporary file or directory before the rename: ``mkstemp``/``mkdtemp`` make them private (0600/0700), and so
-    does safetensors for its files, so without it colleagues could not read a policy, checkpoint or cache the umask
-    shares."""
+    """Give ``path`` (a file, or a directory and all under it) a plain write's permissions (0666 / 0777 for
+    directories and executables, less the umask). Every atomic writer calls it before the rename: ``mkstemp`` /
+    ``mkdtemp`` and safetensors make private files, which colleagues sharing the umask could not read."""
     mask = current_umask()
 
     def fix(item: str, directory: bool) -> None:

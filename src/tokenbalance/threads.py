@@ -1,11 +1,7 @@
-"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy under which a run beside another
-busy process slows in proportion to the cores it loses instead of collapsing.
-
-:func:`prepare_process` runs before torch is imported (``cli.main`` calls it first): ``MKL_DYNAMIC=FALSE`` and
-OpenMP's wait policy. :func:`use_threads` gives torch ``train.threads`` threads once the config is known;
-:class:`ThreadAdapter` (``train.threads=0``) re-decides the count between a run's phases from the load. Standard
-library only: importing this module must not load torch. Why, and what stays bit-identical: docs/training.md "Threads
-and bit-identical runs"."""
+"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy under which a run beside a busy
+process slows in proportion instead of collapsing. :func:`prepare_process` runs before torch loads (``cli.main``
+first); :func:`use_threads` applies ``train.threads``; :class:`ThreadAdapter` (``train.threads=0``) re-decides between
+phases. Standard library only. docs/training.md "Threads and bit-identical runs"."""
 
 from __future__ import annotations
 
@@ -120,20 +116,15 @@ ADAPT_WINDOW_S = 0.5  # a shorter window since the last decision says too little
 
 
 def threads_for_load(most: int, cpus: int, busy_others: float) -> int:
-    """The intra-op threads for a process allowed ``most``, on a machine of ``cpus`` CPUs of which other processes
-    keep ``busy_others`` busy: the CPUs they leave free, rounded to the nearest with halves down (so half a CPU busy
-    or more costs a thread), at least 1 and at most ``most``. On a shared machine a thread more than the free CPUs
-    only waits for the scheduler: each parallel region then runs at the pace of its slowest thread."""
+    """Intra-op threads for a process allowed ``most`` on ``cpus`` CPUs of which others keep ``busy_others`` busy: the
+    free CPUs rounded half down (half a busy CPU costs a thread), within [1, ``most``]."""
     return max(1, min(most, math.ceil(cpus - busy_others - 0.5)))
 
 
 class ThreadAdapter:
-    """Re-decides torch's intra-op thread count from the load seen since the last decision (``train.threads=0``): call
-    :meth:`adapt` between phases of work. It decides only after at least ``window_s`` seconds (a shorter window keeps
-    the count); where the OS gives no load (no ``/proc/stat``) it keeps ``most``.
-
-    ``set_threads`` applies a count (``torch.set_num_threads``); ``cpu_times`` and ``clock`` are the machine's
-    counters, replaceable in tests."""
+    """Re-decides torch's intra-op thread count from the load since the last decision (``train.threads=0``; call
+    :meth:`adapt` between phases): only after ``window_s`` seconds, ``most`` where the OS gives no load (no
+    ``/proc/stat``). ``set_threads``, ``cpu_times`` and ``clock`` are replaceable in tests."""
 
     def __init__(
         self,
