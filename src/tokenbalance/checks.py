@@ -4,8 +4,7 @@ Standard library only, so every layer may import it (tests/test_layering.py). Ea
 ``ValueError`` naming the argument, the value and what is allowed (docs/reliability.md)::
 
     check_range("optim.lr", 0, 0.0, 1.0, low_open=True)   # optim.lr: must be in (0.0, 1.0], got 0
-    check_type("output.wandb", "flase", bool)               # output.wandb: expected true or false, got 'flase'
-"""
+    check_type("output.wandb", "flase", bool)               # output.wandb: expected true or false, got 'flase'"""
 
 from __future__ import annotations
 
@@ -33,9 +32,9 @@ def check_range(
     high_open: bool = False,
     integer: bool = False,
 ) -> None:
-    """Fail unless ``value`` is a finite number (an ``int`` with ``integer=True``; never a bool)
-    with ``low <= value <= high``; a bound is strict when its ``*_open`` flag is set and absent when
-    ``None``. NaN, infinities and non-numbers fail with the same message as out-of-range values."""
+    """Fail unless ``value`` is a finite number (an ``int`` with ``integer=True``; never a bool) with ``low <= value
+    <= high``; a bound is strict when its ``*_open`` flag is set and absent when ``None``. NaN, infinities and
+    non-numbers fail with the same message as out-of-range values."""
     if integer:
         ok = isinstance(value, int) and not isinstance(value, bool)
     else:
@@ -54,8 +53,8 @@ def check_range(
 
 
 def check_choice(name: str, value: Any, choices: Iterable[Any]) -> None:
-    """Fail unless ``value`` is one of ``choices`` (a collection's own ``in`` decides: a view may
-    accept a name it does not list); the message lists ``choices``."""
+    """Fail unless ``value`` is one of ``choices`` (a collection's own ``in`` decides: a view may accept a name it
+    does not list); the message lists ``choices``."""
     listed = tuple(choices)
     if value not in (choices if isinstance(choices, Collection) else listed):
         raise ValueError(f"{name}: unknown value {value!r}; valid: {', '.join(map(repr, listed))}")
@@ -124,10 +123,10 @@ def _matches(value: Any, annotation: Any) -> bool:
 
 
 def check_type(name: str, value: Any, annotation: Any) -> None:
-    """Fail unless ``value`` is of the declared type ``annotation`` (as resolved by
-    ``typing.get_type_hints``): ``bool`` only ``True``/``False``; ``int`` an integer, never a bool
-    or a float; ``float`` any number; ``str`` a string; ``tuple[T, ...]`` / ``list[T]`` a list of
-    ``T``; ``X | None`` either. Types it does not know pass (the field's own rule checks them)."""
+    """Fail unless ``value`` is of the declared type ``annotation`` (as resolved by ``typing.get_type_hints``):
+    ``bool`` only ``True``/``False``; ``int`` an integer, never a bool or a float; ``float`` any number; ``str`` a
+    string; ``tuple[T, ...]`` / ``list[T]`` a list of ``T``; ``X | None`` either. Types it does not know pass (the
+    field's own rule checks them)."""
     if not _matches(value, annotation):
         shown = list(value) if isinstance(value, tuple) else value
         raise ValueError(f"{name}: expected {_describe(annotation)}, got {shown!r}")

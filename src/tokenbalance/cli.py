@@ -1,8 +1,7 @@
 """The ``tokenbalance`` command line: one module per sub-command under :mod:`tokenbalance.commands`.
 
-Each exposes ``add_parser(subparsers)``, which registers its arguments and sets ``func``; heavy
-imports happen inside ``func``, so importing the CLI stays cheap. The commands: README.md.
-"""
+Each exposes ``add_parser(subparsers)``, which registers its arguments and sets ``func``; heavy imports happen inside
+``func``, so importing the CLI stays cheap. The commands: README.md."""
 
 from __future__ import annotations
 
@@ -38,8 +37,8 @@ def _quiet_transformers() -> None:
 
 
 class _Terminated(KeyboardInterrupt):
-    """SIGTERM, raised where the process is, so that it stops as Ctrl-C does (a run is marked
-    interrupted, temporary files are removed) instead of dying mid-write."""
+    """SIGTERM, raised where the process is, so that it stops as Ctrl-C does (a run is marked interrupted, temporary
+    files are removed) instead of dying mid-write."""
 
 
 def _on_sigterm(signum, frame) -> None:
@@ -47,9 +46,9 @@ def _on_sigterm(signum, frame) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command. Exit status: 0 done, 2 bad input or environment (one line on stderr naming
-    the cause, no traceback), 1 an output could not be written (full disk, lost mount), 130 Ctrl-C,
-    143 SIGTERM (one line saying where the work stopped; ``train`` prints its ``--resume`` command)."""
+    """Run one command. Exit status: 0 done, 2 bad input or environment (one line on stderr naming the cause, no
+    traceback), 1 an output could not be written (full disk, lost mount), 130 Ctrl-C, 143 SIGTERM (one line saying
+    where the work stopped; ``train`` prints its ``--resume`` command)."""
     parser = build_parser()
     args = parser.parse_args(argv)
     if getattr(args, "uses_torch", True):  # before torch loads: its OpenMP runtime reads the policy once
@@ -63,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except ValueError as err:
-        # Bad input (a wrong name, an out-of-range value, a malformed file) is reported as one
-        # line naming the cause; programming errors keep their traceback.
+        # Bad input (a wrong name, an out-of-range value, a malformed file) is reported as one line naming the cause;
+        # programming errors keep their traceback.
         print(f"tokenbalance {args.command}: error: {err}", file=sys.stderr)
         return 2
     except OSError as err:  # the environment: a full disk, a read-only or lost mount

@@ -1,11 +1,8 @@
 """Typed run configuration: one source of truth for defaults, help text and validation.
 
-A run is a tree of small dataclasses (:class:`RunConfig`); each field declares its default, help and
-valid values through :func:`option`, and :func:`validate` names the field, the value and the range of
-a bad one. Configs load from and save to YAML and take dotted overrides (``train.steps=20``,
-``method.lopti.eta=0.4``). The method (``train.method`` + ``train.method_overrides``) is resolved
-when the config is built (:meth:`RunConfig.method`), so a typo fails before any work (docs/training.md).
-"""
+A :class:`RunConfig` tree of small dataclasses whose fields declare default, help and valid values (:func:`option`);
+YAML in and out, dotted overrides (``train.steps=20``, ``method.lopti.eta=0.4``); the method is resolved when the
+config is built, so a typo fails before any work (docs/training.md)."""
 
 from __future__ import annotations
 
@@ -36,9 +33,9 @@ METHOD_PREFIX = "method."
 # data.eval_set -> the Task.example_source use it evaluates
 EVAL_SET_USES = {"test": "eval", "validation": "validation"}
 DEFAULT_TEMPLATE = "compact"
-# What a real (chat) model needs where the defaults suit the embedded tiny model: the settings of
-# docs/results.md's SmolLM2-135M-Instruct runs (Logic-RL's ChatML prompt, its ~300-token prompts,
-# room for a reasoning trace). run.setup.prepare names them when a chat model meets the defaults.
+# What a real (chat) model needs where the defaults suit the embedded tiny model: the settings of docs/results.md's
+# SmolLM2-135M-Instruct runs (Logic-RL's ChatML prompt, its ~300-token prompts, room for a reasoning trace).
+# run.setup.prepare names them when a chat model meets the defaults.
 REAL_MODEL_SETTINGS = (
     ("data.template", "qwen-instruct"),
     ("data.max_prompt_tokens", 320),
@@ -97,8 +94,8 @@ class ModelConfig:
 
 
 class _DataTasks(Sequence):
-    """``data.task``'s choices: the registered task names (what help and messages list) and
-    ``function``, the task of ``data.reward``, which the config names but never registers."""
+    """``data.task``'s choices: the registered task names (what help and messages list) and ``function``, the task of
+    ``data.reward``, which the config names but never registers."""
 
     def __getitem__(self, index):
         return TASK_NAMES[index]
@@ -183,8 +180,8 @@ class DataConfig:
 
     def __post_init__(self) -> None:
         """With ``data.reward``: the task is ``function`` (your function's, built by
-        :func:`tokenbalance.run.examples.task_for`, never registered), the template one of its prompt
-        formats (the default becomes ``auto``), both files given."""
+        :func:`tokenbalance.run.examples.task_for`, never registered), the template one of its prompt formats (the
+        default becomes ``auto``), both files given."""
         if not isinstance(self.reward, str) or not self.reward:  # None, or a wrong type validate() names
             if self.target_column is not None:
                 raise ValueError(
@@ -375,9 +372,9 @@ class TrainConfig:
     )
 
     def __post_init__(self) -> None:
-        """A token rule's ``FILE.py`` (``train.method``, ``method.token_rule``) made absolute, so that
-        a saved config names the same file from any working directory (``--resume``); every method
-        override checked against its field and stored as plain data (:func:`normalized_overrides`)."""
+        """A token rule's ``FILE.py`` (``train.method``, ``method.token_rule``) made absolute, so that a saved config
+        names the same file from any working directory (``--resume``); every method override checked against its field
+        and stored as plain data (:func:`normalized_overrides`)."""
         if is_spec(self.method):
             self.method = normalized_spec(self.method, "train.method", RULE_EXAMPLE)
         if isinstance(self.method_overrides, dict):  # anything else: validate() names its type
@@ -417,8 +414,8 @@ class RunConfig:
         self.method()  # the preset and its overrides are part of what is validated at load
 
     def method(self) -> Method:
-        """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied.
-        ``ValueError`` naming the field (and the closest valid name) when either is wrong."""
+        """The method this run trains with: ``train.method`` with ``train.method_overrides`` applied. ``ValueError``
+        naming the field (and the closest valid name) when either is wrong."""
         return resolve_method(self.train.method, self.train.method_overrides, setting="train.method")
 
 
@@ -474,9 +471,9 @@ def save_config(config: RunConfig, path: str | Path) -> None:
 
 
 def absolute_paths(config: RunConfig) -> RunConfig:
-    """``config`` with every path option (``model.path``, ``model.cache_dir``, ``data.*_file``,
-    ``output.run_dir``) made absolute (``~`` expanded), so that a saved config means the same
-    files from any working directory (``--resume`` runs from anywhere). Changed in place; returned."""
+    """``config`` with every path option (``model.path``, ``model.cache_dir``, ``data.*_file``, ``output.run_dir``)
+    made absolute (``~`` expanded), so that a saved config means the same files from any working directory
+    (``--resume`` runs from anywhere). Changed in place; returned."""
     for f in dataclasses.fields(config):
         section = getattr(config, f.name)
         if not dataclasses.is_dataclass(section):
@@ -519,18 +516,13 @@ def _parse_value(text: str) -> Any:
 
 
 def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
-    """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]).
+    """Apply ``section.field=value`` overrides (values parsed as YAML: 5, 0.1, true, [2, 3]), each checked against its
+    field's declared type (``output.wandb=flase``, ``train.steps=2.5`` fail).
 
-    The value of a string option (``str`` or ``str | None``: paths, names, the device) is taken
-    verbatim: ``model.path=null`` is the path ``null``, ``a #b`` keeps its ``#b``, ``123`` is the
-    name ``123``, and an empty value is an error, never "unset". Every value is then checked
-    against its field's declared type (``output.wandb=flase`` fails, as does ``train.steps=2.5``).
-
-    ``method.KEY=VALUE`` (KEY dotted, e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) changes
-    one hyper-parameter of the method: it is stored as ``train.method_overrides[KEY]``, after the
-    ones given before it (they apply in order; ``method.lopti=null`` drops earlier ``lopti.*``
-    keys); the long form ``train.method_overrides.lopti.eta=0.4`` is the same.
-    """
+    A string option's value is verbatim (``model.path=null`` is the path ``null``, ``123`` the name ``123``; empty is
+    an error). ``method.KEY=VALUE`` (e.g. ``method.lopti.eta=0.4``, ``method.ar=null``) is stored as
+    ``train.method_overrides[KEY]`` after earlier ones (``method.lopti=null`` drops earlier ``lopti.*``), as is the
+    long form ``train.method_overrides.lopti.eta=0.4``."""
     data = to_dict(config)
     for item in overrides:
         if "=" not in item:
@@ -556,9 +548,9 @@ def apply_overrides(config: RunConfig, overrides: list[str]) -> RunConfig:
 
 
 def replace_sections(config: RunConfig, **changes: dict[str, Any]) -> RunConfig:
-    """A copy of ``config`` with fields of its sections set to typed values, checked as a loaded
-    config is: ``replace_sections(config, train={"seed": 3}, model={"path": "/p"})``. Nothing of
-    ``config`` is shared with the copy, so changing one never changes the other."""
+    """A copy of ``config`` with fields of its sections set to typed values, checked as a loaded config is:
+    ``replace_sections(config, train={"seed": 3}, model={"path": "/p"})``. Nothing of ``config`` is shared with the
+    copy, so changing one never changes the other."""
     copied = copy.deepcopy(config)
     for name, fields in changes.items():
         known = {f.name for f in dataclasses.fields(getattr(copied, name))}

@@ -1,9 +1,6 @@
-"""What each optional extra (pyproject.toml's ``[project.optional-dependencies]``) must install:
-the distributions its commands import, in one table. The commands' early checks read it
-(``build-model``: :func:`missing_package` before the download; ``train``'s ``output.tensorboard``
-/ ``output.wandb`` before the model loads), and ``tests/test_extras.py`` fails when an extra of
-pyproject.toml declares fewer. Standard library only, so every layer may import it.
-"""
+"""What each optional extra (pyproject.toml's ``[project.optional-dependencies]``) must install, in one table, read by
+the commands' early checks (``build-model``, ``output.tensorboard`` / ``output.wandb``) and checked against
+pyproject.toml by ``tests/test_extras.py``. Standard library only."""
 
 from __future__ import annotations
 
@@ -16,8 +13,8 @@ EXTRA_NEEDS: dict[str, tuple[str, ...]] = {
     "wandb": ("wandb",),  # output.wandb
     # the TRL integration, and accelerate: TRL's launcher (`accelerate launch`)
     "trl": ("trl", "accelerate"),
-    # the verl integration; verl's v1 trainer (the Lopti trainer's registry) also imports the other
-    # four, which verl itself does not declare
+    # the verl integration; verl's v1 trainer (the Lopti trainer's registry) also imports the other four, which verl
+    # itself does not declare
     "verl": ("verl", "TransferQueue", "cachetools", "fastapi", "uvicorn"),
 }
 

@@ -1,11 +1,6 @@
-"""Config fields that carry their own help text and validity rule.
-
-:func:`option` declares a dataclass field with its default, help and what is valid (``choices`` or
-a ``low``/``high`` range; ``path=True`` for a file or directory, made absolute when a run starts:
-:func:`path_fields`); :func:`validate` checks a whole tree of them, declared types included, naming
-the field, the value and what is allowed. The rules: docs/reliability.md ("Nothing typed is
-silently taken for something else").
-"""
+"""Config fields that carry their own help text and validity rule: :func:`option` declares default, help and
+``choices`` or a ``low``/``high`` range (``path=True``: made absolute when a run starts, :func:`path_fields`);
+:func:`validate` checks a tree of them, naming field, value and what is allowed (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -77,8 +72,8 @@ def path_fields(cls: type) -> list[str]:
 
 
 def is_string_field(cls: type, name: str) -> bool:
-    """Whether field ``name`` of ``cls`` is declared ``str`` or ``str | None`` (a command-line
-    value for it is taken verbatim, never parsed as YAML)."""
+    """Whether field ``name`` of ``cls`` is declared ``str`` or ``str | None`` (a command-line value for it is taken
+    verbatim, never parsed as YAML)."""
     annotation = field_types(cls).get(name)
     options = set(typing.get_args(annotation)) if typing.get_args(annotation) else {annotation}
     return str in options and options <= {str, type(None)}

@@ -1,10 +1,6 @@
-"""Where commands write: never over a file tokenbalance did not write, and checked before the work.
-
-Every command that writes (``train``, ``sft``, ``gen-data``, ``plot``, ``diagnose --json``) checks its
-output here before its expensive part: a writable directory (a probe file), a new output file or,
-with ``--force``, one tokenbalance wrote, and the manifest of a directory shared with the user's
-files (``plot --out``). The rule and each command's case: docs/reliability.md.
-"""
+"""Where commands write: never over a file tokenbalance did not write, checked before the work (a writable directory,
+a new file or with ``--force`` one of ours, the manifest of a directory shared with the user's files). Each command's
+case: docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -25,9 +21,9 @@ def _nearest_existing(path: Path) -> Path:
 
 
 def check_writable_dir(directory: str | os.PathLike, flag: str, shown: str | os.PathLike | None = None) -> None:
-    """``ValueError`` unless ``directory`` can be created (its nearest existing ancestor is a
-    writable directory) or, when it exists, written: a probe file is created and removed. The
-    message names ``flag`` and ``shown`` (default: ``directory``), what the user typed."""
+    """``ValueError`` unless ``directory`` can be created (its nearest existing ancestor is a writable directory) or,
+    when it exists, written: a probe file is created and removed. The message names ``flag`` and ``shown`` (default:
+    ``directory``), what the user typed."""
     directory = Path(directory)
     shown = directory if shown is None else shown
     existing = _nearest_existing(directory)
@@ -50,9 +46,9 @@ def check_output_file(
     force: bool = False,
     written_by: Callable[[Path], bool] = lambda _: False,
 ) -> None:
-    """``ValueError`` unless the output file ``path`` may be written: it does not exist (and its
-    directory is writable), or ``force`` is given and ``written_by(path)`` says tokenbalance
-    wrote it. A file of the user's is refused with or without ``force``."""
+    """``ValueError`` unless the output file ``path`` may be written: it does not exist (and its directory is
+    writable), or ``force`` is given and ``written_by(path)`` says tokenbalance wrote it. A file of the user's is
+    refused with or without ``force``."""
     path = Path(path)
     if path.is_dir():
         raise ValueError(f"{flag} {path}: is a directory; give a file path")
@@ -72,9 +68,9 @@ def check_output_file(
 
 
 def check_output_dir(out: Path, flag: str, *, force: bool, ours: set[str], writer: str, what: str) -> None:
-    """``ValueError`` unless a command may write the directory ``out``: new or empty, or (with
-    ``force``) holding only ``ours``, the files an earlier run of ``writer`` recorded writing there
-    (``what`` it holds then, for the message). A directory holding anything else is never replaced."""
+    """``ValueError`` unless a command may write the directory ``out``: new or empty, or (with ``force``) holding only
+    ``ours``, the files an earlier run of ``writer`` recorded writing there (``what`` it holds then, for the message).
+    A directory holding anything else is never replaced."""
     if out.exists() and not out.is_dir():
         raise ValueError(f"{flag} {out}: is a file, not a directory; choose another {flag}")
     entries = sorted(p.name for p in out.iterdir()) if out.is_dir() else []
@@ -94,8 +90,8 @@ def check_output_dir(out: Path, flag: str, *, force: bool, ours: set[str], write
 
 
 def json_written_by(writer: str) -> Callable[[Path], bool]:
-    """A ``written_by`` test for :func:`check_output_file`: whether a file is a JSON object whose
-    ``"written_by"`` field is ``writer`` (the files ``diagnose --json`` and ``eval --responses`` write)."""
+    """A ``written_by`` test for :func:`check_output_file`: whether a file is a JSON object whose ``"written_by"``
+    field is ``writer`` (the files ``diagnose --json`` and ``eval --responses`` write)."""
 
     def written(path: Path) -> bool:
         try:
@@ -107,9 +103,9 @@ def json_written_by(writer: str) -> Callable[[Path], bool]:
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path``
-    is always either the old or the new content; the temporary file is removed on any failure.
-    The file gets the usual permissions (0666 less the umask), as a plain write would."""
+    """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path`` is always either
+    the old or the new content; the temporary file is removed on any failure. The file gets the usual permissions
+    (0666 less the umask), as a plain write would."""
     path = Path(path)
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
@@ -130,11 +126,9 @@ def current_umask() -> int:
 
 
 def umask_modes(path: str | os.PathLike) -> None:
-    """Give ``path`` (a file, or a directory and everything under it) the permissions a plain write
-    would: 0666 less the umask for a file, 0777 less the umask for a directory or an executable
-    file. Every atomic writer calls it on its temporary file or directory before the rename:
-    ``mkstemp``/``mkdtemp`` make them private (0600/0700), and so does safetensors for its files,
-    so without it colleagues could not read a policy, checkpoint or cache the umask shares."""
+    """Give ``path`` (a file, or a directory and all under it) a plain write's permissions (0666 / 0777 for
+    directories and executables, less the umask). Every atomic writer calls it before the rename: ``mkstemp`` /
+    ``mkdtemp`` and safetensors make private files, which colleagues sharing the umask could not read."""
     mask = current_umask()
 
     def fix(item: str, directory: bool) -> None:
@@ -155,8 +149,7 @@ def umask_modes(path: str | os.PathLike) -> None:
 
 def recorded_files(record: str | os.PathLike) -> set[str]:
     """The ``files`` list of a JSON record a command wrote beside its outputs (``tokenbalance_sft.json``,
-    ``tokenbalance_model.json``): the names it may replace. Empty when the record is missing or
-    unreadable."""
+    ``tokenbalance_model.json``): the names it may replace. Empty when the record is missing or unreadable."""
     try:
         files = json.loads(Path(record).read_text()).get("files", [])
     except (OSError, ValueError, AttributeError):
@@ -175,9 +168,9 @@ def written_files(directory: str | os.PathLike) -> set[str]:
 
 
 def check_files_replaceable(directory: str | os.PathLike, names: Iterable[str], flag: str) -> None:
-    """``ValueError`` naming the first of ``names`` that exists in ``directory`` without being in
-    its manifest (a file tokenbalance did not write), so that writing ``names`` replaces nothing
-    of the user's; also checks that ``directory`` is writable."""
+    """``ValueError`` naming the first of ``names`` that exists in ``directory`` without being in its manifest (a file
+    tokenbalance did not write), so that writing ``names`` replaces nothing of the user's; also checks that
+    ``directory`` is writable."""
     directory = Path(directory)
     if directory.exists() and not directory.is_dir():
         raise ValueError(f"{flag} {directory}: is a file, not a directory")

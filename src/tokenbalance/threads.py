@@ -1,11 +1,7 @@
-"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy under which a run
-beside another busy process slows in proportion to the cores it loses instead of collapsing.
-
-:func:`prepare_process` runs before torch is imported (``cli.main`` calls it first): ``MKL_DYNAMIC=FALSE``
-and OpenMP's wait policy. :func:`use_threads` gives torch ``train.threads`` threads once the config is
-known; :class:`ThreadAdapter` (``train.threads=0``) re-decides the count between a run's phases from
-the load. Standard library only: importing this module must not load torch. Why, and what stays
-bit-identical: docs/training.md "Threads and bit-identical runs"."""
+"""How a tokenbalance process uses the CPU: a fixed thread count, and a wait policy under which a run beside a busy
+process slows in proportion instead of collapsing. :func:`prepare_process` runs before torch loads (``cli.main``
+first); :func:`use_threads` applies ``train.threads``; :class:`ThreadAdapter` (``train.threads=0``) re-decides between
+phases. Standard library only. docs/training.md "Threads and bit-identical runs"."""
 
 from __future__ import annotations
 
@@ -45,9 +41,9 @@ def _cpu_times() -> tuple[float, float] | None:
 def others_busy_cpus(
     before: tuple[float, float], after: tuple[float, float], own_cpu_s: float, wall_s: float, cpus: int
 ) -> float:
-    """How many CPUs processes other than this one kept busy between two (busy, total) jiffy counts
-    of the whole machine (:func:`_cpu_times`), this process having used ``own_cpu_s`` CPU seconds
-    over those ``wall_s`` seconds; 0.0 when the counts did not advance."""
+    """How many CPUs processes other than this one kept busy between two (busy, total) jiffy counts of the whole
+    machine (:func:`_cpu_times`), this process having used ``own_cpu_s`` CPU seconds over those ``wall_s`` seconds;
+    0.0 when the counts did not advance."""
     if after[1] <= before[1] or wall_s <= 0:
         return 0.0
     jiffies_per_cpu = (after[1] - before[1]) / cpus
@@ -56,8 +52,8 @@ def others_busy_cpus(
 
 
 def busy_cpus_of_others(sample_s: float = SAMPLE_S) -> float:
-    """How many CPUs other processes kept busy over ``sample_s`` seconds (0.0 where the OS does not
-    say: then the process keeps the default policy)."""
+    """How many CPUs other processes kept busy over ``sample_s`` seconds (0.0 where the OS does not say: then the
+    process keeps the default policy)."""
     before, own_before = _cpu_times(), time.process_time()
     if before is None:
         return 0.0
@@ -74,8 +70,8 @@ def user_set(environ: MutableMapping[str, str], name: str) -> bool:
 
 
 def choose_environment(environ: MutableMapping[str, str], busy_cpus: float) -> dict[str, str]:
-    """The variables :func:`prepare_process` sets: those the user did not set (:func:`user_set`),
-    given how many CPUs others keep busy."""
+    """The variables :func:`prepare_process` sets: those the user did not set (:func:`user_set`), given how many CPUs
+    others keep busy."""
     chosen: dict[str, str] = {}
     if not user_set(environ, "MKL_DYNAMIC"):
         chosen["MKL_DYNAMIC"] = "FALSE"
@@ -85,8 +81,8 @@ def choose_environment(environ: MutableMapping[str, str], busy_cpus: float) -> d
 
 
 def prepare_process(environ: MutableMapping[str, str] | None = None) -> dict[str, str]:
-    """Set this process's threading environment before torch loads (module docstring); returns
-    what it chose. Does nothing once torch is imported: its OpenMP runtime has read the policy."""
+    """Set this process's threading environment before torch loads (module docstring); returns what it chose. Does
+    nothing once torch is imported: its OpenMP runtime has read the policy."""
     if "torch" in sys.modules:
         return {}
     environ = os.environ if environ is None else environ
@@ -102,9 +98,8 @@ def prepare_process(environ: MutableMapping[str, str] | None = None) -> dict[str
 
 
 def use_threads(count: int) -> int:
-    """Give torch's intra-op pool ``count`` threads and its inter-op pool one; returns the count used.
-    0 means the CPUs this process may run on, shared among the ranks of this node under torchrun
-    (``LOCAL_WORLD_SIZE``)."""
+    """Give torch's intra-op pool ``count`` threads and its inter-op pool one; returns the count used. 0 means the
+    CPUs this process may run on, shared among the ranks of this node under torchrun (``LOCAL_WORLD_SIZE``)."""
     import torch
 
     ranks_here = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1") or 1))
@@ -121,22 +116,15 @@ ADAPT_WINDOW_S = 0.5  # a shorter window since the last decision says too little
 
 
 def threads_for_load(most: int, cpus: int, busy_others: float) -> int:
-    """The intra-op threads for a process allowed ``most``, on a machine of ``cpus`` CPUs of which
-    other processes keep ``busy_others`` busy: the CPUs they leave free, rounded to the nearest with
-    halves down (so half a CPU busy or more costs a thread), at least 1 and at most ``most``. On a shared
-    machine a thread more than the free CPUs only waits for the scheduler: each parallel region
-    then runs at the pace of its slowest thread."""
+    """Intra-op threads for a process allowed ``most`` on ``cpus`` CPUs of which others keep ``busy_others`` busy: the
+    free CPUs rounded half down (half a busy CPU costs a thread), within [1, ``most``]."""
     return max(1, min(most, math.ceil(cpus - busy_others - 0.5)))
 
 
 class ThreadAdapter:
-    """Re-decides torch's intra-op thread count from the load seen since the last decision
-    (``train.threads=0``): call :meth:`adapt` between phases of work. It decides only after at
-    least ``window_s`` seconds (a shorter window keeps the count); where the OS gives no load
-    (no ``/proc/stat``) it keeps ``most``.
-
-    ``set_threads`` applies a count (``torch.set_num_threads``); ``cpu_times`` and ``clock`` are
-    the machine's counters, replaceable in tests."""
+    """Re-decides torch's intra-op thread count from the load since the last decision (``train.threads=0``; call
+    :meth:`adapt` between phases): only after ``window_s`` seconds, ``most`` where the OS gives no load (no
+    ``/proc/stat``). ``set_threads``, ``cpu_times`` and ``clock`` are replaceable in tests."""
 
     def __init__(
         self,
@@ -159,8 +147,8 @@ class ThreadAdapter:
         return self._cpu_times(), self._own(), self._clock()
 
     def adapt(self) -> int:
-        """The count to use from now on, applied: :func:`threads_for_load` of the load since the
-        last decision (unchanged within ``window_s`` of it)."""
+        """The count to use from now on, applied: :func:`threads_for_load` of the load since the last decision
+        (unchanged within ``window_s`` of it)."""
         (before, own_before, start), now = self._mark, self._sample()
         after, own_after, end = now
         if end - start < self.window_s:

@@ -1,8 +1,7 @@
 """Typed containers that cross module boundaries.
 
-Tensor names carry their shape as a suffix (``logp_BT`` is [B, T], ``rewards_PG`` [P, G]): the one
-list of suffix letters is docs/methods.md §1 ("Shape suffixes").
-"""
+Tensor names carry their shape as a suffix (``logp_BT`` is [B, T], ``rewards_PG`` [P, G]): the one list of suffix
+letters is docs/methods.md §1 ("Shape suffixes")."""
 
 from __future__ import annotations
 
@@ -13,22 +12,16 @@ import torch
 
 @dataclass(frozen=True)
 class UpdatePass:
-    """One complete optimizer pass over an RL batch (all mini-batches, one step each).
-
-    A plain method returns one pass; Lopti returns two over disjoint token sets, low-probability
-    tokens first. Every runner executes the list in order; nothing mutates a batch in place.
+    """One complete optimizer pass over an RL batch (all mini-batches, one step each): one for a plain method, two
+    over disjoint token sets for Lopti (low first); runners execute the list in order, nothing mutated in place.
 
     Attributes:
-        name: label for metrics (``"all"``, ``"lopti_low"``, ``"lopti_high"``).
-        advantages_BT: [B, T] float advantages of this pass, already multiplied by the weights
-            that depend on the old policy only (AR, NTHR); 0 outside ``policy_mask_BT``.
-            No gradient.
-        policy_mask_BT: [B, T] bool, tokens whose policy-gradient term enters this pass.
-        kl_entropy_mask_BT: [B, T] bool, tokens whose KL and entropy terms enter this pass.
-        normaliser_mask_BT: [B, T] bool, tokens counted in this pass's loss denominators. For
-            Lopti it is the full response mask (the reference's normalisation), so the two passes'
-            losses add up to the single-pass loss.
-    """
+        name: metrics label (``"all"``, ``"lopti_low"``, ``"lopti_high"``).
+        advantages_BT: [B, T] float, already times the old-policy weights (AR, NTHR); 0 outside ``policy_mask_BT``; no
+            gradient.
+        policy_mask_BT / kl_entropy_mask_BT: [B, T] bool, tokens whose policy-gradient / KL and entropy terms enter.
+        normaliser_mask_BT: [B, T] bool, tokens counted in the denominators (Lopti: the full response mask, so the two
+            passes add up to the single-pass loss)."""
 
     name: str
     advantages_BT: torch.Tensor
@@ -49,11 +42,8 @@ class UpdatePass:
 
 @dataclass(frozen=True)
 class LossNormaliser:
-    """Denominators of one pass's loss terms over a whole mini-batch (summed across ranks).
-
-    ``policy`` is for the policy-gradient term (its aggregation mode may differ in
-    reference-compatibility mode); ``regulariser`` for the KL and entropy terms.
-    """
+    """Denominators of one pass's loss terms over a mini-batch (summed across ranks): ``policy`` for the
+    policy-gradient term, ``regulariser`` for KL and entropy."""
 
     policy: float
     regulariser: float
@@ -64,16 +54,9 @@ class LossNormaliser:
 
 @dataclass(frozen=True)
 class LossOutput:
-    """The loss of one (micro-)batch of one pass.
-
-    Attributes:
-        loss: 0-d tensor with gradient: policy - entropy_coeff * entropy + kl_coef * kl.
-        metrics: floats under namespaced keys (``loss/...``, ``clip/...``, ``tr_grpo/...``),
-            detached. Fractions are over the pass's policy tokens in this micro-batch.
-        clipped_BT: [B, T] bool, detached: the pass's policy tokens where the PPO clip acted (the
-            diagnostics collect it; nothing recomputes the surrogate). ``None`` only from code
-            that builds a ``LossOutput`` by hand.
-    """
+    """The loss of one (micro-)batch of one pass: ``loss`` (0-d, with gradient: policy - entropy_coeff * entropy +
+    kl_coef * kl), detached ``metrics`` (``loss/...``, ``clip/...``, ``tr_grpo/...``; fractions over the pass's policy
+    tokens here) and ``clipped_BT`` ([B, T] bool, where the PPO clip acted; ``None`` only when built by hand)."""
 
     loss: torch.Tensor
     metrics: dict[str, float] = field(default_factory=dict)

@@ -1,11 +1,10 @@
-"""Load a user's function named ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``: one loader for every
-setting that names user code (``data.reward``, a token rule given as ``train.method``).
+"""Load a user's function named ``MODULE:FUNCTION`` or ``FILE.py:FUNCTION``: one loader for every setting that names
+user code (``data.reward``, a token rule given as ``train.method``).
 
 Standard library only, so every layer may import it (tests/test_layering.py). Every failure is one
 ``ValueError`` line naming the setting, the module and the attribute (docs/tasks.md)::
 
-    load_function("rules.py:high_entropy", "train.method")    # a file, imported once per process
-"""
+    load_function("rules.py:high_entropy", "train.method")    # a file, imported once per process"""
 
 from __future__ import annotations
 
@@ -43,8 +42,8 @@ def is_spec(name: object) -> bool:
 
 
 def parse_spec(spec: str, setting: str, example: str = DEFAULT_EXAMPLE) -> tuple[str, str]:
-    """``(module, attribute)`` of ``"pkg.module:function"`` or ``"path/file.py:function"``
-    (the attribute may be dotted: ``Class.method``); ``ValueError`` naming ``setting`` otherwise."""
+    """``(module, attribute)`` of ``"pkg.module:function"`` or ``"path/file.py:function"`` (the attribute may be
+    dotted: ``Class.method``); ``ValueError`` naming ``setting`` otherwise."""
     module, sep, attribute = spec.rpartition(":")
     module_ok = module.endswith(".py") or all(part.isidentifier() for part in module.split("."))
     if not (sep and module and module_ok and all(part.isidentifier() for part in attribute.split("."))):
@@ -53,8 +52,8 @@ def parse_spec(spec: str, setting: str, example: str = DEFAULT_EXAMPLE) -> tuple
 
 
 def normalized_spec(spec: str, setting: str, example: str = DEFAULT_EXAMPLE) -> str:
-    """``spec`` checked (:func:`parse_spec`), a ``FILE.py`` made absolute so that a saved config
-    names the same file from any working directory (``--resume``, the grid, other processes)."""
+    """``spec`` checked (:func:`parse_spec`), a ``FILE.py`` made absolute so that a saved config names the same file
+    from any working directory (``--resume``, the grid, other processes)."""
     module, attribute = parse_spec(spec, setting, example)
     if module.endswith(".py"):
         return f"{os.path.abspath(os.path.expanduser(module))}:{attribute}"
@@ -98,8 +97,8 @@ def _import_module(module: str, spec: str, setting: str, attribute: str) -> Any:
 
 
 def load_function(value: str | Callable[..., Any], setting: str, example: str = DEFAULT_EXAMPLE) -> Callable[..., Any]:
-    """The callable named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is
-    returned as is); one ``ValueError`` line naming ``setting`` otherwise (module docstring)."""
+    """The callable named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is returned as is);
+    one ``ValueError`` line naming ``setting`` otherwise (module docstring)."""
     if callable(value):
         return value
     if not isinstance(value, str):

@@ -1,10 +1,6 @@
-"""The run config of each cell and its start policy.
-
-Every cell of seed s starts from the same policy (``model.path``, else the embedded tiny policy
-built by SFT with seed s, cached under ``model.cache_dir``) and trains with RL seed s, so a seed's
-cells differ only in the method: docs/ablate.md ("Pairing by seed"). What a restarted grid does
-with each cell is its run directory's (:func:`tokenbalance.run.plan.cell_action`).
-"""
+"""The run config of each cell and its start policy: every cell of seed s starts from the same policy (``model.path``,
+else the embedded one built with seed s) and trains with seed s, so a seed's cells differ only in the method
+(docs/ablate.md, "Pairing by seed"; restarts: :func:`tokenbalance.run.plan.cell_action`)."""
 
 from __future__ import annotations
 
@@ -18,9 +14,9 @@ from tokenbalance.run.setup import RunSetup
 def base_config(
     plan: GridPlan, *, config_path: str | None = None, model: str | None = None, device: str | None = None
 ) -> RunConfig:
-    """The settings every cell shares: ``--config`` (or the defaults), the preset's overrides,
-    ``--model`` / ``--device``, then ``--set``. ``method.*`` overrides are refused: every row trains
-    with its own preset's published hyper-parameters."""
+    """The settings every cell shares: ``--config`` (or the defaults), the preset's overrides, ``--model`` /
+    ``--device``, then ``--set``. ``method.*`` overrides are refused: every row trains with its own preset's published
+    hyper-parameters."""
     config = load_config(config_path) if config_path else RunConfig()
     shorthand = ([f"model.path={Path(model).resolve()}"] if model else []) + (
         [f"train.device={device}"] if device else []
@@ -37,8 +33,7 @@ def base_config(
 
 
 def cell_config(base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir: Path) -> RunConfig:
-    """The run config of ``cell``: the shared settings with its method, seed, steps, start policy
-    and run directory."""
+    """The run config of ``cell``: the shared settings with its method, seed, steps, start policy and run directory."""
     return replace_sections(
         base,
         train={"method": cell.method.preset, "seed": cell.seed, "steps": steps},
@@ -48,9 +43,9 @@ def cell_config(base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir
 
 
 def start_policy(base: RunConfig, seed: int, *, log=print, progress: bool = True, setup: RunSetup | None = None) -> str:
-    """Seed ``seed``'s start policy: ``model.path``, or the embedded policy SFT-trained with that
-    seed (built on first use, then reused from ``model.cache_dir``; from ``base``'s ``setup``: its
-    task and SFT pairs, which no seed changes)."""
+    """Seed ``seed``'s start policy: ``model.path``, or the embedded policy SFT-trained with that seed (built on first
+    use, then reused from ``model.cache_dir``; from ``base``'s ``setup``: its task and SFT pairs, which no seed
+    changes)."""
     if base.model.path is not None:
         return base.model.path
     from tokenbalance.trainer.embedded import ensure_embedded_policy

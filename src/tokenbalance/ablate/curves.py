@@ -1,9 +1,6 @@
-"""A grid's curves over training as small multiples: one column per row of the grid against its
-baseline row (grey), one line of panels per metric (:data:`METRICS`). A line is the mean over the
-row's complete seeds, its band the 95% t interval of that mean (none for one seed); training
-metrics are smoothed per seed (EMA), held-out accuracy is drawn as evaluated. docs/ablate.md,
-"Outputs".
-"""
+"""A grid's curves as small multiples: a column per row against its baseline (grey), a line of panels per metric
+(:data:`METRICS`); mean over complete seeds with a 95% t band, training metrics EMA-smoothed. docs/ablate.md
+("Outputs")."""
 
 from __future__ import annotations
 
@@ -56,8 +53,8 @@ def ema(values: list[float], weight: float = EMA) -> list[float]:
 
 @dataclass(frozen=True)
 class Band:
-    """A row's metric over its seeds at the steps every seed logged: the mean and its 95% t interval
-    ``mean -+ t_{0.975, n-1} sd / sqrt(n)`` (sample sd; ``low == high == mean`` for one seed)."""
+    """A row's metric over its seeds at the steps every seed logged: the mean and its 95% t interval ``mean -+
+    t_{0.975, n-1} sd / sqrt(n)`` (sample sd; ``low == high == mean`` for one seed)."""
 
     steps: list[int]
     mean: list[float]
@@ -95,8 +92,8 @@ def _draw(ax, band: Band | None, colour_: str, marker: str | None) -> None:
 
 
 def row_colour(key: str, index: int) -> str:
-    """A grid row's colour: the same in every figure for the rows :data:`GRID_METHODS` knows (its
-    place there), the ``index``-th colour after them for another row."""
+    """A grid row's colour: the same in every figure for the rows :data:`GRID_METHODS` knows (its place there), the
+    ``index``-th colour after them for another row."""
     rows = list(GRID_METHODS)
     return colour(rows.index(key) if key in rows else len(rows) + index)
 
@@ -142,8 +139,8 @@ def _key(fig: Figure, plan: GridPlan, results: list[CellResult], baselines: set[
 
 
 def curves_figure(plan: GridPlan, results: list[CellResult]) -> Figure:
-    """The small multiples; with no row to compare, each row stands alone. A metric a row never
-    logged is marked "no data" in its panel."""
+    """The small multiples; with no row to compare, each row stands alone. A metric a row never logged is marked "no
+    data" in its panel."""
     columns = compared_rows(plan) or [(row_colour(m.key, i), m, None) for i, m in enumerate(plan.methods)]
     baselines = {base for _, _, base in columns if base is not None}
     fig = new_figure(len(METRICS), len(columns), 1.5, 1.15)

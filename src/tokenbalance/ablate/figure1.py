@@ -1,10 +1,6 @@
-"""Paper Figure 1 layout for two rows on the same batch (AR-Lopti, arXiv 2505.12929): token share,
-advantages, probability change after one SGD step, gradient norm per probability bucket. One batch
-is sampled from the first seed's start policy as ``tokenbalance diagnose buckets`` samples it
-(:func:`tokenbalance.analysis.probe.probe_batch`); every row is measured on it at the same
-parameters (:func:`measure`, kept as ``figure1_buckets.json``) and drawn by :func:`figure`.
-docs/ablate.md, "Figure 1 panels", says what each panel is and how it differs from the paper.
-"""
+"""Paper Figure 1 layout for two rows on one batch (AR-Lopti, arXiv 2505.12929), sampled from the first seed's start
+policy as ``diagnose buckets`` does: :func:`measure` (kept as ``figure1_buckets.json``) and :func:`figure`.
+docs/ablate.md, "Figure 1 panels"."""
 
 from __future__ import annotations
 
@@ -24,8 +20,8 @@ SGD_LR = 1e-3
 
 
 def figure_prompts(requested: int, available: int) -> tuple[int, str | None]:
-    """The prompts the figure's batch takes: ``requested`` (``--figure-prompts``), at most the
-    ``available`` training prompts, with a note saying so when it takes fewer."""
+    """The prompts the figure's batch takes: ``requested`` (``--figure-prompts``), at most the ``available`` training
+    prompts, with a note saying so when it takes fewer."""
     if requested <= available:
         return requested, None
     return available, (
@@ -35,8 +31,8 @@ def figure_prompts(requested: int, available: int) -> tuple[int, str | None]:
 
 
 def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DEFAULT_EDGES, log=print) -> dict:
-    """The four panels' numbers for ``rows`` on one batch sampled with the cell config ``config_file``
-    (of ``prompts`` prompts, or all the training prompts when there are fewer: :func:`figure_prompts`)."""
+    """The four panels' numbers for ``rows`` on one batch sampled with the cell config ``config_file`` (of ``prompts``
+    prompts, or all the training prompts when there are fewer: :func:`figure_prompts`)."""
     import torch
 
     from tokenbalance.algorithms.presets import get_method
@@ -133,11 +129,9 @@ def _mark_empty(ax, counts: list[int], groups: int) -> None:
 
 
 def figure(data: dict) -> Figure:
-    """The paper's Figure 1 layout at page width, 2 x 3 panels lettered: (a) token share per bucket
-    (log scale, counts on the bars), (b) mean advantage of positive / negative tokens after the
-    row's weights, (c) mean Δp after one SGD step, (d) Figure 3's share of A > 0 tokens whose
-    probability rose, (e) the gradient norm of each bucket's tokens alone and of all tokens; the
-    legend and the batch in the sixth place. Empty buckets are marked."""
+    """The paper's Figure 1 layout, 2 x 3 lettered panels: (a) token share per bucket, (b) mean advantage of positive
+    / negative tokens, (c) mean Δp after one SGD step, (d) share of A > 0 tokens that rose (Figure 3), (e) each
+    bucket's gradient norm; legend and batch in the sixth. Empty buckets are marked."""
     labels = data["intervals"]
     rows = list(data["rows"].values())
     hues = [row_colour(key, i) for i, key in enumerate(data["rows"])]  # each row's colour in the grid's figures

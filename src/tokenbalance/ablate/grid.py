@@ -1,10 +1,6 @@
-"""What a grid is: its methods (rows), presets (named settings) and cells (method x seed).
-
-A grid method is a row of the table: a label, the method preset it trains with (its published
-hyper-parameters) and the row it is compared with (GRPO or REINFORCE++). A grid preset is a Python
-registry entry (no YAML): run-config overrides shared by every cell (one rollout temperature for
-all), the default rows, seeds and RL steps. The rows and presets: docs/ablate.md ("Rows and presets").
-"""
+"""What a grid is: methods (rows: a label, the preset it trains, the row it is compared with), presets (a Python
+registry of shared run-config overrides, default rows, seeds and steps) and cells (method x seed). docs/ablate.md
+("Rows and presets")."""
 
 from __future__ import annotations
 
@@ -18,8 +14,8 @@ from tokenbalance.config import TrainConfig
 
 @dataclass(frozen=True)
 class GridMethod:
-    """One row: ``key`` (cell names, ``--methods``), ``label`` (the table), ``preset`` (the method
-    preset), ``baseline`` (the key of the row it is compared with; None for a baseline row)."""
+    """One row: ``key`` (cell names, ``--methods``), ``label`` (the table), ``preset`` (the method preset),
+    ``baseline`` (the key of the row it is compared with; None for a baseline row)."""
 
     key: str
     label: str
@@ -47,9 +43,8 @@ ARITH_COT_METHODS = ("grpo", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr")  # th
 
 
 def grid_method(name: str) -> GridMethod:
-    """A row by key (``grpo``, ``ar_lopti``, ...) or, for any other method preset or token rule
-    (``MODULE:RULE``, keyed by the rule's name), an ad-hoc row compared with ``grpo`` / ``rpp``
-    according to its advantage estimator."""
+    """A row by key (``grpo``, ``ar_lopti``, ...) or, for any other method preset or token rule (``MODULE:RULE``,
+    keyed by the rule's name), an ad-hoc row compared with ``grpo`` / ``rpp`` according to its advantage estimator."""
     if name in GRID_METHODS:
         return GRID_METHODS[name]
     try:
@@ -65,10 +60,9 @@ def grid_method(name: str) -> GridMethod:
 
 @dataclass(frozen=True)
 class GridPreset:
-    """A named grid: ``overrides`` of the run config for every cell (``section.field=value``), the
-    default ``methods`` (row keys), ``seeds`` and RL ``steps``. ``start_seed``: the SFT seed of
-    every cell's embedded start policy (one build shared by all seeds, as RL seeds share one
-    pretrained model); None builds each seed's own."""
+    """A named grid: ``overrides`` of the run config for every cell (``section.field=value``), the default ``methods``
+    (row keys), ``seeds`` and RL ``steps``. ``start_seed``: the SFT seed of every cell's embedded start policy (one
+    build shared by all seeds, as RL seeds share one pretrained model); None builds each seed's own."""
 
     name: str
     description: str
@@ -87,17 +81,17 @@ class GridPreset:
             raise ValueError(f"grid preset {self.name!r}: start_policies must be >= 1, got {self.start_policies}")
 
     def policy_seed(self, seed: int) -> int:
-        """The SFT seed of the start policy of a cell trained from ``seed``: its own, ``start_seed``'s
-        for every seed, or with ``start_policies`` = k the seed modulo k (k start policies, seeds
-        s, s + k, ... sharing one), so that the spread over seeds covers the start policy too."""
+        """The SFT seed of the start policy of a cell trained from ``seed``: its own, ``start_seed``'s for every seed,
+        or with ``start_policies`` = k the seed modulo k (k start policies, seeds s, s + k, ... sharing one), so that
+        the spread over seeds covers the start policy too."""
         if self.start_policies is not None:
             return seed % self.start_policies
         return seed if self.start_seed is None else self.start_seed
 
 
-# The arithmetic 2 x 2: {decision noise off, on} x {wording noise off, on} (docs/results.md, the
-# decision-token testbed). The arith-cot working and RL settings, sampled at the AR-Lopti K&K
-# scripts' T = 0.7 in every condition, 8 seeds over 4 start policies, 100 RL steps.
+# The arithmetic 2 x 2: {decision noise off, on} x {wording noise off, on} (docs/results.md, the decision-token
+# testbed). The arith-cot working and RL settings, sampled at the AR-Lopti K&K scripts' T = 0.7 in every condition, 8
+# seeds over 4 start policies, 100 RL steps.
 ARITH_2X2_OVERRIDES = (
     "data.task=arith",
     "data.template=plain",

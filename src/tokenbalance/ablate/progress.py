@@ -1,10 +1,5 @@
-"""The grid's progress display: cells done / running (each with its step) / left and the time left.
-
-Drawn with rich on stderr when it is a terminal; one line per cell event either way, and on a
-non-terminal the running cells' steps every ``PLAIN_EVERY_S`` seconds (trainer/progress.py). The
-time left comes from the seconds per RL step of the cells finished so far: docs/ablate.md ("How a
-grid runs").
-"""
+"""The grid's progress display (cells done / running with their step / left, time left from the finished cells'
+seconds per step): rich on a terminal, one line per cell event either way. docs/ablate.md ("How a grid runs")."""
 
 from __future__ import annotations
 

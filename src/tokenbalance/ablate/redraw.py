@@ -1,8 +1,5 @@
-"""Every committed figure redrawn from its committed data by the code that drew it: a manifest
-(``docs/results/figures.json``) lists each figure, what draws it and from which files, paths
-relative to the manifest; ``tokenbalance plot --redraw MANIFEST`` writes them (docs/results.md,
-"Figures"). Each entry's ``draw`` is one of :data:`KINDS`; its other keys are that kind's.
-"""
+"""Every committed figure redrawn from its committed data (``tokenbalance plot --redraw MANIFEST``; docs/results.md,
+"Figures"): the manifest lists each figure, its ``draw`` (one of :data:`KINDS`) and its files, relative to it."""
 
 from __future__ import annotations
 
@@ -70,8 +67,8 @@ def grid_curves(entry: dict, base: Path) -> Figure:
 
 
 def redraw(manifest: Path, out: Path | None = None, *, log: Callable[[str], None] = print) -> list[Path]:
-    """Draw every figure ``manifest`` lists into ``out`` (default: beside the manifest, replacing
-    the committed files), each at its path relative to the manifest; returns the files written."""
+    """Draw every figure ``manifest`` lists into ``out`` (default: beside the manifest, replacing the committed
+    files), each at its path relative to the manifest; returns the files written."""
     entries = read_figures(manifest)
     out = manifest.parent if out is None else out
     folders: dict[Path, dict[str, Callable[[], Figure | NotDrawn]]] = {}

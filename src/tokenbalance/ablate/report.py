@@ -1,10 +1,6 @@
-"""The grid's tables: held-out accuracy in the paper's layout, paired differences, per-step cost.
-
-Writes ``results.md``, ``accuracy.csv``, ``cells.csv`` and ``step_cost.csv`` to ``OUT/`` from the
-complete cells, with the statistics of :mod:`tokenbalance.ablate.stats`: docs/ablate.md
-("Outputs"). A :class:`ReportSource` says where the numbers come from: the local grid's cells by
-default, the cells' verl logs for a verl grid (:mod:`tokenbalance.ablate.verl.report`).
-"""
+"""The grid's tables (``results.md``, ``accuracy.csv``, ``cells.csv``, ``step_cost.csv``): held-out accuracy in the
+paper's layout, paired differences (:mod:`.stats`), per-step cost; a :class:`ReportSource` reads the local cells or a
+verl grid's logs (:mod:`tokenbalance.ablate.verl.report`). docs/ablate.md ("Outputs")."""
 
 from __future__ import annotations
 
@@ -69,9 +65,9 @@ LOCAL_COST_NOTE = (
 
 @dataclass(frozen=True)
 class ReportSource:
-    """What a report says about where its numbers come from: ``summary`` lines (after the cell count),
-    the ``accuracy_note`` (which record is a cell's accuracy), the ``cost_note``, the decoding ``modes``
-    it has tables for and their titles. :func:`local_source` is the local grid's."""
+    """What a report says about where its numbers come from: ``summary`` lines (after the cell count), the
+    ``accuracy_note`` (which record is a cell's accuracy), the ``cost_note``, the decoding ``modes`` it has tables for
+    and their titles. :func:`local_source` is the local grid's."""
 
     summary: tuple[str, ...]
     accuracy_note: str = LOCAL_ACCURACY_NOTE
@@ -81,8 +77,8 @@ class ReportSource:
 
 
 def multiplicity_note(plan: GridPlan) -> str:
-    """With several rows each compared with its baseline, one interval may exclude zero by chance:
-    the chance that at least one of k independent 95% intervals does when no method has any effect."""
+    """With several rows each compared with its baseline, one interval may exclude zero by chance: the chance that at
+    least one of k independent 95% intervals does when no method has any effect."""
     k = sum(1 for m in plan.methods if m.baseline is not None and plan.row(m.baseline) is not None)
     if k < 2:
         return ""
@@ -230,8 +226,8 @@ def write_cells_csv(path: Path, results: list[CellResult]) -> None:
 
 @dataclass
 class CostRow:
-    """A row's seconds per RL step by phase (:data:`COST_KEYS`: mean over a cell's steps, then the
-    estimate over seeds), its RL steps counted, and its step time over its baseline's."""
+    """A row's seconds per RL step by phase (:data:`COST_KEYS`: mean over a cell's steps, then the estimate over
+    seeds), its RL steps counted, and its step time over its baseline's."""
 
     row: GridMethod
     steps: int
@@ -326,8 +322,8 @@ def accuracy_markdown(
 
 
 def outcomes_markdown(plan: GridPlan, results: list[CellResult], mode: str, title: str) -> list[str]:
-    """Example by example, where the cells wrote their outcomes: per seed the examples the row got
-    right and its comparison did not (gained) and the reverse (lost), with the exact McNemar p."""
+    """Example by example, where the cells wrote their outcomes: per seed the examples the row got right and its
+    comparison did not (gained) and the reverse (lost), with the exact McNemar p."""
     rows = paired_cell_outcomes(results, plan, mode)
     if not rows:
         return []
@@ -403,8 +399,8 @@ def cell_time_summary(log: list[dict], results: list[CellResult]) -> str:
 
 
 def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
-    """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and,
-    for an embedded one, its one-time SFT build time."""
+    """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and, for an embedded
+    one, its one-time SFT build time."""
     seeds_of: dict[Path, list[int]] = {}
     for seed in plan.seeds:
         config_file = out_dir / "configs" / f"{next(c for c in plan.cells if c.seed == seed).name}.yaml"
@@ -419,8 +415,8 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
 
 
 def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> ReportSource:
-    """The local grid's: its cells' wall time (grid_log.jsonl), start policies, and how many cells
-    ran at once (``jobs``; runs logged before the grid recorded it ran one at a time)."""
+    """The local grid's: its cells' wall time (grid_log.jsonl), start policies, and how many cells ran at once
+    (``jobs``; runs logged before the grid recorded it ran one at a time)."""
     log = read_log(out_dir)
     jobs = sorted({int(r.get("jobs", 1)) for r in cell_runs(log, results)})
     return ReportSource(
@@ -439,10 +435,9 @@ def write_report(
     figures: tuple[str, ...] = (),
     source: ReportSource | None = None,
 ) -> Path:
-    """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path.
-    ``source``: where the numbers come from (default: the local grid in ``out_dir``);
-    ``difficulty_label``: the task's name of a difficulty column (``Task.difficulty_label``; default:
-    the default task's, K&K's, which the verl grid runs)."""
+    """Write results.md, accuracy.csv, cells.csv and step_cost.csv; returns results.md's path. ``source``: where the
+    numbers come from (default: the local grid in ``out_dir``); ``difficulty_label``: the task's name of a difficulty
+    column (``Task.difficulty_label``; default: the default task's, K&K's, which the verl grid runs)."""
     out_dir = Path(out_dir)
     difficulty_label = difficulty_label or get_task(DEFAULT_TASK).difficulty_label
     source = source or local_source(out_dir, plan, results)

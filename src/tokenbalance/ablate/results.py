@@ -1,10 +1,6 @@
-"""Read a grid's cells back from their run directories (``metrics.jsonl``, ``run_state.json`` and, where
-the cell wrote one, ``eval_outcomes.jsonl``).
-
-Every number of the report comes from here: a cell's accuracy is its **last** ``kind: eval``
-record (the evaluation after the final RL step), its start accuracy the first one (step 0, the
-start policy), its cost the ``timing/*`` keys of its train records.
-"""
+"""A grid's cells read back from their run directories: accuracy is the **last** ``kind: eval`` record of
+``metrics.jsonl``, start accuracy the first (step 0), cost the ``timing/*`` keys; also ``run_state.json`` and
+``eval_outcomes.jsonl``."""
 
 from __future__ import annotations
 
@@ -28,8 +24,8 @@ _LEVEL_KEY = re.compile(r"^eval/(greedy|sample)/acc_(\d+)$")
 
 @dataclass
 class CellResult:
-    """One cell as found on disk. ``complete``: completed at the planned steps with a final eval.
-    ``evals``: every evaluation record, in step order (``first_eval`` and ``last_eval`` are its ends)."""
+    """One cell as found on disk. ``complete``: completed at the planned steps with a final eval. ``evals``: every
+    evaluation record, in step order (``first_eval`` and ``last_eval`` are its ends)."""
 
     cell: Cell
     status: str
@@ -125,9 +121,9 @@ def start_per_seed(results: list[CellResult], key: str) -> dict[int, float]:
 
 
 def paired_cell_outcomes(results: list[CellResult], plan: GridPlan, mode: str) -> list[tuple[str, str, dict]]:
-    """Per row (its key, the key or ``start`` it is compared with) the per-seed :class:`PairedOutcomes`
-    of the final evaluation's examples against the baseline row's cell of the same seed (a baseline
-    row: against its own step-0 evaluation), where both cells wrote outcomes of the same examples."""
+    """Per row (its key, the key or ``start`` it is compared with) the per-seed :class:`PairedOutcomes` of the final
+    evaluation's examples against the baseline row's cell of the same seed (a baseline row: against its own step-0
+    evaluation), where both cells wrote outcomes of the same examples."""
 
     cells = {(r.cell.method.key, r.cell.seed): r for r in results if r.complete}
     rows = []

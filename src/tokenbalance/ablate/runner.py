@@ -1,12 +1,7 @@
-"""Run a grid cell by cell, resumably, into one results directory.
-
-``OUT/`` holds ``grid.json`` (the plan), ``grid_log.jsonl`` (sittings and cell runs),
-``configs/<cell>.yaml``, ``cells/<cell>/`` (each a normal ``tokenbalance train`` run) and
-``logs/<cell>.log``. Each cell runs in a child process by default (``isolation="subprocess"``;
-``"inprocess"`` for the tests), a killed grid continues where it stopped
-(:func:`tokenbalance.run.plan.cell_action`), and the run lock keeps a second grid out:
-docs/ablate.md ("How a grid runs", "Outputs").
-"""
+"""Run a grid cell by cell, resumably, into ``OUT/`` (``grid.json``, ``grid_log.jsonl``, ``configs/``,
+``cells/<cell>/`` each a normal ``train`` run, ``logs/``): each cell in a child process by default, a killed grid
+continues (:func:`tokenbalance.run.plan.cell_action`), the run lock keeps a second grid out. docs/ablate.md ("How a
+grid runs")."""
 
 from __future__ import annotations
 
@@ -31,9 +26,9 @@ from tokenbalance.run.state import RUN_STATE_FILE, RunStatus, last_logged_step, 
 from tokenbalance.threads import available_cpus
 
 ISOLATIONS = ("subprocess", "inprocess")
-# Every name the grid writes in OUT (recorded in OUT's manifest, tokenbalance/outputs.py, as it writes
-# them): anything else there is the user's and is never replaced; a name here that exists in OUT but
-# is not in the manifest is refused before any work.
+# Every name the grid writes in OUT (recorded in OUT's manifest, tokenbalance/outputs.py, as it writes them): anything
+# else there is the user's and is never replaced; a name here that exists in OUT but is not in the manifest is refused
+# before any work.
 RUN_FILES = ("grid.json", "grid_log.jsonl", "configs", "cells", "logs")
 REPORT_FILES = (
     "results.md",
@@ -48,9 +43,9 @@ GRID_FILES = (*RUN_FILES, *REPORT_FILES, "verl")
 
 
 def adopt_earlier_grid(out_dir: Path) -> list[str]:
-    """A grid written before the manifest existed: when ``OUT/grid.json`` is one of ours (the plan's
-    keys) and ``OUT`` has no manifest yet, record the grid's names found there, so that the grid
-    continues; returns them (empty when there was nothing to adopt)."""
+    """A grid written before the manifest existed: when ``OUT/grid.json`` is one of ours (the plan's keys) and ``OUT``
+    has no manifest yet, record the grid's names found there, so that the grid continues; returns them (empty when
+    there was nothing to adopt)."""
     from tokenbalance.outputs import MANIFEST
 
     if (out_dir / MANIFEST).exists():
@@ -79,8 +74,8 @@ class GridOutcome:
 
 
 def source_commit() -> str | None:
-    """The git commit of the tokenbalance source this process runs (None outside a git checkout), so
-    that a grid's log names the code its cells ran."""
+    """The git commit of the tokenbalance source this process runs (None outside a git checkout), so that a grid's log
+    names the code its cells ran."""
     try:
         done = subprocess.run(
             ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
@@ -121,8 +116,8 @@ def train_command(action: Action, config_file: Path, run_dir: Path, steps: int) 
 
 
 def child_environment() -> dict[str, str]:
-    """This process's environment with this tokenbalance's source first on PYTHONPATH, so the
-    cells run the same code as the grid (also from a source checkout)."""
+    """This process's environment with this tokenbalance's source first on PYTHONPATH, so the cells run the same code
+    as the grid (also from a source checkout)."""
     import tokenbalance
 
     source = str(Path(tokenbalance.__file__).resolve().parent.parent)
@@ -132,9 +127,9 @@ def child_environment() -> dict[str, str]:
 
 
 def end_with_parent() -> None:
-    """In the child before it runs (Linux): the kernel sends it SIGTERM when the grid's process dies,
-    however it dies (SIGKILL included), so no cell trains on as an orphan; the cell then stops as
-    on Ctrl-C, resumable. Elsewhere a no-op (the grid's Ctrl-C and SIGTERM still end the cell)."""
+    """In the child before it runs (Linux): the kernel sends it SIGTERM when the grid's process dies, however it dies
+    (SIGKILL included), so no cell trains on as an orphan; the cell then stops as on Ctrl-C, resumable. Elsewhere a
+    no-op (the grid's Ctrl-C and SIGTERM still end the cell)."""
     if not sys.platform.startswith("linux"):
         return
     import ctypes
@@ -144,8 +139,8 @@ def end_with_parent() -> None:
 
 
 class CellProcess:
-    """A cell's ``tokenbalance train`` in a child process (ended with the grid's process:
-    :func:`end_with_parent`), its console output appended to ``log_path``."""
+    """A cell's ``tokenbalance train`` in a child process (ended with the grid's process: :func:`end_with_parent`),
+    its console output appended to ``log_path``."""
 
     def __init__(self, command: list[str], log_path: Path, run_dir: Path) -> None:
         self.run_dir = run_dir
@@ -234,9 +229,9 @@ def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str,
 
 
 def default_jobs(base: RunConfig, isolation: str) -> int:
-    """Cells at once by default: one per CPU, each with one thread, on a CPU (on 2 CPUs measured
-    faster than one cell with both threads: docs/results.md "Speed"); one on a GPU, in process, or
-    when ``train.threads`` asks for more than one thread per cell."""
+    """Cells at once by default: one per CPU, each with one thread, on a CPU (on 2 CPUs measured faster than one cell
+    with both threads: docs/results.md "Speed"); one on a GPU, in process, or when ``train.threads`` asks for more
+    than one thread per cell."""
     from tokenbalance.run.checks import resolve_device
 
     if isolation == "inprocess" or resolve_device(base.train.device).type != "cpu" or base.train.threads > 1:
@@ -258,10 +253,9 @@ def run_grid(
     poll_s: float = 2.0,
     log=print,
 ) -> GridOutcome:
-    """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at
-    once (each child process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one;
-    None: :func:`default_jobs`). With ``records``, completed cells are kept there and restored from
-    there (:mod:`tokenbalance.run.records`)."""
+    """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at once (each child
+    process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one; None: :func:`default_jobs`). With
+    ``records``, completed cells are kept there and restored from there (:mod:`tokenbalance.run.records`)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
     from tokenbalance.run.setup import prepare

@@ -1,10 +1,6 @@
-"""Confidence intervals over seeds: Student's t quantile, mean +- CI, paired differences.
-
-Standard library only (no scipy): the t quantile inverts the t CDF (the regularized incomplete
-beta function, by continued fraction) by bisection. The formulas (mean +- t * sd / sqrt(n), paired
-by seed, relative change, the difference a grid could detect): docs/ablate.md ("How the
-confidence intervals are computed").
-"""
+"""Confidence intervals over seeds: Student's t quantile (the t CDF inverted by bisection; standard library only),
+mean
++- CI, paired differences. The formulas: docs/ablate.md ("How the confidence intervals are computed")."""
 
 from __future__ import annotations
 
@@ -91,8 +87,7 @@ def t_quantile(p: float, df: float) -> float:
 class Estimate:
     """Mean of ``n`` values with its two-sided ``level`` confidence interval (t over the values).
 
-    ``half_width`` (and so ``low`` / ``high``) is NaN when n < 2: one seed gives no interval.
-    """
+    ``half_width`` (and so ``low`` / ``high``) is NaN when n < 2: one seed gives no interval."""
 
     n: int
     mean: float
@@ -137,9 +132,9 @@ def paired_difference(method: Mapping[int, float], baseline: Mapping[int, float]
 
 
 def detectable_difference(difference: Estimate, power: float = 0.8) -> float:
-    """The smallest true paired difference that a two-sided test at ``1 - difference.level`` over
-    ``difference.n`` seeds detects with probability ``power``, given its observed spread ``sd``:
-    ``(t_{(1+level)/2, n-1} + t_{power, n-1}) * sd / sqrt(n)``. NaN with fewer than 2 seeds."""
+    """The smallest true paired difference that a two-sided test at ``1 - difference.level`` over ``difference.n``
+    seeds detects with probability ``power``, given its observed spread ``sd``: ``(t_{(1+level)/2, n-1} + t_{power,
+    n-1}) * sd / sqrt(n)``. NaN with fewer than 2 seeds."""
     if difference.n < 2:
         return math.nan
     df = difference.n - 1
@@ -148,8 +143,8 @@ def detectable_difference(difference: Estimate, power: float = 0.8) -> float:
 
 
 def regularized_lower_gamma(a: float, x: float) -> float:
-    """P(a, x), the regularized lower incomplete gamma function, for a > 0 and x >= 0 (its series
-    below x < a + 1, the continued fraction of Q = 1 - P above; Numerical Recipes ``gammp``)."""
+    """P(a, x), the regularized lower incomplete gamma function, for a > 0 and x >= 0 (its series below x < a + 1, the
+    continued fraction of Q = 1 - P above; Numerical Recipes ``gammp``)."""
     if not a > 0 or x < 0:
         raise ValueError(f"incomplete gamma: need a > 0 and x >= 0, got a={a}, x={x}")
     if x == 0:
@@ -180,8 +175,8 @@ def regularized_lower_gamma(a: float, x: float) -> float:
 
 
 def chi2_quantile(p: float, df: float) -> float:
-    """The ``p`` quantile of the chi-square distribution with ``df`` degrees of freedom (bisection
-    on P(df / 2, x / 2))."""
+    """The ``p`` quantile of the chi-square distribution with ``df`` degrees of freedom (bisection on P(df / 2, x /
+    2))."""
     if not 0.0 < p < 1.0 or not df > 0:
         raise ValueError(f"chi-square quantile: need 0 < p < 1 and df > 0, got p={p}, df={df}")
     low, high = 0.0, max(1.0, df)
@@ -197,9 +192,9 @@ def chi2_quantile(p: float, df: float) -> float:
 
 
 def detectable_at_upper_spread(difference: Estimate, power: float = 0.8) -> float:
-    """:func:`detectable_difference` with the spread at the upper bound of its two-sided ``level``
-    interval, ``sd * sqrt((n - 1) / chi2_{(1-level)/2, n-1})``: what the seeds could detect if the true
-    spread were as large as the observed one allows. NaN with fewer than 2 seeds."""
+    """:func:`detectable_difference` with the spread at the upper bound of its two-sided ``level`` interval, ``sd *
+    sqrt((n - 1) / chi2_{(1-level)/2, n-1})``: what the seeds could detect if the true spread were as large as the
+    observed one allows. NaN with fewer than 2 seeds."""
     if difference.n < 2:
         return math.nan
     df = difference.n - 1
@@ -219,9 +214,9 @@ def relative_change(method: Mapping[int, float], baseline: Mapping[int, float]) 
 
 
 def mcnemar_exact(gained: int, lost: int) -> float:
-    """The two-sided exact McNemar p-value of ``gained`` examples right only in one run and ``lost``
-    right only in the other: the binomial probability, at 1/2, of a split at least as uneven,
-    doubled and capped at 1 (1.0 when no example changed)."""
+    """The two-sided exact McNemar p-value of ``gained`` examples right only in one run and ``lost`` right only in the
+    other: the binomial probability, at 1/2, of a split at least as uneven, doubled and capped at 1 (1.0 when no
+    example changed)."""
     if gained < 0 or lost < 0:
         raise ValueError(f"McNemar: counts must be >= 0, got {gained} and {lost}")
     n = gained + lost
@@ -233,8 +228,8 @@ def mcnemar_exact(gained: int, lost: int) -> float:
 
 @dataclass(frozen=True)
 class PairedOutcomes:
-    """Two runs' outcomes on the same examples: how many only the second got right (``gained``), only
-    the first (``lost``), and the exact McNemar p-value of that split."""
+    """Two runs' outcomes on the same examples: how many only the second got right (``gained``), only the first
+    (``lost``), and the exact McNemar p-value of that split."""
 
     examples: int
     gained: int
@@ -246,8 +241,7 @@ class PairedOutcomes:
 
 
 def paired_outcomes(first: str, second: str) -> PairedOutcomes:
-    """Compare two strings of per-example outcomes (``1`` right, ``0`` wrong, the same examples in
-    the same order)."""
+    """Compare two strings of per-example outcomes (``1`` right, ``0`` wrong, the same examples in the same order)."""
     if len(first) != len(second):
         raise ValueError(f"paired outcomes: {len(first)} and {len(second)} examples")
     gained = sum(a == "0" and b == "1" for a, b in zip(first, second))

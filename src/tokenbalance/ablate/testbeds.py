@@ -1,10 +1,6 @@
-"""Across testbeds: each method's paired gain over GRPO against the share of low-probability tokens
-that are decisions (the evidence issue's figure; docs/results.md, "Across testbeds").
-
-A testbed is a grid's ``accuracy.csv`` (``tokenbalance ablate``) and the token-class profile of
-its start policy (``tokenbalance diagnose buckets --json``); a manifest lists them, paths relative
-to it.
-"""
+"""Across testbeds: each method's paired gain over GRPO against the share of low-probability tokens that are decisions
+(docs/results.md, "Across testbeds"), from a manifest of grids' ``accuracy.csv`` and their start policies' ``diagnose
+buckets --json`` profiles (paths relative to it)."""
 
 from __future__ import annotations
 
@@ -22,8 +18,8 @@ BASELINE_ROW = "grpo"
 
 @dataclass(frozen=True)
 class GainPoint:
-    """One method on one testbed: the x of the figure (profile of the start policy) and its paired
-    difference from GRPO over seeds (mean and 95% t interval, accuracy.csv's ``diff_*``)."""
+    """One method on one testbed: the x of the figure (profile of the start policy) and its paired difference from
+    GRPO over seeds (mean and 95% t interval, accuracy.csv's ``diff_*``)."""
 
     testbed: str
     row: str
@@ -106,9 +102,9 @@ def testbed_points(manifest: Path, mode: str = "greedy") -> list[GainPoint]:
 
 
 def gains_figure(points: list[GainPoint], mode: str = "greedy"):
-    """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in
-    the row's colour of the grid figures; the methods are spread a little along x so that their bars
-    do not hide each other, the testbed's name under its lowest bar."""
+    """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in the row's colour
+    of the grid figures; the methods are spread a little along x so that their bars do not hide each other, the
+    testbed's name under its lowest bar."""
     fig = new_figure(1, 1, 6.0, 3.6)
     ax = fig.subplots()
     rows = list(dict.fromkeys(p.row for p in points))

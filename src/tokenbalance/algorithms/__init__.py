@@ -1,12 +1,10 @@
 """Pure algorithm core: tensors and frozen hyper-parameter objects in, tensors and metrics out.
 
-Imports only the standard library, numpy and torch (a test enforces it). One module per stage
-(docs/methods.md): ``advantages`` (§2.2-2.3), ``weights`` (AR, TR-GRPO: §3, §5), ``nthr`` (§6),
-``filtering`` (DAPO dynamic sampling, §9), ``passes`` (single pass, Lopti: §4), ``surrogate``
-(clipped surrogate, KL, entropy: §2.4-2.6), ``aggregate`` (§2.7), ``loss`` (one pass on one
-micro-batch, §2.8), ``token_rules`` (your own token stage, §10), ``methods`` (composition, §7),
-``presets`` (the preset table, and every runner's way from a name and overrides to a method).
-"""
+Imports only the standard library, numpy and torch (a test enforces it). One module per stage (docs/methods.md):
+``advantages`` (§2.2-2.3), ``weights`` (AR, TR-GRPO: §3, §5), ``nthr`` (§6), ``filtering`` (DAPO dynamic sampling,
+§9), ``passes`` (single pass, Lopti: §4), ``surrogate`` (clipped surrogate, KL, entropy: §2.4-2.6), ``aggregate``
+(§2.7), ``loss`` (one pass on one micro-batch, §2.8), ``token_rules`` (your own token stage, §10), ``methods``
+(composition, §7), ``presets`` (the preset table, and every runner's way from a name and overrides to a method)."""
 
 from tokenbalance.algorithms.advantages import (
     dr_grpo_advantages,

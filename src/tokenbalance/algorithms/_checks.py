@@ -1,11 +1,10 @@
 """Input validation shared by the algorithm functions (docs/methods.md §8).
 
-Every check raises ``ValueError`` naming the argument, the value received and what is allowed, so a
-bad call fails at the boundary, not as a shape error deep inside torch. Tensor-value checks look only
-at valid (masked-in) positions: padding may hold anything, NaN or -inf included. The scalar checks
-(``check_range``, ``check_choice``) are :mod:`tokenbalance.checks`' (shared with the config, the tasks
-and the models); :func:`param` declares a hyper-parameter field with its help text.
-"""
+Every check raises ``ValueError`` naming the argument, the value received and what is allowed, so a bad call fails at
+the boundary, not as a shape error deep inside torch. Tensor-value checks look only at valid (masked-in) positions:
+padding may hold anything, NaN or -inf included. The scalar checks (``check_range``, ``check_choice``) are
+:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models); :func:`param` declares a
+hyper-parameter field with its help text."""
 
 from __future__ import annotations
 
@@ -51,14 +50,13 @@ def check_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor | None = No
 def masked_fill_invalid(tensor: torch.Tensor, mask: torch.Tensor, value: float = 0.0) -> torch.Tensor:
     """Return ``tensor`` with every position where ``mask`` is false replaced by ``value``.
 
-    Uses ``torch.where`` rather than a product so NaN / Inf padding cannot leak (``nan * 0`` is NaN).
-    """
+    Uses ``torch.where`` rather than a product so NaN / Inf padding cannot leak (``nan * 0`` is NaN)."""
     return torch.where(mask.bool(), tensor, torch.full_like(tensor, value))
 
 
 def param(default: Any = MISSING, help: str = "", *, default_factory: Any = MISSING) -> Any:
-    """A hyper-parameter field: its default and its help text (``metadata["help"]``, which
-    ``--help-config`` and ``tokenbalance list-methods`` print) declared in one place."""
+    """A hyper-parameter field: its default and its help text (``metadata["help"]``, which ``--help-config`` and
+    ``tokenbalance list-methods`` print) declared in one place."""
     if default_factory is not MISSING:
         return field(default_factory=default_factory, metadata={"help": help})
     return field(default=default, metadata={"help": help})

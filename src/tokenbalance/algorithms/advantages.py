@@ -1,10 +1,9 @@
 """Advantage estimators: GRPO, Dr. GRPO (mean-only), RLOO and REINFORCE++.
 
-Outcome scores (one per response) or token-level rewards in, a ``[B, T]`` float advantage out: 0
-at every padded position, no gradient; groups by ``group_ids_B``, never by prompt text. The
-reference is verl's ``core_algos.py`` as forked by AR-Lopti; the differences (singleton groups,
-REINFORCE++ on fewer than two tokens, ``gaps="restart"`` vs ``"carry"``): docs/methods.md §2.2, §2.3.
-"""
+Outcome scores (one per response) or token-level rewards in, a ``[B, T]`` float advantage out: 0 at every padded
+position, no gradient; groups by ``group_ids_B``, never by prompt text. The reference is verl's ``core_algos.py`` as
+forked by AR-Lopti; the differences (singleton groups, REINFORCE++ on fewer than two tokens, ``gaps="restart"`` vs
+``"carry"``): docs/methods.md §2.2, §2.3."""
 
 from __future__ import annotations
 
@@ -39,8 +38,7 @@ def group_statistics(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per-response statistics of its group: (size_B, mean_B, unbiased std_B), float64.
 
-    The std of a singleton group is returned as 0 (callers decide what a singleton means).
-    """
+    The std of a singleton group is returned as 0 (callers decide what a singleton means)."""
     _, inverse_B = torch.unique(group_ids_B, return_inverse=True)
     num_groups = int(inverse_B.max().item()) + 1 if inverse_B.numel() else 0
     scores = scores_B.detach().to(torch.float64)
@@ -62,9 +60,8 @@ def _group_advantages(
 ) -> torch.Tensor:
     """Shared body of the grouped estimators.
 
-    ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's
-    singleton convention (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0.
-    """
+    ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's singleton convention
+    (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0."""
     _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
     check_choice("singleton", singleton, SINGLETON_RULES)
     size_B, mean_B, std_B = group_statistics(scores_B, group_ids_B)
@@ -93,18 +90,11 @@ def grpo_advantages(
     eps: float = 1e-6,
     singleton: str = "reference",
 ) -> torch.Tensor:
-    """GRPO: ``A_i = (s_i - mean_g) / (std_g + eps)`` with the unbiased (Bessel) group std.
+    """GRPO: ``A_i = (s_i - mean_g) / (std_g + eps)`` with the unbiased group std; [B, T] in ``scores_B``'s dtype
+    (float32 for integer scores), 0 at padding.
 
-    Args:
-        scores_B: [B] float outcome scores.
-        group_ids_B: [B] integer group ids.
-        response_mask_BT: [B, T] bool / 0-1 response mask (EOS included).
-        eps: added to the std (reference 1e-6); an all-equal group gets exactly 0.
-        singleton: ``"reference"`` (mean 0, std 1: A = s / (1 + eps)) or ``"zero"``.
-
-    Returns:
-        [B, T] advantages in the dtype of ``scores_B`` (float32 for integer scores), 0 at padding.
-    """
+    ``eps``: reference 1e-6 (an all-equal group gets exactly 0); ``singleton``: ``"reference"`` (A = s / (1 + eps)) or
+    ``"zero"``."""
     check_range("eps", eps, 0.0, float("inf"))
     return _group_advantages(
         scores_B,
@@ -135,9 +125,7 @@ def rloo_advantages(
 ) -> torch.Tensor:
     """RLOO: ``A_i = s_i - mean_{j != i} s_j = n / (n - 1) * (s_i - mean_g)``.
 
-    A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s),
-    ``"zero"`` gives 0.
-    """
+    A singleton has no leave-one-out baseline: the reference rule uses a baseline of 0 (A = s), ``"zero"`` gives 0."""
     return _group_advantages(
         scores_B,
         group_ids_B,
@@ -150,8 +138,7 @@ def rloo_advantages(
 def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
     """Place each outcome score at its response's last valid token ([B, T], 0 elsewhere).
 
-    Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement").
-    """
+    Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement")."""
     check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
     check_shape("scores_B", scores_B, (response_mask_BT.shape[0],))
     mask_BT = response_mask_BT.bool()
@@ -169,25 +156,14 @@ def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor
 def discounted_returns(
     token_rewards_BT: torch.Tensor, response_mask_BT: torch.Tensor, gamma: float = 1.0, *, gaps: str = "restart"
 ) -> torch.Tensor:
-    """Reverse discounted cumulative sum of the valid token rewards (docs/methods.md §2.3).
+    """Reverse discounted cumulative sum of the valid token rewards ([B, T], no gradient; docs/methods.md §2.3).
 
-    Args:
-        token_rewards_BT: [B, T] token rewards; values at masked positions are ignored.
-        response_mask_BT: [B, T] bool / 0-1 mask; may have gaps (masked positions between valid ones).
-        gamma: discount in [0, 1].
-        gaps: what a masked position does to the running return G:
+    ``gaps``, what a masked position inside a response does to the running return G:
 
-            * ``"restart"`` (AR-Lopti fork): G_t = r_t + gamma * G_{t+1} at every t, and G is
-              reset to 0 after each masked position, so tokens before a gap do not see the
-              rewards after it. Returns at masked positions are left as computed (not zeroed).
-            * ``"carry"`` (verl 0.9): G passes a masked position unchanged (no reward, no
-              discount), so the reward after a gap reaches the tokens before it; returns at
-              masked positions are 0.
+    * ``"restart"`` (AR-Lopti fork): G restarts at 0 after each masked position; returns there are left as computed.
+    * ``"carry"`` (verl 0.9): G passes it unchanged (no reward, no discount); returns there are 0.
 
-    Returns:
-        [B, T] returns, dtype of ``token_rewards_BT``, no gradient. Both rules agree on valid
-        positions of a mask without gaps.
-    """
+    Both agree on a mask without gaps."""
     check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
     check_range("gamma", gamma, 0.0, 1.0)
@@ -215,22 +191,10 @@ def reinforce_pp_advantages(
     eps: float = 1e-8,
     gaps: str = "restart",
 ) -> torch.Tensor:
-    """REINFORCE++ (arXiv 2501.03262): discounted returns whitened over all valid batch tokens.
-
-    ``A = (G - mu) / sqrt(var + eps) * mask`` with mu and the unbiased var over the M valid tokens
-    of the whole batch (no grouping; long responses weigh more). With M < 2 the reference raises;
-    here the advantages are 0.
-
-    Args:
-        token_rewards_BT: [B, T] token-level rewards (see :func:`outcome_token_rewards`), possibly
-            minus a KL penalty (:func:`kl_in_reward`).
-        response_mask_BT: [B, T] response mask.
-        gaps: ``"restart"`` (AR-Lopti fork) or ``"carry"`` (verl): how the return crosses a
-            masked position inside a response (:func:`discounted_returns`).
-
-    Returns:
-        [B, T] advantages, dtype of ``token_rewards_BT``, 0 at masked positions, no gradient.
-    """
+    """REINFORCE++ (arXiv 2501.03262): ``A = (G - mu) / sqrt(var + eps) * mask``, discounted returns whitened over the
+    M valid tokens of the whole batch (unbiased var, no grouping); M < 2 gives 0 (the reference raises).
+    ``token_rewards_BT`` from :func:`outcome_token_rewards` (minus :func:`kl_in_reward`); ``gaps`` as
+    :func:`discounted_returns`. [B, T], 0 at masked positions, no gradient."""
     check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
     mask_BT = response_mask_BT.bool()
     returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma, gaps=gaps)
@@ -252,9 +216,8 @@ def kl_in_reward(
 ) -> torch.Tensor:
     """``token_rewards = token_scores - coef * kl`` at valid tokens (docs/methods.md §2.3, ``apply_kl_penalty``).
 
-    ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the
-    reference uses this only when the KL loss is off.
-    """
+    ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the reference uses this only
+    when the KL loss is off."""
     check_shape("kl_BT", kl_BT, tuple(token_scores_BT.shape))
     check_range("coef", coef, 0.0, float("inf"))
     check_finite("kl_BT", kl_BT, response_mask_BT)

@@ -1,11 +1,9 @@
 """Loss aggregation: from a per-token loss matrix to a scalar, with an explicit denominator.
 
-``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` and ``seq-mean-token-sum-norm``
-(Dr. GRPO) over a numerator mask and a denominator mask (Lopti's passes count all valid tokens).
-Micro-batches and ranks share one ``normaliser`` (:func:`loss_normaliser` over the mini-batch,
-summed over ranks), so their losses sum to the full batch's exactly. The formulas and the
-differences from verl and the reference: docs/methods.md §2.7.
-"""
+``token-mean``, ``seq-mean-token-sum``, ``seq-mean-token-mean`` and ``seq-mean-token-sum-norm`` (Dr. GRPO) over a
+numerator mask and a denominator mask (Lopti's passes count all valid tokens). Micro-batches and ranks share one
+``normaliser`` (:func:`loss_normaliser` over the mini-batch, summed over ranks), so their losses sum to the full
+batch's exactly. The formulas and the differences from verl and the reference: docs/methods.md §2.7."""
 
 from __future__ import annotations
 
@@ -23,10 +21,8 @@ AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mea
 
 
 def loss_normaliser(denominator_mask_BT: torch.Tensor, mode: str, *, max_response_len: int | None = None) -> float:
-    """The denominator ``aggregate`` uses for ``mode`` on this (mini-)batch, as a float.
-
-    Sum it over micro-batches / ranks to get a global normaliser.
-    """
+    """The denominator :func:`aggregate` uses for ``mode`` on this (mini-)batch; sum it over micro-batches / ranks for
+    a global normaliser."""
     check_choice("loss_agg_mode", mode, AGG_MODES)
     check_ndim("denominator_mask_BT", denominator_mask_BT, 2, "BT")
     mask_BT = denominator_mask_BT.bool()
@@ -47,9 +43,8 @@ def _denominators(
     denominator_mask_BT: torch.Tensor | None,
     max_response_len: int | None,
 ) -> tuple[torch.Tensor, float]:
-    """The denominator mask (default ``mask_BT``, same shape) and the normaliser (default
-    :func:`loss_normaliser` of it; a given one must be >= 0) of :func:`aggregate` and
-    :func:`token_coefficients`."""
+    """The denominator mask (default ``mask_BT``, same shape) and the normaliser (default :func:`loss_normaliser` of
+    it; a given one must be >= 0) of :func:`aggregate` and :func:`token_coefficients`."""
     if denominator_mask_BT is None:
         denominator_mask_BT = mask_BT
     check_shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
@@ -68,22 +63,15 @@ def aggregate(
     denominator_mask_BT: torch.Tensor | None = None,
     max_response_len: int | None = None,
 ) -> torch.Tensor:
-    """Reduce ``loss_BT`` to a scalar with ``mode`` (see the module table).
+    """Reduce ``loss_BT`` to a 0-d tensor with ``mode`` (one of :data:`AGG_MODES`; docs/methods.md §2.7).
 
     Args:
         loss_BT: [B, T] per-token loss (may carry gradient; padding may hold anything).
         mask_BT: [B, T] tokens whose loss enters the numerator.
-        mode: one of :data:`AGG_MODES`.
-        normaliser: the denominator; default :func:`loss_normaliser` of ``denominator_mask_BT``.
-            A non-positive normaliser (nothing valid) gives a loss of exactly 0 that still
-            back-propagates (zero gradients).
-        denominator_mask_BT: [B, T] tokens counted in denominators (row lengths for
-            ``seq-mean-token-mean``, the token count for ``token-mean``); default ``mask_BT``.
-        max_response_len: the constant C of ``seq-mean-token-sum-norm`` (default T).
-
-    Returns:
-        A 0-d tensor.
-    """
+        normaliser: default :func:`loss_normaliser` of ``denominator_mask_BT``; <= 0 gives exactly 0 (still
+            back-propagates).
+        denominator_mask_BT: [B, T] tokens counted in denominators; default ``mask_BT``.
+        max_response_len: the constant C of ``seq-mean-token-sum-norm`` (default T)."""
     check_choice("loss_agg_mode", mode, AGG_MODES)
     check_ndim("loss_BT", loss_BT, 2, "BT")
     check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
@@ -108,15 +96,8 @@ def token_coefficients(
     denominator_mask_BT: torch.Tensor | None = None,
     max_response_len: int | None = None,
 ) -> torch.Tensor:
-    """The weight of each token's loss in :func:`aggregate`: ``aggregate(L) = sum(c * L)`` for every L.
-
-    ``c`` = 1 / N on ``mask_BT`` for ``token-mean`` and the two ``seq-mean-token-sum`` modes, and
-    1 / (N * row length) for ``seq-mean-token-mean`` (N the normaliser, row lengths from
-    ``denominator_mask_BT``); 0 off the mask and everywhere when N <= 0. It is the derivative of
-    the aggregated loss with respect to each token's loss. Arguments as :func:`aggregate`.
-
-    Returns:
-        [B, T] float64, no gradient.
+    """[B, T] float64 c with ``aggregate(L) = sum(c * L)`` for every L (no gradient; arguments as :func:`aggregate`):
+    1 / N on ``mask_BT``, 1 / (N * row length) for ``seq-mean-token-mean``; 0 off the mask and everywhere when N <= 0.
     """
     check_choice("loss_agg_mode", mode, AGG_MODES)
     check_ndim("mask_BT", mask_BT, 2, "BT")

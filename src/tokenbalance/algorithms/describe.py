@@ -1,9 +1,8 @@
 """Methods as text: ``tokenbalance list-methods`` and the ``method.*`` lines of ``--help-config``.
 
 Every hyper-parameter's help is its field's own ``metadata["help"]`` (declared with
-:func:`~tokenbalance.algorithms._checks.param` next to its default), so the two listings and the
-code never disagree (docs/methods.md).
-"""
+:func:`~tokenbalance.algorithms._checks.param` next to its default), so the two listings and the code never disagree
+(docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -68,8 +67,8 @@ def stage_summary(method: Method) -> list[str]:
 
 
 def describe_presets(name: str | None = None) -> str:
-    """Human-readable listing of one method or all of them (used by ``tokenbalance list-methods``):
-    the presets, then the token rules registered in this process; ``name`` may be ``MODULE:RULE``."""
+    """Human-readable listing of one method or all of them (used by ``tokenbalance list-methods``): the presets, then
+    the token rules registered in this process; ``name`` may be ``MODULE:RULE``."""
     methods = [get_method(name)] if name else [get_method(n) for n in METHOD_PRESETS.names()]
     if not name:
         methods += [rule_method(TOKEN_RULES.get(n)) for n in TOKEN_RULES.names() if n not in METHOD_PRESETS]

@@ -1,12 +1,9 @@
-"""DAPO dynamic sampling: which prompt groups are informative, and the option's configuration.
+"""DAPO dynamic sampling (Yu et al. 2025, arXiv 2503.14476, §3.2): train only on groups whose rewards are not all
+equal.
 
-DAPO (Yu et al. 2025, arXiv 2503.14476, §3.2) trains only on groups whose rewards are not all
-equal. This module holds the pure decisions on given rewards; the runner's rollout loop (rounds,
-ranks, resume) reads a :class:`DynamicSamplingConfig` from the Method and calls them. Differs from
-verl only at the cap short of the target: verl raises, ``on_shortfall="train"`` (default) trains on
-the informative groups it has and reports the shortfall. docs/methods.md §9 has the rule, the
-options and the loop.
-"""
+The pure decisions on given rewards and the :class:`DynamicSamplingConfig`; the runner's rollout loop calls them.
+Unlike verl (which raises), ``on_shortfall="train"`` (default) trains on the groups it has when the cap is reached and
+reports the shortfall. docs/methods.md §9."""
 
 from __future__ import annotations
 
@@ -88,11 +85,8 @@ class DynamicSamplingConfig:
         return prompts_per_step if self.target_groups is None else self.target_groups
 
     def wants_another_round(self, kept_groups: int, target: int, rounds_done: int) -> bool:
-        """Whether the step samples again: enabled, short of ``target`` and rounds left.
-
-        Raises ``ValueError`` when the rounds are spent short of the target and
-        ``on_shortfall="error"``.
-        """
+        """Whether the step samples again (enabled, short of ``target``, rounds left); ``ValueError`` when the rounds
+        are spent short of the target and ``on_shortfall="error"``."""
         _check_int("kept_groups", kept_groups, 0)
         _check_int("target", target, 1)
         _check_int("rounds_done", rounds_done, 1)
@@ -110,11 +104,8 @@ class DynamicSamplingConfig:
 
 
 def filter_values(config: DynamicSamplingConfig, rewards: Tensor, correct: Tensor | None = None) -> Tensor:
-    """The values ``config.metric`` compares: the rewards, or the correctness flags as floats.
-
-    ``rewards`` and ``correct`` have the same shape ([B] or [P, G]); ``correct`` (bool) is required
-    for ``metric="correct"``.
-    """
+    """The values ``config.metric`` compares: the rewards, or ``correct`` (bool, same shape, required for
+    ``metric="correct"``) as floats."""
     if not isinstance(config, DynamicSamplingConfig):
         raise ValueError(f"config: expected a DynamicSamplingConfig, got {type(config).__name__}")
     if config.metric == "reward":
@@ -129,11 +120,8 @@ def filter_values(config: DynamicSamplingConfig, rewards: Tensor, correct: Tenso
 
 @torch.no_grad()
 def informative_groups(values_PG: Tensor) -> Tensor:
-    """[P] bool: groups (rows of ``values_PG``) whose G values are not all equal, or G = 1.
-
-    Args:
-        values_PG: [P, G] float rewards (or correctness as 0/1), one row per prompt, finite.
-    """
+    """[P] bool: rows of ``values_PG`` ([P, G] finite rewards or 0/1 correctness) whose G values are not all equal, or
+    G = 1."""
     check_ndim("values_PG", values_PG, 2, "PG")
     check_finite("values_PG", values_PG.detach())
     values = values_PG.detach()
@@ -144,12 +132,7 @@ def informative_groups(values_PG: Tensor) -> Tensor:
 
 @torch.no_grad()
 def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
-    """[B] bool: rows whose group (rows sharing ``group_ids_B``) is informative, any group sizes.
-
-    Args:
-        values_B: [B] float rewards (or correctness as 0/1), finite.
-        group_ids_B: [B] integer group ids.
-    """
+    """[B] bool: rows whose group (by ``group_ids_B``) is informative (:func:`informative_groups`), any group sizes."""
     check_ndim("values_B", values_B, 1, "B")
     check_shape("group_ids_B", group_ids_B, tuple(values_B.shape))
     if group_ids_B.dtype.is_floating_point or group_ids_B.dtype == torch.bool:
@@ -167,19 +150,8 @@ def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
 
 
 def select_informative(informative_P: Tensor, kept_groups: int, target: int) -> Tensor:
-    """Indices of the first informative groups of a round, up to ``target - kept_groups`` of them.
-
-    Groups beyond the target are dropped (verl trims the batch the same way), so a step never
-    trains on more than ``target`` groups.
-
-    Args:
-        informative_P: [P] bool, :func:`informative_groups` of this round's prompts, in order.
-        kept_groups: informative groups already kept by earlier rounds of the step.
-        target: informative groups the step needs.
-
-    Returns:
-        [K] int64 indices into this round's groups, ascending, K <= target - kept_groups.
-    """
+    """[K] int64 ascending indices of the first informative groups of a round (``informative_P``), K <= ``target -
+    kept_groups``: a step never trains on more than ``target`` groups (verl trims the same way)."""
     check_ndim("informative_P", informative_P, 1, "P")
     if informative_P.dtype != torch.bool:
         raise ValueError(f"informative_P: expected a bool tensor, got {informative_P.dtype}")
@@ -192,12 +164,8 @@ def select_informative(informative_P: Tensor, kept_groups: int, target: int) -> 
 def dynamic_sampling_metrics(
     rounds: int, groups_drawn: int, groups_informative: int, groups_kept: int, target: int
 ) -> dict[str, float]:
-    """``sampling/*`` metrics of one step.
-
-    ``sampling/rounds`` rollout rounds, ``sampling/groups_drawn`` groups sampled,
-    ``sampling/informative_frac`` informative / drawn, ``sampling/groups_kept`` groups trained on,
-    ``sampling/shortfall`` target - kept (0 when the target was met).
-    """
+    """``sampling/*`` metrics of one step: ``rounds``, ``groups_drawn``, ``informative_frac`` (informative / drawn),
+    ``groups_kept`` and ``shortfall`` (target - kept, 0 when met)."""
     for name, value, low in (
         ("rounds", rounds, 1),
         ("groups_drawn", groups_drawn, 0),

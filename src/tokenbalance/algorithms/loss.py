@@ -1,12 +1,9 @@
 """The loss of one update pass on one (micro-)batch: surrogate + KL + entropy, aggregated.
 
-Every runner calls it inside its mini-/micro-batch loop (our trainer, the TRL subclass, the verl
-hook): ``policy - entropy_coeff * entropy + kl_coef * kl`` over the pass's tokens, divided by its
-normaliser (docs/methods.md §2.8, §4). Weights that depend on the current policy are applied here,
-detached, in this order: AR with ``prob_source="current_detached"``, TR-GRPO (default
-``prob_source="current"``), a ``stage="loss"`` token rule. The old policy's (AR by default, NTHR)
-are already inside ``update_pass.advantages_BT``.
-"""
+Every runner calls it in its micro-batch loop: ``policy - entropy_coeff * entropy + kl_coef * kl`` over the pass's
+tokens over its normaliser (docs/methods.md §2.8, §4). Current-policy weights are applied here, detached, in order: AR
+with ``prob_source="current_detached"``, TR-GRPO, a ``stage="loss"`` token rule; old-policy ones (AR by default, NTHR)
+are already in ``update_pass.advantages_BT``."""
 
 from __future__ import annotations
 
@@ -24,12 +21,8 @@ from tokenbalance.types import LossNormaliser, LossOutput, UpdatePass
 
 
 def pass_normaliser(method: Method, update_pass: UpdatePass) -> LossNormaliser:
-    """Denominators of ``update_pass``'s loss terms over the rows it holds.
-
-    Call it on the whole mini-batch (and sum over data-parallel ranks) for a global token-mean;
-    call it on each micro-batch to reproduce the reference's per-micro-batch scope (then divide
-    each micro-batch loss by the number of accumulation steps).
-    """
+    """Denominators of ``update_pass``'s loss terms over its rows: on the mini-batch (summed over ranks) for a global
+    token-mean, or per micro-batch for the reference's scope (then divide by the accumulation steps)."""
     mask_BT = update_pass.normaliser_mask_BT
     length = method.max_response_len
     return LossNormaliser(
@@ -52,25 +45,16 @@ def pass_loss(
     entropy_BT: torch.Tensor | None = None,
     normaliser: LossNormaliser | None = None,
 ) -> LossOutput:
-    """Loss of ``update_pass`` on the rows given (a whole batch or a micro-batch of it).
+    """Loss of ``update_pass`` on the rows given (:class:`LossOutput`: the scalar loss, ``loss/*``, ``clip/*``,
+    ``tr_grpo/*``, ``token_rule/*`` metrics and the clip flags of the pass's policy tokens).
 
     Args:
-        method: a :class:`tokenbalance.algorithms.methods.Method`.
-        update_pass: the pass, restricted to the same rows as the tensors
-            (:meth:`UpdatePass.select_rows`).
-        logp_BT: [B, T] current log-probs of the sampled tokens at the log-prob temperature,
-            with gradient.
-        old_logp_BT: [B, T] rollout-policy log-probs (no gradient).
-        ref_logp_BT: [B, T] reference-policy log-probs; required when the method has a KL loss.
-        entropy_BT: [B, T] per-token entropy (with gradient if ``entropy_coeff != 0``); required
-            when ``entropy_coeff != 0`` or by a token rule that needs it, otherwise only logged.
-        normaliser: global denominators (:func:`pass_normaliser` over the mini-batch, summed over
-            ranks); default: computed from these rows.
-
-    Returns:
-        :class:`LossOutput` with the scalar loss, ``loss/*``, ``clip/*`` (and ``tr_grpo/*``,
-        ``token_rule/*``) metrics and the per-token clip flags of the pass's policy tokens.
-    """
+        update_pass: restricted to the tensors' rows (:meth:`UpdatePass.select_rows`).
+        logp_BT: [B, T] current log-probs at the log-prob temperature, with gradient.
+        old_logp_BT / ref_logp_BT: [B, T] rollout / reference log-probs (the latter required with a KL loss).
+        entropy_BT: [B, T] entropy (with gradient if ``entropy_coeff != 0``); required then or by a rule that needs
+            it.
+        normaliser: global denominators (:func:`pass_normaliser`); default: from these rows."""
     shape = tuple(update_pass.policy_mask_BT.shape)
     check_shape("logp_BT", logp_BT, shape)
     check_shape("old_logp_BT", old_logp_BT, shape)

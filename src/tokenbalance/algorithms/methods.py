@@ -5,8 +5,7 @@
     -> per pass: clipped surrogate [x TR-GRPO weights] [x token rule, stage "loss"] + KL + entropy
 
 :func:`build_update_passes` runs the stages up to the passes once per RL step;
-:func:`tokenbalance.algorithms.loss.pass_loss` runs the rest per micro-batch (docs/methods.md).
-"""
+:func:`tokenbalance.algorithms.loss.pass_loss` runs the rest per micro-batch (docs/methods.md)."""
 
 from __future__ import annotations
 
@@ -161,8 +160,8 @@ class Method:
 
     @property
     def pass_names(self) -> tuple[str, ...]:
-        """The update passes of every step, in execution order (``("all",)``, Lopti's two or a token
-        rule's split): a static property of the method, so runners size their schedules without running it."""
+        """The update passes of every step, in execution order (``("all",)``, Lopti's two or a token rule's split): a
+        static property of the method, so runners size their schedules without running it."""
         if self.lopti is not None:
             return lopti_pass_names(self.lopti)
         if self.token_rule is not None and self.token_rule.output == "split":
@@ -185,18 +184,12 @@ class NTHRInputs:
 
     Attributes:
         tokens_BT: [B, T] int64 sampled response tokens.
-        hidden_BTD: [B, T, D] last-layer hidden states (after the final norm) at the positions
-            that predict ``tokens_BT``.
-        unembed_VD: [V, D] the ``lm_head`` weight.
-        temperature: the log-prob temperature used for ``old_logp_BT``.
-        unembed_bias_V: [V] ``lm_head`` bias, if the model has one.
-        correct_B: [B] bool, which responses are correct: NTHR's anchors under
-            ``nthr.positives="correct"`` (the default). Leave it None to let
-            :func:`build_update_passes` derive it from its ``scores_B`` (:func:`nthr_correct`);
-            :func:`passes_from_advantages` has no rewards and needs it given.
-        max_reward: the task's maximum reward (K&K 3, math 1): a response is correct when its
-            reward equals it, unless ``nthr.correct_threshold`` states a threshold.
-    """
+        hidden_BTD: [B, T, D] last-layer hidden states (after the final norm) predicting ``tokens_BT``.
+        unembed_VD / unembed_bias_V: the ``lm_head`` weight [V, D] and bias [V] (if any).
+        temperature: the log-prob temperature of ``old_logp_BT``.
+        correct_B: [B] bool, NTHR's anchors under ``nthr.positives="correct"``; None: :func:`build_update_passes`
+            derives it from ``scores_B`` (:func:`nthr_correct`); :func:`passes_from_advantages` needs it given.
+        max_reward: the task's maximum reward (correct = equal to it, unless ``nthr.correct_threshold``)."""
 
     tokens_BT: torch.Tensor
     hidden_BTD: torch.Tensor
@@ -217,9 +210,8 @@ class NTHRInputs:
         correct_B: torch.Tensor | None = None,
         max_reward: float | None = None,
     ) -> NTHRInputs:
-        """From the old policy's output layer ``head`` (``get_output_embeddings()``) and last-layer
-        hidden states; float64 stays float64, anything else is computed in float32. Every runner
-        builds them here (our trainer, ``tokenbalance diagnose``, the TRL subclass)."""
+        """From the old policy's output layer ``head`` and last-layer hidden states (float64 stays float64, else
+        float32); every runner builds them here."""
         dtype = torch.float64 if hidden_BTD.dtype == torch.float64 else torch.float32
         bias = getattr(head, "bias", None)
         return cls(
@@ -285,22 +277,17 @@ def build_update_passes(
     """Advantages, old-policy token weights and the pass schedule for one RL batch.
 
     Args:
-        method: the :class:`Method`.
-        scores_B: [B] outcome rewards.
-        group_ids_B: [B] int64 group (prompt instance) ids.
+        scores_B: [B] outcome rewards; group_ids_B: [B] int64 group (prompt instance) ids.
         response_mask_BT: [B, T] valid response tokens (EOS included).
         old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
-        ref_logp_BT: [B, T] reference log-probs (needed for the KL-in-reward placement).
-        nthr_inputs: hidden states etc. (needed when ``method.nthr`` is set). Without
-            ``correct_B``, NTHR's correct responses are derived from ``scores_B`` and
-            ``nthr_inputs.max_reward`` (or ``nthr.correct_threshold``).
-        correct_B: [B] bool, which responses are correct (what a token rule that needs
-            ``correct`` reads).
+        ref_logp_BT: [B, T] reference log-probs (for the KL-in-reward placement).
+        nthr_inputs: needed when ``method.nthr`` is set; without ``correct_B``, correctness comes from ``scores_B``
+            and ``max_reward`` (or ``nthr.correct_threshold``).
+        correct_B: [B] bool, read by a token rule that needs ``correct``.
 
     Returns:
-        The passes to run in order, and ``adv/*`` (before token weights), ``adv_weighted/*``,
-        ``nthr/*``, ``token_rule/*`` and ``lopti/*`` metrics.
-    """
+        The passes in order, and ``adv/*`` (before token weights), ``adv_weighted/*``, ``nthr/*``, ``token_rule/*``
+        and ``lopti/*`` metrics."""
     mask_BT = response_mask_BT.bool()
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
@@ -320,26 +307,10 @@ def passes_from_advantages(
     nthr_inputs: NTHRInputs | None = None,
     correct_B: torch.Tensor | None = None,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
-    """The token-level stages on given advantages: NTHR weights, AR weights, a token rule's
-    ``passes`` stage, then the pass schedule.
-
-    :func:`build_update_passes` calls it after our estimator; the verl and TRL integrations call
-    it on the advantages their host computed.
-
-    Args:
-        method: the :class:`Method` (its ``advantage`` stage is not used here).
-        advantages_BT: [B, T] advantages, 0 outside the mask (no gradient).
-        response_mask_BT: [B, T] valid response tokens.
-        old_logp_BT: [B, T] rollout-policy log-probs at the log-prob temperature (no gradient).
-        group_ids_B: [B] int64 group ids (needed by NTHR).
-        nthr_inputs: hidden states etc. (needed by NTHR; with ``correct_B`` for its default
-            ``positives="correct"``).
-        correct_B: [B] bool, which responses are correct (read by a token rule that needs it).
-
-    Returns:
-        The passes in order and the ``adv/*``, ``adv_weighted/*``, ``nthr/*``, ``token_rule/*``,
-        ``lopti/*`` metrics.
-    """
+    """The token-level stages on given advantages (NTHR, AR, a token rule's ``passes`` stage, the pass schedule): what
+    :func:`build_update_passes` runs after the estimator, and the verl / TRL integrations on their host's advantages.
+    Arguments and result as :func:`build_update_passes` (``method.advantage`` unused), with ``advantages_BT`` [B, T]
+    (0 outside the mask, no gradient) in place of the scores."""
     mask_BT = response_mask_BT.bool()
     check_shape("advantages_BT", advantages_BT, tuple(mask_BT.shape))
     check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))

@@ -1,12 +1,10 @@
 """NTHR: Negative Token Hidden Reward (Deng et al. 2025, arXiv 2505.18830, §5.3 / §7 and Eq. 7-8).
 
-Per-token weights for incorrect responses: a token whose score s-_t = g-_t^T M+ h-_t exceeds the
-anchor tau is selected and its negative advantage multiplied by eta; the caller applies the weights
-before the unchanged clipped loss, once per rollout batch. Differences from the paper: the log-Z
-trick [derived] (q_t from the hidden states, the |V*| unembedding rows and ``old_logp``, no
-full-vocabulary softmax), ``positives`` ("correct" or the [derived] "advantage_sign"),
-``anchor_exclude_self`` and ``beta=-inf`` as explicit options. docs/methods.md §6 has the rest.
-"""
+Per-token weights for incorrect responses: a token whose score s-_t = g-_t^T M+ h-_t exceeds the anchor tau is
+selected and its negative advantage multiplied by eta; the caller applies the weights before the unchanged clipped
+loss, once per rollout batch. Differences from the paper: the log-Z trick [derived] (q_t from the hidden states, the
+|V*| unembedding rows and ``old_logp``, no full-vocabulary softmax), ``positives`` ("correct" or the [derived]
+"advantage_sign"), ``anchor_exclude_self`` and ``beta=-inf`` as explicit options. docs/methods.md §6 has the rest."""
 
 from __future__ import annotations
 
@@ -116,8 +114,7 @@ class NTHRConfig:
 def nthr_eta(rule: float | str, p: float) -> float:
     """Down-weighting factor eta for a group with success rate ``p = N+/G`` under ``rule``.
 
-    ``"2|0.5-p|"`` -> 2|0.5 - p|, ``"p"`` -> p, ``"1-p"`` -> 1 - p, a float -> itself.
-    """
+    ``"2|0.5-p|"`` -> 2|0.5 - p|, ``"p"`` -> p, ``"1-p"`` -> 1 - p, a float -> itself."""
     if isinstance(rule, str):
         if rule == "2|0.5-p|":
             return 2.0 * abs(0.5 - p)
@@ -130,17 +127,9 @@ def nthr_eta(rule: float | str, p: float) -> float:
 
 
 def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None = None) -> Tensor:
-    """[B] bool: the responses NTHR counts as correct (its anchors under ``positives="correct"``).
-
-    ``scores_B >= config.correct_threshold`` when the config states a threshold, otherwise
-    ``scores_B == max_reward``, the task's maximum reward (K&K 3, math 1). A score above
-    ``max_reward`` raises (the maximum is wrong); NaN scores are not correct.
-
-    Args:
-        scores_B: [B] float outcome rewards.
-        config: the :class:`NTHRConfig` (its ``correct_threshold``).
-        max_reward: the task's maximum reward; required when ``config.correct_threshold`` is None.
-    """
+    """[B] bool: the responses NTHR counts as correct (its anchors under ``positives="correct"``): ``scores_B >=
+    config.correct_threshold`` if set, else ``scores_B == max_reward`` (then required). A score above ``max_reward``
+    raises; NaN is not correct."""
     if not isinstance(config, NTHRConfig):
         raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
     check_ndim("scores_B", scores_B, 1, "B")
@@ -165,8 +154,8 @@ def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None 
 
 @dataclass(frozen=True)
 class NTHRGroup:
-    """One mixed group as NTHR sees it: [G] ``rows``, [N+] ``positive_rows`` (the anchors) and [N-]
-    ``negative_rows`` (the rows whose tokens are scored), int64 batch indices; ``p`` = N+ / G."""
+    """One mixed group as NTHR sees it: [G] ``rows``, [N+] ``positive_rows`` (the anchors) and [N-] ``negative_rows``
+    (the rows whose tokens are scored), int64 batch indices; ``p`` = N+ / G."""
 
     group: int
     rows: Tensor
@@ -200,19 +189,8 @@ def nthr_groups(
     config: NTHRConfig,
     correct_B: Tensor | None = None,
 ) -> list[NTHRGroup]:
-    """The groups NTHR acts on (both positives and negatives), in group-id order.
-
-    ``positives="correct"``: positives = rows with ``correct_B``, negatives = the other rows whose
-    masked advantage sum is < 0. ``positives="advantage_sign"``: positives / negatives = rows whose
-    masked advantage sum is > 0 / < 0 (``correct_B`` is then ignored).
-
-    Args:
-        advantages_BT: [B, T] float advantages (anything at padding).
-        response_mask_BT: [B, T] bool or 0/1.
-        group_ids_B: [B] integer group ids.
-        config: the :class:`NTHRConfig` (its ``positives``).
-        correct_B: [B] bool, which responses are correct (required for ``positives="correct"``).
-    """
+    """The groups NTHR acts on, in group-id order. ``positives="correct"``: positives = ``correct_B`` rows, negatives
+    = the others with masked advantage sum < 0; ``"advantage_sign"``: sum > 0 / < 0 (``correct_B`` ignored)."""
     check_ndim("advantages_BT", advantages_BT, 2, "BT")
     B, T = advantages_BT.shape
     check_shape("response_mask_BT", response_mask_BT, (B, T))
@@ -237,8 +215,7 @@ def nthr_groups(
     return out
 
 
-# --------------------------------------------------------------------------------------------------
-# validation
+# -------------------------------------------------------------------------------------------------- validation
 # --------------------------------------------------------------------------------------------------
 
 
@@ -316,8 +293,8 @@ def _validate_rows(name: str, rows: Tensor, B: int) -> Tensor:
     return rows.detach().long()
 
 
-# --------------------------------------------------------------------------------------------------
-# core computation (no validation; inputs already sanitised)
+# -------------------------------------------------------------------------------------------------- core computation
+# (no validation; inputs already sanitised)
 # --------------------------------------------------------------------------------------------------
 
 
@@ -445,8 +422,7 @@ def _score_rows(
     return out_RT
 
 
-# --------------------------------------------------------------------------------------------------
-# public API
+# -------------------------------------------------------------------------------------------------- public API
 # --------------------------------------------------------------------------------------------------
 
 
@@ -468,10 +444,10 @@ def nthr_token_scores(
 ) -> Tensor:
     """Hidden-reward scores s_t = g_t^T M+ h_t of the valid tokens of ``rows`` (the building block).
 
-    M+ = sum over the valid tokens k of ``positive_rows`` of g_k h_k^T, with g = onehot_{V*}(y) - q and
-    q = softmax(z / temperature) over the full vocabulary sliced to V* (not renormalised), obtained
-    through the log-Z trick from ``old_logp_BT`` (see the module docstring). Usually called for one
-    prompt group; ``nthr_token_weights`` is the batch entry point.
+    M+ = sum over the valid tokens k of ``positive_rows`` of g_k h_k^T, with g = onehot_{V*}(y) - q and q = softmax(z
+    / temperature) over the full vocabulary sliced to V* (not renormalised), obtained through the log-Z trick from
+    ``old_logp_BT`` (see the module docstring). Usually called for one prompt group; ``nthr_token_weights`` is the
+    batch entry point.
 
     Args:
         tokens_BT: [B, T] integer sampled token ids; any value at padding (e.g. -100).
@@ -483,18 +459,17 @@ def nthr_token_scores(
         rows: [R] int64 unique row indices to score.
         temperature: > 0, the temperature of ``old_logp_BT``.
         unembed_bias_V: optional [V] lm_head bias (logits = (W h + b) / temperature).
-        vocab: ``"group"`` (V* = sorted unique valid tokens of ``positive_rows`` and ``rows``),
-            ``"full"``, or a 1-d sorted tensor of unique token ids that contains every valid token of
-            those rows (``nthr_token_weights`` passes the whole group's token set).
+        vocab: ``"group"`` (V* = sorted unique valid tokens of ``positive_rows`` and ``rows``), ``"full"``, or a 1-d
+            sorted tensor of unique token ids that contains every valid token of those rows (``nthr_token_weights``
+            passes the whole group's token set).
         chunk_tokens: at most this many tokens' [n, |V*|] blocks are held at once.
         exclude_rows_from_matrix: optional [R] int64; entry r is -1 (score against M+) or a member of
-            ``positive_rows`` whose own contribution is removed from M+ for row ``rows[r]``
-            (anchor self-exclusion: pass ``rows`` itself).
+            ``positive_rows`` whose own contribution is removed from M+ for row ``rows[r]`` (anchor self-exclusion:
+            pass ``rows`` itself).
 
     Returns:
-        scores_RT: [R, T], float32 (float64 if ``hidden_BTD`` or ``unembed_VD`` is float64), 0 at
-        padded positions, no gradient. Inputs are not modified.
-    """
+        scores_RT: [R, T], float32 (float64 if ``hidden_BTD`` or ``unembed_VD`` is float64), 0 at padded positions, no
+        gradient. Inputs are not modified."""
     mask_BT = _validate_token_inputs(
         tokens_BT, response_mask_BT, hidden_BTD, unembed_VD, old_logp_BT, temperature, unembed_bias_V
     )
@@ -558,25 +533,10 @@ def nthr_restricted_probs(
     temperature: float = 1.0,
     unembed_bias_V: Tensor | None = None,
 ) -> Tensor:
-    """Old-policy probabilities of the vocabulary ``vocab_S`` without a full-vocabulary softmax.
-
-    q[n, s] = softmax((W h_n + b) / temperature)[vocab_S[s]] computed as exp(z[s] - log Z_n) with
-    log Z_n = z_n[tokens_N[n]] - old_logp_N[n] (the log-Z trick). Exact when ``old_logp_N`` is the
-    log-prob of ``tokens_N`` under the same weights and temperature. Not renormalised over V*.
-
-    Args:
-        hidden_ND: [N, D] float final-layer hidden states (valid tokens only, no padding).
-        tokens_N: [N] int64 token ids, each in ``vocab_S`` (or in [0, V) when ``vocab_S`` is None).
-        old_logp_N: [N] float log-prob of ``tokens_N``.
-        unembed_VD: [V, D] float lm_head weight.
-        vocab_S: optional [S] sorted unique int64 token ids; None = full vocabulary.
-        temperature: > 0.
-        unembed_bias_V: optional [V] bias.
-
-    Returns:
-        q_NS: [N, S] (S = V when ``vocab_S`` is None), float32 or float64 (as in
-        ``nthr_token_scores``), no gradient.
-    """
+    """Old-policy probabilities q_NS of ``vocab_S`` (None: all V) without a full-vocabulary softmax: exp(z[s] - log
+    Z_n), log Z_n = z_n[tokens_N[n]] - old_logp_N[n] (the log-Z trick; exact when ``old_logp_N`` came from the same
+    weights and temperature; not renormalised). Inputs: valid tokens only; dtypes as :func:`nthr_token_scores`; no
+    gradient."""
     check_ndim("hidden_ND", hidden_ND, 2, "ND")
     N, D = hidden_ND.shape
     check_ndim("unembed_VD", unembed_VD, 2, "VD")
@@ -632,12 +592,12 @@ def nthr_token_weights(
 ) -> tuple[Tensor, dict[str, float]]:
     """NTHR per-token weights for the policy-gradient advantages (multiply: adv_BT * weights_BT).
 
-    Per group (rows sharing ``group_ids_B``), :func:`nthr_groups`: positives P = the correct rows
-    and negatives N = the incorrect rows with masked advantage sum < 0 (``positives="correct"``), or
-    P / N = rows with sum > 0 / < 0 (``"advantage_sign"``); G = number of rows in the group,
-    p = |P| / G. Groups lacking positives or negatives keep weight 1. Otherwise every valid token t of a negative row with
-    s-_t = g_t^T M+ h_t > tau = beta * min_{i' in P} mean_k s+_{i',k} gets weight eta(p); all other
-    positions (positive rows, unselected tokens, zero-advantage rows, padding) get 1.
+    Per group (rows sharing ``group_ids_B``), :func:`nthr_groups`: positives P = the correct rows and negatives N =
+    the incorrect rows with masked advantage sum < 0 (``positives="correct"``), or P / N = rows with sum > 0 / < 0
+    (``"advantage_sign"``); G = number of rows in the group, p = |P| / G. Groups lacking positives or negatives keep
+    weight 1. Otherwise every valid token t of a negative row with s-_t = g_t^T M+ h_t > tau = beta * min_{i' in P}
+    mean_k s+_{i',k} gets weight eta(p); all other positions (positive rows, unselected tokens, zero-advantage rows,
+    padding) get 1.
 
     Args:
         advantages_BT: [B, T] float per-token advantages (anything at padding).
@@ -654,12 +614,11 @@ def nthr_token_weights(
             ``config.positives="correct"``, ignored with ``"advantage_sign"``.
 
     Returns:
-        weights_BT: [B, T] with ``advantages_BT``'s (floating) dtype, no gradient.
-        metrics: ``nthr/mixed_groups``, ``nthr/selected_frac`` (selected / valid negative tokens of
-        mixed groups), ``nthr/tau_mean`` (mean tau over mixed groups; 0 when beta = -inf),
-        ``nthr/score_neg_mean`` (token mean of s- over mixed groups), ``nthr/eta_mean`` (over mixed
-        groups), ``nthr/anchor_self_fallback_groups``; all finite, 0.0 when nothing applies.
-    """
+        weights_BT: [B, T] with ``advantages_BT``'s (floating) dtype, no gradient. metrics: ``nthr/mixed_groups``,
+        ``nthr/selected_frac`` (selected / valid negative tokens of mixed groups), ``nthr/tau_mean`` (mean tau over
+        mixed groups; 0 when beta = -inf), ``nthr/score_neg_mean`` (token mean of s- over mixed groups),
+        ``nthr/eta_mean`` (over mixed groups), ``nthr/anchor_self_fallback_groups``; all finite, 0.0 when nothing
+        applies."""
     if not isinstance(config, NTHRConfig):
         raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
     check_ndim("advantages_BT", advantages_BT, 2, "BT")

@@ -1,11 +1,9 @@
 """Update schedules: which tokens each optimizer pass trains on.
 
-:func:`single_pass` (every valid token), :func:`split_passes` (two disjoint token sets) and
-:func:`lopti_passes` (Yang et al. 2025, arXiv 2505.12929, Algorithm 1: low-probability tokens first,
-then high). Differs from the reference: the indicator is ANDed with the response mask explicitly
-(the reference relies on padding having p = 1), and the order is a named option (``high_first``)
-instead of a negative threshold. docs/methods.md §4 has the rest.
-"""
+:func:`single_pass` (every valid token), :func:`split_passes` (two disjoint token sets) and :func:`lopti_passes` (Yang
+et al. 2025, arXiv 2505.12929, Algorithm 1: low-probability tokens first, then high). Differs from the reference: the
+indicator is ANDed with the response mask explicitly (the reference relies on padding having p = 1), and the order is
+a named option (``high_first``) instead of a negative threshold. docs/methods.md §4 has the rest."""
 
 from __future__ import annotations
 
@@ -102,9 +100,9 @@ def split_passes(
     *,
     renormalize_per_pass: bool = False,
 ) -> list[UpdatePass]:
-    """Two passes over disjoint tokens: the valid tokens of ``first_BT`` first, the other valid
-    tokens second (Lopti, a token rule's split). Each pass masks its advantages and its KL /
-    entropy terms; the denominators count all valid tokens unless ``renormalize_per_pass``."""
+    """Two passes over disjoint tokens: the valid tokens of ``first_BT`` first, the other valid tokens second (Lopti,
+    a token rule's split). Each pass masks its advantages and its KL / entropy terms; the denominators count all valid
+    tokens unless ``renormalize_per_pass``."""
     mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
     check_shape("first_BT", first_BT, tuple(mask_BT.shape))
     first_BT = first_BT.bool() & mask_BT
@@ -146,18 +144,9 @@ def lopti_passes(
     response_mask_BT: torch.Tensor,
     config: LoptiConfig,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
-    """Lopti's two passes, low-probability tokens first (or last with ``order="high_first"``).
-
-    Args:
-        advantages_BT: [B, T] advantages (already AR-reweighted if AR is on; no gradient).
-        old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (no gradient).
-        response_mask_BT: [B, T] valid-token mask.
-
-    Returns:
-        The two passes, and metrics ``lopti/threshold`` (eta, or the quantile value) and
-        ``lopti/low_token_frac`` (share of valid tokens in the low group; the reference's
-        ``sep_portion``).
-    """
+    """Lopti's two passes (Algorithm 1), low-probability tokens first (last with ``order="high_first"``), from
+    ``advantages_BT`` (AR-reweighted if on) and ``old_logp_BT`` at the log-prob temperature. Returns the passes and
+    ``lopti/threshold`` (eta or the quantile value), ``lopti/low_token_frac`` (the reference's ``sep_portion``)."""
     mask_BT = response_mask_BT.bool()  # split_passes checks the inputs
     low_BT, threshold = lopti_low_mask(old_logp_BT, mask_BT, config)
     low_first = config.order == "low_first"

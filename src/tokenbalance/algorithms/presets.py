@@ -1,11 +1,8 @@
 """The method presets, one row each citing its source, and the one way every runner gets a Method.
 
-:func:`resolve_method` turns a preset name (or your token rule, ``MODULE:RULE`` / ``FILE.py:RULE``)
-and dotted overrides (``{"lopti.eta": 0.4}``) into a :class:`~.methods.Method`: our trainer's
-config, the verl worker, the TRL subclass and the grids all call it. Every base preset shares the
-GRPO base of the AR-Lopti K&K scripts, so methods differ only in their token-level stage; the
-paper rows follow each paper's runs (docs/methods.md §3, §6, §7). ``tokenbalance list-methods``.
-"""
+:func:`resolve_method` turns a preset name (or a token rule, ``MODULE:RULE`` / ``FILE.py:RULE``) and dotted overrides
+(``{"lopti.eta": 0.4}``) into a :class:`~.methods.Method` for every runner. Base presets share the AR-Lopti K&K GRPO
+base and differ only in their token-level stage; paper rows follow each paper (docs/methods.md §3, §6, §7)."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ from tokenbalance.algorithms.weights import ARConfig, TRGRPOConfig
 from tokenbalance.checks import check_type
 from tokenbalance.user_code import is_spec, load_function, normalized_spec
 
-# ---------------------------------------------------------------------------------------------
-# Sources
+# --------------------------------------------------------------------------------------------- Sources
 # ---------------------------------------------------------------------------------------------
 
 _AR_LOPTI = "Yang et al. 2025, arXiv 2505.12929"
@@ -93,14 +89,13 @@ _R1_TEMPERATURE = (
     f"{_NTHR_PAPER}, appendix, R1-distill run; UNVERIFIED here (the common training details say 1.0)",
 )
 
-# ---------------------------------------------------------------------------------------------
-# Row builders: the two bases the rows share
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------- Row builders: the two
+# bases the rows share ---------------------------------------------------------------------------------------------
 
 
 def kk(name: str, estimator: str, description: str, citations=(), temperature: float | None = None, **stages) -> Method:
-    """A row on the AR-Lopti K&K-script base: clip 0.2 / 0.24, dual clip 10, k3 KL 0.001 (clamp 5)
-    as a loss, token-mean; its own token-level ``stages``."""
+    """A row on the AR-Lopti K&K-script base: clip 0.2 / 0.24, dual clip 10, k3 KL 0.001 (clamp 5) as a loss,
+    token-mean; its own token-level ``stages``."""
     return Method(
         name=name,
         advantage=AdvantageConfig(estimator=estimator),
@@ -145,8 +140,8 @@ def nthr_run(name: str, description: str, citations, temperature: float, **stage
     )
 
 
-# ---------------------------------------------------------------------------------------------
-# The table (list-methods prints it in this order)
+# --------------------------------------------------------------------------------------------- The table
+# (list-methods prints it in this order)
 # ---------------------------------------------------------------------------------------------
 
 _AR3, _AR1, _ETA5 = ARConfig(alpha=0.3), ARConfig(alpha=0.1), LoptiConfig(eta=0.5)
@@ -234,18 +229,16 @@ METHOD_PRESETS: Registry = Registry("method")
 for _row in PRESET_ROWS:
     METHOD_PRESETS.add(_row.name, _row)
 
-# ---------------------------------------------------------------------------------------------
-# Names: a preset, or a token rule's method
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------- Names: a preset, or a
+# token rule's method ---------------------------------------------------------------------------------------------
 
 RULE_EXAMPLE = "mypkg.rules:high_entropy"
 
 
 def load_token_rule(name: str, setting: str = "method") -> TokenRule:
-    """The token rule registered as ``name``, or named by ``MODULE:RULE`` / ``FILE.py:RULE`` (the
-    module is imported first, which registers it; the rule then carries that spec, a ``FILE.py``
-    made absolute, so that other processes import it too). One ``ValueError`` line naming
-    ``setting`` otherwise."""
+    """The token rule registered as ``name``, or named by ``MODULE:RULE`` / ``FILE.py:RULE`` (the module is imported
+    first, which registers it; the rule then carries that spec, a ``FILE.py`` made absolute, so that other processes
+    import it too). One ``ValueError`` line naming ``setting`` otherwise."""
     if is_spec(name):
         rule = rule_of(load_function(name, setting, RULE_EXAMPLE), f"{setting}={name!r}")
         return dataclasses.replace(rule, spec=normalized_spec(name, setting, RULE_EXAMPLE))
@@ -264,8 +257,8 @@ def load_token_rule(name: str, setting: str = "method") -> TokenRule:
 
 
 def rule_method(rule: TokenRule) -> Method:
-    """The method of a token rule: the ``grpo`` preset with the rule, named after it (change the
-    rest with overrides, e.g. ``{"ar.alpha": 0.3}``)."""
+    """The method of a token rule: the ``grpo`` preset with the rule, named after it (change the rest with overrides,
+    e.g. ``{"ar.alpha": 0.3}``)."""
     if rule.name in METHOD_PRESETS:
         raise ValueError(f"token rule {rule.label}: {rule.name!r} is a method preset's name; choose another name")
     doc = (inspect.getdoc(rule.function) or "").strip().splitlines()
@@ -279,16 +272,16 @@ def rule_method(rule: TokenRule) -> Method:
 
 
 def get_method(name: str, setting: str = "method") -> Method:
-    """The preset called ``name``; or the method of a token rule (:func:`rule_method`) registered
-    as ``name`` or named ``MODULE:RULE`` / ``FILE.py:RULE``. ValueError listing the valid names
-    (or naming ``setting`` and what failed to load) otherwise."""
+    """The preset called ``name``; or the method of a token rule (:func:`rule_method`) registered as ``name`` or named
+    ``MODULE:RULE`` / ``FILE.py:RULE``. ValueError listing the valid names (or naming ``setting`` and what failed to
+    load) otherwise."""
     if isinstance(name, str) and name not in METHOD_PRESETS and (is_spec(name) or name in TOKEN_RULES):
         return rule_method(load_token_rule(name, setting))
     return METHOD_PRESETS.get(name)
 
 
-# ---------------------------------------------------------------------------------------------
-# Overrides: dotted keys checked against the stage fields
+# --------------------------------------------------------------------------------------------- Overrides: dotted keys
+# checked against the stage fields
 # ---------------------------------------------------------------------------------------------
 
 
@@ -312,8 +305,8 @@ _TOP_LEVEL = tuple(f.name for f in dataclasses.fields(Method))
 
 
 def override_type(key: str) -> Any:
-    """The declared type of the Method field a dotted override ``key`` sets (``lopti.eta`` ->
-    ``float``); ``ValueError`` naming the closest valid key when there is no such field."""
+    """The declared type of the Method field a dotted override ``key`` sets (``lopti.eta`` -> ``float``);
+    ``ValueError`` naming the closest valid key when there is no such field."""
     section, _, name = str(key).partition(".")
     if not name:
         if section not in _TOP_LEVEL:
@@ -333,12 +326,9 @@ def override_type(key: str) -> Any:
 def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) -> Method:
     """A copy of ``method`` with dotted overrides applied in order, e.g. ``{"lopti.eta": 0.4, "ar": None}``.
 
-    ``"stage": None`` switches a token-level stage off; setting a field of a stage that is off
-    switches it on with its defaults first (``{"ar.alpha": 0.2}`` on ``grpo`` gives GRPO + AR);
-    ``{"dynamic_sampling.enabled": True}`` turns DAPO dynamic sampling on; ``{"token_rule":
-    "rules.py:high_entropy"}`` adds a token rule (:func:`load_token_rule`) to any method.
-    Unknown names raise ``ValueError`` naming the closest valid one.
-    """
+    ``"stage": None`` switches a stage off; a field of a stage that is off switches it on with its defaults first
+    (``{"ar.alpha": 0.2}`` on ``grpo``: GRPO + AR); ``{"token_rule": "rules.py:high_entropy"}`` adds a token rule
+    (:func:`load_token_rule`). Unknown names raise ``ValueError`` naming the closest valid one."""
     for key, value in (overrides or {}).items():
         declared = override_type(key)
         section, _, name = str(key).partition(".")
@@ -356,10 +346,8 @@ def apply_method_overrides(method: Method, overrides: Mapping[str, Any] | None) 
 
 
 def stored_override(key: str, value: Any) -> Any:
-    """``value`` of the override ``key`` as a config stores it (plain YAML data, so that a saved
-    config loads back equal): a stage object as its fields, a token rule as its ``MODULE:RULE`` (a
-    ``FILE.py`` made absolute) or name, a number written as a string (YAML's ``1e-4``) as a number
-    where the field is one. The key is checked first (:func:`override_type`)."""
+    """``value`` of the checked override ``key`` as plain YAML data (a saved config loads back equal): a stage as its
+    fields, a token rule as its ``MODULE:RULE`` (``FILE.py`` made absolute) or name, a numeric string as a number."""
     declared = override_type(key)
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         if isinstance(value, TokenRule):
@@ -376,8 +364,8 @@ def stored_override(key: str, value: Any) -> Any:
 
 
 def merged_overrides(overrides: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """``overrides`` with ``key`` set last (they apply in order); the earlier keys it replaces (the
-    same key, or a stage's fields when the whole stage is set) are dropped."""
+    """``overrides`` with ``key`` set last (they apply in order); the earlier keys it replaces (the same key, or a
+    stage's fields when the whole stage is set) are dropped."""
     key = str(key)
     kept = {k: v for k, v in overrides.items() if k != key and not str(k).startswith(f"{key}.")}
     return {**kept, key: stored_override(key, value)}
@@ -407,13 +395,9 @@ def resolve_method(
     key_prefix: str = "method.",
     key_names: Mapping[str, str] | None = None,
 ) -> Method:
-    """The method a runner trains with: ``method`` (a preset, a token rule's name, ``MODULE:RULE`` /
-    ``FILE.py:RULE``, or a :class:`Method`) with the dotted ``overrides`` applied in order.
-
-    Every runner gets its method here (our config, the verl worker, the TRL subclass, the grids).
-    A wrong name is one ``ValueError`` line naming ``setting``; a wrong override names its key as
-    the user wrote it: ``key_names[key]``, else ``key_prefix + key`` (``method.lopti.eta: ...``).
-    """
+    """The method a runner trains with: ``method`` (a preset, a token rule's name or spec, or a :class:`Method`) with
+    the dotted ``overrides`` applied in order. A wrong name is one ``ValueError`` line naming ``setting``; a wrong
+    override names its key as written: ``key_names[key]``, else ``key_prefix + key``."""
     if isinstance(method, Method):
         resolved = method
     elif isinstance(method, str):
@@ -434,10 +418,9 @@ def resolve_method(
 
 
 def as_overrides(method: Method) -> tuple[str, dict[str, Any]]:
-    """``(name, overrides)`` that :func:`resolve_method` turns back into ``method``: its preset (or
-    its token rule's ``MODULE:RULE``) and a dotted override for every hyper-parameter that differs
-    from it (``{"nthr.beta": 0.0}``; ``{"lopti": {}}`` for a stage on with its defaults). How a
-    method travels as text, e.g. to a verl launch script."""
+    """``(name, overrides)`` that :func:`resolve_method` turns back into ``method``: its preset (or token rule's spec)
+    and a dotted override per differing hyper-parameter (``{"lopti": {}}``: a stage on with its defaults). A method as
+    text."""
     rule = method.token_rule
     if method.name in METHOD_PRESETS:
         name = method.name

@@ -1,9 +1,8 @@
 """Exact-name registries.
 
-A registry maps a name to an object (a function or a preset). Lookups are exact: no case folding,
-no prefix matching, so a typo never silently selects another method. An unknown name raises a
-``ValueError`` that lists every valid name and suggests the closest one.
-"""
+A registry maps a name to an object (a function or a preset). Lookups are exact: no case folding, no prefix matching,
+so a typo never silently selects another method. An unknown name raises a ``ValueError`` that lists every valid name
+and suggests the closest one."""
 
 from __future__ import annotations
 

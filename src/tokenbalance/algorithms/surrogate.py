@@ -1,10 +1,9 @@
 """The per-token PPO surrogate, KL estimators and entropy, each a per-token ``[B, T]`` tensor.
 
 Differences from the reference (verl's ``core_algos.py``, AR-Lopti fork): the log-ratio is clamped to
-``[-log_ratio_clamp, log_ratio_clamp]`` before ``exp`` (default 20, as upstream verl; ``None`` as the
-fork), and ``ratio_weight_BT`` puts TR-GRPO's paper-literal weight on the ratio inside both branches
-of the clip (``None`` for every other method). docs/methods.md §2.4-2.6 and §5 have the rest.
-"""
+``[-log_ratio_clamp, log_ratio_clamp]`` before ``exp`` (default 20, as upstream verl; ``None`` as the fork), and
+``ratio_weight_BT`` puts TR-GRPO's paper-literal weight on the ratio inside both branches of the clip (``None`` for
+every other method). docs/methods.md §2.4-2.6 and §5 have the rest."""
 
 from __future__ import annotations
 
@@ -25,8 +24,8 @@ from tokenbalance.algorithms._checks import (
 
 IMPORTANCE_SAMPLING_MODES = ("on", "off", "off_for_pos")
 
-# Names accepted for the KL estimator: ours (k1, k2, k3) and verl's aliases. A trailing "+"
-# (k1+, k3+, ...) returns the value of the estimator with the gradient of k2 (upstream verl).
+# Names accepted for the KL estimator: ours (k1, k2, k3) and verl's aliases. A trailing "+" (k1+, k3+, ...) returns
+# the value of the estimator with the gradient of k2 (upstream verl).
 KL_ESTIMATOR_ALIASES = {
     "k1": "k1",
     "kl": "k1",
@@ -72,10 +71,8 @@ class ClipConfig:
 class SurrogateOutput:
     """Per-token results of :func:`clipped_surrogate` (all ``[B, T]``, 0 / False at padding).
 
-    ``loss_BT`` carries gradient; the rest is detached. ``clipped_BT`` marks L2 > L1 (the clip
-    acted, verl's ``pg_clipfrac``); ``dual_clipped_BT`` marks tokens where the dual-clip bound
-    acted (``pg_clipfrac_lower``).
-    """
+    ``loss_BT`` carries gradient; the rest is detached. ``clipped_BT`` marks L2 > L1 (the clip acted, verl's
+    ``pg_clipfrac``); ``dual_clipped_BT`` marks tokens where the dual-clip bound acted (``pg_clipfrac_lower``)."""
 
     loss_BT: torch.Tensor
     ratio_BT: torch.Tensor
@@ -95,9 +92,9 @@ def clipped_surrogate(
 ) -> SurrogateOutput:
     """PPO clipped surrogate loss per token, with clip-higher and dual-clip (docs/methods.md §2.4).
 
-    ``r = exp(logp - old_logp)``, ``L1 = -A w r``, ``L2 = -A clip(w r, 1 - eps_low, 1 + eps_high)``,
-    ``Lc = max(L1, L2)``, and for ``A < 0`` the loss is ``min(Lc, -A c)``. ``w`` is
-    ``ratio_weight_BT`` (TR-GRPO paper-literal placement) or 1.
+    ``r = exp(logp - old_logp)``, ``L1 = -A w r``, ``L2 = -A clip(w r, 1 - eps_low, 1 + eps_high)``, ``Lc = max(L1,
+    L2)``, and for ``A < 0`` the loss is ``min(Lc, -A c)``. ``w`` is ``ratio_weight_BT`` (TR-GRPO paper-literal
+    placement) or 1.
 
     Args:
         logp_BT: [B, T] log-prob of the sampled tokens under the current policy (with gradient).
@@ -105,8 +102,7 @@ def clipped_surrogate(
         advantages_BT: [B, T] per-token advantages (no gradient).
         response_mask_BT: [B, T] valid-token mask; other positions may hold anything.
         config: :class:`ClipConfig`.
-        ratio_weight_BT: optional [B, T] positive weights multiplying the ratio (no gradient).
-    """
+        ratio_weight_BT: optional [B, T] positive weights multiplying the ratio (no gradient)."""
     check_ndim("logp_BT", logp_BT, 2, "BT")
     shape = tuple(logp_BT.shape)
     check_shape("old_logp_BT", old_logp_BT, shape)
@@ -163,15 +159,12 @@ def kl_penalty(
 ) -> torch.Tensor:
     """Per-token KL(pi_theta || pi_ref) estimate, ``[B, T]``, 0 at padding (docs/methods.md §2.5).
 
-    With ``d = logp - ref_logp``: k1 = d, abs = |d|, k2 = d^2 / 2, and
-    k3 = clamp(e^x - x - 1, -10, 10) with x = clamp(-d, -C, C), C = ``log_ratio_clamp``
-    (5 in the AR-Lopti reference, 20 upstream). A trailing ``+`` on k1 / k3 returns that value
-    with the gradient of k2 (straight-through).
+    With ``d = logp - ref_logp``: k1 = d, abs = |d|, k2 = d^2 / 2, and k3 = clamp(e^x - x - 1, -10, 10) with x =
+    clamp(-d, -C, C), C = ``log_ratio_clamp`` (5 in the AR-Lopti reference, 20 upstream). A trailing ``+`` on k1 / k3
+    returns that value with the gradient of k2 (straight-through).
 
-    ``ref_weight_BT`` is TR-GRPO's weighted KL (docs/methods.md §5, paper-literal per reviews):
-    rho = w pi_ref / pi_theta, k = rho - log rho - 1, i.e. k3 with x shifted by log w. It is only
-    defined for k3.
-    """
+    ``ref_weight_BT`` is TR-GRPO's weighted KL (docs/methods.md §5, paper-literal per reviews): rho = w pi_ref /
+    pi_theta, k = rho - log rho - 1, i.e. k3 with x shifted by log w. It is only defined for k3."""
     if estimator == "full":
         raise ValueError(
             "estimator: 'full' needs whole-vocabulary logits and is not implemented (as in the "
@@ -221,15 +214,14 @@ def entropy_from_logits(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> 
         chunk_rows: positions processed at once, bounding the [rows, V] float32 temporaries.
 
     Returns:
-        [...] float32 entropies; gradient flows if the logits carry it.
-    """
+        [...] float32 entropies; gradient flows if the logits carry it."""
     return _softmax_stats(logits_BTV, chunk_rows, with_sum_sq=False)[0]
 
 
 def entropy_and_sum_sq_probs(logits_BTV: torch.Tensor, *, chunk_rows: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`entropy_from_logits` and, from the same float32 softmax, ``sum_v p_v^2`` per position
-    (detached; the logit-gradient norm's extra quantity, :mod:`tokenbalance.algorithms.logit_grad`).
-    The entropy is the same tensor :func:`entropy_from_logits` returns."""
+    """:func:`entropy_from_logits` and, from the same float32 softmax, ``sum_v p_v^2`` per position (detached; the
+    logit-gradient norm's extra quantity, :mod:`tokenbalance.algorithms.logit_grad`). The entropy is the same tensor
+    :func:`entropy_from_logits` returns."""
     entropy, sum_sq = _softmax_stats(logits_BTV, chunk_rows, with_sum_sq=True)
     assert sum_sq is not None
     return entropy, sum_sq

@@ -1,11 +1,9 @@
 """Your own token-level stage: a function of the per-token quantities, registered under a name.
 
-A *token rule* is ``fn(inputs: TokenInputs) -> torch.Tensor``, registered with
-:func:`register_token_rule`: weights >= 0 that multiply the advantages (``output="weights"``) or a
-bool split into two optimizer passes (``output="split"``), at ``stage="passes"`` (once per RL
-batch, old policy) or ``stage="loss"`` (per micro-batch, current policy). What each stage sees,
-where it sits in the composition and the checks on what a rule returns: docs/methods.md §10.
-"""
+A *token rule* is ``fn(inputs: TokenInputs) -> torch.Tensor``, registered with :func:`register_token_rule`: weights >=
+0 that multiply the advantages (``output="weights"``) or a bool split into two optimizer passes (``output="split"``),
+at ``stage="passes"`` (once per RL batch, old policy) or ``stage="loss"`` (per micro-batch, current policy). What each
+stage sees, where it sits in the composition and the checks on what a rule returns: docs/methods.md §10."""
 
 from __future__ import annotations
 
@@ -27,22 +25,16 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*")
 
 @dataclass(frozen=True)
 class TokenInputs:
-    """The per-token quantities a token rule reads ([B, T] unless noted; no gradient).
-
-    Positions outside ``response_mask_BT`` hold neutral values (log-prob 0, advantage 0, entropy 0),
-    never NaN; what a rule returns there is ignored.
+    """The per-token quantities a token rule reads ([B, T] unless noted; no gradient); outside ``response_mask_BT``
+    they are neutral (log-prob 0, advantage 0, entropy 0) and what the rule returns there is ignored.
 
     Attributes:
-        old_logp_BT: rollout-policy log-probs of the sampled tokens at the log-prob temperature.
-        advantages_BT: the advantages the rule's weights multiply (see the module table).
-        response_mask_BT: bool, the valid response tokens (the loss stage: the pass's tokens and
-            those its denominators count).
-        logp_BT: current-policy log-probs, detached (the loss stage only, else None).
-        entropy_BT: current-policy entropy of the next-token distribution (the loss stage, where
-            the runner computes it; else None).
-        group_ids_B: [B] int64 prompt-group ids (the passes stage, where the runner has them).
-        correct_B: [B] bool, which responses are correct (the passes stage of our trainer).
-    """
+        old_logp_BT: rollout-policy log-probs at the log-prob temperature.
+        advantages_BT: the advantages the rule's weights multiply.
+        response_mask_BT: bool, the valid tokens (loss stage: the pass's tokens and those its denominators count).
+        logp_BT: current-policy log-probs, detached (loss stage only, else None).
+        entropy_BT: current-policy next-token entropy (loss stage, where the runner computes it; else None).
+        group_ids_B: [B] int64 group ids; correct_B: [B] bool correctness (passes stage, where the runner has them)."""
 
     old_logp_BT: torch.Tensor
     advantages_BT: torch.Tensor
@@ -74,18 +66,15 @@ def _source(function: Callable) -> tuple[str, str]:
 
 @dataclass(frozen=True)
 class TokenRule:
-    """A registered token rule (module docstring); calling it applies the function with the checks.
+    """A registered token rule; calling it applies the function with the checks.
 
     Attributes:
-        name: the name it is registered under (letters, digits, ``_ . -``); the method's name.
+        name: its registered name (letters, digits, ``_ . -``), also the method's name.
         function: ``fn(inputs: TokenInputs) -> torch.Tensor``.
         stage: ``"passes"`` (old policy, once per batch) or ``"loss"`` (per micro-batch, current policy).
         output: ``"weights"`` (>= 0, multiply the advantages) or ``"split"`` (bool; ``passes`` only).
-        needs: the optional inputs the function reads: ``entropy`` (loss stage), ``group_ids`` and
-            ``correct`` (passes stage); a runner that cannot give one fails naming it.
-        spec: ``MODULE:RULE`` / ``FILE.py:RULE`` that imports it in another process (set when it
-            was loaded by that name; verl's workers need it).
-    """
+        needs: optional inputs read: ``entropy`` (loss stage), ``group_ids``, ``correct`` (passes stage).
+        spec: ``MODULE:RULE`` / ``FILE.py:RULE`` that imports it in another process (verl's workers), when so loaded."""
 
     name: str
     function: Callable[[TokenInputs], torch.Tensor] = field(repr=False)
@@ -116,8 +105,8 @@ class TokenRule:
 
     @property
     def label(self) -> str:
-        """How messages name it: ``'high_entropy' (rules.py:high_entropy)``, or its function's
-        ``module.qualname`` until it is loaded by a spec."""
+        """How messages name it: ``'high_entropy' (rules.py:high_entropy)``, or its function's ``module.qualname``
+        until it is loaded by a spec."""
         if self.spec is not None:
             return f"{self.name!r} ({self.spec})"
         module = getattr(self.function, "__module__", None)
@@ -164,8 +153,8 @@ class TokenRule:
         )
 
     def __call__(self, inputs: TokenInputs) -> torch.Tensor:
-        """The function's output, checked: [B, T] weights (float, finite, >= 0; 1 at padding) or a
-        [B, T] bool split (False at padding). No gradient."""
+        """The function's output, checked: [B, T] weights (float, finite, >= 0; 1 at padding) or a [B, T] bool split
+        (False at padding). No gradient."""
         mask_BT = inputs.response_mask_BT
         value = self.function(inputs)
 
@@ -197,8 +186,8 @@ class TokenRule:
 
 
 def synthetic_inputs(rule: TokenRule) -> TokenInputs:
-    """A small fixed batch (2 groups x 2 responses x 5 tokens, some padding, mixed advantages) with
-    every input ``rule`` may read, the shapes and dtypes a runner gives: :func:`probe_rule`'s."""
+    """A small fixed batch (2 groups x 2 responses x 5 tokens, some padding, mixed advantages) with every input
+    ``rule`` may read, the shapes and dtypes a runner gives: :func:`probe_rule`'s."""
     generator = torch.Generator().manual_seed(0)
     B, T = 4, 5
     mask_BT = torch.ones(B, T, dtype=torch.bool)
@@ -215,9 +204,8 @@ def synthetic_inputs(rule: TokenRule) -> TokenInputs:
 
 
 def probe_rule(rule: TokenRule) -> None:
-    """Run ``rule`` once on :func:`synthetic_inputs` and check what it returns (as every runner
-    does), so that a rule that raises or returns the wrong thing fails before any model loads;
-    one ``ValueError`` line naming the rule and its function."""
+    """Run ``rule`` once on :func:`synthetic_inputs` with the runners' checks, so a broken rule fails before any model
+    loads (one ``ValueError`` line naming the rule and its function)."""
     try:
         rule(synthetic_inputs(rule))
     except ValueError as err:
@@ -250,17 +238,12 @@ def register_token_rule(
     output: str = "weights",
     needs: tuple[str, ...] | list[str] = (),
 ):
-    """Register ``function`` as the token rule ``name``; without ``function``, a decorator.
-
-    Returns the :class:`TokenRule` (the decorator returns it in place of the function, so that
-    ``MODULE:FUNCTION`` names it). Registering a name again replaces the rule when the function
-    comes from the same place (a module imported again, a notebook cell run again), and fails
-    otherwise. The rule is then a method (:func:`tokenbalance.algorithms.presets.get_method`):
-    the ``grpo`` preset with the rule, named ``name``.
+    """Register ``function`` as the token rule ``name`` (without ``function``: a decorator returning the
+    :class:`TokenRule`). Registering again replaces the rule if the function comes from the same place (a re-imported
+    module, a re-run cell), else fails. The rule is then the method ``name``: ``grpo`` plus the rule.
 
         @register_token_rule("high_entropy", stage="loss", needs=("entropy",))
-        def high_entropy(inputs: TokenInputs) -> torch.Tensor: ...
-    """
+        def high_entropy(inputs: TokenInputs) -> torch.Tensor: ..."""
 
     def register(fn: Callable[[TokenInputs], torch.Tensor]) -> TokenRule:
         rule = TokenRule(name=name, function=fn, stage=stage, output=output, needs=tuple(needs))

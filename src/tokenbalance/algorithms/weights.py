@@ -1,12 +1,9 @@
-"""Per-token weights that rebalance low- and high-probability tokens: AR and TR-GRPO.
+"""Per-token weights that rebalance low- and high-probability tokens: AR and TR-GRPO (NTHR: :mod:`.nthr`).
 
-* Advantage Reweighting (arXiv 2505.12929, Eq. 4): ``A <- (alpha * pi + tau) * A``, then the
-  reference's ``neg_adv_weight`` on negative advantages (docs/methods.md §3).
-* TR-GRPO (arXiv 2511.00066): ``w = clip(f(p), L, U)``; the paper's formula is unknown, so two
-  sigmoid readings (``shape``) with third-party, unverified constants; the literal transcription is
-  refused, being the constant 1 (:data:`DROPPED_TR_SHAPES`; docs/methods.md §5).
-(NTHR, which needs hidden states, lives in :mod:`tokenbalance.algorithms.nthr`.)
-"""
+* Advantage Reweighting (arXiv 2505.12929, Eq. 4): ``A <- (alpha * pi + tau) * A``, then the reference's
+  ``neg_adv_weight`` on negative advantages (docs/methods.md §3).
+* TR-GRPO (arXiv 2511.00066): ``w = clip(f(p), L, U)``, two sigmoid readings (``shape``) of an unpublished formula;
+  the literal transcription, a constant 1, is refused (:data:`DROPPED_TR_SHAPES`; docs/methods.md §5)."""
 
 from __future__ import annotations
 
@@ -27,11 +24,10 @@ from tokenbalance.algorithms._checks import (
 
 PROB_SOURCES_AR = ("old", "current_detached")
 TR_SHAPES = ("sigmoid_shift", "sigmoid_mul")
-# Readings removed, with the reason the config error gives. "sigmoid_div" is the third-party
-# transcription read literally: with its own constants (2, 9, 0.25, 1, 1.4) the raw value
-# 2 (sigmoid(p / 9) - 0.25) lies in [0.5, 0.5555] for p in [0, 1], below L = 1, so w = 1 for every
-# token (docs/methods.md §5), whereas the paper's v1 abstract has weights positively correlated
-# with the predicted probability.
+# Readings removed, with the reason the config error gives. "sigmoid_div" is the third-party transcription read
+# literally: with its own constants (2, 9, 0.25, 1, 1.4) the raw value 2 (sigmoid(p / 9) - 0.25) lies in [0.5, 0.5555]
+# for p in [0, 1], below L = 1, so w = 1 for every token (docs/methods.md §5), whereas the paper's v1 abstract has
+# weights positively correlated with the predicted probability.
 DROPPED_TR_SHAPES = {
     "sigmoid_div": "the literal third-party transcription clip(alpha (sigmoid(p / tau) - mu), L, U) was dropped: "
     "at its constants (2, 9, 0.25, 1, 1.4) it is the constant 1 (plain GRPO), not a weight that grows with p; "
@@ -96,16 +92,8 @@ def advantage_reweight(
     response_mask_BT: torch.Tensor,
     config: ARConfig,
 ) -> torch.Tensor:
-    """AR (Eq. 4): ``(alpha * pi + tau) * A``, then negatives times ``neg_adv_weight``.
-
-    Args:
-        advantages_BT: [B, T] advantages (no gradient), 0 at padding.
-        logp_BT: [B, T] log-probs giving pi: the old policy's for ``prob_source="old"``.
-        response_mask_BT: [B, T] valid-token mask.
-
-    Returns:
-        [B, T] reweighted advantages, 0 at padding, no gradient.
-    """
+    """AR (Eq. 4): ``(alpha * pi + tau) * A``, then negatives times ``neg_adv_weight``; [B, T], 0 at padding, no
+    gradient. ``logp_BT`` gives pi (the old policy's for ``prob_source="old"``)."""
     check_shape("advantages_BT", advantages_BT, tuple(logp_BT.shape))
     weights_BT = ar_token_weights(logp_BT, response_mask_BT, config)
     adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
@@ -118,15 +106,8 @@ def advantage_reweight(
 def scale_negative_advantages(
     advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor, neg_adv_weight: float
 ) -> torch.Tensor:
-    """AR's ``neg_adv_weight`` alone: advantages <= 0 times the factor, the rest unchanged.
-
-    The step :func:`advantage_reweight` ends with, for ``prob_source="current_detached"``, whose
-    probability weight ``alpha * pi + tau`` (>= 0, so it never changes the sign of A) is applied
-    in the loss: ``w * (A * neg_adv_weight) == (w * A) * neg_adv_weight``.
-
-    Returns:
-        [B, T] advantages, 0 at padding, no gradient.
-    """
+    """AR's ``neg_adv_weight`` alone (advantages <= 0 times the factor; [B, T], 0 at padding, no gradient): the end of
+    :func:`advantage_reweight` for ``prob_source="current_detached"``, whose weight (>= 0) is applied in the loss."""
     check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
     check_range("ar.neg_adv_weight", neg_adv_weight, 0.0, float("inf"))
     adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
@@ -201,9 +182,7 @@ def tr_grpo_weight_range(config: TRGRPOConfig, points: int = 1001) -> tuple[floa
 def tr_grpo_token_weights(logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: TRGRPOConfig) -> torch.Tensor:
     """TR-GRPO weights from log-probs ([B, T], 1 at padding, no gradient).
 
-    Pass the current log-probs (detached here) for ``prob_source="current"``, the old ones for
-    ``"old"``.
-    """
+    Pass the current log-probs (detached here) for ``prob_source="current"``, the old ones for ``"old"``."""
     check_ndim("logp_BT", logp_BT, 2, "BT")
     check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
     check_finite("logp_BT", logp_BT.detach(), response_mask_BT)

@@ -1,11 +1,6 @@
-"""The papers' offline experiments on a :class:`~tokenbalance.analysis.probe.ProbeBatch`
-(``tokenbalance diagnose`` renders them; the grid's Figure 1 calls :func:`bucket_experiment`).
-
-:func:`bucket_experiment` is the AR-Lopti paper's bucket-only update (Figure 1 c/e/f, Figure 3),
-:func:`lld_experiment` the NTHR paper's LLD protocol (§4), :func:`nthr_groups` the tokens NTHR
-selects in each mixed group. Each leaves the policy's parameters as it found them. What each
-measures and how it differs from the paper: docs/metrics.md ("Offline diagnostics").
-"""
+"""The papers' offline experiments on a :class:`~tokenbalance.analysis.probe.ProbeBatch`, each leaving the parameters
+as found: :func:`bucket_experiment` (AR-Lopti Figure 1 c/e/f, Figure 3), :func:`lld_experiment` (NTHR §4),
+:func:`nthr_groups`. docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -58,10 +53,9 @@ def bucket_experiment(
     method: Method | None = None,
     classes: ProbeClasses | None = None,
 ) -> dict[str, dict]:
-    """The three single updates (``all`` / ``lowest`` / ``highest`` bucket) of ``method`` (default
-    the probe's), each from the same parameters: per update the tokens it touched, its gradient norm
-    and per bucket the probability-change statistics; with ``classes``, also the change of log p by
-    class, bucket and advantage sign (``by_class``: :func:`logp_change_by_class`)."""
+    """The single updates on the ``all`` / ``lowest`` / ``highest`` bucket of ``method`` (default the probe's), each
+    from the same parameters: tokens touched, gradient norm, per-bucket probability change; with ``classes`` also
+    ``by_class`` (:func:`logp_change_by_class`)."""
     method = gradient_free_method(method or probe.method)
     passes, _ = method_passes(probe, method)
     valid_BT = probe.mask_BT.bool()
@@ -100,8 +94,8 @@ def bucket_experiment(
 
 @dataclass(frozen=True)
 class LLDSettings:
-    """The single update of the LLD protocol: ``optimizer`` (``adamw``: the run's betas and weight
-    decay; or ``sgd``) at ``lr``; ``pos_only`` zeroes the negative advantages (the paper's Pos Only)."""
+    """The single update of the LLD protocol: ``optimizer`` (``adamw``: the run's betas and weight decay; or ``sgd``)
+    at ``lr``; ``pos_only`` zeroes the negative advantages (the paper's Pos Only)."""
 
     optimizer: str
     lr: float
@@ -154,8 +148,8 @@ def lld_experiment(probe: ProbeBatch, settings: LLDSettings) -> list[dict]:
 
 
 def nthr_groups(probe: ProbeBatch) -> tuple[NTHRConfig, list[GroupSelection]]:
-    """The probe method's NTHR settings (the defaults when it has none) and, per mixed group, the
-    tokens NTHR selects in its incorrect responses. Needs the probe's hidden states."""
+    """The probe method's NTHR settings (the defaults when it has none) and, per mixed group, the tokens NTHR selects
+    in its incorrect responses. Needs the probe's hidden states."""
     config = probe.method.nthr or NTHRConfig()
     if probe.old.hidden_BTD is None:
         raise ValueError("nthr_groups: the probe batch has no hidden states (probe_batch(..., with_hidden=True))")

@@ -1,12 +1,7 @@
-"""A probe batch: a policy and one fresh batch of its rollouts with old log-probs, built with the
-trainer's own pieces, for the offline diagnostics (:mod:`tokenbalance.analysis.experiments`,
-``tokenbalance diagnose``) and the grid's Figure 1.
-
-:func:`probe_batch` takes the run's setup (:func:`tokenbalance.run.setup.prepare`: the checks before
-any model work, the task, the examples), the device, threads and policy a run with the same config
-would, draws the first ``prompts`` prompts of the run's prompt stream (its first epoch's order),
-and samples and scores them as a training step does. The probe's reference policy is the policy.
-"""
+"""A probe batch for the offline diagnostics and the grid's Figure 1: a policy and one fresh batch of its rollouts
+with old log-probs (its own reference), built from the run's setup (:func:`tokenbalance.run.setup.prepare`) with the
+device, threads and policy a run of the same config would, the first ``prompts`` of its prompt stream sampled and
+scored as a training step does."""
 
 from __future__ import annotations
 
@@ -105,10 +100,9 @@ def probe_batch(
     log=print,
     setup: RunSetup | None = None,
 ) -> ProbeBatch:
-    """Sample ``group_size`` (default ``rollout.group_size``) responses to each of the run's first
-    ``prompts`` prompts with the policy ``config`` names, score them, add old log-probs (and the
-    last-layer hidden states with ``with_hidden``). The method is ``config.method()``; ``setup``:
-    the config's, prepared here when not given."""
+    """Sample ``group_size`` (default ``rollout.group_size``) responses to each of the run's first ``prompts`` prompts
+    with the policy ``config`` names, score them, add old log-probs (and the last-layer hidden states with
+    ``with_hidden``). The method is ``config.method()``; ``setup``: the config's, prepared here when not given."""
     from tokenbalance.rollout import make_engine
     from tokenbalance.run.setup import prepare
     from tokenbalance.trainer.batch import sample_batch, with_logprobs

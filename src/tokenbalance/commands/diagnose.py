@@ -2,10 +2,9 @@
 
 Argument parsing, rendering and the ``--json`` file only; the measurements are the library's
 (:mod:`tokenbalance.analysis.experiments` says how each differs from the paper), on a
-:func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x ``--group-size`` responses with
-the advantages of ``--method``: ``buckets`` (AR-Lopti Figures 1 and 3), ``lld`` (the NTHR paper's
-LLD protocol), ``nthr`` (the tokens NTHR protects, in context). Each: docs/metrics.md ("Offline diagnostics").
-"""
+:func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x ``--group-size`` responses with the advantages of
+``--method``: ``buckets`` (AR-Lopti Figures 1 and 3), ``lld`` (the NTHR paper's LLD protocol), ``nthr`` (the tokens
+NTHR protects, in context). Each: docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -80,14 +79,13 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
 
-# ---------------------------------------------------------------------------------------------
-# shared: checkpoint, probe batch, output
-# ---------------------------------------------------------------------------------------------
+# --------------------------------------------------------------------------------------------- shared: checkpoint,
+# probe batch, output ---------------------------------------------------------------------------------------------
 
 
 def probe(args: argparse.Namespace, *, with_hidden: bool = False):
-    """The command's :class:`~tokenbalance.analysis.probe.ProbeBatch`: the config of the flags
-    (``--method`` sets ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
+    """The command's :class:`~tokenbalance.analysis.probe.ProbeBatch`: the config of the flags (``--method`` sets
+    ``train.method``), the policy of CHECKPOINT, ``--prompts`` x ``--group-size``."""
     from tokenbalance.analysis.probe import probe_batch
     from tokenbalance.run.checkpoints import policy_dir
 
@@ -105,8 +103,8 @@ WRITTEN_BY = "tokenbalance diagnose"
 
 
 def check_json_out(args: argparse.Namespace) -> None:
-    """Before the experiment: ``--json FILE`` is new (or, with ``--force``, a file diagnose wrote)
-    and its directory writable, so that the results are never lost after the work."""
+    """Before the experiment: ``--json FILE`` is new (or, with ``--force``, a file diagnose wrote) and its directory
+    writable, so that the results are never lost after the work."""
     if args.json_out:
         check_output_file(args.json_out, "--json", force=args.force, written_by=json_written_by(WRITTEN_BY))
 
@@ -117,8 +115,7 @@ def _write_json(path: str | None, data: dict) -> None:
         print(f"written: {path}")
 
 
-# ---------------------------------------------------------------------------------------------
-# buckets
+# --------------------------------------------------------------------------------------------- buckets
 # ---------------------------------------------------------------------------------------------
 
 
@@ -186,8 +183,8 @@ def run_buckets(args: argparse.Namespace) -> int:
 
 
 def print_class_profile(profile: dict) -> None:
-    """The token profile by class: tokens per bucket of the old probability, and the lowest bucket's
-    share of decisions."""
+    """The token profile by class: tokens per bucket of the old probability, and the lowest bucket's share of
+    decisions."""
     print(
         f"\ntoken classes (old-policy probability buckets; decisions: {', '.join(profile['decision_classes'])}): "
         f"{profile['low_share']:.1%} of tokens in {profile['intervals'][0]}, "
@@ -210,8 +207,7 @@ def print_logp_changes(results: dict) -> None:
                 )
 
 
-# ---------------------------------------------------------------------------------------------
-# lld
+# --------------------------------------------------------------------------------------------- lld
 # ---------------------------------------------------------------------------------------------
 
 
@@ -280,8 +276,7 @@ def run_lld(args: argparse.Namespace) -> int:
     return 0
 
 
-# ---------------------------------------------------------------------------------------------
-# nthr
+# --------------------------------------------------------------------------------------------- nthr
 # ---------------------------------------------------------------------------------------------
 
 

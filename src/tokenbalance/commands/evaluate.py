@@ -1,5 +1,5 @@
-"""``tokenbalance eval``: held-out accuracy of a policy directory (greedy and one sample at T = 1);
-``--responses FILE`` keeps every response with its reward."""
+"""``tokenbalance eval``: held-out accuracy of a policy directory (greedy and one sample at T = 1); ``--responses
+FILE`` keeps every response with its reward."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""``tokenbalance list-methods``: print the method presets with their hyper-parameters; ``NAME`` may
-be a token rule, ``MODULE:RULE`` or ``FILE.py:RULE`` (docs/methods.md §10), which is imported first."""
+"""``tokenbalance list-methods``: print the method presets with their hyper-parameters; ``NAME`` may be a token rule,
+``MODULE:RULE`` or ``FILE.py:RULE`` (docs/methods.md §10), which is imported first."""
 
 from __future__ import annotations
 

@@ -1,11 +1,10 @@
-"""``tokenbalance plot``: figures of one or more runs from their ``metrics.jsonl`` (PNG and SVG;
-docs/metrics.md, "Plots"); ``--testbeds`` draws the across-testbeds figure from grids' records
-instead, ``--redraw`` every committed figure from its committed data (docs/results.md).
+"""``tokenbalance plot``: figures of one or more runs from their ``metrics.jsonl`` (PNG and SVG; docs/metrics.md,
+"Plots"); ``--testbeds`` draws the across-testbeds figure from grids' records instead, ``--redraw`` every committed
+figure from its committed data (docs/results.md).
 
     tokenbalance plot runs/grpo-A runs/ar_lopti-B --out plots/
     tokenbalance plot --testbeds docs/results/testbeds.json --out docs/results/
-    tokenbalance plot --redraw docs/results/figures.json
-"""
+    tokenbalance plot --redraw docs/results/figures.json"""
 
 from __future__ import annotations
 

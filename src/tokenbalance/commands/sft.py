@@ -1,10 +1,8 @@
 """``tokenbalance sft``: the supervised warm start, saved as a Hugging Face directory.
 
-Without ``--model`` it trains the embedded tokenizer and tiny model from scratch; with it, it
-fine-tunes that local model. The targets are the generated task's (K&K, arith), or with
-``--data --eval-data --reward --target-column`` the target column of your rows. The result is what
-``tokenbalance train --model DIR`` starts from.
-"""
+Without ``--model`` it trains the embedded tokenizer and tiny model from scratch; with it, it fine-tunes that local
+model. The targets are the generated task's (K&K, arith), or with ``--data --eval-data --reward --target-column`` the
+target column of your rows. The result is what ``tokenbalance train --model DIR`` starts from."""
 
 from __future__ import annotations
 
@@ -35,8 +33,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def check_out_dir(out: Path, *, force: bool) -> None:
-    """``ValueError`` unless the SFT policy may be written to ``out``: a new or empty directory, or
-    (with ``force``) one holding only the files an earlier ``tokenbalance sft`` recorded writing."""
+    """``ValueError`` unless the SFT policy may be written to ``out``: a new or empty directory, or (with ``force``)
+    one holding only the files an earlier ``tokenbalance sft`` recorded writing."""
     from tokenbalance.outputs import check_output_dir
     from tokenbalance.trainer.embedded import sft_written_files
 

@@ -1,7 +1,6 @@
 """``tokenbalance train``: the RL loop (docs/training.md).
 
-With no arguments it builds (or reuses) the embedded tiny policy and runs AR + Lopti on K&K.
-"""
+With no arguments it builds (or reuses) the embedded tiny policy and runs AR + Lopti on K&K."""
 
 from __future__ import annotations
 
@@ -10,8 +9,8 @@ from pathlib import Path
 
 
 def nonempty(value: str) -> str:
-    """An argparse ``type`` for paths and names: taken verbatim, but never empty (an empty value is
-    an unset shell variable far more often than a wish for the default)."""
+    """An argparse ``type`` for paths and names: taken verbatim, but never empty (an empty value is an unset shell
+    variable far more often than a wish for the default)."""
     if value == "":
         raise argparse.ArgumentTypeError("empty value (an unset shell variable?); give a value or leave the option out")
     return value
@@ -74,8 +73,8 @@ def add_data_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def printed_config_help(args: argparse.Namespace) -> bool:
-    """Print every config option (the method's with the values of ``--method`` / ``--config`` /
-    ``--set``) and return True when ``--help-config`` was given."""
+    """Print every config option (the method's with the values of ``--method`` / ``--config`` / ``--set``) and return
+    True when ``--help-config`` was given."""
     if not args.help_config:
         return False
     from tokenbalance.config import describe_options
@@ -138,8 +137,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def resumed_config(args: argparse.Namespace):
-    """The saved config of the run in ``--resume RUN`` with the changes a resume allows (more
-    ``--steps``, reporting, device); any other change is refused, naming it (never ignored)."""
+    """The saved config of the run in ``--resume RUN`` with the changes a resume allows (more ``--steps``, reporting,
+    device); any other change is refused, naming it (never ignored)."""
     from tokenbalance.config import apply_overrides, load_config
     from tokenbalance.run.resume import RESUMABLE_KEYS, changed_setting
 

@@ -1,12 +1,8 @@
 """Token statistics by probability bucket (AR-Lopti paper, Figure 1 a-b and Figure 3).
 
-Tokens are grouped by their old-policy probability p at the log-prob temperature, bucket b
-holding ``edges[b] <= p < edges[b + 1]`` (p == 1 in the last; the reference's masks use (lo, hi]),
-or equal-count buckets with ``bucket_mode="quantile"``. Pure functions of tensors: the trainer
-calls :func:`bucket_token_stats` every step, ``diagnose buckets`` :func:`probability_change_stats`;
-:func:`bucket_shares` splits any per-token quantity (the gradient share) over the buckets. Keys,
-edges and differences from the paper: docs/metrics.md ("Diagnostics").
-"""
+Tokens go by old-policy probability p at the log-prob temperature into ``edges[b] <= p < edges[b + 1]`` (p == 1 in the
+last), or equal-count buckets (``bucket_mode="quantile"``). Pure functions of tensors; keys, edges and differences
+from the paper: docs/metrics.md ("Diagnostics")."""
 
 from __future__ import annotations
 
@@ -26,8 +22,7 @@ from tokenbalance.diagnostics.edges import (  # noqa: F401 - re-exported
 def quantile_edges(prob_N: torch.Tensor, num_buckets: int) -> tuple[float, ...]:
     """Edges 0, q(1/n), ..., q((n-1)/n), 1 of the probabilities ``prob_N`` (equal-count buckets).
 
-    Ties can make two interior edges equal (an empty bucket); with no tokens the edges are uniform.
-    """
+    Ties can make two interior edges equal (an empty bucket); with no tokens the edges are uniform."""
     check_range("num_buckets", num_buckets, 1, integer=True)
     if prob_N.numel() == 0:
         return tuple(i / num_buckets for i in range(num_buckets + 1))
@@ -69,21 +64,10 @@ def bucket_shares(
     mode: str = "fixed",
     prefix: str = "diag/",
 ) -> dict[str, float]:
-    """Each bucket's share of the sum over valid tokens of each per-token quantity.
-
-    Args:
-        old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (defines the buckets).
-        mask_BT: [B, T] valid response tokens.
-        values: name -> [B, T] non-negative per-token quantity (read at valid tokens only), e.g.
-            ``{"grad_share": logit_grad_sq_BT}``; ``mask_BT`` itself gives the token share.
-        edges, mode: as :func:`bucket_token_stats`.
-        prefix: key prefix.
-
-    Returns:
-        ``{prefix}bucket{b}/{name}`` = sum over the bucket's valid tokens / sum over all valid tokens
-        (float64 sums); the buckets of a name add up to 1, or are all NaN when the total is 0
-        (nothing to share).
-    """
+    """Each bucket's share of the sum over valid tokens of each per-token quantity in ``values`` (name -> [B, T]
+    non-negative, e.g. ``{"grad_share": logit_grad_sq_BT}``; ``mask_BT`` itself gives the token share), buckets by
+    ``old_logp_BT``; ``edges``, ``mode`` as :func:`bucket_token_stats`. ``{prefix}bucket{b}/{name}`` (float64 sums)
+    add up to 1, or are all NaN when the total is 0."""
     valid_BT = mask_BT.bool()
     edges = step_edges(old_logp_BT, valid_BT, edges, mode)
     index_BT = bucket_index(
@@ -121,25 +105,18 @@ def bucket_token_stats(
     mode: str = "fixed",
     prefix: str = "diag/",
 ) -> dict[str, float]:
-    """Per-bucket token share, mean advantage, clip fraction and entropy, split by sign(A).
+    """Per-bucket token share, mean advantage, clip fraction and entropy, also split by sign(A).
 
     Args:
         old_logp_BT: [B, T] old-policy log-probs at the log-prob temperature (defines p).
         advantages_BT: [B, T] the advantages the update used (after AR / NTHR weights).
-        mask_BT: [B, T] valid response tokens.
-        edges: bucket edges covering [0, 1] (:func:`check_bucket_edges`).
-        clipped_BT: [B, T] bool, true where the PPO clip acted during the update (optional).
-        entropy_BT: [B, T] old-policy entropy at the log-prob temperature (optional).
-        mode: ``"fixed"`` (the edges) or ``"quantile"`` (equal-count buckets, ``len(edges) - 1`` of them).
-        prefix: key prefix.
+        edges: bucket edges covering [0, 1] (:func:`check_bucket_edges`); mode: ``"fixed"`` or ``"quantile"``.
+        clipped_BT: [B, T] bool, where the PPO clip acted (optional); entropy_BT: old-policy entropy (optional).
 
     Returns:
-        For each bucket b, under ``{prefix}bucket{b}/``: ``lo``, ``hi`` (the edges used),
-        ``token_frac`` (share of all valid tokens), ``adv_mean``, ``clip_frac``, ``entropy``, and
-        the same four under ``pos/`` and ``neg/`` (tokens with A > 0 / A < 0; ``pos/token_frac`` is
-        still a share of *all* valid tokens, so pos + neg + zero-advantage shares add up to
-        ``token_frac``). Means over an empty set are NaN; missing inputs give no key.
-    """
+        Under ``{prefix}bucket{b}/``: ``lo``, ``hi``, ``token_frac`` (of all valid tokens), ``adv_mean``,
+        ``clip_frac``, ``entropy``, and the same four under ``pos/`` and ``neg/`` (A > 0 / A < 0; ``token_frac`` still
+        of *all* valid tokens). Means over an empty set are NaN; missing inputs give no key."""
     valid_BT = mask_BT.bool()
     edges = step_edges(old_logp_BT, valid_BT, edges, mode)
     total = int(valid_BT.sum())
@@ -169,13 +146,9 @@ def probability_change_stats(
     mask_BT: torch.Tensor,
     edges=DEFAULT_EDGES,
 ) -> list[dict[str, float | str]]:
-    """Δp = exp(new) - exp(old) per bucket of the *old* probability (Figure 1 c/e/f and Figure 3).
-
-    Returns one dict per bucket: ``interval`` (label), ``tokens``, ``dp_mean``, ``dp_p10``,
-    ``dp_p50``, ``dp_p90`` (quantiles of Δp), ``pos_tokens``, ``pos_up_frac`` (share of A > 0 tokens
-    whose probability rose: the paper's "correct ratio"), ``neg_tokens``, ``neg_down_frac`` (share
-    of A < 0 tokens whose probability fell). NaN where a set is empty.
-    """
+    """Δp = exp(new) - exp(old) per bucket of the *old* probability (Figure 1 c/e/f, Figure 3): per bucket
+    ``interval``, ``tokens``, ``dp_mean``, ``dp_p10/p50/p90``, ``pos_tokens``, ``pos_up_frac`` (A > 0 tokens whose
+    probability rose: the paper's "correct ratio"), ``neg_tokens``, ``neg_down_frac``; NaN where a set is empty."""
     edges = check_bucket_edges(edges)
     valid_BT = mask_BT.bool()
     dp_BT = torch.exp(new_logp_BT.detach().double()) - torch.exp(old_logp_BT.detach().double())

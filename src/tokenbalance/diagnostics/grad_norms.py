@@ -1,12 +1,6 @@
-"""Policy-gradient norm restricted to each probability bucket (AR-Lopti paper, Figure 1 d).
-
-For each bucket (and for all tokens) the norm of the gradient of the method's policy loss with the
-advantages outside the bucket set to 0 and the denominator kept at all valid probe tokens, KL and
-entropy off, at the old policy on one probe batch; the optimizer never steps and ``.grad`` is
-restored. Needs only a function returning log-probs with gradient, so it imports the standard
-library, torch and the algorithm core. What it measures and how it differs from the paper:
-docs/metrics.md ("Gradient norm per bucket").
-"""
+"""Policy-gradient norm restricted to each probability bucket (AR-Lopti paper, Figure 1 d): the method's policy loss
+with advantages outside the bucket at 0 (denominator: all valid probe tokens; KL and entropy off), at the old policy
+on one probe batch; no optimizer step, ``.grad`` restored. docs/metrics.md ("Gradient norm per bucket")."""
 
 from __future__ import annotations
 
@@ -25,8 +19,8 @@ _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|layer)\.(\d+)\.")
 
 
 def parameter_group(name: str) -> str:
-    """Group label of a parameter: ``layer<i>`` for decoder layer i, ``embed``, ``head`` or ``other``
-    (final norm and anything else)."""
+    """Group label of a parameter: ``layer<i>`` for decoder layer i, ``embed``, ``head`` or ``other`` (final norm and
+    anything else)."""
     match = _LAYER.search(name)
     if match:
         return f"layer{int(match.group(1))}"
@@ -69,26 +63,20 @@ def bucket_gradient_norms(
     keep_grads: bool = False,
     prefix: str = "diag/grad_norm/",
 ) -> tuple[dict[str, float], dict[str, list[torch.Tensor]]]:
-    """Norms of the policy gradient restricted to each token set in ``masks``.
+    """Norms of the policy gradient restricted to each token set in ``masks`` (label -> [B, T] bool).
 
     Args:
-        method: the :class:`~tokenbalance.algorithms.methods.Method` (its KL / entropy terms are
-            dropped; its clip and current-policy weights such as TR-GRPO are kept).
-        named_params: ``(name, parameter)`` of the trainable parameters.
-        logp_fn: ``rows -> [rows, T]`` current log-probs with gradient (one forward).
-        old_logp_BT, advantages_BT, mask_BT: the probe batch (no gradient); the advantages are
-            the ones the update uses (after AR / NTHR weights).
-        masks: label -> [B, T] bool token set (e.g. ``{"all": mask, "bucket0": ...}``).
-        micro_batch_rows: rows per forward/backward (gradients accumulate over micro-batches).
-        normaliser: the loss denominators; default: all valid tokens of the probe batch.
-        reduce_grads: sums gradients over data-parallel ranks (called once per label).
-        per_layer: also report the norm of each parameter group (:func:`parameter_group`).
-        keep_grads: also return each label's gradient (detached clones, in parameter order).
+        method: its KL / entropy terms dropped; clip and current-policy weights (TR-GRPO) kept.
+        logp_fn: ``rows -> [rows, T]`` current log-probs with gradient.
+        old_logp_BT, advantages_BT, mask_BT: the probe batch (the update's advantages, after AR / NTHR).
+        normaliser: the loss denominators; default all valid probe tokens.
+        reduce_grads: sums gradients over data-parallel ranks (once per label).
+        per_layer: also each parameter group's norm (:func:`parameter_group`).
+        keep_grads: also return each label's gradient (detached, in parameter order).
 
     Returns:
-        ``{prefix + label: norm, prefix + label + "/" + group: norm}`` and, with ``keep_grads``,
-        ``{label: [gradient per parameter]}``. ``.grad`` of every parameter is as before the call.
-    """
+        ``{prefix + label: norm, prefix + label + "/" + group: norm}`` (and with ``keep_grads`` ``{label:
+        [gradients]}``); every ``.grad`` as before the call."""
     loss_method = gradient_free_method(method)
     valid_BT = mask_BT.bool()
     params = [p for _, p in named_params]

@@ -1,12 +1,7 @@
-"""The low-probability gradient share: each probability bucket's share of the squared
-logit-gradient norm, the one estimator our trainer, the TRL subclass and the verl losses log.
-
-Per token ||dL/dz||^2 = g^2 ||e_o - pi||^2 (:mod:`tokenbalance.algorithms.logit_grad`): exact where
-the runner has sum_j pi_j^2, the AR-Lopti bound (keys ending ``_bound``) where it sees log-probs
-only. "After": g = dL/d log p of the loss; "before": g = A c, kept as A^2 times the norm per unit
-advantage (g = c) so that a runner can sum that norm over micro-batches before A is known.
-Definitions and which runner reports what: docs/metrics.md ("Gradient share per bucket").
-"""
+"""The low-probability gradient share: each probability bucket's share of the squared logit-gradient norm, the one
+estimator every runner logs. Per token ||dL/dz||^2 = g^2 ||e_o - pi||^2 (:mod:`tokenbalance.algorithms.logit_grad`),
+exact with sum_j pi_j^2, else the bound (``_bound`` keys); "after": g = dL/d log p, "before": g = A c. docs/metrics.md
+("Gradient share per bucket")."""
 
 from __future__ import annotations
 
@@ -30,17 +25,10 @@ def grad_shares(
     mode: str = "fixed",
     with_token_frac: bool = False,
 ) -> dict[str, float]:
-    """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (``..._bound`` when not ``exact``).
-
-    Args:
-        old_logp_BT: [B, T] old-policy log-probs (define the buckets).
-        mask_BT: [B, T] valid response tokens.
-        logit_grad_sq_BT: [B, T] each token's squared logit-gradient norm in the update.
-        unit_logit_grad_sq_BT: [B, T] the same per unit advantage (g = c: ratio 1, no clip, no weight).
-        estimator_adv_BT: [B, T] the method's estimator's advantage, before any token stage.
-        edges, mode: the buckets (:func:`~tokenbalance.diagnostics.buckets.bucket_shares`).
-        with_token_frac: also ``diag/bucket<b>/token_frac`` (a runner without the bucket statistics).
-    """
+    """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (``..._bound`` when not ``exact``) from [B, T]
+    ``logit_grad_sq_BT`` (the update's), ``unit_logit_grad_sq_BT`` (per unit advantage) and ``estimator_adv_BT``
+    (before any token stage); buckets by ``old_logp_BT``, ``edges``, ``mode``. ``with_token_frac``: also
+    ``token_frac``."""
     suffix = "" if exact else "_bound"
     before_BT = estimator_adv_BT.double().square() * unit_logit_grad_sq_BT
     values = {"token_frac": mask_BT} if with_token_frac else {}
@@ -61,10 +49,9 @@ def loss_grad_shares(
     edges,
     sum_sq_probs_BT: torch.Tensor | None = None,
 ) -> dict[str, float]:
-    """:func:`grad_shares` (with ``token_frac``) of a host's micro-batch (the TRL subclass, the verl
-    losses): g = dL/d log p of ``loss`` from ``autograd.grad`` down to ``logp_BT`` only (no parameter
-    gradient; 0 where nothing reaches the log-probs), c the token's weight in ``method``'s policy
-    aggregation; exact with ``sum_sq_probs_BT`` ([B, T] sum_j pi_j^2), the bound without."""
+    """:func:`grad_shares` (with ``token_frac``) of a host's micro-batch: g = dL/d log p of ``loss`` by
+    ``autograd.grad`` (no parameter gradient), c the token's weight in ``method``'s aggregation; exact with
+    ``sum_sq_probs_BT``, else the bound."""
     (dlogp_BT,) = torch.autograd.grad(loss, logp_BT, retain_graph=True, allow_unused=True)
     if dlogp_BT is None:  # no gradient reaches the log-probs (every advantage 0)
         dlogp_BT = torch.zeros_like(logp_BT)

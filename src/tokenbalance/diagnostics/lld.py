@@ -1,11 +1,6 @@
-"""Lazy Likelihood Displacement (LLD) of correct responses (NTHR paper, arXiv 2505.18830, §4).
-
-Δ(x) = mean over the correct responses y+ of a mixed group of [ln π_new(y+|x) - ln π_old(y+|x)]
-(sequence log-likelihoods); the group is "LLD" when Δ(x) < epsilon. Pure functions of tensors,
-used by the online monitor (``diagnostics.lld=true``: the whole RL step's displacement, NOT the
-paper's protocol) and by ``tokenbalance diagnose lld`` (the paper's protocol on a checkpoint):
-docs/metrics.md ("LLD monitor", "Offline diagnostics").
-"""
+"""Lazy Likelihood Displacement of correct responses (NTHR paper, arXiv 2505.18830, §4): Δ(x) = mean over the correct
+responses of a mixed group of [ln π_new(y+|x) - ln π_old(y+|x)]; "LLD" when Δ(x) < epsilon. Used online
+(``diagnostics.lld``, the whole step's displacement) and by ``diagnose lld`` (the paper's protocol): docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -55,13 +50,9 @@ def lld_stats(
     epsilon: float = 0.0,
     prefix: str = "diag/lld/",
 ) -> dict[str, float]:
-    """LLD statistics over groups from the log-probs of the correct responses of mixed groups.
-
-    Returns ``groups`` (mixed groups measured), ``delta_mean``, ``delta_p10``, ``delta_p50``
-    (over groups of Δ(x), sequence sums), ``frac_below_eps`` (share of groups with Δ(x) < epsilon),
-    ``delta_tok_mean`` and ``frac_below_eps_tok`` (the length-normalised variant: token means
-    instead of sums). With no mixed group every value is 0 (and ``groups`` 0).
-    """
+    """LLD statistics of the correct responses of mixed groups: ``groups``, ``delta_mean``, ``delta_p10``,
+    ``delta_p50`` (sequence sums), ``frac_below_eps``, and the token-mean variants ``delta_tok_mean``,
+    ``frac_below_eps_tok``; all 0 without a mixed group."""
     keys = ("delta_mean", "delta_p10", "delta_p50", "frac_below_eps", "delta_tok_mean", "frac_below_eps_tok")
     if new_logp_RT.shape[0] == 0:
         return {prefix + "groups": 0.0, **{prefix + k: 0.0 for k in keys}}

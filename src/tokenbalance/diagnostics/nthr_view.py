@@ -1,11 +1,6 @@
-"""Which negative tokens NTHR selects (down-weights), per group, for ``tokenbalance diagnose nthr``.
-
-Recomputes, per mixed group, the scores s-_t, the anchor threshold tau and the selection s-_t > tau
-with :func:`tokenbalance.algorithms.nthr.nthr_token_scores`, by the rules of
-:func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (a test checks that the selection equals
-the tokens whose weight it sets to eta), and renders a response with them highlighted
-(``[brackets]`` in plain text). docs/methods.md §6, docs/metrics.md ("Offline diagnostics").
-"""
+"""Which negative tokens NTHR selects per mixed group, for ``tokenbalance diagnose nthr``: the scores, tau and
+selection by the rules of :func:`~tokenbalance.algorithms.nthr.nthr_token_weights` (a test checks they agree), and a
+response rendered with them in ``[brackets]``. docs/methods.md §6, docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -20,12 +15,8 @@ from tokenbalance.algorithms.nthr import NTHRConfig, nthr_eta, nthr_groups, nthr
 
 @dataclass(frozen=True)
 class GroupSelection:
-    """NTHR's view of one mixed group.
-
-    ``negative_rows`` [N] batch rows of the incorrect responses; ``scores_NT`` their token scores
-    s-; ``selected_NT`` the tokens NTHR down-weights (valid tokens only); ``tau`` the threshold
-    (``-inf`` with beta = -inf); ``eta`` the weight of the selected tokens; ``p`` = N+ / G.
-    """
+    """NTHR's view of one mixed group: ``negative_rows`` [N], their scores ``scores_NT``, ``selected_NT`` the
+    down-weighted valid tokens, ``tau`` (``-inf`` with beta = -inf), ``eta`` and ``p`` = N+ / G."""
 
     group: int
     positive_rows: list[int]
@@ -52,12 +43,8 @@ def nthr_selections(
     unembed_bias_V: torch.Tensor | None = None,
     correct_B: torch.Tensor | None = None,
 ) -> list[GroupSelection]:
-    """One :class:`GroupSelection` per mixed group (groups with positive and negative rows), in id order.
-
-    Positives and negatives follow ``config.positives`` exactly as in ``nthr_token_weights``
-    (:func:`~tokenbalance.algorithms.nthr.nthr_groups`); ``correct_B`` [B] bool is required for the
-    default ``positives="correct"``.
-    """
+    """One :class:`GroupSelection` per mixed group in id order, positives as ``config.positives`` says
+    (:func:`~tokenbalance.algorithms.nthr.nthr_groups`; ``correct_B`` required for ``"correct"``)."""
     valid = mask_BT.bool()
     select_all = config.beta == -math.inf
     out = []

@@ -1,12 +1,8 @@
-"""Figures of training runs from their ``metrics.jsonl`` alone (``tokenbalance plot``): ``training``,
-``buckets`` (the AR-Lopti paper's Figure 1 layout, means over steps), ``buckets_steps`` and ``lld``.
+"""Figures of runs from their ``metrics.jsonl`` (``tokenbalance plot``): ``training``, ``buckets`` (Figure 1 layout),
+``buckets_steps`` and ``lld``, runs overlaid; empty panels dropped and named; written by :func:`save_figures`, which
+never replaces a user's file. docs/metrics.md ("Plots").
 
-Several runs are overlaid, one colour each; a panel no run has data for is dropped and named in the
-figure, a figure with no data at all is not written (the log says why). Figures are written through
-:func:`save_figures`, which never replaces a file of the user's. docs/metrics.md, "Plots".
-
-    tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/
-"""
+    tokenbalance plot runs/grpo-20261122-101500 runs/ar_lopti-20261122-111500 --out plots/"""
 
 from __future__ import annotations
 
@@ -79,9 +75,9 @@ def _number(value) -> float | None:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file, or naming the
-    file and the line when a line before the last is not a JSON object. A torn last line (a run
-    killed while writing) is left out and counted in ``skipped_lines``, as a resume drops it."""
+    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file, or naming the file and the
+    line when a line before the last is not a JSON object. A torn last line (a run killed while writing) is left out
+    and counted in ``skipped_lines``, as a resume drops it."""
     run_dir = Path(run_dir)
     path = run_dir / "metrics.jsonl"
     if not run_dir.is_dir():
@@ -158,8 +154,8 @@ DPI = 200  # figures are laid out in inches at a page's width; 200 dpi prints sh
 
 
 def new_figure(rows: int, cols: int, width: float, height: float) -> Figure:
-    """A ``width`` x ``height`` inch panel per cell at :data:`DPI`, in matplotlib's constrained layout,
-    on the Agg canvas (no display, no global backend state)."""
+    """A ``width`` x ``height`` inch panel per cell at :data:`DPI`, in matplotlib's constrained layout, on the Agg
+    canvas (no display, no global backend state)."""
     fig = Figure(figsize=(width * cols, height * rows), dpi=DPI, layout="constrained")
     FigureCanvasAgg(fig)
     return fig
@@ -240,8 +236,8 @@ def _buckets(runs: list[Run]) -> tuple[int, list[str]]:
 
 @dataclass(frozen=True)
 class BucketStat:
-    """One panel of the bucket figures: ``stat`` names its keys (:meth:`keys`); ``unit`` is its
-    y-label (empty where the title says it all); ``switch`` is the setting that logs it."""
+    """One panel of the bucket figures: ``stat`` names its keys (:meth:`keys`); ``unit`` is its y-label (empty where
+    the title says it all); ``switch`` is the setting that logs it."""
 
     stat: str
     title: str
@@ -249,8 +245,8 @@ class BucketStat:
     switch: str
 
     def keys(self, b: int | str) -> tuple[str, str | None]:
-        """The key of bucket ``b`` (``"all"``: every token) and its second one: A < 0 for the mean
-        advantage, before the token stage for the gradient share."""
+        """The key of bucket ``b`` (``"all"``: every token) and its second one: A < 0 for the mean advantage, before
+        the token stage for the gradient share."""
         if self.stat == "grad_norm":
             return ("diag/grad_norm/all" if b == "all" else f"diag/grad_norm/bucket{b}"), None
         if self.stat == "adv_mean":
@@ -309,9 +305,9 @@ def _panels(runs: list[Run], count: int) -> tuple[list[BucketStat], list[str]]:
 def _figure_key(
     fig: Figure, title: str, runs: list[Run], drawn: list[BucketStat], dropped: list[str], count: int
 ) -> None:
-    """The figure's title over one legend for the whole figure (runs by colour; "(no data)" for a
-    run without data in any drawn panel) and, at the bottom, the panels dropped. (Constrained
-    layout stacks one element per edge: the legend's title is the figure's.)"""
+    """The figure's title over one legend for the whole figure (runs by colour; "(no data)" for a run without data in
+    any drawn panel) and, at the bottom, the panels dropped. (Constrained layout stacks one element per edge: the
+    legend's title is the figure's.)"""
     handles = [
         Line2D(
             [],
@@ -343,8 +339,8 @@ def _zeroed(values: list[float]) -> list[float]:
 
 
 def buckets_figure(runs: list[Run]) -> Figure | NotDrawn:
-    """Figure 1 layout: per-bucket bars averaged over each run's steps, panels lettered, those
-    without data dropped and named; :class:`NotDrawn` when no run logged any bucket statistic."""
+    """Figure 1 layout: per-bucket bars averaged over each run's steps, panels lettered, those without data dropped
+    and named; :class:`NotDrawn` when no run logged any bucket statistic."""
     count, labels = _buckets(runs)
     drawn, dropped = _panels(runs, count)
     if not drawn:
@@ -384,8 +380,8 @@ def buckets_figure(runs: list[Run]) -> Figure | NotDrawn:
 
 
 def _lacking(stat: BucketStat, runs: list[Run], drawn: list[BucketStat], count: int) -> str:
-    """``"\n(no data: NAME, ...)"`` for the runs without ``stat`` that have another drawn panel's data
-    (a run without any is marked in the legend)."""
+    """``"\n(no data: NAME, ...)"`` for the runs without ``stat`` that have another drawn panel's data (a run without
+    any is marked in the legend)."""
     names = [r.name for r in runs if not _values(stat, [r], count) and any(_values(s, [r], count) for s in drawn)]
     return f"\n(no data: {', '.join(names)})" if names else ""
 
@@ -471,8 +467,8 @@ def plot_runs(
     figures: tuple[str, ...] = tuple(FIGURES),
     log: Callable[[str], None] = print,
 ) -> list[Path]:
-    """Write ``figures`` in every format; returns the files written (``out_dir`` default: the first
-    run's ``plots/``). ``labels``: the legend's name of each run, in order."""
+    """Write ``figures`` in every format; returns the files written (``out_dir`` default: the first run's ``plots/``).
+    ``labels``: the legend's name of each run, in order."""
     runs = load_runs(run_dirs, labels)
     out = Path(out_dir) if out_dir is not None else Path(run_dirs[0]) / "plots"
     makers = {name: functools.partial(FIGURES[name], runs) for name in figures}
@@ -486,10 +482,9 @@ def save_figures(
     *,
     log: Callable[[str], None] = print,
 ) -> list[Path]:
-    """Draw each figure and write it in every format to ``out`` (``--out``); a file there that
-    tokenbalance did not write is never replaced (checked before drawing). A figure without data is
-    not written, and one an earlier call wrote under its name is removed; ``log`` says so. PNG files
-    carry the fingerprint of what they plot (:mod:`.plotted`). Returns the files written."""
+    """Draw each figure and write it in every format to ``out``; a file tokenbalance did not write is never replaced
+    (checked before drawing); a figure without data is not written (an earlier one of its name removed), and ``log``
+    says so. PNGs carry the fingerprint of what they plot (:mod:`.plotted`). Returns the files written."""
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"--format: unknown format {bad[0]!r}; valid: {', '.join(FORMATS)}")

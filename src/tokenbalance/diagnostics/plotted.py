@@ -1,7 +1,6 @@
-"""What a figure plots, as numbers and words, and its fingerprint: written into every PNG that
-tokenbalance draws, so that a committed figure can be checked against what its committed data
-draw today without comparing pixels across font and matplotlib versions (docs/metrics.md, "Plots").
-"""
+"""What a figure plots, as numbers and words, and its fingerprint: written into every PNG that tokenbalance draws, so
+that a committed figure can be checked against what its committed data draw today without comparing pixels across font
+and matplotlib versions (docs/metrics.md, "Plots")."""
 
 from __future__ import annotations
 
@@ -57,8 +56,8 @@ def _axes(ax) -> dict:
 
 
 def plotted(fig: Figure) -> dict:
-    """Size, titles, labels, legends, texts, and every line's, bar's and band's coordinates of ``fig``;
-    no tick positions or axis limits (matplotlib chooses those and may choose them differently)."""
+    """Size, titles, labels, legends, texts, and every line's, bar's and band's coordinates of ``fig``; no tick
+    positions or axis limits (matplotlib chooses those and may choose them differently)."""
     return {
         "inches": _points([fig.get_size_inches()]),
         "suptitle": fig.get_suptitle(),

@@ -1,10 +1,6 @@
-"""Metric sinks: ``metrics.jsonl`` always, TensorBoard and Weights & Biases on request.
-
-One JSON object per line, ``{"step": N, "kind": "train"|"eval", ...metrics}``; W&B runs offline
-unless ``WANDB_MODE`` says otherwise. :func:`dump_json` writes non-finite numbers as ``null`` (every
-JSON writer of the package uses it); :func:`restore_non_finite` reads them back as NaN, and the
-strings of older files too: docs/metrics.md ("Non-finite numbers").
-"""
+"""Metric sinks: ``metrics.jsonl`` always (``{"step": N, "kind": "train"|"eval", ...}`` per line), TensorBoard and W&B
+(offline unless ``WANDB_MODE``) on request. :func:`dump_json` writes non-finite numbers as ``null``,
+:func:`restore_non_finite` reads them back as NaN (docs/metrics.md, "Non-finite numbers")."""
 
 from __future__ import annotations
 
@@ -20,8 +16,8 @@ OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how fi
 
 
 def json_safe(value):
-    """``value`` with every non-finite float replaced by ``None`` (JSON ``null``), inside dicts,
-    lists and tuples too (tuples become lists, as ``json`` writes them anyway)."""
+    """``value`` with every non-finite float replaced by ``None`` (JSON ``null``), inside dicts, lists and tuples too
+    (tuples become lists, as ``json`` writes them anyway)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
@@ -32,14 +28,14 @@ def json_safe(value):
 
 
 def dump_json(value, **kwargs) -> str:
-    """Strict JSON text of ``value`` with non-finite numbers as ``null`` (``json.dumps`` arguments
-    such as ``indent`` pass through)."""
+    """Strict JSON text of ``value`` with non-finite numbers as ``null`` (``json.dumps`` arguments such as ``indent``
+    pass through)."""
     return json.dumps(json_safe(value), allow_nan=False, **kwargs)
 
 
 def restore_non_finite(value):
-    """A value read from a metrics file with ``null`` as ``float("nan")``, and the strings
-    ``"nan"`` / ``"inf"`` / ``"-inf"`` of older files as those floats, inside dicts and lists too."""
+    """A value read from a metrics file with ``null`` as ``float("nan")``, and the strings ``"nan"`` / ``"inf"`` /
+    ``"-inf"`` of older files as those floats, inside dicts and lists too."""
     if value is None:
         return math.nan
     if isinstance(value, str):
@@ -64,8 +60,8 @@ class MetricsLog:
         config: dict | None = None,
         wandb_options: dict | None = None,
     ) -> None:
-        """``wandb_options``: ``project``, ``entity``, ``name`` (default ``run_name``) and ``mode``
-        (default offline; ``WANDB_MODE`` in the environment wins) for ``wandb.init``."""
+        """``wandb_options``: ``project``, ``entity``, ``name`` (default ``run_name``) and ``mode`` (default offline;
+        ``WANDB_MODE`` in the environment wins) for ``wandb.init``."""
         self.path = Path(run_dir) / "metrics.jsonl"
         self._tb = None
         self._wandb = None
@@ -107,10 +103,9 @@ class MetricsLog:
                 ) from None
 
     def truncate_after(self, step: int) -> str | None:
-        """Drop records logged after ``step`` (a resumed run repeats them), and a torn last line (an
-        append cut short, e.g. by a full disk); returns a note when a torn line was dropped. The
-        file is replaced through a temporary file and a rename. A malformed line before the last
-        is an error naming the file and the line."""
+        """Drop records logged after ``step`` (a resumed run repeats them), and a torn last line (an append cut short,
+        e.g. by a full disk); returns a note when a torn line was dropped. The file is replaced through a temporary
+        file and a rename. A malformed line before the last is an error naming the file and the line."""
         if not self.path.exists():
             return None
         records, torn = parse_metrics_lines(self.path)
@@ -139,9 +134,9 @@ class MetricsLog:
 
 
 def parse_metrics_lines(path: Path) -> tuple[list[tuple[str, dict]], str | None]:
-    """``([(line, record), ...], torn)`` of a ``metrics.jsonl`` file: ``torn`` is an unreadable
-    last line (an append cut short), left out of the records; an unreadable line before the last
-    (or a line that is not a JSON object) is a ``ValueError`` naming the file and the line."""
+    """``([(line, record), ...], torn)`` of a ``metrics.jsonl`` file: ``torn`` is an unreadable last line (an append
+    cut short), left out of the records; an unreadable line before the last (or a line that is not a JSON object) is a
+    ``ValueError`` naming the file and the line."""
     lines = [(number, line) for number, line in enumerate(Path(path).read_text().splitlines(), 1) if line.strip()]
     records: list[tuple[str, dict]] = []
     for position, (number, line) in enumerate(lines):
@@ -161,10 +156,9 @@ def parse_metrics_lines(path: Path) -> tuple[list[tuple[str, dict]], str | None]
 
 
 def read_metrics(path: Path) -> list[dict]:
-    """All records of a ``metrics.jsonl`` file; non-finite values (``null``, or ``"nan"`` /
-    ``"inf"`` / ``"-inf"`` in older files) come back as floats (:func:`restore_non_finite`). A
-    torn last line (an append cut short) is left out; another malformed line is a ``ValueError``
-    naming the file and the line."""
+    """All records of a ``metrics.jsonl`` file; non-finite values (``null``, or ``"nan"`` / ``"inf"`` / ``"-inf"`` in
+    older files) come back as floats (:func:`restore_non_finite`). A torn last line (an append cut short) is left out;
+    another malformed line is a ``ValueError`` naming the file and the line."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"{path}: no metrics.jsonl here (is this a run directory?)")

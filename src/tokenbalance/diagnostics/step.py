@@ -1,12 +1,7 @@
-"""The per-step diagnostics of a training run (``diagnostics`` config section), logged under ``diag/``.
-
-The trainer calls two hooks of :class:`StepDiagnostics`: :meth:`~StepDiagnostics.before_update`
-(the opt-in per-bucket gradient norms) and :meth:`~StepDiagnostics.after_update` (bucket
-statistics, gradient shares and the opt-in LLD monitor, from the batch, the passes and the update's
-record; nothing recomputed). The model is reached through one :class:`PolicyAccess`, the batch read
-through :class:`StepBatch`, so this module imports only torch and the algorithm core. Every key and
-its cost: docs/metrics.md.
-"""
+"""The per-step diagnostics of a run (``diagnostics`` section), logged under ``diag/``: the trainer calls
+:meth:`StepDiagnostics.before_update` (gradient norms) and :meth:`StepDiagnostics.after_update` (bucket statistics,
+gradient shares, LLD; nothing recomputed), reaching the model through :class:`PolicyAccess` and the batch through
+:class:`StepBatch`. Keys and costs: docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -24,8 +19,8 @@ from tokenbalance.types import LossNormaliser, UpdatePass
 
 
 class StepBatch(Protocol):
-    """What the diagnostics read of a step's batch (B responses, T response tokens); the trainer's
-    is :class:`tokenbalance.trainer.batch.RolloutBatch` once it has its old log-probs."""
+    """What the diagnostics read of a step's batch (B responses, T response tokens); the trainer's is
+    :class:`tokenbalance.trainer.batch.RolloutBatch` once it has its old log-probs."""
 
     @property
     def old_logp_BT(self) -> torch.Tensor:
@@ -83,8 +78,8 @@ class UpdateTrace(Protocol):
 
 
 class PolicyAccess(Protocol):
-    """What the diagnostics need from the runner: the policy, its log-probs on rows of the step's
-    batch, and the data-parallel reductions. One object per step (the trainer's is
+    """What the diagnostics need from the runner: the policy, its log-probs on rows of the step's batch, and the
+    data-parallel reductions. One object per step (the trainer's is
     :class:`tokenbalance.trainer.step_policy.StepPolicy`)."""
 
     @property
@@ -176,8 +171,8 @@ class StepDiagnostics:
         return norms | {"diag/grad_norm/probe_tokens": normaliser.policy}
 
     def after_update(self, passes: list[UpdatePass], batch: StepBatch, record: UpdateTrace) -> dict[str, float]:
-        """Bucket statistics, gradient shares and the LLD monitor; returns the ``diag/*`` metrics of
-        the step. ``record``: the update's (``UpdateRecord``: clip flags, squared logit-gradient norms)."""
+        """Bucket statistics, gradient shares and the LLD monitor; returns the ``diag/*`` metrics of the step.
+        ``record``: the update's (``UpdateRecord``: clip flags, squared logit-gradient norms)."""
         metrics: dict[str, float] = {}
         old_logp_BT, mask_BT = batch.old_logp_BT, batch.mask_BT
         if self.config.bucket_stats:
@@ -217,8 +212,8 @@ class StepDiagnostics:
     def grad_shares(
         self, batch: StepBatch, logit_grad_sq_BT: torch.Tensor, unit_logit_grad_sq_BT: torch.Tensor
     ) -> dict[str, float]:
-        """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (docs/metrics.md), the estimator's
-        advantages recomputed from the rewards."""
+        """``diag/bucket<b>/grad_share`` and ``grad_share_before`` (docs/metrics.md), the estimator's advantages
+        recomputed from the rewards."""
         mask_BT = batch.mask_BT
         base_adv_BT = compute_advantages(
             self.method, batch.rewards_B, batch.group_ids_B, mask_BT, batch.old_logp_BT, batch.ref_logp_BT

@@ -1,11 +1,6 @@
-"""Token statistics by class (decisions, copies, wording, format) for a task that tells
-(:meth:`~tokenbalance.tasks.base.BaseTask.text_classes`; arith's working).
-
-:func:`token_classes` gives each response token's class, :func:`class_profile` the token profile
-by class and bucket, :func:`logp_change_by_class` the single update's change of log p by class,
-bucket and advantage sign (saturated tokens apart). Pure functions of tensors and strings; the
-probe batch and the update come from the caller. docs/metrics.md ("Offline diagnostics").
-"""
+"""Token statistics by class (decisions, copies, wording, format) for a task that has
+:meth:`~tokenbalance.tasks.base.BaseTask.text_classes` (arith's working): each token's class, the profile by class and
+bucket, and one update's change of log p by class, bucket and sign. docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -20,8 +15,8 @@ SATURATED_P = 0.999
 
 
 def token_pieces(tokenizer, ids: list[int]) -> list[str]:
-    """The text each token adds to the decoded prefix (a multi-byte character goes to the token that
-    completes it), falling back to the token decoded alone when decoding is not prefix-stable."""
+    """The text each token adds to the decoded prefix (a multi-byte character goes to the token that completes it),
+    falling back to the token decoded alone when decoding is not prefix-stable."""
     pieces, previous = [], ""
     for i, token in enumerate(ids):
         text = tokenizer.decode(ids[: i + 1], skip_special_tokens=False, clean_up_tokenization_spaces=False)
@@ -37,9 +32,8 @@ def token_pieces(tokenizer, ids: list[int]) -> list[str]:
 
 
 def piece_kinds(pieces: Sequence[str], char_kinds: Sequence[str], text: str, rest: str) -> list[str]:
-    """The class of each token piece: that of its first non-space character in ``text`` (whose
-    character classes are ``char_kinds``); spaces only, and pieces the text does not hold (special
-    tokens), are ``rest``."""
+    """The class of each token piece: that of its first non-space character in ``text`` (whose character classes are
+    ``char_kinds``); spaces only, and pieces the text does not hold (special tokens), are ``rest``."""
     kinds, start = [], 0
     for piece in pieces:
         end = start + len(piece)
@@ -56,8 +50,8 @@ def token_classes(
     text_classes, tokenizer, response_ids_BT: torch.Tensor, mask_BT: torch.Tensor, classes: Sequence[str]
 ) -> torch.Tensor:
     """[B, T] int64: the index in ``classes`` of each valid response token's class, -1 elsewhere.
-    ``text_classes(text)`` gives the class of each character of a decoded response; the last of
-    ``classes`` is the rest (spaces, special tokens)."""
+    ``text_classes(text)`` gives the class of each character of a decoded response; the last of ``classes`` is the
+    rest (spaces, special tokens)."""
     class_BT = torch.full(response_ids_BT.shape, -1, dtype=torch.long)
     for row in range(response_ids_BT.shape[0]):
         valid = mask_BT[row].bool().cpu()
@@ -79,8 +73,8 @@ def class_profile(
     decisions: Sequence[str],
     edges,
 ) -> dict:
-    """Per class the tokens in each bucket of the old probability, and overall: the share of tokens
-    below the first inner edge (``low_share``) and the share of those that are ``decisions``."""
+    """Per class the tokens in each bucket of the old probability, and overall: the share of tokens below the first
+    inner edge (``low_share``) and the share of those that are ``decisions``."""
     edges = check_bucket_edges(edges)
     masks = bucket_masks(old_logp_BT.cpu(), mask_BT.cpu(), edges)
     class_BT = class_BT.cpu()
@@ -114,10 +108,8 @@ def logp_change_by_class(
     *,
     saturated: float = SATURATED_P,
 ) -> list[dict]:
-    """Δ log p = new - old per class, bucket of the old probability and sign of the advantage, the
-    tokens with p > ``saturated`` in a bucket of their own (``interval`` "saturated"). One dict per
-    (class, interval, sign) with tokens, the mean Δ log p and the share that moved the advantage's
-    way (up for A > 0, down for A < 0); NaN where a set is empty."""
+    """Δ log p = new - old per (class, old-probability bucket, advantage sign), tokens with p > ``saturated`` in an
+    interval "saturated": tokens, mean Δ log p and the share moved the advantage's way; NaN where a set is empty."""
     edges = check_bucket_edges(edges)
     old = old_logp_BT.detach().double().cpu()
     change_BT = new_logp_BT.detach().double().cpu() - old

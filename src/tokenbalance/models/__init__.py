@@ -1,11 +1,11 @@
-"""Tiny causal LMs and tokenizers built locally; any Hugging Face causal LM loaded from a directory.
+"""Tiny causal LMs and tokenizers built locally; any Hugging Face causal LM loaded from a local directory (never the
+hub).
 
     from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, save_policy, train_tokenizer
     model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
     model, tokenizer = load_policy("runs/tiny/init")       # or any local HF causal-LM directory
 
-Nothing here reaches for the Hugging Face hub. The modules and how each differs from the usual
-Hugging Face habits: docs/training.md ("Models")."""
+docs/training.md ("Models")."""
 
 from tokenbalance.models.loading import check_policy_dir, check_special_tokens, load_policy, save_policy
 from tokenbalance.models.tiny import TinyModelConfig, build_tiny_model, count_parameters

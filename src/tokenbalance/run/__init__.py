@@ -1,9 +1,4 @@
-"""What a run is before and beside its training: its setup (:mod:`.setup`: ``prepare(config)``,
-the checks before work; :mod:`.examples`) and everything its run directory is: files and state
-(:mod:`.state`), lock (:mod:`.lock`), checkpoints (:mod:`.checkpoints`), the repairs after a kill and
-the settings a resume may change (:mod:`.repair`, :mod:`.resume`), the plan a grid takes for it
-(:mod:`.plan`), the records a grid keeps (:mod:`.records`) and the verl cell's sittings (:mod:`.cell`).
-
-Below the trainer: nothing here imports it. Importing this package loads nothing (a verl cell runs
-:mod:`.cell` where only the standard library is needed). docs/reliability.md says what each guarantees.
-"""
+"""What a run is before and beside its training: its setup (:mod:`.setup`, :mod:`.examples`) and its run directory:
+state (:mod:`.state`), lock (:mod:`.lock`), checkpoints (:mod:`.checkpoints`), repairs and resumable settings
+(:mod:`.repair`, :mod:`.resume`), a grid's plan (:mod:`.plan`) and records (:mod:`.records`), the verl cell
+(:mod:`.cell`). Below the trainer; importing the package loads nothing. Guarantees: docs/reliability.md."""

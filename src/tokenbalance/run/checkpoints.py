@@ -1,12 +1,7 @@
-"""Checkpoint folders: how they are named, when one is complete, how they are listed, found and
-pruned, for the RL trainer's (:func:`rl_store`) and the SFT's (:func:`sft_store`) alike; writing and
-reading their tensors is the trainer's (trainer/checkpoint.py, trainer/sft_checkpoint.py).
-
-A checkpoint is built under a temporary name (``.step_000010.*``) and renamed into place whole;
-``checkpoints/latest`` names the RL run's newest. Only the names the trainer writes (``step_`` and
-six or more digits) are ever read or removed: a user's ``step_000001_best`` or ``step_000002.keep``
-beside them is never touched. Standard library only. docs/training.md "The run directory".
-"""
+"""Checkpoint folders of the RL trainer (:func:`rl_store`) and the SFT (:func:`sft_store`): naming, completeness,
+listing, finding, pruning (their tensors: trainer/checkpoint.py, trainer/sft_checkpoint.py). Built under a temporary
+name and renamed whole; ``checkpoints/latest`` names the newest; only ``step_`` + 6 or more digits is ever read or
+removed. Standard library only; docs/training.md "The run directory"."""
 
 from __future__ import annotations
 
@@ -49,8 +44,8 @@ class CheckpointStore:
     dirs: tuple[str, ...] = ()
 
     def is_complete(self, checkpoint: Path) -> bool:
-        """The one completeness rule: every file and folder of the layout is there (a checkpoint is
-        renamed into place only when whole; a folder that lacks one is damaged or not ours)."""
+        """The one completeness rule: every file and folder of the layout is there (a checkpoint is renamed into place
+        only when whole; a folder that lacks one is damaged or not ours)."""
         return all((checkpoint / n).is_file() for n in self.files) and all((checkpoint / n).is_dir() for n in self.dirs)
 
     def layout(self) -> str:
@@ -87,8 +82,8 @@ class CheckpointStore:
         return final
 
     def prune(self, keep: int, *, spare: Path | None = None) -> list[Path]:
-        """Remove the complete checkpoints older than the newest ``keep`` (never ``spare``); returns
-        them. Incomplete ones are left to the resume's repair."""
+        """Remove the complete checkpoints older than the newest ``keep`` (never ``spare``); returns them. Incomplete
+        ones are left to the resume's repair."""
         if keep < 1:
             raise ValueError(f"keep must be >= 1, got {keep}")
         removed = [p for p in self.complete()[:-keep] if p != spare]
@@ -113,8 +108,8 @@ def checkpoint_dirs(root: Path) -> list[Path]:
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint ``latest`` names, or None when there is no ``latest``; ``ValueError`` when it
-    names one that is not complete."""
+    """The checkpoint ``latest`` names, or None when there is no ``latest``; ``ValueError`` when it names one that is
+    not complete."""
     store = rl_store(run_dir)
     pointer = store.root / LATEST
     if not pointer.is_file():
@@ -126,9 +121,9 @@ def latest_checkpoint(run_dir: Path) -> Path | None:
 
 
 def resume_checkpoint(run_dir: Path) -> Path | None:
-    """The checkpoint a resume continues from: the one ``latest`` names when it is complete, else the
-    newest complete ``step_*`` (a run stopped between renaming a checkpoint into place and writing
-    ``latest`` has one that ``latest`` does not name yet); None when there is none."""
+    """The checkpoint a resume continues from: the one ``latest`` names when it is complete, else the newest complete
+    ``step_*`` (a run stopped between renaming a checkpoint into place and writing ``latest`` has one that ``latest``
+    does not name yet); None when there is none."""
     store = rl_store(run_dir)
     pointer = store.root / LATEST
     try:
@@ -150,8 +145,8 @@ def checkpoint_step(run_dir: Path) -> int:
 
 
 def prune_checkpoints(run_dir: Path, keep: int) -> list[Path]:
-    """``train.keep_checkpoints``: remove the RL checkpoints older than the newest ``keep`` (never
-    the one a resume continues from); returns the removed folders."""
+    """``train.keep_checkpoints``: remove the RL checkpoints older than the newest ``keep`` (never the one a resume
+    continues from); returns the removed folders."""
     return rl_store(run_dir).prune(keep, spare=resume_checkpoint(run_dir))
 
 
@@ -162,9 +157,9 @@ def pruned_note(removed: list[Path], keep: int) -> str:
 
 
 def policy_dir(path: str) -> str:
-    """A policy directory from a policy directory, a checkpoint directory or a run directory (its
-    ``latest`` checkpoint, or the newest complete ``step_*`` when ``latest`` is lost): what
-    ``--model`` and ``diagnose CHECKPOINT`` accept. Any other path is returned as given."""
+    """A policy directory from a policy directory, a checkpoint directory or a run directory (its ``latest``
+    checkpoint, or the newest complete ``step_*`` when ``latest`` is lost): what ``--model`` and ``diagnose
+    CHECKPOINT`` accept. Any other path is returned as given."""
     directory = Path(path)
     if directory.is_dir() and not (directory / "config.json").is_file() and (directory / CHECKPOINTS_DIR).is_dir():
         checkpoint = resume_checkpoint(directory)
@@ -177,8 +172,8 @@ def policy_dir(path: str) -> str:
 
 
 def verify_checkpoint(checkpoint: Path) -> None:
-    """Read the headers of every file of an RL ``checkpoint`` (JSON files parsed, safetensors headers
-    opened; cheap) so that a damaged checkpoint is named before any model work."""
+    """Read the headers of every file of an RL ``checkpoint`` (JSON files parsed, safetensors headers opened; cheap)
+    so that a damaged checkpoint is named before any model work."""
     from safetensors import safe_open
 
     def damaged(path: Path, err: BaseException) -> ValueError:

@@ -1,7 +1,6 @@
-"""The checks before work that read the machine and the environment rather than the data: the
-device, the reporting extras and W&B settings, and a chat model meeting the tiny model's prompt
-template. Run by :func:`tokenbalance.run.setup.prepare`; docs/reliability.md.
-"""
+"""The checks before work that read the machine and the environment rather than the data: the device, the reporting
+extras and W&B settings, and a chat model meeting the tiny model's prompt template. Run by
+:func:`tokenbalance.run.setup.prepare`; docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -56,8 +55,8 @@ def check_reporting(output: OutputConfig, environ: Mapping[str, str]) -> None:
 
 
 def has_wandb_login(environ: Mapping[str, str]) -> bool:
-    """Whether W&B can log in online without asking: ``WANDB_API_KEY``, or an entry for the W&B
-    host (``WANDB_BASE_URL``, default api.wandb.ai) in the netrc file ``wandb login`` writes."""
+    """Whether W&B can log in online without asking: ``WANDB_API_KEY``, or an entry for the W&B host
+    (``WANDB_BASE_URL``, default api.wandb.ai) in the netrc file ``wandb login`` writes."""
     if environ.get("WANDB_API_KEY"):
         return True
     host = urlparse(environ.get("WANDB_BASE_URL") or "https://api.wandb.ai").hostname or "api.wandb.ai"
@@ -69,9 +68,8 @@ def has_wandb_login(environ: Mapping[str, str]) -> bool:
 
 
 def wandb_problem(output: OutputConfig, environ: Mapping[str, str]) -> str | None:
-    """Why the W&B settings cannot work as given (None when they can): a ``wandb_*`` option set
-    while ``output.wandb`` is off (it would be ignored), a ``WANDB_MODE`` that is not a W&B mode, or
-    online logging without a login."""
+    """Why the W&B settings cannot work as given (None when they can): a ``wandb_*`` option set while ``output.wandb``
+    is off (it would be ignored), a ``WANDB_MODE`` that is not a W&B mode, or online logging without a login."""
     defaults = OutputConfig()
     if not output.wandb:
         given = [name for name in WANDB_OPTIONS if getattr(output, name) != getattr(defaults, name)]
@@ -97,10 +95,9 @@ def wandb_problem(output: OutputConfig, environ: Mapping[str, str]) -> str | Non
 
 
 def check_real_model_settings(config: RunConfig, tokenizer) -> None:
-    """``ValueError`` when a chat model (its tokenizer has a chat template; the embedded tiny
-    tokenizer has none) meets the tiny model's prompt template, naming the settings that fit it
-    (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): the terse ``compact`` prompt and a 48-token
-    budget score every answer -3, which no RL step can learn from."""
+    """``ValueError`` when a chat model (a tokenizer with a chat template) meets the tiny model's prompt template,
+    naming the settings that fit it (:data:`~tokenbalance.config.REAL_MODEL_SETTINGS`): that prompt and budget score
+    every answer -3."""
     if config.data.template != DEFAULT_TEMPLATE or not getattr(tokenizer, "chat_template", None):
         return
     flags = " ".join(f"--set {key}={value}" for key, value in REAL_MODEL_SETTINGS)

@@ -1,11 +1,7 @@
-"""Which examples a run trains, evaluates and warm-starts on, and their prompts' token ids.
-
-Generated data comes from the task (:meth:`~tokenbalance.tasks.base.Task.example_source`): per
-difficulty, disjoint held-out, RL and SFT sources. ``data.train_file`` / ``data.eval_file`` are read
-by the task's file reader instead. With ``data.reward`` the task is your function, built from the
-config by :func:`task_for` (never registered), its chat prompts rendered with the policy's
-template. Built once per run by :func:`tokenbalance.run.setup.prepare`; docs/tasks.md.
-"""
+"""Which examples a run trains, evaluates and warm-starts on, and their prompts' token ids: the task's disjoint
+held-out, RL and SFT sources per difficulty (:meth:`~tokenbalance.tasks.base.Task.example_source`), or
+``data.train_file`` / ``data.eval_file``; with ``data.reward`` the task is your function (:func:`task_for`, never
+registered). Built once by :func:`tokenbalance.run.setup.prepare`; docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -18,8 +14,8 @@ from tokenbalance.tasks.function import ChatRenderer, FunctionTask
 
 
 def chat_renderer(tokenizer) -> ChatRenderer:
-    """Chat messages -> prompt text with ``tokenizer``'s chat template (generation prompt added); a
-    tokenizer without one refuses chat prompts, naming it."""
+    """Chat messages -> prompt text with ``tokenizer``'s chat template (generation prompt added); a tokenizer without
+    one refuses chat prompts, naming it."""
     if getattr(tokenizer, "chat_template", None):
 
         def render(messages: list[dict]) -> str:
@@ -43,9 +39,9 @@ def with_policy_template(task: Task, tokenizer) -> Task:
 
 
 def task_for(data: DataConfig, tokenizer=None) -> Task:
-    """The task ``data`` names: the registered ``data.task``, or with ``data.reward`` your function
-    (imported now: not found, not callable, named), chat prompts rendered with ``tokenizer``'s
-    template when given. The registry is never changed."""
+    """The task ``data`` names: the registered ``data.task``, or with ``data.reward`` your function (imported now: not
+    found, not callable, named), chat prompts rendered with ``tokenizer``'s template when given. The registry is never
+    changed."""
     if data.reward is None:
         return get_task(data.task)
     task = FunctionTask(data.reward, prompt_column=data.prompt_column, max_reward=data.max_reward)
@@ -118,8 +114,8 @@ class SFTPair:
 
 
 def sft_pairs(data: DataConfig, sft: SFTConfig, task: Task | None = None) -> list[SFTPair]:
-    """The SFT warm start's prompt / response pairs: the task's SFT examples and its
-    ``sft_response`` for ``sft.target``; with ``data.reward``, your rows (:func:`row_pairs`)."""
+    """The SFT warm start's prompt / response pairs: the task's SFT examples and its ``sft_response`` for
+    ``sft.target``; with ``data.reward``, your rows (:func:`row_pairs`)."""
     if data.reward is not None:
         return row_pairs(data, rl_examples(data, task))
     task = task if task is not None else task_for(data)
@@ -131,8 +127,8 @@ def sft_pairs(data: DataConfig, sft: SFTConfig, task: Task | None = None) -> lis
 
 
 def check_sft_target(task: Task, sft: SFTConfig) -> None:
-    """``sft.error_rate`` only where the task writes a noisy teacher's working (arith) and the target
-    is a working; one line naming the setting otherwise."""
+    """``sft.error_rate`` only where the task writes a noisy teacher's working (arith) and the target is a working;
+    one line naming the setting otherwise."""
     if not sft.error_rate:
         return
     if not getattr(task, "noisy_teacher", False):
@@ -145,8 +141,8 @@ def check_sft_target(task: Task, sft: SFTConfig) -> None:
 
 def row_pairs(data: DataConfig, examples: list[TaskExample] | None = None) -> list[SFTPair]:
     """Every row of ``data.train_file`` (its ``examples``, read when not given) as (its prompt, its
-    ``data.target_column`` text): the SFT warm start on your own data. A row without a non-empty
-    text target is named."""
+    ``data.target_column`` text): the SFT warm start on your own data. A row without a non-empty text target is named.
+    """
     column = data.target_column
     if column is None:
         raise ValueError(

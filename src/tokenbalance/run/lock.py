@@ -1,7 +1,6 @@
-"""One process at a time per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``, which names
-the holder's pid, host and start time. The kernel releases it when the holder exits, however it
-exits, so a lock is never stale. Standard library only. docs/reliability.md "Guarantees".
-"""
+"""One process at a time per run directory: an exclusive ``flock`` on ``RUN_DIR/.lock``, which names the holder's pid,
+host and start time. The kernel releases it when the holder exits, however it exits, so a lock is never stale.
+Standard library only. docs/reliability.md "Guarantees"."""
 
 from __future__ import annotations
 
@@ -16,8 +15,8 @@ LOCK_FILE = ".lock"
 
 
 def is_locked(run_dir: Path) -> bool:
-    """Whether a process holds :class:`RunLock` on ``run_dir`` now (a read-only probe: a shared
-    ``flock`` is refused while the exclusive one is held). False without a lock file or ``flock``."""
+    """Whether a process holds :class:`RunLock` on ``run_dir`` now (a read-only probe: a shared ``flock`` is refused
+    while the exclusive one is held). False without a lock file or ``flock``."""
     try:
         import fcntl
     except ImportError:
@@ -36,8 +35,8 @@ def is_locked(run_dir: Path) -> bool:
 
 
 def _flock_exclusive(fd: int, fcntl, tries: int = 5, wait_s: float = 0.05) -> None:
-    """``flock(LOCK_EX | LOCK_NB)``, tried a few times: an :func:`is_locked` probe holds a shared
-    lock for microseconds and must not make a starting run look taken. OSError when still held."""
+    """``flock(LOCK_EX | LOCK_NB)``, tried a few times: an :func:`is_locked` probe holds a shared lock for
+    microseconds and must not make a starting run look taken. OSError when still held."""
     for attempt in range(tries):
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -49,8 +48,8 @@ def _flock_exclusive(fd: int, fcntl, tries: int = 5, wait_s: float = 0.05) -> No
 
 
 class RunLock:
-    """An exclusive lock on a run directory, held from :meth:`acquire` until :meth:`release` or
-    the end of the process. ``ValueError`` naming the holder when another process has it."""
+    """An exclusive lock on a run directory, held from :meth:`acquire` until :meth:`release` or the end of the
+    process. ``ValueError`` naming the holder when another process has it."""
 
     def __init__(self, run_dir: Path) -> None:
         self.path = Path(run_dir) / LOCK_FILE
@@ -67,9 +66,9 @@ class RunLock:
         return f"pid {holder.get('pid', '?')} on host {holder.get('host', '?')}, since {holder.get('since', '?')}"
 
     def acquire(self, *, fd: int | None = None, pid: int | None = None, command: str | None = None) -> RunLock:
-        """Take the lock. ``fd``: an open descriptor of the lock file inherited from a shell, locked in
-        place (the lock then lasts while the shell and its children keep it open, after this process
-        ends: a verl cell's sitting); ``pid`` and ``command`` name that holder."""
+        """Take the lock. ``fd``: an open descriptor of the lock file inherited from a shell, locked in place (the
+        lock then lasts while the shell and its children keep it open, after this process ends: a verl cell's
+        sitting); ``pid`` and ``command`` name that holder."""
         try:
             import fcntl
         except ImportError:  # no flock (Windows): run unlocked

@@ -1,10 +1,7 @@
-"""What a grid does with a cell, from its run directory (:class:`~tokenbalance.run.state.RunDirState`,
-the rule ``tokenbalance train --resume`` follows): :class:`Action` ``done`` (completed at the planned
-steps), ``extend`` (completed with fewer), ``resume`` (started, not completed: from the checkpoint
-the trainer resumes from, or step 0) or ``start`` (no directory, or an empty one). Nothing of a cell
-is ever deleted; refused, naming the cell: another config, a live holder, files but no run.
-docs/ablate.md "Restarting a grid".
-"""
+"""What a grid does with a cell, from its run directory (:class:`~tokenbalance.run.state.RunDirState`, as ``train
+--resume``): :class:`Action` ``done``, ``extend`` (completed with fewer steps), ``resume`` or ``start``. Nothing is
+deleted; another config, a live holder or files without a run are refused naming the cell. docs/ablate.md "Restarting
+a grid"."""
 
 from __future__ import annotations
 

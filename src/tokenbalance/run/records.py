@@ -1,10 +1,7 @@
-"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``), so that a grid
-can span machines: :data:`RECORD_FILES` (kilobytes, no checkpoint) are copied there, and restored
-into a new cell directory whose planned config and steps the record completed. The config is
-compared as a resume compares it (:func:`~tokenbalance.run.resume.changed_setting`), the embedded
-start policy's cache directory aside; a record of another experiment is never replaced.
-docs/ablate.md "Across machines".
-"""
+"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``, :data:`RECORD_FILES`, no
+checkpoint), restored into a new cell whose planned config and steps it completed (compared as a resume compares,
+:func:`~tokenbalance.run.resume.changed_setting`); another experiment's record is never replaced. docs/ablate.md
+"Across machines"."""
 
 from __future__ import annotations
 
@@ -22,8 +19,8 @@ OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells o
 
 
 def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:
-    """The first setting of the record's ``config.yaml`` that differs from ``planned`` (as
-    :func:`changed_setting`), machine paths of the embedded policy aside; None when they agree."""
+    """The first setting of the record's ``config.yaml`` that differs from ``planned`` (as :func:`changed_setting`),
+    machine paths of the embedded policy aside; None when they agree."""
     saved = copy.deepcopy(load_config(record_dir / CONFIG_FILE))
     if saved.model.path and planned.model.path and Path(saved.model.path).name == Path(planned.model.path).name:
         saved.model.path, saved.model.cache_dir = planned.model.path, planned.model.cache_dir
@@ -31,8 +28,8 @@ def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object
 
 
 def record_matches(record_dir: Path, planned: RunConfig) -> bool:
-    """Whether ``record_dir`` holds a cell that completed ``planned``'s steps with ``planned``'s
-    config (machine paths of the embedded policy aside); False when any file is missing."""
+    """Whether ``record_dir`` holds a cell that completed ``planned``'s steps with ``planned``'s config (machine paths
+    of the embedded policy aside); False when any file is missing."""
     if not all((record_dir / name).is_file() for name in RECORD_FILES):
         return False
     state = RunDirState.read(record_dir)
@@ -44,9 +41,9 @@ def record_matches(record_dir: Path, planned: RunConfig) -> bool:
 
 
 def record_conflict(record_dir: Path, planned: RunConfig) -> str | None:
-    """Why this grid must not replace the record in ``record_dir`` when its cell finishes: a record
-    of another config (another grid sharing the directory), or of more steps than planned; None
-    when there is no record or it is this experiment's (same config, as many steps or fewer)."""
+    """Why this grid must not replace the record in ``record_dir`` when its cell finishes: a record of another config
+    (another grid sharing the directory), or of more steps than planned; None when there is no record or it is this
+    experiment's (same config, as many steps or fewer)."""
     if not (record_dir / CONFIG_FILE).is_file():
         return None
     try:
@@ -63,8 +60,8 @@ def record_conflict(record_dir: Path, planned: RunConfig) -> str | None:
 
 
 def check_no_conflict(records_dir: Path, planned: dict[str, RunConfig]) -> None:
-    """``ValueError`` naming the first record in ``records_dir`` a grid of the cells ``planned``
-    (cell name -> config) could replace with another experiment's numbers (:func:`record_conflict`)."""
+    """``ValueError`` naming the first record in ``records_dir`` a grid of the cells ``planned`` (cell name -> config)
+    could replace with another experiment's numbers (:func:`record_conflict`)."""
     conflicts = [why for cell, config in planned.items() if (why := record_conflict(records_dir / cell, config))]
     if conflicts:
         more = f" (and {len(conflicts) - 1} more cell(s))" if len(conflicts) > 1 else ""
@@ -83,9 +80,9 @@ def restore(record_dir: Path, run_dir: Path) -> None:
 
 
 def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
-    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically);
-    returns None, or a note when a record of another experiment appeared there meanwhile (another
-    grid sharing the directory): that record is kept and this one is not written."""
+    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically); returns None,
+    or a note when a record of another experiment appeared there meanwhile (another grid sharing the directory): that
+    record is kept and this one is not written."""
     conflict = record_conflict(records_dir / cell, load_config(run_dir / CONFIG_FILE))
     if conflict:
         return f"--records: {conflict}; it is kept and this cell's record is not written there"

@@ -1,9 +1,6 @@
-"""What a new run may start in (:func:`check_new_run_dir`: a new or empty directory; one holding a run
-is refused with the ``--resume`` command, any other with a request for another directory, nothing in it
-touched; :func:`undo_failed_start` takes back a start that failed before its first status), and the
-repairs a resume makes after a kill: the temporary files of interrupted writes removed, a lost
-``checkpoints/latest`` re-pointed at the newest complete checkpoint. docs/reliability.md "Guarantees".
-"""
+"""Where a new run may start (:func:`check_new_run_dir`: a new or empty directory, nothing touched otherwise;
+:func:`undo_failed_start`) and a resume's repairs after a kill: interrupted writes' temporary files removed, a lost
+``checkpoints/latest`` re-pointed. docs/reliability.md "Guarantees"."""
 
 from __future__ import annotations
 
@@ -39,10 +36,9 @@ def check_new_run_dir(run_dir: Path) -> None:
 
 
 def undo_failed_start(run_dir: Path) -> list[str]:
-    """After a new run failed to start (e.g. W&B did not start) before it wrote its first status:
-    remove what the start wrote (:data:`START_FILES`; the directory was new or empty, checked before
-    work), so that the same command is accepted again; returns the names removed. A run that wrote
-    its status or any metrics is left as it is (it resumes)."""
+    """After a new run failed before writing its first status: remove what the start wrote (:data:`START_FILES`), so
+    the same command is accepted again; returns the names removed. A run with a status or metrics is left (it
+    resumes)."""
     if (run_dir / RUN_STATE_FILE).exists() or (run_dir / METRICS_FILE).exists():
         return []
     removed = []
@@ -59,9 +55,9 @@ def undo_failed_start(run_dir: Path) -> list[str]:
 
 
 def clean_interrupted_writes(run_dir: Path) -> list[str]:
-    """Remove the temporary files and half-written checkpoint folders an interrupted process left
-    in ``run_dir`` (only names tokenbalance's own atomic writes use: ``.config.yaml.*``,
-    ``.run_state.json.*``, ``checkpoints/.step_*``, ``checkpoints/.latest.*``); returns what was removed."""
+    """Remove the temporary files and half-written checkpoint folders an interrupted process left in ``run_dir`` (only
+    names tokenbalance's own atomic writes use: ``.config.yaml.*``, ``.run_state.json.*``, ``checkpoints/.step_*``,
+    ``checkpoints/.latest.*``); returns what was removed."""
     removed = []
     candidates = [*run_dir.glob(f".{CONFIG_FILE}.*"), *run_dir.glob(f".{RUN_STATE_FILE}.*")]
     checkpoints = rl_store(run_dir).root
@@ -77,9 +73,9 @@ def clean_interrupted_writes(run_dir: Path) -> list[str]:
 
 
 def recover_latest(run_dir: Path) -> str | None:
-    """Point ``checkpoints/latest`` at the newest complete checkpoint when it is missing or names
-    one that is not complete; returns a note saying so (None when nothing changed). ``ValueError``
-    when ``step_*`` folders exist but none is complete (a resume would start over on top of them)."""
+    """Point ``checkpoints/latest`` at the newest complete checkpoint when it is missing or names one that is not
+    complete; returns a note saying so (None when nothing changed). ``ValueError`` when ``step_*`` folders exist but
+    none is complete (a resume would start over on top of them)."""
     store = rl_store(run_dir)
     if not store.root.is_dir():
         return None

@@ -1,8 +1,5 @@
-"""The settings a new sitting of a run may change: how long it goes on and how it runs and reports,
-the same for ``train --resume`` and for the grid's cells. Anything else would make the continued
-run a different experiment from the one its checkpoints belong to (``train.threads`` changes the
-numbers from that step on, not what is computed: docs/training.md). docs/reliability.md.
-"""
+"""The settings a new sitting of a run may change (length, how it runs and reports), the same for ``train --resume``
+and the grid's cells; anything else would be another experiment than its checkpoints'. docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -30,9 +27,9 @@ RESUMABLE_KEYS = (
 
 
 def changed_setting(saved: RunConfig, planned: RunConfig) -> tuple[str, object, object] | None:
-    """The first setting outside :data:`RESUMABLE_KEYS` whose value differs, as (key, saved value,
-    planned value); None when a new sitting may continue the run. Paths compare as absolute paths
-    (a run saves its config with absolute paths)."""
+    """The first setting outside :data:`RESUMABLE_KEYS` whose value differs, as (key, saved value, planned value);
+    None when a new sitting may continue the run. Paths compare as absolute paths (a run saves its config with
+    absolute paths)."""
     before = to_dict(absolute_paths(copy.deepcopy(saved)))
     after = to_dict(absolute_paths(copy.deepcopy(planned)))
     for section, values in after.items():

@@ -1,12 +1,7 @@
-"""One setup path: :func:`prepare` runs the checks before work and builds what a run works on once.
-
-Training, the probe batch, ``tokenbalance eval`` and the grid call it before any model is built or
-loaded; every error is one line, seconds in. It builds the task (:func:`~tokenbalance.run.examples.task_for`),
-the policy's tokenizer (from ``model.path``), the RL and held-out examples, their prompts' token ids
-and, when the embedded policy must be built, its SFT pairs. The embedded policy's tokenizer exists
-only once that policy is built: :meth:`RunSetup.with_tokenizer` then checks and encodes with it.
-docs/reliability.md ("Every error is one message, as early as possible").
-"""
+"""One setup path: :func:`prepare` runs the checks before work and builds, once, the task, the policy's tokenizer, the
+RL and held-out examples, their token ids and (for the embedded policy) its SFT pairs. Training, the probe batch,
+``eval`` and the grid call it before any model loads; every error is one line, seconds in. The embedded tokenizer
+exists only once that policy is built (:meth:`RunSetup.with_tokenizer`). docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -42,9 +37,9 @@ from tokenbalance.tasks.function import FunctionTask
 
 @dataclass(frozen=True)
 class RunSetup:
-    """What a run works on, built once by :func:`prepare`; the prompt ids are row by row those of
-    the examples, encoded with ``tokenizer`` (empty while it is None: the embedded policy's, not
-    built yet). ``sft_pairs``: the embedded policy's warm start, only when it must be built."""
+    """What a run works on, built once by :func:`prepare`; the prompt ids are row by row those of the examples,
+    encoded with ``tokenizer`` (empty while it is None: the embedded policy's, not built yet). ``sft_pairs``: the
+    embedded policy's warm start, only when it must be built."""
 
     task: Task
     train_examples: tuple[TaskExample, ...]
@@ -56,8 +51,8 @@ class RunSetup:
     sft_pairs: tuple[SFTPair, ...] | None = None
 
     def with_tokenizer(self, tokenizer) -> RunSetup:
-        """This setup for the policy's ``tokenizer``: itself when it is the one prepared; otherwise the
-        task's tags checked and every prompt encoded with it (too long: named)."""
+        """This setup for the policy's ``tokenizer``: itself when it is the one prepared; otherwise the task's tags
+        checked and every prompt encoded with it (too long: named)."""
         if tokenizer is self.tokenizer:
             return self
         check_special_tokens(tokenizer, self.task.special_tokens)  # tags the reward reads from decoded text
@@ -70,13 +65,10 @@ class RunSetup:
 
 
 def prepare(config: RunConfig, *, resume: bool = False, tokenizer=None) -> RunSetup:
-    """Check ``config`` before any model work and build the run's setup: the settings first
-    (:func:`check_settings`), then the policy directory's files and its tokenizer (``tokenizer``:
-    one already loaded, the policy's), the examples (files follow the schema; with
-    ``data.target_column`` every row has its target), a chat model meeting the tiny model's
-    template, the task's tags and every prompt's length; the embedded policy's cache directory is
-    writable when the policy must be built; your reward function returns a reward for the empty
-    response on the first rows of each file."""
+    """Check ``config`` before any model work and build the run's setup: the settings (:func:`check_settings`), the
+    policy directory and tokenizer (``tokenizer``: one already loaded), the examples (schema, targets), a chat model
+    against the tiny template, the task's tags, prompt lengths, the embedded cache directory's writability, and your
+    reward function on the empty response of each file's first rows."""
     data = config.data
     task = check_settings(config, resume=resume)
     if tokenizer is None and config.model.path is not None:
@@ -103,10 +95,9 @@ def prepare(config: RunConfig, *, resume: bool = False, tokenizer=None) -> RunSe
 
 
 def check_settings(config: RunConfig, *, resume: bool = False) -> Task:
-    """The checks of the settings alone (seconds; no data read): the token rule (run once on a
-    synthetic batch), the policy's source, the task (your function imports and is callable: it is
-    returned) and its template, the SFT target, the device, the data files exist, the reporting
-    extras and W&B settings."""
+    """The checks of the settings alone (seconds; no data read): the token rule (run once on a synthetic batch), the
+    policy's source, the task (your function imports and is callable: it is returned) and its template, the SFT
+    target, the device, the data files exist, the reporting extras and W&B settings."""
     rule = config.method().token_rule
     if rule is not None:
         probe_rule(rule)  # a rule that raises or returns the wrong thing: named now, not after a rollout
@@ -125,8 +116,8 @@ def check_settings(config: RunConfig, *, resume: bool = False) -> Task:
 
 
 def _check_policy_source(config: RunConfig, *, resume: bool) -> None:
-    """``data.reward`` needs a policy (``--model``) or targets to build the tiny one on; targets
-    build only the tiny one (a resume's ``model.path`` is the tiny one the run built)."""
+    """``data.reward`` needs a policy (``--model``) or targets to build the tiny one on; targets build only the tiny
+    one (a resume's ``model.path`` is the tiny one the run built)."""
     data = config.data
     if data.reward is not None and config.model.path is None and data.target_column is None:
         raise ValueError(
@@ -143,8 +134,8 @@ def _check_policy_source(config: RunConfig, *, resume: bool) -> None:
 
 
 def embedded_key(config: RunConfig) -> str:
-    """The name of the embedded policy's cache directory under ``model.cache_dir``: a hash of every
-    setting that changes what is built (model sizes, SFT, data, seed, package version)."""
+    """The name of the embedded policy's cache directory under ``model.cache_dir``: a hash of every setting that
+    changes what is built (model sizes, SFT, data, seed, package version)."""
     data = config.data
     relevant = {
         # model.autocast is how RL forwards compute, not what the SFT builds: not part of the key
@@ -169,7 +160,7 @@ def embedded_key(config: RunConfig) -> str:
 
 
 def builds_embedded_policy(config: RunConfig) -> bool:
-    """Whether a run of ``config`` builds the embedded policy: no ``model.path``, and its cache
-    directory holds no finished build (its SFT summary)."""
+    """Whether a run of ``config`` builds the embedded policy: no ``model.path``, and its cache directory holds no
+    finished build (its SFT summary)."""
     cached = Path(config.model.cache_dir) / embedded_key(config) / "tokenbalance_sft.json"
     return config.model.path is None and not cached.is_file()

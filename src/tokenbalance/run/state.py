@@ -1,9 +1,6 @@
-"""A run directory's files and state: ``run_state.json`` (a :class:`RunStatus` and the step), read
-and written only here, and :class:`RunDirState`, what a directory holds, read without writing.
-
-Standard library only (the verl cell imports it on a cluster node). docs/training.md "The run
-directory" lists the files.
-"""
+"""A run directory's files and state: ``run_state.json`` (a :class:`RunStatus` and the step), read and written only
+here, and :class:`RunDirState`, read without writing. Standard library only (the verl cell imports it).
+docs/training.md "The run directory"."""
 
 from __future__ import annotations
 
@@ -20,8 +17,8 @@ from tokenbalance.run.lock import LOCK_FILE, is_locked
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
 RUN_STATE_FILE = "run_state.json"
-# each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the
-# same examples can be compared example by example (McNemar: ablate's paired outcomes)
+# each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the same examples
+# can be compared example by example (McNemar: ablate's paired outcomes)
 EVAL_OUTCOMES = "eval_outcomes.jsonl"
 LOG_FILE = "train.log"  # the progress lines (trainer/progress.py), appended from the start of each sitting
 NOT_A_RUN = (LOCK_FILE, LOG_FILE)  # what a run directory holds before its run has begun (config.yaml)
@@ -46,8 +43,8 @@ class RunStatus(str, Enum):
 
 
 def read_run_state(run_dir: Path) -> dict:
-    """``run_state.json`` as a dict; empty when it is missing or unreadable (a run killed before
-    writing it: :class:`RunDirState` then goes by the checkpoints)."""
+    """``run_state.json`` as a dict; empty when it is missing or unreadable (a run killed before writing it:
+    :class:`RunDirState` then goes by the checkpoints)."""
     try:
         state = json.loads((Path(run_dir) / RUN_STATE_FILE).read_text())
     except (OSError, ValueError):
@@ -71,9 +68,9 @@ def resume_command(run_dir: Path) -> str:
 
 
 def write_end_status(run_dir: Path, err: BaseException) -> None:
-    """``run_state.json`` of a run stopped by ``err``: ``interrupted`` (Ctrl-C, SIGTERM, an exit) or
-    ``failed``, with the step a resume continues from (its last checkpoint) and the command; left
-    as it is when it cannot be written (a full disk: the resume then reports the stale ``running``)."""
+    """``run_state.json`` of a run stopped by ``err``: ``interrupted`` (Ctrl-C, SIGTERM, an exit) or ``failed``, with
+    the step a resume continues from (its last checkpoint) and the command; left as it is when it cannot be written (a
+    full disk: the resume then reports the stale ``running``)."""
     if isinstance(err, KeyboardInterrupt):
         status, cause = RunStatus.INTERRUPTED, {"reason": str(err) or "interrupted (Ctrl-C)"}
     elif isinstance(err, SystemExit):  # asked to exit (e.g. by a library when its output pipe closed)
@@ -87,8 +84,8 @@ def write_end_status(run_dir: Path, err: BaseException) -> None:
 
 
 def last_logged_step(run_dir: Path) -> int:
-    """The step of the last complete record of ``metrics.jsonl`` (0 when there is none, or when the
-    file cannot be read: a progress display must not stop on it); a torn last line is passed over."""
+    """The step of the last complete record of ``metrics.jsonl`` (0 when there is none, or when the file cannot be
+    read: a progress display must not stop on it); a torn last line is passed over."""
     from tokenbalance.diagnostics.sinks import parse_metrics_lines
 
     try:
@@ -99,8 +96,8 @@ def last_logged_step(run_dir: Path) -> int:
 
 
 def has_final_eval(run_dir: Path, step: int) -> bool:
-    """Whether ``metrics.jsonl`` holds the evaluation of step ``step`` (a torn last line does not
-    count: a run killed while writing it has not recorded it)."""
+    """Whether ``metrics.jsonl`` holds the evaluation of step ``step`` (a torn last line does not count: a run killed
+    while writing it has not recorded it)."""
     from tokenbalance.diagnostics.sinks import parse_metrics_lines
 
     path = Path(run_dir) / METRICS_FILE
@@ -112,10 +109,9 @@ def has_final_eval(run_dir: Path, step: int) -> bool:
 
 @dataclass(frozen=True)
 class RunDirState:
-    """What ``path`` holds now (read only): ``has_config`` (``config.yaml``: a run started there),
-    ``has_files`` (anything but the lock), ``status`` and ``state_step`` from ``run_state.json``,
-    ``resume_step`` (the checkpoint a resume continues from, 0 when none) and ``locked`` (a live
-    process holds the run)."""
+    """What ``path`` holds now (read only): ``has_config`` (``config.yaml``: a run started there), ``has_files``
+    (anything but the lock), ``status`` and ``state_step`` from ``run_state.json``, ``resume_step`` (the checkpoint a
+    resume continues from, 0 when none) and ``locked`` (a live process holds the run)."""
 
     path: Path
     has_config: bool

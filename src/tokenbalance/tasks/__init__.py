@@ -1,10 +1,8 @@
 """Tasks: make examples, render prompts, score responses (the protocol: :mod:`tokenbalance.tasks.base`).
 
-``kk`` (Knights & Knaves, bit-exact with the Logic-RL / AR-Lopti data) and ``arith`` (generated
-arithmetic, ``\\boxed{}`` answers) are registered; a new task subclasses :class:`BaseTask` and calls
-``register_task`` (:mod:`.registry`); your prompts and reward function need no subclass
-(:class:`FunctionTask`). Only the standard library, numpy and torch are imported at module level.
-Everything else: docs/tasks.md."""
+Built in: ``kk`` (Knights & Knaves, bit-exact with Logic-RL / AR-Lopti) and ``arith``; a new task subclasses
+:class:`BaseTask` and calls ``register_task``; your own rows and reward need no subclass (:class:`FunctionTask`). Only
+the standard library, numpy and torch load at import. docs/tasks.md."""
 
 from tokenbalance.tasks.base import EXAMPLE_USES, BaseTask, ExampleSource, ScoreResult, Task, TaskExample
 from tokenbalance.tasks.function import FunctionTask, RewardFunction, load_reward_function

@@ -1,11 +1,9 @@
-"""``arith``: generated multi-step integer arithmetic with ``\\boxed{}`` answers, a second domain
-next to Knights & Knaves; plus a reader for DeepScaleR-style math parquet files.
+"""``arith``: generated multi-step integer arithmetic with ``\\boxed{}`` answers, and a reader for DeepScaleR-style
+math parquet files.
 
-Problems are random expression trees over ``+ - * /`` with every division exact, e.g.
-``Compute (14 - 5) * 3 + 12 / 4.``; example i depends only on ``(seed, split, level, i)``. Scoring: the
-last ``\\boxed{}`` after ``</think>`` against the gold answer with math-verify, not the reference
-DeepScaleR scorer's MATH-normalisation + sympy, and never ``eval`` of model text. Levels, templates,
-the time limit: docs/tasks.md ("Arithmetic", "Deliberate differences from the reference")."""
+Random expression trees over ``+ - * /`` with exact divisions (``Compute (14 - 5) * 3 + 12 / 4.``); example i depends
+only on ``(seed, split, level, i)``. Scored by math-verify on the last ``\\boxed{}`` after ``</think>``, never
+``eval``. docs/tasks.md ("Arithmetic", "Deliberate differences from the reference")."""
 
 from __future__ import annotations
 
@@ -30,18 +28,17 @@ DEFAULT_COUNTS = {"train": 1000, "test": 100}
 DEFAULT_TIMEOUT_S = 5
 MAX_ANSWER_CHARS = 200
 INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
-# What each piece of a working is (tokenbalance.tasks.arith_cot): the result of an operation and the
-# operator it applies (the working's decisions: a noisy teacher errs there), a number or operator
-# copied from the expression before (where a drawn order shows), a drawn wording slot, and the fixed
-# rest (spaces, punctuation, the box).
+# What each piece of a working is (tokenbalance.tasks.arith_cot): the result of an operation and the operator it
+# applies (the working's decisions: a noisy teacher errs there), a number or operator copied from the expression
+# before (where a drawn order shows), a drawn wording slot, and the fixed rest (spaces, punctuation, the box).
 TOKEN_CLASSES = ("result", "operator", "copy", "wording", "format")
 DECISION_CLASSES = ("result", "operator")
 
 
 @dataclass(frozen=True)
 class LevelSpec:
-    """Shape of a level: ``operations`` binary operators, operand magnitudes up to ``max_operand``,
-    the operator set, whether operands may be negative, and the bound on every intermediate value."""
+    """Shape of a level: ``operations`` binary operators, operand magnitudes up to ``max_operand``, the operator set,
+    whether operands may be negative, and the bound on every intermediate value."""
 
     operations: int
     max_operand: int
@@ -132,8 +129,7 @@ def generate_problems(
     return [generate_problem(level, split, i, seed) for i in range(start_index, start_index + total)]
 
 
-# --------------------------------------------------------------------------------------------
-# Templates
+# -------------------------------------------------------------------------------------------- Templates
 # --------------------------------------------------------------------------------------------
 
 ARITH_TEMPLATES = {
@@ -158,16 +154,14 @@ def render_arith_prompt(question: str, template: str = "plain") -> str:
     return ARITH_TEMPLATES[template].replace("{question}", question)
 
 
-# --------------------------------------------------------------------------------------------
-# Scoring
+# -------------------------------------------------------------------------------------------- Scoring
 # --------------------------------------------------------------------------------------------
 
 
 def last_boxed_content(text: str) -> str | None:
     """Content of the last ``\\boxed{...}`` or ``\\fbox{...}`` (brace-matched), or None.
 
-    ``\\boxed 5`` (no braces) and an unclosed box give None, as in the reference extractor.
-    """
+    ``\\boxed 5`` (no braces) and an unclosed box give None, as in the reference extractor."""
     start = max(text.rfind("\\boxed{"), text.rfind("\\fbox{"))
     if start < 0:
         return None
@@ -199,12 +193,9 @@ def _gold_answers(ground_truth: Any) -> list[str]:
 
 
 def score_math(response: str, ground_truth: Any, *, timeout_s: int | None = DEFAULT_TIMEOUT_S) -> ScoreResult:
-    """Score a math ``response`` (its last ``\\boxed{}`` after ``</think>``) against ``ground_truth``.
-
-    Returns ``ScoreResult(reward 1.0 or 0.0, metrics {"boxed", "parsed", "correct"})``.
-    ``timeout_s`` (whole seconds) bounds math-verify's parsing and each comparison on the main
-    thread; a time-out scores 0. Never raises for any response text.
-    """
+    """``ScoreResult`` (reward 1.0 or 0.0; metrics ``boxed``, ``parsed``, ``correct``) of the last ``\\boxed{}`` after
+    ``</think>`` against ``ground_truth``. ``timeout_s`` (whole seconds) bounds parsing and each comparison; a
+    time-out scores 0. Never raises for any response text."""
     if not isinstance(response, str):
         raise ValueError(f"response must be a string, got {type(response).__name__}")
     golds = _gold_answers(ground_truth)
@@ -238,8 +229,8 @@ def score_math(response: str, ground_truth: Any, *, timeout_s: int | None = DEFA
     return ScoreResult(0.0, metrics)
 
 
-# --------------------------------------------------------------------------------------------
-# Files: write generated sets and read DeepScaleR-style parquet
+# -------------------------------------------------------------------------------------------- Files: write generated
+# sets and read DeepScaleR-style parquet
 # --------------------------------------------------------------------------------------------
 
 
@@ -263,8 +254,8 @@ def arith_rows(problems: list[ArithProblem], template: str = "raw", data_source:
 
 
 def write_arith_parquet(rows: list[dict[str, Any]], path: str | os.PathLike, *, replace: bool = False) -> Any:
-    """Write :func:`arith_rows` output as parquet (same layout as the DeepScaleR files; an existing
-    file only with ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
+    """Write :func:`arith_rows` output as parquet (same layout as the DeepScaleR files; an existing file only with
+    ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
     import pyarrow as pa
 
     if not rows:
@@ -311,12 +302,9 @@ def _math_example(reader: RowReader, default_source: str) -> TaskExample:
 
 
 def read_math_examples(path: str | os.PathLike, data_source: str = "math") -> list[TaskExample]:
-    """Task examples from a DeepScaleR-style parquet / JSON-lines file.
-
-    Required columns: ``prompt`` (list of ``{"content", "role"}``; the last message's content is
-    the prompt, used as is) and ``reward_model.ground_truth`` (answer string, or list of them).
-    Optional: ``data_source`` (default ``data_source``), ``extra_info.{index, level, question}``.
-    """
+    """Task examples from a DeepScaleR-style parquet / JSON-lines file: ``prompt`` (chat messages; the last one's
+    content is used as is), ``reward_model.ground_truth`` (answer or list of answers); optional ``data_source``,
+    ``extra_info.{index, level, question}``."""
     readers = read_rows(path)
     if not readers:
         raise ValueError(f"{path}: the file has no rows")
@@ -324,11 +312,8 @@ def read_math_examples(path: str | os.PathLike, data_source: str = "math") -> li
 
 
 class ArithTask(BaseTask):
-    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2).
-
-    A run's held-out, RL and SFT examples are streams with seeds 0, 1 and 2
-    (:meth:`~tokenbalance.tasks.base.BaseTask.example_source`).
-    """
+    """Generated arithmetic; ``difficulty`` is the level 1..5 (default 2); held-out, RL and SFT examples use seeds 0,
+    1, 2."""
 
     name = "arith"
     templates = ARITH_TEMPLATE_NAMES  # plain (default), qwen-instruct, raw
@@ -388,10 +373,10 @@ class ArithTask(BaseTask):
     decision_classes = DECISION_CLASSES
 
     def sft_response(self, example: TaskExample, target: str, *, error_rate: float = 0.0) -> str:
-        """`` \\boxed{answer}`` (``answer``), or the step-by-step working first (``cot``, ``cot_random``:
-        :mod:`tokenbalance.tasks.arith_cot`; generated examples only). ``error_rate`` > 0 (``cot`` targets
-        only) writes a noisy teacher's working: each operation slips with that probability, from a
-        generator of its own seeded by the example (:class:`~tokenbalance.tasks.arith_cot.NoisyTeacher`)."""
+        """`` \\boxed{answer}`` (``answer``), or the working first (``cot``, ``cot_random``:
+        :mod:`~tokenbalance.tasks.arith_cot`; generated examples only). ``error_rate`` > 0 (``cot`` only): a noisy
+        teacher, each operation slipping with that probability (:class:`~tokenbalance.tasks.arith_cot.NoisyTeacher`,
+        seeded by the example)."""
         if target not in SFT_TARGETS:
             raise ValueError(f"target: unknown value {target!r}; valid: {', '.join(map(repr, SFT_TARGETS))}")
         check_range("error_rate", error_rate, 0.0, 1.0)
@@ -422,8 +407,8 @@ class ArithTask(BaseTask):
         return text_classes(text)
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
-        """The prompts and boxed answers of the base corpus, and each example's drawn working, so that
-        the working's words are tokens of the embedded tokenizer, not spelt out letter by letter."""
+        """The prompts and boxed answers of the base corpus, and each example's drawn working, so that the working's
+        words are tokens of the embedded tokenizer, not spelt out letter by letter."""
         for example in self.corpus_examples(difficulties, template):
             yield example.prompt
             yield self.sft_response(example, "answer")

@@ -1,11 +1,9 @@
-"""Step-by-step working for a generated arithmetic problem: the SFT targets ``cot`` and
-``cot_random`` of the ``arith`` task, one sentence per operation, e.g.::
+"""Step-by-step working for a generated arithmetic problem, the ``arith`` SFT targets ``cot`` and ``cot_random``::
 
     14 - 5 = 9, so we have 9 * 3 + 12 / 4. 9 * 3 = 27, so we have 27 + 12 / 4. ...
 
-``cot`` always takes the leftmost ready operation and the first wording of every slot; ``cot_random``
-draws both once per problem (seeded by its level and index), so a policy that has learnt the
-working still has real choices to make. docs/tasks.md ("Arithmetic")."""
+``cot`` takes the leftmost ready operation and the first wording; ``cot_random`` draws both per problem (seeded by its
+level and index). docs/tasks.md ("Arithmetic")."""
 
 from __future__ import annotations
 
@@ -38,10 +36,8 @@ class Piece:
 
 @dataclass
 class NoisyTeacher:
-    """A teacher that errs: each operation is, with probability ``rate``, written with a slip, half
-    the time a result off by one (either way), half the time another operator (``+ - *``) applied
-    to the same operands; the working then goes on from what it wrote. ``rng`` draws the slips
-    (its own stream: the order and wording draws are those of the clean working)."""
+    """A teacher whose every operation slips with probability ``rate`` (:meth:`step`), the working going on from what
+    it wrote; ``rng`` draws only the slips, so order and wording draws stay the clean working's."""
 
     rate: float
     rng: random.Random
@@ -49,10 +45,9 @@ class NoisyTeacher:
     def step(
         self, operator: str, left: int, right: int, value: int, allowed: Callable[[int], bool] = lambda _: True
     ) -> tuple[str, int]:
-        """The operator and result written for ``left operator right = value``. A slip is another
-        operator or a result off by one, half the time each; its result must be ``allowed`` (the
-        working's later divisions stay exact) and non-negative where ``value`` is; when only one kind
-        qualifies it is taken, when none the operation is written right."""
+        """The operator and result written for ``left operator right = value``: with a slip, half the time another
+        operator (``+ - *``), half a result off by one, each only if ``allowed`` (later divisions stay exact) and
+        non-negative where ``value`` is; if neither qualifies, written right."""
         if self.rng.random() >= self.rate:
             return operator, value
 
@@ -99,16 +94,15 @@ def replaced(node: Any, path: Position, value: int) -> Any:
 
 
 def working(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> str:
-    """The working of ``tree``, ending in the boxed answer; ``rng`` draws the order and wording
-    (module docstring), None gives the reference; ``errors`` makes it a noisy teacher's."""
+    """The working of ``tree``, ending in the boxed answer; ``rng`` draws the order and wording (module docstring),
+    None gives the reference; ``errors`` makes it a noisy teacher's."""
     return "".join(piece.text for piece in working_pieces(tree, rng, errors))
 
 
 def working_pieces(tree: Any, rng: random.Random | None = None, errors: NoisyTeacher | None = None) -> list[Piece]:
-    """:func:`working` as pieces of text, each with its class
-    (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`). The order of ``rng``'s draws is that of the
-    working written without errors, so that a noisy teacher's order and wording are those of the
-    clean working."""
+    """:func:`working` as pieces of text, each with its class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`). The
+    order of ``rng``'s draws is that of the working written without errors, so that a noisy teacher's order and
+    wording are those of the clean working."""
 
     def pick(options):
         return options[0] if rng is None else rng.choice(options)
@@ -174,8 +168,8 @@ def number_pieces(number: int, kind: str) -> list[Piece]:
 
 
 def expression_pieces(tree: Any) -> list[Piece]:
-    """``render_expression(tree)`` cut into its numbers and operators (class ``copy``: the working
-    copies them from the expression before) and the spaces and parentheses between (``format``)."""
+    """``render_expression(tree)`` cut into its numbers and operators (class ``copy``: the working copies them from
+    the expression before) and the spaces and parentheses between (``format``)."""
     return [
         Piece(part, "format" if part.isspace() or part in "()" else "copy")
         for part in re.findall(r"-?\d+|[()]|\s+|[-+*/]", render_expression(tree))
@@ -187,11 +181,10 @@ _WORDING = sorted({*LEADS, *EQUALS, *LINKS, *CLOSERS} - {""}, key=len, reverse=T
 
 
 def text_classes(text: str) -> list[str]:
-    """The class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`) of each character of a working as
-    anyone wrote it (a model's sample, not only the generator's text): the wording slots' phrases are ``wording``; a number right
-    after an equals word (``=``, ``is``, ...) is a ``result``; an operator before its sentence's equals
-    word is the ``operator`` applied; other numbers and operators are ``copy``; the rest is ``format``.
-    On the generator's own workings this gives the classes of :func:`working_pieces` exactly."""
+    """The class (:data:`tokenbalance.tasks.arith.TOKEN_CLASSES`) of each character of any working (also a model's):
+    wording phrases ``wording``, a number after an equals word ``result``, an operator before it ``operator``, other
+    numbers and operators ``copy``, the rest ``format``; on generated workings equal to :func:`working_pieces`'
+    classes."""
     kinds = ["format"] * len(text)
     equals_ends = set()
     for phrase in _WORDING:

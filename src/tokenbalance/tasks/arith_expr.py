@@ -1,5 +1,5 @@
-"""The arithmetic task's expression trees: exact value and infix text (:mod:`.arith` generates
-them, :mod:`.arith_cot` writes their working)."""
+"""The arithmetic task's expression trees: exact value and infix text (:mod:`.arith` generates them, :mod:`.arith_cot`
+writes their working)."""
 
 from __future__ import annotations
 

@@ -1,11 +1,11 @@
-"""The task vocabulary the trainer uses: :class:`TaskExample`, :class:`ScoreResult` and the
-:class:`Task` protocol (with :class:`BaseTask`'s defaults); the registry is :mod:`.registry`.
+"""The task vocabulary the trainer uses: :class:`TaskExample`, :class:`ScoreResult` and the :class:`Task` protocol
+(with :class:`BaseTask`'s defaults); the registry is :mod:`.registry`.
 
     examples = get_task("kk").examples("test", difficulty=3)     # 100 Logic-RL test puzzles
     result = get_task("kk").score(response_text, examples[0])    # ScoreResult(reward=3.0, metrics={...})
 
-Prompts are plain strings with any chat template already applied (the Logic-RL convention); a new
-task touches ``tasks/`` only. Each member and its defaults: docs/tasks.md ("The Task protocol")."""
+Prompts are plain strings with any chat template already applied (the Logic-RL convention); a new task touches
+``tasks/`` only. Each member and its defaults: docs/tasks.md ("The Task protocol")."""
 
 from __future__ import annotations
 
@@ -18,21 +18,17 @@ from typing import Any, Protocol, runtime_checkable
 
 @dataclass(frozen=True)
 class TaskExample:
-    """One prompt with what is needed to score answers to it.
+    """One prompt with what is needed to score answers to it (treat as read-only).
 
     Attributes:
-        prompt: the rendered prompt text (template applied; ready to tokenize as is).
-        question: the bare question (K&K: the ``quiz``), so the prompt can be re-rendered with
-            another template by :meth:`Task.render_prompt`.
-        ground_truth: what the scorer compares with: for K&K the ``reward_model.ground_truth`` dict
-            (``{"solution_text_format": str, "statements": str}``), for math tasks the answer string
-            (or a list of accepted answer strings).
+        prompt: the rendered prompt text (template applied, ready to tokenize).
+        question: the bare question (K&K: the ``quiz``), for :meth:`Task.render_prompt` with another template.
+        ground_truth: what the scorer compares with: K&K's ``reward_model.ground_truth`` dict, math's answer string
+            (or list of accepted answers).
         data_source: the metric group, e.g. ``"kk_logic"``, ``"kk_logic3"``, ``"arith"``.
-        difficulty: number of people for K&K, level for arith (0 when unknown).
-        index: the example's index in its source (K&K: global generator index; file readers:
-            that column when present, else the row number).
-        extra: anything else worth keeping (K&K: names, solution, split, row, ...). Treat as read-only.
-    """
+        difficulty: people for K&K, level for arith (0 when unknown).
+        index: the index in its source (K&K: global generator index; files: that column, else the row number).
+        extra: anything else worth keeping (K&K: names, solution, split, row, ...)."""
 
     prompt: str
     question: str
@@ -44,17 +40,14 @@ class TaskExample:
 
 
 class ScoreError(ValueError):
-    """A scorer's failure whose one-line message already names the example (file and row) and the
-    function that failed: passed on as it is by whoever scores (no second wrapping)."""
+    """A scorer's failure whose one-line message already names the example (file and row) and the function that
+    failed: passed on as it is by whoever scores (no second wrapping)."""
 
 
 @dataclass(frozen=True)
 class ScoreResult:
-    """A scored response: the scalar ``reward`` and named per-response ``metrics``.
-
-    Metrics are floats (0.0/1.0 for flags) so a trainer can average them over a batch,
-    e.g. ``{"format_ok": 1.0, "answer_parsed": 1.0, "correct": 0.0}``.
-    """
+    """A scored response: the scalar ``reward`` and float per-response ``metrics`` (0.0/1.0 for flags, averaged over a
+    batch), e.g. ``{"format_ok": 1.0, "answer_parsed": 1.0, "correct": 0.0}``."""
 
     reward: float
     metrics: Mapping[str, float] = field(default_factory=dict)
@@ -67,21 +60,16 @@ SFT_TARGETS = ("answer", "cot", "cot_random")
 
 
 def drawn_choices(example: TaskExample, stream: str = "cot_random") -> random.Random:
-    """The generator of ``cot_random``'s choices for ``example`` (or of another ``stream`` of draws,
-    such as a noisy teacher's ``"slips"``), seeded by its difficulty and index: the same example
-    always gets the same trace, different examples different ones."""
+    """The generator of ``cot_random``'s choices for ``example`` (or of another ``stream`` of draws, such as a noisy
+    teacher's ``"slips"``), seeded by its difficulty and index: the same example always gets the same trace, different
+    examples different ones."""
     return random.Random(f"{stream}/{example.difficulty}/{example.index}")
 
 
 @dataclass(frozen=True)
 class ExampleSource:
-    """Where the generated examples of one use and difficulty come from: the arguments of
-    :meth:`Task.examples` (``None`` leaves the task's default for that argument).
-
-    The trainer calls ``task.examples(source.split, difficulty=d, count=source.count,
-    start_index=source.start_index, seed=source.seed, template=...)``. The sources of the three
-    uses must be disjoint where it matters (the held-out set is never trained on).
-    """
+    """Where the generated examples of one use and difficulty come from: the arguments of :meth:`Task.examples`
+    (``None``: the task's default); the held-out source must be disjoint from the training ones."""
 
     split: str
     count: int | None = None
@@ -89,29 +77,20 @@ class ExampleSource:
     seed: int | None = None
 
 
-# What ``Task.write_data`` is given to show progress: ``progress(total, description)`` is a context
-# manager yielding a callable to call once per unit of work done, or None (no display).
+# What ``Task.write_data`` is given to show progress: ``progress(total, description)`` is a context manager yielding a
+# callable to call once per unit of work done, or None (no display).
 ProgressFactory = Callable[[int, str], AbstractContextManager[Callable[[], None] | None]]
 
 
 @runtime_checkable
 class Task(Protocol):
-    """What the trainer needs from a task; the trainer never tests a task by name.
+    """What the trainer needs from a task (it never tests a task by name); members and defaults: docs/tasks.md.
 
     Attributes:
-        name: registry name.
-        templates: valid template names, the first being the default.
-        max_reward: the reward of a fully correct answer (K&K 3, arith 1): a response is counted
-            correct (``reward/acc``, ``eval/*/acc``) when its reward equals it.
-        special_tokens: text the scorer reads from the decoded response (K&K: ``<think>``,
-            ``</think>``, ``<answer>``, ``</answer>``); the trainer checks that the tokenizer
-            round-trips each of them before a run (``models.check_special_tokens``). Empty when
-            nothing needs checking.
-
-    :class:`BaseTask` gives defaults for ``special_tokens``, :meth:`example_source`,
-    :meth:`read_examples`, :meth:`tokenizer_corpus`, :meth:`write_data`,
-    :meth:`score_without_prompt` and :meth:`difficulty_label`.
-    """
+        name: registry name; templates: valid template names, the first the default.
+        max_reward: the reward of a fully correct answer (K&K 3, arith 1), which counts a response correct.
+        special_tokens: text the scorer reads from the response (K&K's tags), checked to round-trip the tokenizer
+            before a run (``models.check_special_tokens``)."""
 
     name: str
     templates: tuple[str, ...]
@@ -128,23 +107,19 @@ class Task(Protocol):
         template: str | None = None,
         start_index: int | None = None,
     ) -> list[TaskExample]:
-        """Generate the examples of ``split`` ("train" or "test") deterministically.
-
-        ``difficulty`` / ``count`` / ``seed`` / ``start_index`` default to the task's published set;
-        ``template`` to ``templates[0]``. Bad values raise ``ValueError`` naming the argument and
-        the valid range.
-        """
+        """Generate the examples of ``split`` ("train" or "test") deterministically; unset arguments default to the
+        published set and ``templates[0]``; bad values raise ``ValueError`` naming the argument and its range."""
         ...
 
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
-        """Where the generated examples of ``use`` (one of :data:`EXAMPLE_USES`) at ``difficulty``
-        come from; ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"`` and ``"validation"``,
+        """Where the generated examples of ``use`` (one of :data:`EXAMPLE_USES`) at ``difficulty`` come from;
+        ``count`` is how many the run asks for (``data.eval_count`` for ``"eval"`` and ``"validation"``,
         ``sft.train_count`` for ``"sft"``, ``data.rl_count`` for ``"rl"``); a task may give fewer (K&K 2 people)."""
         ...
 
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
-        """The examples of a data file (``data.train_file`` / ``data.eval_file``); ``template``
-        re-renders the prompts where the task supports it."""
+        """The examples of a data file (``data.train_file`` / ``data.eval_file``); ``template`` re-renders the prompts
+        where the task supports it."""
         ...
 
     def render_prompt(self, example: TaskExample, template: str) -> str:
@@ -152,8 +127,8 @@ class Task(Protocol):
         ...
 
     def score_without_prompt(self, response: str, ground_truth: Any, template: str) -> ScoreResult:
-        """Score a response given without its prompt (verl's reward manager passes the response
-        alone), as if a ``template`` prompt came before it."""
+        """Score a response given without its prompt (verl's reward manager passes the response alone), as if a
+        ``template`` prompt came before it."""
         ...
 
     def difficulty_label(self, difficulty: int) -> str:
@@ -161,17 +136,14 @@ class Task(Protocol):
         ...
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
-        """Score the decoded ``response`` (generated text only, special tokens kept) for ``example``.
-
-        Tasks whose reference reward reads prompt + response (K&K) put ``example.prompt`` in front
-        themselves, so every task is called the same way.
-        """
+        """Score the decoded ``response`` (generated text only, special tokens kept); tasks whose reward reads the
+        prompt (K&K) prepend ``example.prompt`` themselves."""
         ...
 
     def sft_response(self, example: TaskExample, target: str) -> str:
-        """A response that scores ``max_reward`` on ``example``: the SFT warm start's target
-        (without EOS). ``target`` is ``sft.target``: ``"answer"``, ``"cot"`` (reasoning first,
-        where the task has any) or ``"cot_random"`` (K&K: the reasoning's search order drawn)."""
+        """A response that scores ``max_reward`` on ``example``: the SFT warm start's target (without EOS). ``target``
+        is ``sft.target``: ``"answer"``, ``"cot"`` (reasoning first, where the task has any) or ``"cot_random"`` (K&K:
+        the reasoning's search order drawn)."""
         ...
 
     def tokenizer_corpus(self, difficulties: Iterable[int], template: str) -> Iterator[str]:
@@ -179,15 +151,14 @@ class Task(Protocol):
         ...
 
     def write_data(self, options: Any, *, progress: ProgressFactory, log: Callable[[str], None]) -> None:
-        """``tokenbalance gen-data <name>``: write the files ``options`` (the parsed command line,
-        an ``argparse.Namespace``) asks for, calling ``log`` with one line per file written."""
+        """``tokenbalance gen-data <name>``: write the files ``options`` (the parsed command line, an
+        ``argparse.Namespace``) asks for, calling ``log`` with one line per file written."""
         ...
 
 
 class BaseTask:
-    """Defaults for the optional parts of :class:`Task`; a task subclasses it and provides
-    ``name``, ``templates``, ``max_reward``, ``examples``, ``render_prompt``, ``score`` and
-    ``sft_response``."""
+    """Defaults for the optional parts of :class:`Task`; a task subclasses it and provides ``name``, ``templates``,
+    ``max_reward``, ``examples``, ``render_prompt``, ``score`` and ``sft_response``."""
 
     name: str
     templates: tuple[str, ...]
@@ -195,16 +166,16 @@ class BaseTask:
     special_tokens: tuple[str, ...] = ()
     # whether sft_response takes error_rate (sft.error_rate: a noisy teacher's working)
     noisy_teacher: bool = False
-    # the classes text_classes gives, the last being the rest (spaces, special tokens), and which of
-    # them are decisions (a token profile by class)
+    # the classes text_classes gives, the last being the rest (spaces, special tokens), and which of them are
+    # decisions (a token profile by class)
     token_class_names: tuple[str, ...] = ()
     decision_classes: tuple[str, ...] = ()
     # seeds of the three uses when a task generates examples from a seed alone (disjoint streams)
     USE_SEEDS = {"eval": 0, "rl": 1, "sft": 2, "validation": 3}
 
     def example_source(self, use: str, difficulty: int, count: int) -> ExampleSource:
-        """Held-out examples from the test split with seed 0, validation examples from it with
-        seed 3; RL and SFT examples from the train split with seeds 1 and 2; ``count`` of each."""
+        """Held-out examples from the test split with seed 0, validation examples from it with seed 3; RL and SFT
+        examples from the train split with seeds 1 and 2; ``count`` of each."""
         if use not in EXAMPLE_USES:
             raise ValueError(f"use: unknown value {use!r}; valid: {', '.join(map(repr, EXAMPLE_USES))}")
         split = "test" if use in ("eval", "validation") else "train"
@@ -254,6 +225,6 @@ class BaseTask:
         return f"difficulty {difficulty}"
 
     def text_classes(self, text: str) -> list[str] | None:
-        """The class of each character of a response (a token-class profile's input: which tokens
-        are decisions, which are wording), or None when the task does not tell."""
+        """The class of each character of a response (a token-class profile's input: which tokens are decisions, which
+        are wording), or None when the task does not tell."""
         return None

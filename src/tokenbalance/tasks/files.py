@@ -1,8 +1,5 @@
-"""Reading and writing row files (parquet, JSON lines) for the task readers, with errors that name
-the file, the row (from 0, in file order; the line too for JSON lines) and the column (nested ones
-with dots, e.g. ``reward_model.ground_truth.solution_text_format``).
-
-pyarrow is imported inside the functions that need it, so importing the tasks stays light."""
+"""Row files (parquet, JSON lines) for the task readers, with errors naming the file, the row (from 0; the line too
+for JSON lines) and the column (nested with dots). pyarrow is imported only where needed."""
 
 from __future__ import annotations
 
@@ -21,8 +18,8 @@ _MISSING = object()
 
 
 class RowReader:
-    """Typed access to the columns of one row; every failure is a ``ValueError`` of the form
-    ``"<file>: row <r>[ (line <l>)]: column '<c>': <problem>"``."""
+    """Typed access to the columns of one row; every failure is a ``ValueError`` of the form ``"<file>: row <r>[ (line
+    <l>)]: column '<c>': <problem>"``."""
 
     def __init__(self, path: str | os.PathLike, row_number: int, row: Any, line: int | None = None):
         self.path = str(path)
@@ -58,11 +55,8 @@ class RowReader:
         return value
 
     def get(self, column: str, kind: type | tuple[type, ...], *, default: Any = _MISSING) -> Any:
-        """The value of ``column``, checked to be of type ``kind``.
-
-        A missing column returns ``default`` when one is given, else raises. ``bool`` is never
-        accepted as an ``int``.
-        """
+        """The value of ``column``, checked to be of type ``kind`` (``bool`` is never an ``int``); missing:
+        ``default`` if given, else raises."""
         value = self._lookup(column)
         if value is _MISSING:
             if default is not _MISSING:
@@ -104,12 +98,8 @@ def json_array_rows(file: Path, text: str) -> list[RowReader]:
 
 
 def read_rows(path: str | os.PathLike) -> list[RowReader]:
-    """All rows of a ``.parquet`` or JSON-lines (``.jsonl``/``.json``/``.ndjson``) file, or of a
-    ``.json`` file holding one array of row objects (as ``json.dump(rows, f)`` writes it).
-
-    Unreadable files, unknown suffixes, invalid JSON lines and non-object lines raise
-    ``ValueError`` naming the file (and the line).
-    """
+    """All rows of a ``.parquet``, JSON-lines (``.jsonl``/``.json``/``.ndjson``) or JSON-array ``.json`` file;
+    unreadable files, unknown suffixes and bad lines raise ``ValueError`` naming the file (and line)."""
     file = Path(path)
     suffix = file.suffix.lower()
     if not file.is_file():
@@ -150,8 +140,8 @@ WRITTEN_BY = b"tokenbalance gen-data"
 
 
 def parquet_written_by_tokenbalance(path: str | os.PathLike) -> bool:
-    """Whether the parquet file ``path`` carries the mark :func:`write_parquet_atomic` writes
-    (its schema metadata ``written_by``); False for any other or unreadable file."""
+    """Whether the parquet file ``path`` carries the mark :func:`write_parquet_atomic` writes (its schema metadata
+    ``written_by``); False for any other or unreadable file."""
     try:
         import pyarrow.parquet as pq
 
@@ -162,9 +152,8 @@ def parquet_written_by_tokenbalance(path: str | os.PathLike) -> bool:
 
 
 def check_parquet_target(path: str | os.PathLike, *, replace: bool = False) -> None:
-    """``ValueError`` unless ``path`` may be written: it does not exist, or ``replace`` is given and
-    the file there was written by tokenbalance (:func:`parquet_written_by_tokenbalance`). A file of
-    the user's is never replaced."""
+    """``ValueError`` unless ``path`` may be written: it does not exist, or ``replace`` is given and the file there
+    was written by tokenbalance (:func:`parquet_written_by_tokenbalance`). A file of the user's is never replaced."""
     target = Path(path)
     if target.is_dir():
         raise ValueError(f"--out {target}: is a directory; give a .parquet file path")
@@ -185,9 +174,9 @@ def check_parquet_target(path: str | os.PathLike, *, replace: bool = False) -> N
 def write_parquet_atomic(
     rows: Iterable[dict[str, Any]], path: str | os.PathLike, schema: Any, *, replace: bool = False
 ) -> Path:
-    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the
-    path. The file is marked as tokenbalance's (schema metadata ``written_by``); an existing file is
-    replaced only with ``replace`` and only when it carries that mark (:func:`check_parquet_target`)."""
+    """Write ``rows`` with the given pyarrow ``schema`` to ``path`` (temp file + rename); returns the path. The file
+    is marked as tokenbalance's (schema metadata ``written_by``); an existing file is replaced only with ``replace``
+    and only when it carries that mark (:func:`check_parquet_target`)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -1,12 +1,9 @@
-"""``function``: your prompts and your reward function as a task, without a subclass.
+"""``function``: your prompts and reward function as a task, without a subclass.
 
-``--data FILE --eval-data FILE --reward MODULE:FUNCTION`` train on the rows of a parquet or
-JSON-lines file, each response scored by ``fn(response, **row)`` (the columns it names, or all with
-``**kwargs``); it returns a number, ``(reward, correct)`` or a dict with ``"reward"`` (or verl's
-``"score"``) and other numbers, logged as metrics. Chat prompts are rendered with the policy's chat
-template, handed in by the run's setup (:func:`tokenbalance.run.examples.task_for`). One loader and
-one check of what the function returns serve our trainer, TRL and verl; docs/tasks.md.
-"""
+``--data FILE --eval-data FILE --reward MODULE:FUNCTION``: each response scored by ``fn(response, **row)``, returning
+a number, ``(reward, correct)`` or a dict with ``"reward"`` (or ``"score"``) and other metrics. Chat prompts get the
+policy's chat template (:func:`tokenbalance.run.examples.task_for`). One loader and check for our trainer, TRL and
+verl; docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -34,8 +31,8 @@ ChatRenderer = Callable[[list[dict[str, Any]]], str]
 
 
 class RewardOutputError(ScoreError):
-    """The reward function returned something that is not a reward; the message names the row,
-    the function and the value."""
+    """The reward function returned something that is not a reward; the message names the row, the function and the
+    value."""
 
 
 def normalized_reward_spec(spec: str, setting: str = "data.reward") -> str:
@@ -44,9 +41,9 @@ def normalized_reward_spec(spec: str, setting: str = "data.reward") -> str:
 
 
 def load_reward_function(reward: str | Callable[..., Any], setting: str = "data.reward") -> Callable[..., Any]:
-    """The function named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is
-    returned as is): :func:`tokenbalance.user_code.load_function`, whose every failure is one
-    ``ValueError`` line naming ``setting``, the module and the attribute."""
+    """The function named by ``"pkg.module:function"`` / ``"path/file.py:function"`` (a callable is returned as is):
+    :func:`tokenbalance.user_code.load_function`, whose every failure is one ``ValueError`` line naming ``setting``,
+    the module and the attribute."""
     return load_function(reward, setting)
 
 
@@ -69,15 +66,13 @@ class RewardFunction:
 
     Args:
         reward: ``"pkg.module:function"``, ``"path/file.py:function"`` or the function itself.
-        max_reward: the reward of a correct response; a returned ``correct`` flag must agree with it.
-        prefix: how the caller names its settings in messages: ``"data."`` (the trainer's
-            ``data.reward`` / ``data.max_reward``), ``"reward_kwargs."`` (verl), ``""`` (TRL's
-            ``TaskReward`` arguments).
+        max_reward: the reward of a correct response (a returned ``correct`` must agree).
+        prefix: how the caller's settings are named in messages: ``"data."``, ``"reward_kwargs."`` (verl), ``""``
+            (TRL).
 
     Attributes:
         name: the spec, or the function's qualified name.
-        required_columns: the parameters without a default after the response: columns every row needs.
-    """
+        required_columns: parameters without a default after the response (columns every row needs)."""
 
     def __init__(self, reward: str | Callable[..., Any], *, max_reward: float = 1.0, prefix: str = "data.") -> None:
         self.setting = f"{prefix}reward"
@@ -131,14 +126,14 @@ class RewardFunction:
         return [column for column in self.required_columns if column not in row]
 
     def score(self, response: str, row: Mapping[str, Any], where: str) -> ScoreResult:
-        """``fn(response, **row)`` checked by :meth:`result` (``where`` names the row in messages).
-        What the function raises is not caught: the caller says where it happened."""
+        """``fn(response, **row)`` checked by :meth:`result` (``where`` names the row in messages). What the function
+        raises is not caught: the caller says where it happened."""
         return self.result(self.function(response, **self.columns_for(row)), where, response)
 
     def result(self, value: Any, where: str, response: str = "") -> ScoreResult:
-        """The :class:`ScoreResult` of what the function returned (module docstring): the reward,
-        ``correct`` (0/1) when flagged, and the dict's other numbers as metrics.
-        :class:`RewardOutputError` (one line: ``where``, the function, the value, the rule) otherwise."""
+        """The :class:`ScoreResult` of what the function returned (module docstring): the reward, ``correct`` (0/1)
+        when flagged, and the dict's other numbers as metrics. :class:`RewardOutputError` (one line: ``where``, the
+        function, the value, the rule) otherwise."""
 
         def bad(problem: str) -> RewardOutputError:
             return RewardOutputError(
@@ -200,16 +195,8 @@ def _question(prompt: Any) -> str:
 
 
 class FunctionTask(BaseTask):
-    """Rows of a file scored by a reward function (module docstring).
-
-    Args:
-        reward: the reward function or its name (:class:`RewardFunction`).
-        prompt_column: the column holding each row's prompt.
-        max_reward: the reward of a correct response.
-        render_chat: chat messages -> prompt text (the policy's chat template); ``None`` refuses
-            chat prompts with a message saying where the renderer comes from.
-        prefix: how the settings are named in messages (:class:`RewardFunction`).
-    """
+    """Rows of a file scored by a reward function (:class:`RewardFunction`; ``reward``, ``max_reward``, ``prefix`` as
+    there) with prompts from ``prompt_column``; ``render_chat`` renders chat prompts (``None`` refuses them)."""
 
     name = FUNCTION_TASK
     templates = PROMPT_FORMATS
@@ -235,9 +222,9 @@ class FunctionTask(BaseTask):
         return task
 
     def read_examples(self, path: str, template: str | None = None) -> list[TaskExample]:
-        """One example per row: the prompt rendered per ``template`` (``data.template``), the row
-        itself as ``ground_truth`` (the function's columns), ``where`` (file and row) in ``extra``.
-        Every row must have the prompt column and the function's required columns."""
+        """One example per row: the prompt rendered per ``template`` (``data.template``), the row itself as
+        ``ground_truth`` (the function's columns), ``where`` (file and row) in ``extra``. Every row must have the
+        prompt column and the function's required columns."""
         prompt_format = template or self.templates[0]
         check_choice("data.template", prompt_format, self.templates)
         return [self._example(reader, prompt_format) for reader in read_rows(path)]
@@ -304,9 +291,8 @@ class FunctionTask(BaseTask):
         return self.reward.score(response, row, where)
 
     def score(self, response: str, example: TaskExample) -> ScoreResult:
-        """The reward of ``response``; what the function raises becomes one :class:`ScoreError` line
-        naming the row (file, row, line), the function (``FILE.py:FUNCTION`` / ``MODULE:FUNCTION``)
-        and the error."""
+        """The reward of ``response``; what the function raises becomes one :class:`ScoreError` line naming the row
+        (file, row, line), the function (``FILE.py:FUNCTION`` / ``MODULE:FUNCTION``) and the error."""
         where = example.extra.get("where") or f"{example.data_source}: row {example.index}"
         row = example.ground_truth if isinstance(example.ground_truth, Mapping) else {}
         try:
@@ -324,8 +310,8 @@ class FunctionTask(BaseTask):
         return self.score_row(response, row, "a row")
 
     def check_reward(self, examples: Iterable[TaskExample], rows: int = CHECKED_ROWS) -> None:
-        """Score the empty response on the first ``rows`` examples: the function must return a
-        reward (:meth:`RewardFunction.result`) and not raise. Cheap, before any model work."""
+        """Score the empty response on the first ``rows`` examples: the function must return a reward
+        (:meth:`RewardFunction.result`) and not raise. Cheap, before any model work."""
         for count, example in enumerate(examples):
             if count == rows:
                 return
@@ -364,6 +350,6 @@ class FunctionTask(BaseTask):
 
 @functools.lru_cache(maxsize=16)
 def cached_function_task(reward: str, max_reward: float = 1.0, prefix: str = "data.") -> FunctionTask:
-    """One :class:`FunctionTask` per (reward, max reward) for callers that score one response per
-    call (verl's reward manager), so the function is loaded once."""
+    """One :class:`FunctionTask` per (reward, max reward) for callers that score one response per call (verl's reward
+    manager), so the function is loaded once."""
     return FunctionTask(reward, max_reward=max_reward, prefix=prefix)

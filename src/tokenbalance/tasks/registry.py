@@ -1,9 +1,5 @@
-"""The task registry: names to task factories (``data.task``, ``gen-data``); the built-in tasks
-are imported only when asked for, so this module imports no task.
-
-    register_task("echo", EchoTask)          # a class is a factory too
-    task = get_task("echo")
-"""
+"""The task registry: names to task factories (``data.task``, ``gen-data``); built-in tasks are imported only when
+asked for (:func:`register_task`)."""
 
 from __future__ import annotations
 
@@ -30,8 +26,8 @@ TASK_FACTORIES: dict[str, Callable[[], Task]] = {"kk": _make_kk, "arith": _make_
 
 
 class _TaskNames(Sequence):
-    """The registered task names, read from :data:`TASK_FACTORIES` at each use (so a task
-    registered later is a valid ``data.task``); compares equal to the tuple of the names."""
+    """The registered task names, read from :data:`TASK_FACTORIES` at each use (so a task registered later is a valid
+    ``data.task``); compares equal to the tuple of the names."""
 
     def __getitem__(self, index):
         return tuple(TASK_FACTORIES)[index]
@@ -60,11 +56,10 @@ def task_names() -> tuple[str, ...]:
 
 
 def register_task(name: str, factory: Callable[[], Task], *, replace: bool = False) -> None:
-    """Make ``get_task(name)`` return ``factory()``; ``data.task`` and ``gen-data`` accept ``name``
-    from then on. A name already registered is an error unless ``replace=True``.
+    """Make ``get_task(name)`` return ``factory()`` (``data.task`` and ``gen-data`` accept ``name`` from then on); a
+    name already registered is an error unless ``replace=True``.
 
-        register_task("echo", EchoTask)          # a class is a factory too
-    """
+        register_task("echo", EchoTask)          # a class is a factory too"""
     if not isinstance(name, str) or not name or not name.replace("_", "").replace("-", "").isalnum():
         raise ValueError(f"task name must be a non-empty string of letters, digits, '_' or '-', got {name!r}")
     if not callable(factory):

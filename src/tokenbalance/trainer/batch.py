@@ -1,11 +1,8 @@
-"""One RL step's batch, built once and passed down: P prompts x G responses with their rewards,
-group structure, old / reference log-probs and (for NTHR) hidden states.
+"""One RL step's batch, built once and passed down: P prompts x G responses with rewards, groups, old / reference
+log-probs and (for NTHR) hidden states.
 
-:func:`sample_batch` asks the engine for ``n = G`` responses to each of P prompts and scores them;
-:func:`with_logprobs` adds the old-policy and reference log-probs; :func:`update_inputs` turns the
-batch into the method's update passes. The trainer and ``tokenbalance diagnose`` build their update
-inputs here, so the groups are known from the start and never rediscovered from token rows.
-"""
+:func:`sample_batch` samples and scores; :func:`with_logprobs` adds the log-probs; :func:`update_inputs` makes the
+method's update passes. The trainer and ``diagnose`` both build here, so groups are never rediscovered from rows."""
 
 from __future__ import annotations
 
@@ -35,19 +32,13 @@ class RolloutBatch:
     """P prompts x G responses, rows prompt-major (row ``p * G + g`` answers prompt ``p``).
 
     Attributes:
-        examples_P: the P prompts' task examples.
-        group_ids_P: [P] int64 global prompt ids (unique within a run's step; GRPO's groups).
-        generation: the engine's output, B = P x G rows, ``generation.group_size == G``.
-        packed: prompt + response as model input, on the training device, rows sharing a prompt
-            marked (``packed.prompt_B``).
-        texts_B: decoded responses (up to the EOS, special tokens kept).
-        results_B: the task's score of each response.
-        rewards_B: [B] float32 rewards, on the training device.
-        max_reward: the task's maximum reward (a fully correct answer); ``correct_B`` is derived.
-        old: old-policy log-probs (and entropy, hidden states when asked); ``None`` until
-            :func:`with_logprobs`.
-        ref_logp_BT: reference-policy log-probs when the method has a KL term.
-    """
+        examples_P: the prompts' task examples; group_ids_P: [P] int64 prompt ids (unique within a step; the groups).
+        generation: the engine's output, B = P x G rows.
+        packed: prompt + response as model input on the training device, shared prompts marked (``packed.prompt_B``).
+        texts_B: decoded responses (up to the EOS, special tokens kept); results_B: their scores.
+        rewards_B: [B] float32 on the training device; max_reward: the task's maximum (``correct_B`` is derived).
+        old: old-policy log-probs (entropy, hidden states when asked); ``None`` until :func:`with_logprobs`.
+        ref_logp_BT: reference-policy log-probs when the method has a KL term."""
 
     examples_P: list[TaskExample]
     group_ids_P: torch.Tensor
@@ -158,9 +149,9 @@ def _pad_columns(tensor: torch.Tensor, width: int, value, *, left: bool = False)
 
 
 def merge_groups(selections: list[tuple[RolloutBatch, torch.Tensor]], pad_token_id: int) -> RolloutBatch:
-    """One batch of the groups ``idx_P`` of each ``(batch, idx_P)``, in order (rounds of DAPO
-    dynamic sampling). Prompts are re-padded on the left, responses on the right; no log-probs yet.
-    A single selection of all its groups is returned as it is."""
+    """One batch of the groups ``idx_P`` of each ``(batch, idx_P)``, in order (rounds of DAPO dynamic sampling).
+    Prompts are re-padded on the left, responses on the right; no log-probs yet. A single selection of all its groups
+    is returned as it is."""
     if len(selections) == 1 and selections[0][1].numel() == len(selections[0][0].examples_P):
         return selections[0][0]
     G = selections[0][0].group_size
@@ -209,13 +200,9 @@ def with_logprobs(
     group_by_length: bool = False,
     forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> RolloutBatch:
-    """The batch with old-policy log-probs (a no-grad forward of ``policy``; with
-    ``sampler_logprobs`` the sampler's own, which saves that forward unless NTHR needs the hidden
-    states) and reference log-probs when the method has a KL term. ``old_forward``: the policy's
-    forward of the batch already run (with gradient, for the update: ``trainer/update.py``); the old
-    log-probs are then its values, detached (the same bits as the no-grad forward's).
-    ``group_by_length``: the forwards' micro-batches hold rows of similar response length.
-    ``forward_settings``: both forwards' autocast type and output-layer chunks, the update's too."""
+    """The batch with old-policy log-probs (a no-grad forward; with ``sampler_logprobs`` the sampler's own, unless
+    NTHR needs hidden states) and reference log-probs under a KL term. ``old_forward``: the update's forward already
+    run; its detached values (same bits) are used. ``group_by_length`` / ``forward_settings``: as in the update."""
     if old_forward is not None:
         old = ResponseLogprobs(
             logp_BT=old_forward.logp_BT.detach(),
@@ -265,8 +252,8 @@ def update_inputs(
     temperature: float,
     rows: torch.Tensor | slice | None = None,
 ) -> tuple[list[UpdatePass], dict[str, float]]:
-    """The method's update passes on the batch (advantages, token weights, schedule) and the
-    metrics of building them; ``rows`` (whole groups) restricts them to part of the batch."""
+    """The method's update passes on the batch (advantages, token weights, schedule) and the metrics of building them;
+    ``rows`` (whole groups) restricts them to part of the batch."""
     old = batch.old_logprobs
     sel = slice(None) if rows is None else rows
     nthr = None

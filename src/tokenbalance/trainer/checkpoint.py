@@ -1,9 +1,7 @@
-"""RL checkpoints written and read: ``RUN_DIR/checkpoints/step_000010/`` holds ``model/``
-(save_pretrained: safetensors + tokenizer files), ``optimizer.safetensors`` (every optimizer state
-tensor, keyed "<param index>.<name>") and ``trainer_state.json`` (step, optimizer scalars and param
-groups, seeds, data position, config). Nothing is pickled, so loading never runs code. Naming,
-completeness, finding and pruning: :mod:`tokenbalance.run.checkpoints`. docs/training.md.
-"""
+"""RL checkpoints written and read: ``checkpoints/step_000010/`` holds ``model/`` (save_pretrained),
+``optimizer.safetensors`` (keyed "<param index>.<name>") and ``trainer_state.json`` (step, optimizer scalars, seeds,
+data position, config); nothing pickled. Naming, completeness and pruning: :mod:`tokenbalance.run.checkpoints`;
+docs/training.md."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
-"""Data parallelism through ``torch.distributed``: whole prompt groups per rank, one global
-normaliser, gradients summed across ranks, so two ranks compute exactly the update one process
-computes on the union of their batches (docs/training.md, "Data parallel").
+"""Data parallelism through ``torch.distributed``: whole prompt groups per rank, one global normaliser, gradients
+summed across ranks, so two ranks compute exactly the update one process computes on the union of their batches
+(docs/training.md, "Data parallel").
 
-    torchrun --nproc_per_node 2 -m tokenbalance.cli train ...   # gloo on CPU, NCCL on GPU
-"""
+    torchrun --nproc_per_node 2 -m tokenbalance.cli train ...   # gloo on CPU, NCCL on GPU"""
 
 from __future__ import annotations
 
@@ -62,11 +61,8 @@ def sum_gradients(parameters, ctx: DistContext, *, scale: float = 1.0) -> None:
 
 
 def gather_keys(keys, ctx: DistContext) -> list[str]:
-    """The sorted union of every rank's ``keys`` (strings without newlines).
-
-    Plain tensor collectives on ``ctx.device`` (the lengths, then the UTF-8 bytes padded to the
-    longest), not ``all_gather_object``, which on NCCL needs ``torch.cuda.set_device`` per rank.
-    """
+    """The sorted union of every rank's ``keys`` (no newlines), by plain tensor collectives on ``ctx.device`` (not
+    ``all_gather_object``, which on NCCL needs ``torch.cuda.set_device`` per rank)."""
     local = sorted(set(keys))
     if not ctx.enabled:
         return local
@@ -89,15 +85,9 @@ def gather_keys(keys, ctx: DistContext) -> list[str]:
 
 
 def mean_over_ranks(values: dict[str, float], ctx: DistContext) -> dict[str, float]:
-    """Average scalar metrics over the ranks that report them.
-
-    Ranks may report different keys: the update emits ``pass/<name>/*`` and ``tr_grpo/w_*`` only
-    where a rank had tokens of that pass. So the union of the keys is gathered first
-    (:func:`gather_keys`), then each key's sum and count (the ranks that have it) are all-reduced
-    in one vector: a key one rank lacks is averaged over the others, never mixed with another
-    key's number, and every rank makes the same collective calls (no hang). Every rank must call
-    this, also with no metrics.
-    """
+    """Average scalar metrics over the ranks that report them (keys may differ: ``pass/<name>/*`` exist only where a
+    rank had that pass's tokens). The key union is gathered first, then each key's sum and count all-reduced in one
+    vector, so every rank makes the same calls; every rank must call this, also with no metrics."""
     if not ctx.enabled:
         return values
     keys = gather_keys(values, ctx)

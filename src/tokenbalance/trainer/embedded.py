@@ -1,12 +1,7 @@
-"""The embedded default policy: a tiny model, a tokenizer trained on the task's text
-(``Task.tokenizer_corpus``; K&K by default), an SFT warm start. With ``data.reward`` and
-``data.target_column`` (your own rows), the tokenizer is trained on the rows' prompts and targets
-and the SFT teaches the targets (:func:`~tokenbalance.run.examples.row_pairs`).
-
-Built once and cached under ``model.cache_dir/<key>/`` where the key hashes every setting that
-changes the result (model sizes, tokenizer size, SFT settings, data, seed, package version), so a
-changed setting never reuses a stale cache. The directory appears atomically when complete.
-"""
+"""The embedded default policy: a tiny model, a tokenizer trained on the task's text (``Task.tokenizer_corpus``), an
+SFT warm start; with ``data.reward`` and ``data.target_column`` trained on your rows
+(:func:`~tokenbalance.run.examples.row_pairs`). Cached atomically under ``model.cache_dir/<key>/``, the key hashing
+every setting that changes the result, so a changed setting never reuses a stale cache."""
 
 from __future__ import annotations
 
@@ -51,9 +46,9 @@ def build_embedded_policy(
     task: Task | None = None,
     pairs: Sequence[SFTPair] | None = None,
 ) -> dict:
-    """Train the tokenizer, build the tiny model, run SFT (resumable in ``checkpoint_dir`` with
-    ``sft.save_every``) and save it to ``out_dir``. ``task`` and the SFT ``pairs``: the run's
-    (:class:`~tokenbalance.run.setup.RunSetup`), built from ``config`` when not given."""
+    """Train the tokenizer, build the tiny model, run SFT (resumable in ``checkpoint_dir`` with ``sft.save_every``)
+    and save it to ``out_dir``. ``task`` and the SFT ``pairs``: the run's (:class:`~tokenbalance.run.setup.RunSetup`),
+    built from ``config`` when not given."""
     started = time.perf_counter()
     task = task if task is not None else task_for(config.data)
     pairs = pairs if pairs is not None else sft_pairs(config.data, config.sft, task)
@@ -96,10 +91,9 @@ def sft_and_save(
     pairs: Sequence[SFTPair] | None = None,
     **extra,
 ) -> dict:
-    """SFT ``model`` on ``pairs`` (default: ``config``'s), save it to ``out_dir`` with its summary
-    (the final loss, the seconds since ``sft_seconds_since`` when given, and ``extra``); returns the
-    summary. SFT checkpoints in ``checkpoint_dir`` (``sft.save_every``) are removed once the policy
-    is saved."""
+    """SFT ``model`` on ``pairs`` (default: ``config``'s), save it to ``out_dir`` with its summary (the final loss,
+    the seconds since ``sft_seconds_since`` when given, and ``extra``); returns the summary. SFT checkpoints in
+    ``checkpoint_dir`` (``sft.save_every``) are removed once the policy is saved."""
     losses = run_sft(
         model,
         tokenizer,
@@ -127,8 +121,8 @@ def sft_and_save(
 
 
 def write_sft_summary(out_dir: Path, summary: dict) -> None:
-    """``out_dir/tokenbalance_sft.json``: the SFT summary and the names of the files of the policy
-    just saved there (what ``tokenbalance sft --force`` may replace: only these)."""
+    """``out_dir/tokenbalance_sft.json``: the SFT summary and the names of the files of the policy just saved there
+    (what ``tokenbalance sft --force`` may replace: only these)."""
     files = sorted({p.name for p in out_dir.iterdir()} | {SFT_SUMMARY})
     write_text_atomic(out_dir / SFT_SUMMARY, json.dumps({**summary, "files": files}, indent=1) + "\n")
 
@@ -149,8 +143,8 @@ def ensure_embedded_policy(
     task: Task | None = None,
     pairs: Sequence[SFTPair] | None = None,
 ) -> Path:
-    """The cached embedded policy directory, building it first if needed (from the run's ``task``
-    and SFT ``pairs`` when given: :func:`build_embedded_policy`)."""
+    """The cached embedded policy directory, building it first if needed (from the run's ``task`` and SFT ``pairs``
+    when given: :func:`build_embedded_policy`)."""
     path = Path(config.model.cache_dir) / embedded_key(config)
     if (path / SFT_SUMMARY).is_file():
         log(f"embedded policy: reusing {path}")

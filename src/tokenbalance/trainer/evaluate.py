@@ -1,8 +1,6 @@
-"""Held-out evaluation as the AR-Lopti reference logs it: accuracy (reward == the task's
-``max_reward``: 3 on K&K, 1 on arith) per difficulty, for greedy decoding and for one sample at temperature 1.0, plus the mean
-reward, response length and format-error rate; and the mean length of the correct and of the
-incorrect responses, which shows a policy that learns to answer in fewer tokens whether or not
-that is how it gets answers right."""
+"""Held-out evaluation as the AR-Lopti reference logs it: accuracy (reward == ``max_reward``) per difficulty for
+greedy and one temperature-1 sample, mean reward, response length (also of correct / incorrect responses) and
+format-error rate (docs/metrics.md)."""
 
 from __future__ import annotations
 
@@ -41,16 +39,13 @@ def evaluate(
     on_batch: Callable[[int], None] | None = None,
     prompt_ids: Sequence[list[int]] | None = None,
 ) -> dict[str, float]:
-    """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,
-    response_len_incorrect,format_error}`` metrics (a length over no response is NaN);
-    ``format_error`` only for a task whose scores carry ``format_ok`` (K&K, a reward returning it):
-    for any other it would be a constant 0 that means nothing.
+    """``eval/{greedy,sample}/{acc,acc_<difficulty>,reward,response_len,response_len_correct,response_len_incorrect,
+    format_error}`` (a length over no response is NaN; ``format_error`` only for tasks whose scores carry
+    ``format_ok``).
 
-    ``responses``: when given, one record per response is appended to it, in order (mode, the
-    example's data source, index and difficulty, reward, correct, tokens, format_ok or None, text).
-    ``on_batch``: called after each batch with the number of responses scored so far (both modes:
-    ``len(MODES) * len(examples)`` in all), e.g. a progress display's ``advance``. ``prompt_ids``:
-    the examples' prompts already encoded (:class:`~tokenbalance.run.setup.RunSetup`)."""
+    ``responses``: appended one record per response (mode, data source, index, difficulty, reward, correct, tokens,
+    format_ok or None, text). ``on_batch``: called with the responses scored so far (``len(MODES) * len(examples)`` in
+    all). ``prompt_ids``: the prompts already encoded (:class:`~tokenbalance.run.setup.RunSetup`)."""
     prompts = list(prompt_ids) if prompt_ids is not None else encode_prompts(tokenizer, examples, max_prompt_tokens)
     target = full_reward(task)
     metrics: dict[str, float] = {}
@@ -108,9 +103,9 @@ def evaluate(
 
 
 def outcome_lines(step: int, responses: list[dict]) -> list[dict]:
-    """One record per mode of an evaluation's ``responses`` (:func:`evaluate`'s): the step, the
-    mode, a digest of the examples in order (``examples``: two runs' outcomes pair only when it is
-    the same) and ``correct``, one character per example, ``1`` correct and ``0`` not."""
+    """One record per mode of an evaluation's ``responses`` (:func:`evaluate`'s): the step, the mode, a digest of the
+    examples in order (``examples``: two runs' outcomes pair only when it is the same) and ``correct``, one character
+    per example, ``1`` correct and ``0`` not."""
     lines = []
     for mode in MODES:
         chosen = [r for r in responses if r["mode"] == mode]
@@ -136,9 +131,8 @@ def append_outcomes(run_dir: Path, step: int, responses: list[dict]) -> None:
 
 
 def read_outcomes(run_dir: Path) -> dict[tuple[int, str], dict]:
-    """The outcomes of each (step, mode) of a run, the last line of each winning (an evaluation
-    redone after a resume replaces the earlier one); empty when the run has none. A torn last line
-    is skipped."""
+    """The outcomes of each (step, mode) of a run, the last line of each winning (an evaluation redone after a resume
+    replaces the earlier one); empty when the run has none. A torn last line is skipped."""
     path = Path(run_dir) / EVAL_OUTCOMES
     if not path.is_file():
         return {}

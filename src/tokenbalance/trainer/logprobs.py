@@ -1,11 +1,8 @@
 """Log-probabilities of sampled responses under a causal LM, at the log-prob temperature.
 
-Prompt (left-padded) and response (right-padded) run as one sequence; only the response positions
-go through the output layer, and for NTHR the same pass returns the last-layer hidden states. With
-``share_prompts`` (the default) each prompt of a group runs once, its key/value cache indexed out to
-every row (:class:`PackedSequences`); with ``trim_padding`` a forward stops at its rows' longest
-response and returns zeros after it. docs/training.md ("One RL step", steps 4 and 6).
-"""
+Prompt (left-padded) and response (right-padded) run as one sequence; only response positions go through the output
+layer (plus the last hidden states for NTHR). ``share_prompts`` runs each prompt of a group once
+(:class:`PackedSequences`); ``trim_padding`` stops at the rows' longest response. docs/training.md ("One RL step")."""
 
 from __future__ import annotations
 
@@ -23,11 +20,8 @@ from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, forwa
 
 @dataclass(frozen=True)
 class PackedSequences:
-    """Prompt + response as model input. ``prompt_len`` = S; responses occupy the last T columns.
-
-    ``prompt_B`` ([B] int64, optional) numbers each row's prompt: rows with the same number hold
-    the same prompt (a GRPO group) and share its forward. ``None``: every row its own prompt.
-    """
+    """Prompt + response as model input: ``prompt_len`` = S, responses in the last T columns. ``prompt_B`` ([B] int64
+    or ``None``): rows with the same number hold the same prompt (a GRPO group) and share its forward."""
 
     input_ids_BL: torch.Tensor
     attention_mask_BL: torch.Tensor
@@ -72,12 +66,9 @@ def row_chunks(num_rows: int, size: int, start: int = 0) -> list[slice]:
 def micro_batches(
     packed: PackedSequences, rows: slice, size: int, *, group_by_length: bool
 ) -> list[slice] | list[torch.Tensor]:
-    """``rows`` (a contiguous range of ``packed``'s rows) cut into micro-batches of at most ``size``:
-    contiguous slices, or with ``group_by_length`` (and more than one micro-batch) index tensors of
-    rows in order of response length (stable), so each micro-batch holds rows of similar length
-    and its forward stops at its own longest response. Which rows share a micro-batch changes only
-    float rounding (gradients are summed over micro-batches; the loss denominators are the
-    mini-batch's)."""
+    """``rows`` (a contiguous range) cut into micro-batches of at most ``size``: slices, or with ``group_by_length``
+    index tensors in stable order of response length (each forward stops at its own longest response; only rounding
+    changes)."""
     count = rows.stop - rows.start
     if not group_by_length or count <= size:
         return row_chunks(rows.stop, size, start=rows.start)
@@ -101,9 +92,9 @@ def pack_sequences(
 
 @dataclass(frozen=True)
 class ResponseLogprobs:
-    """``logp_BT`` (float32, or float64 for a float64 model; with gradient if the pass had it), optional ``entropy_BT``, ``hidden_BTD``,
-    ``sum_sq_probs_BT`` (sum_j pi_j^2 of each position's distribution, detached: the logit-gradient norm's
-    one extra quantity, :mod:`tokenbalance.algorithms.logit_grad`)."""
+    """``logp_BT`` (float32, or float64 for a float64 model; with gradient if the pass had it), optional
+    ``entropy_BT``, ``hidden_BTD``, ``sum_sq_probs_BT`` (sum_j pi_j^2 of each position's distribution, detached: the
+    logit-gradient norm's one extra quantity, :mod:`tokenbalance.algorithms.logit_grad`)."""
 
     logp_BT: torch.Tensor
     entropy_BT: torch.Tensor | None = None
@@ -112,9 +103,9 @@ class ResponseLogprobs:
 
 
 def checkpointing(model) -> bool:
-    """Whether activation (gradient) checkpointing is on: the model then refuses a K/V cache in
-    training. transformers 5.23 renamed ``is_gradient_checkpointing`` (now deprecated, with a warning)
-    to ``is_activation_checkpointing``; 5.10 has only the old name."""
+    """Whether activation (gradient) checkpointing is on: the model then refuses a K/V cache in training. transformers
+    5.23 renamed ``is_gradient_checkpointing`` (now deprecated, with a warning) to ``is_activation_checkpointing``;
+    5.10 has only the old name."""
     for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
         if hasattr(type(model), name):
             return bool(getattr(model, name))
@@ -122,9 +113,9 @@ def checkpointing(model) -> bool:
 
 
 def shared_prompt_rows(packed: PackedSequences) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """``(first_U, inverse_B)`` from ``packed.prompt_B``: ``first_U`` [U] the first row of each
-    prompt (in ascending prompt number), ``inverse_B`` [B] each row's index among them, so
-    ``rows[first_U][inverse_B]`` is each row's prompt. ``None`` when no two rows share a prompt."""
+    """``(first_U, inverse_B)`` from ``packed.prompt_B``: ``first_U`` [U] the first row of each prompt (in ascending
+    prompt number), ``inverse_B`` [B] each row's index among them, so ``rows[first_U][inverse_B]`` is each row's
+    prompt. ``None`` when no two rows share a prompt."""
     if packed.prompt_B is None:
         return None
     prompt_B = packed.prompt_B
@@ -192,10 +183,9 @@ class HeadOptions:
 def head_logprobs(
     head: torch.nn.Module, hidden_BTD: torch.Tensor, targets_BT: torch.Tensor, options: HeadOptions
 ) -> HeadOutputs:
-    """``(logp_BT, entropy_BT, sum_sq_probs_BT)`` of ``targets_BT`` from the hidden states that predict
-    them: the output layer (under ``compute_dtype``'s autocast), the logits upcast to float32 (at
-    least) and divided by ``temperature``, the log-softmax over the vocabulary; the entropy and
-    sum_j pi_j^2 when asked (:func:`response_logprobs`). Any leading shape in place of [B, T]."""
+    """``(logp_BT, entropy_BT, sum_sq_probs_BT)`` of ``targets_BT`` from the hidden states predicting them: the output
+    layer under ``compute_dtype``'s autocast, logits upcast to at least float32 and divided by ``temperature``,
+    log-softmax; the entropy and sum_j pi_j^2 when asked. Any leading shape in place of [B, T]."""
     with forward_precision(head, options.compute_dtype):
         logits_BTV = head(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / options.temperature
@@ -216,11 +206,9 @@ def head_logprobs(
 def chunked_head_logprobs(
     head: torch.nn.Module, hidden_BTD: torch.Tensor, targets_BT: torch.Tensor, chunk_tokens: int, options: HeadOptions
 ) -> HeadOutputs:
-    """:func:`head_logprobs` over ``chunk_tokens`` positions at a time (the [B, T] positions in row
-    order), so at most one chunk's [chunk, V] float32 logits exist at once. With a gradient each
-    chunk runs under activation checkpointing: only its hidden states are kept, and its logits are
-    recomputed in the backward. The values equal the whole computation's up to the rounding of a
-    matrix product of fewer rows (the BLAS kernel may split it differently)."""
+    """:func:`head_logprobs` over ``chunk_tokens`` positions at a time (at most one chunk's [chunk, V] logits exist);
+    with a gradient each chunk is checkpointed (logits recomputed in the backward). Equal to the whole up to matmul
+    rounding."""
     B, T, D = hidden_BTD.shape
     hidden_ND, targets_N = hidden_BTD.reshape(B * T, D), targets_BT.reshape(B * T)
     keep = torch.is_grad_enabled() and hidden_ND.requires_grad
@@ -258,19 +246,12 @@ def response_logprobs(
     trim_padding: bool = False,
     forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
-    """Log-probs of the response tokens under ``model`` at ``temperature``.
+    """Log-probs of the response tokens under ``model`` at ``temperature`` (columns P-1 .. P+T-2 predict them).
 
-    Runs the decoder over prompt + response (each distinct prompt once with ``share_prompts``),
-    then the output layer on the T positions that predict response tokens (columns P-1 .. P+T-2).
-    Gradient flows when autograd is enabled; the entropy carries gradient only with
-    ``entropy_grad`` (an entropy bonus in the loss), otherwise it is computed detached (logged only).
-    ``with_sum_sq_probs`` adds sum_j pi_j^2 per position (detached), from the entropy's float32
-    softmax when both are asked for on float32 logits, otherwise from the log-softmax above.
-    ``trim_padding``: the decoder stops at the rows' longest response; zeros after it (module doc).
-    ``forward_settings``: the autocast type of the decoder and the output layer (``model.autocast``,
-    :mod:`tokenbalance.trainer.precision`; the logits are then upcast, so the log-softmax is float32
-    either way) and the positions per chunk of the output layer (:func:`head_logprobs`).
-    """
+    Gradient flows when autograd is on; the entropy carries it only with ``entropy_grad``. ``with_sum_sq_probs``:
+    sum_j pi_j^2 per position, detached. ``share_prompts``: each distinct prompt runs once. ``trim_padding``: stop at
+    the rows' longest response, zeros after. ``forward_settings``: autocast type of decoder and output layer
+    (:mod:`tokenbalance.trainer.precision`; the log-softmax is float32 either way) and the output layer's chunk size."""
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
     width = packed.input_ids_BL.shape[1] - packed.prompt_len
@@ -320,11 +301,8 @@ def batched_response_logprobs(
     group_by_length: bool = False,
     forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
-    """No-grad log-probs (and hidden states, entropies) over the whole batch, ``micro_batch`` rows at a time
-    (rows of similar length together with ``group_by_length``: :func:`micro_batches`).
-
-    ``with_entropy`` returns the per-token entropy of the same distribution (the bucket statistics
-    of :mod:`tokenbalance.diagnostics` use the old policy's).
+    """No-grad log-probs (and hidden states, entropies) of the whole batch, ``micro_batch`` rows at a time
+    (:func:`micro_batches`); ``with_entropy`` adds the per-token entropy (the bucket statistics use the old policy's).
     """
     rows = packed.input_ids_BL.shape[0]
     chunks = micro_batches(packed, slice(0, rows), micro_batch, group_by_length=group_by_length)

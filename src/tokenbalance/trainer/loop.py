@@ -1,12 +1,10 @@
 """The readable RL loop.
 
-One RL step: prompts -> rollout (``group_size`` responses each) -> reward (DAPO dynamic sampling:
-more rounds) -> old and reference log-probs -> advantages, token weights and passes -> the update
-(mini-batches of micro-batches) -> log, evaluate, checkpoint; docs/training.md ("One RL step",
-"Differences from the AR-Lopti reference trainer"), docs/metrics.md (``timing/*``, ``diag/*``).
-:func:`prepare_training` builds :class:`StepSettings` (fixed for the run), :class:`TrainState`
-(what a checkpoint holds) and :class:`Runtime` (engine, task, examples, device, ranks) once.
-"""
+One RL step: prompts -> rollout (``group_size`` responses each) -> reward (DAPO dynamic sampling: more rounds) -> old
+and reference log-probs -> advantages, token weights and passes -> the update (mini-batches of micro-batches) -> log,
+evaluate, checkpoint; docs/training.md ("One RL step", "Differences from the AR-Lopti reference trainer"),
+docs/metrics.md (``timing/*``, ``diag/*``). :func:`prepare_training` builds :class:`StepSettings` (fixed for the run),
+:class:`TrainState` (what a checkpoint holds) and :class:`Runtime` (engine, task, examples, device, ranks) once."""
 
 from __future__ import annotations
 
@@ -66,8 +64,8 @@ def prompt_order(num_examples: int, seed: int, epoch: int) -> list[int]:
 
 
 def prompt_indices(num_examples: int, seed: int, position: int, count: int) -> list[int]:
-    """Global prompt indices ``position .. position + count - 1`` of the run's prompt stream:
-    consecutive slices of per-epoch seeded permutations."""
+    """Global prompt indices ``position .. position + count - 1`` of the run's prompt stream: consecutive slices of
+    per-epoch seeded permutations."""
     indices: list[int] = []
     while len(indices) < count:
         epoch, offset = divmod(position, num_examples)
@@ -79,8 +77,8 @@ def prompt_indices(num_examples: int, seed: int, position: int, count: int) -> l
 
 @dataclass(frozen=True, kw_only=True)
 class StepSettings(UpdateSettings):
-    """What the config fixes for every step of a run, derived once (:meth:`from_config`): the
-    update's settings (mini-batches per rank) and the rollout's."""
+    """What the config fixes for every step of a run, derived once (:meth:`from_config`): the update's settings
+    (mini-batches per rank) and the rollout's."""
 
     seed: int
     prompts_per_step: int  # all ranks
@@ -117,8 +115,8 @@ class StepSettings(UpdateSettings):
 
 @dataclass
 class TrainState:
-    """What changes as a run trains, and what its checkpoints hold (the reference is the frozen
-    start policy, rebuilt from it)."""
+    """What changes as a run trains, and what its checkpoints hold (the reference is the frozen start policy, rebuilt
+    from it)."""
 
     policy: PreTrainedModel
     optimizer: torch.optim.Optimizer
@@ -153,8 +151,8 @@ class Runtime:
 
 @dataclass
 class TrainerParts:
-    """A run, built by :func:`prepare_training`: its config and directory, the method (resolved
-    once), the step settings, the training state and the runtime."""
+    """A run, built by :func:`prepare_training`: its config and directory, the method (resolved once), the step
+    settings, the training state and the runtime."""
 
     config: RunConfig
     run_dir: Path
@@ -176,8 +174,8 @@ def make_optimizer(policy, config: RunConfig) -> torch.optim.Optimizer:
 
 
 def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
-    """The next ``prompts_per_step`` prompts of the stream (this rank's whole groups), G sampled
-    responses to each, their rewards; advances the data position."""
+    """The next ``prompts_per_step`` prompts of the stream (this rank's whole groups), G sampled responses to each,
+    their rewards; advances the data position."""
     s, state, rt = parts.settings, parts.state, parts.runtime
     share = s.prompts_per_step // rt.ctx.world_size
     first = state.data_position + rt.ctx.rank * share
@@ -201,11 +199,9 @@ def sample_round(parts: TrainerParts, step: int, round_: int) -> RolloutBatch:
 
 
 def rollout(parts: TrainerParts, step: int) -> tuple[RolloutBatch, RolloutBatch, dict[str, float]]:
-    """Steps 1-3: prompts, G responses each, rewards. With the method's dynamic sampling (DAPO),
-    groups whose rewards are all equal are dropped and further rounds drawn until the step has its
-    informative groups (every rank the same number); without it, one round, every group. Returns
-    the batch to train on, the first round (the unfiltered sample the ``reward/*`` metrics
-    describe) and the ``sampling/*`` metrics."""
+    """Steps 1-3: prompts, G responses each, rewards; with DAPO dynamic sampling, all-equal groups dropped and rounds
+    drawn until the step has its groups. Returns the batch to train on, the first round (what ``reward/*`` describe)
+    and the ``sampling/*`` metrics."""
     dynamic, ctx = parts.method.dynamic_sampling, parts.runtime.ctx
     first = sample_round(parts, step, 0)
     if not dynamic.enabled:
@@ -302,10 +298,9 @@ def step_diagnostics(parts: TrainerParts, step: int, batch: RolloutBatch) -> Ste
 
 
 def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLogprobs | None:
-    """Step 4's old-policy forward run as the update's first forward (with gradient), when the
-    update's first micro-batch is the whole batch before any optimizer step
-    (:func:`~tokenbalance.trainer.update.reusable_first_forward`): one forward instead of two, the
-    same bits. ``None`` otherwise (``with_logprobs`` then runs its own no-gradient forward)."""
+    """Step 4's old-policy forward run as the update's first (with gradient) when that micro-batch is the whole batch
+    (:func:`~tokenbalance.trainer.update.reusable_first_forward`): one forward instead of two, same bits; else
+    ``None``."""
     s, method, policy = parts.settings, parts.method, parts.state.policy
     if s.sampler_logprobs and not method.needs_hidden_states:
         return None  # no old-policy forward to share
@@ -315,8 +310,8 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
 
 
 def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
-    """The held-out metrics at ``step``; the main rank appends the per-example outcomes to the run
-    directory (``eval_outcomes.jsonl``)."""
+    """The held-out metrics at ``step``; the main rank appends the per-example outcomes to the run directory
+    (``eval_outcomes.jsonl``)."""
     rt = parts.runtime
     rt.adapt_threads()
     responses: list[dict] = []
@@ -340,8 +335,8 @@ def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
 
 
 def peak_memory_mb(device: torch.device) -> dict[str, float]:
-    """Peak memory of this process so far: resident set size (MiB; Linux reports KiB, macOS bytes)
-    and, on CUDA, the peak of tensors allocated on the device."""
+    """Peak memory of this process so far: resident set size (MiB; Linux reports KiB, macOS bytes) and, on CUDA, the
+    peak of tensors allocated on the device."""
     import resource
     import sys
 
@@ -451,8 +446,8 @@ def resume_state(parts: TrainerParts) -> int:
 
 
 def thread_adapter(config: RunConfig, device: torch.device, ctx: DistContext) -> ThreadAdapter | None:
-    """With ``train.threads=0`` in a single CPU process, a :class:`~tokenbalance.threads.ThreadAdapter`
-    starting from torch's current count (ranks of one node would see each other as load: none)."""
+    """With ``train.threads=0`` in a single CPU process, a :class:`~tokenbalance.threads.ThreadAdapter` starting from
+    torch's current count (ranks of one node would see each other as load: none)."""
     if config.train.threads or device.type != "cpu" or ctx.world_size > 1:
         return None
     return ThreadAdapter(torch.get_num_threads(), torch.set_num_threads)
@@ -469,9 +464,9 @@ def prepare_training(
     resume: bool = False,
     setup: RunSetup | None = None,
 ) -> TrainerParts:
-    """Build the method, reference model, optimizer and engine on the run's ``setup`` (task,
-    examples, prompt ids: :func:`~tokenbalance.run.setup.prepare`'s, for the policy's ``tokenizer``;
-    prepared here when not given); write the resolved config."""
+    """Build the method, reference model, optimizer and engine on the run's ``setup`` (task, examples, prompt ids:
+    :func:`~tokenbalance.run.setup.prepare`'s, for the policy's ``tokenizer``; prepared here when not given); write
+    the resolved config."""
     if config.rollout.prompts_per_step % ctx.world_size:
         raise ValueError(
             f"rollout.prompts_per_step={config.rollout.prompts_per_step} must be divisible by "

@@ -1,10 +1,8 @@
 """The compute type of a run's forwards, and the check that a half-precision policy can still learn.
 
-``model.autocast=bfloat16`` runs every forward under ``torch.autocast`` with float32 master
-weights, log-probs and losses (float16 is refused: it needs a gradient scaler);
-``model.dtype=bfloat16`` stores the weights in bfloat16, refused when an AdamW step would round
-away (:func:`check_update_resolution`). docs/training.md ("Mixed precision").
-"""
+``model.autocast=bfloat16``: forwards under ``torch.autocast``, float32 master weights, log-probs and losses (float16
+refused); ``model.dtype=bfloat16`` stores bfloat16 weights, refused when an AdamW step would round away
+(:func:`check_update_resolution`). docs/training.md ("Mixed precision")."""
 
 from __future__ import annotations
 
@@ -31,10 +29,9 @@ def compute_dtype(autocast: str) -> torch.dtype | None:
 
 @dataclass(frozen=True)
 class ForwardSettings:
-    """How every forward of a run computes (the same for the rollout's, the old, reference and
-    current log-probs): ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``; ``None``:
-    the parameters' own), ``chunk_tokens`` how many response positions go through the output layer
-    and the log-softmax at once (``optim.logit_chunk_tokens``; 0: all of a micro-batch's at once)."""
+    """How every forward of a run computes: ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``;
+    ``None``: the parameters' own), ``chunk_tokens`` positions per output-layer chunk (``optim.logit_chunk_tokens``;
+    0: all at once)."""
 
     compute_dtype: torch.dtype | None = None
     chunk_tokens: int = 0
@@ -48,8 +45,8 @@ PLAIN_FORWARD = ForwardSettings()
 
 
 def native_bfloat16(device: torch.device) -> bool:
-    """Whether ``device`` multiplies bfloat16 in hardware: a GPU, or a CPU with AVX-512 BF16 or AMX
-    (elsewhere, e.g. an AVX2-only CPU, torch emulates bfloat16 products, slower than float32)."""
+    """Whether ``device`` multiplies bfloat16 in hardware: a GPU, or a CPU with AVX-512 BF16 or AMX (elsewhere, e.g.
+    an AVX2-only CPU, torch emulates bfloat16 products, slower than float32)."""
     if device.type != "cpu":
         return True
     return bool(torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported())
@@ -81,8 +78,8 @@ def forward_precision(model, dtype: torch.dtype | None) -> Iterator[None]:
 
 
 def spacing(dtype: torch.dtype, magnitude: float) -> float:
-    """The distance between ``dtype``'s neighbouring values at ``magnitude`` (> 0, normal range):
-    2^(exponent - mantissa bits); bfloat16 at 0.02: 2^(-6 - 7) = 1.2e-4."""
+    """The distance between ``dtype``'s neighbouring values at ``magnitude`` (> 0, normal range): 2^(exponent -
+    mantissa bits); bfloat16 at 0.02: 2^(-6 - 7) = 1.2e-4."""
     mantissa_bits = round(-math.log2(torch.finfo(dtype).eps))
     return 2.0 ** (math.floor(math.log2(magnitude)) - mantissa_bits)
 
@@ -101,14 +98,14 @@ def typical_weight_magnitude(model) -> float:
 
 
 def lost_update(dtype: torch.dtype, lr: float, magnitude: float) -> bool:
-    """Whether an AdamW step of about ``lr`` on a weight of ``magnitude`` rounds back to the weight
-    in ``dtype`` (it is below half the spacing there)."""
+    """Whether an AdamW step of about ``lr`` on a weight of ``magnitude`` rounds back to the weight in ``dtype`` (it
+    is below half the spacing there)."""
     return magnitude > 0 and lr < spacing(dtype, magnitude) / 2
 
 
 def check_update_resolution(dtype: torch.dtype, lr: float, magnitude: float) -> None:
-    """``ValueError`` naming the fix when a half-precision policy would not move at ``lr``
-    (:func:`lost_update` at its typical weight magnitude); float32 and float64 always pass."""
+    """``ValueError`` naming the fix when a half-precision policy would not move at ``lr`` (:func:`lost_update` at its
+    typical weight magnitude); float32 and float64 always pass."""
     if dtype not in (torch.bfloat16, torch.float16) or not lost_update(dtype, lr, magnitude):
         return
     name = str(dtype).removeprefix("torch.")

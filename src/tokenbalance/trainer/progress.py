@@ -1,11 +1,6 @@
-"""Progress of long loops (step, reward, accuracy, tokens per second, time left) and the timer of
-one RL step's phases.
-
-A rich progress bar on a terminal; otherwise plain lines, one every :data:`PLAIN_EVERY_S` seconds
-or every 1/:data:`PLAIN_LINES` of the steps, and one at each evaluation, also appended to a file
-inside :func:`progress_log`. Off on non-main ranks and with ``output.progress=false``.
-docs/training.md ("Progress in a log").
-"""
+"""Progress of long loops (step, reward, accuracy, tokens/s, time left) and the timer of one RL step's phases: a rich
+bar on a terminal, else plain lines (every :data:`PLAIN_EVERY_S` s or 1/:data:`PLAIN_LINES` of the steps, and at each
+evaluation), also appended to a file inside :func:`progress_log`. docs/training.md ("Progress in a log")."""
 
 from __future__ import annotations
 
@@ -27,8 +22,7 @@ _LOG_FILE: ContextVar[Path | None] = ContextVar("tokenbalance_progress_log", def
 
 @contextmanager
 def progress_log(path: Path | None) -> Iterator[None]:
-    """Within the block, every :class:`StepProgress` also appends its plain lines to ``path``
-    (``None``: to no file)."""
+    """Within the block, every :class:`StepProgress` also appends its plain lines to ``path`` (``None``: to no file)."""
     token = _LOG_FILE.set(path)
     try:
         yield
@@ -54,8 +48,8 @@ def format_seconds(seconds: float | None) -> str:
 
 
 class Cadence:
-    """When the next plain line is due: at each multiple of ``every_steps`` and when ``every_s``
-    seconds have passed since the last line, whichever comes first (the first call is always due)."""
+    """When the next plain line is due: at each multiple of ``every_steps`` and when ``every_s`` seconds have passed
+    since the last line, whichever comes first (the first call is always due)."""
 
     def __init__(self, every_steps: int, every_s: float = PLAIN_EVERY_S) -> None:
         self.every_steps, self.every_s = max(1, every_steps), every_s
@@ -81,8 +75,8 @@ STAT_KEYS = (
 
 
 class StepProgress:
-    """Progress of ``total`` steps (or other ``unit``) from ``start`` (module docstring). ``stream``:
-    where the plain lines go (default stderr); the rich bar is drawn only when it is a terminal."""
+    """Progress of ``total`` steps (or other ``unit``) from ``start`` (module docstring). ``stream``: where the plain
+    lines go (default stderr); the rich bar is drawn only when it is a terminal."""
 
     def __init__(
         self,

@@ -1,12 +1,6 @@
-"""From a config to a finished run: the setup (:func:`tokenbalance.run.setup.prepare`: the checks
-before any work, seconds in), device, distributed setup, the policy, the run directory (claimed and
-locked), the loop, and the before/after table. Shared by ``tokenbalance train`` and the tests.
-
-Order (docs/reliability.md): the run directory is new or empty, then everything that can be checked
-without a model; then the run directory is locked and, on ``--resume``, repaired (interrupted writes
-cleaned, a lost ``latest`` pointer recovered, the checkpoint's files read); only then the embedded
-policy build or the model load.
-"""
+"""From a config to a finished run, shared by ``tokenbalance train`` and the tests: the checks before any work
+(:func:`tokenbalance.run.setup.prepare`), device, ranks, the run directory claimed and locked (and repaired on
+``--resume``), then the policy, the loop and the before/after table. Order: docs/reliability.md."""
 
 from __future__ import annotations
 
@@ -31,9 +25,9 @@ from tokenbalance.trainer.progress import progress_log
 
 
 def compute_device(config: RunConfig) -> torch.device:
-    """The device a command computes on, with this process's torch threads set from
-    ``train.threads`` (:func:`tokenbalance.threads.use_threads`). A fixed count stays in the config;
-    0 stays 0 (automatic: the RL loop then adapts the count to the load, ``timing/threads``)."""
+    """The device a command computes on, with this process's torch threads set from ``train.threads``
+    (:func:`tokenbalance.threads.use_threads`). A fixed count stays in the config; 0 stays 0 (automatic: the RL loop
+    then adapts the count to the load, ``timing/threads``)."""
     from tokenbalance.threads import use_threads
 
     use_threads(config.train.threads)
@@ -45,8 +39,8 @@ def default_run_dir(config: RunConfig) -> Path:
 
 
 def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log, setup: RunSetup | None = None) -> str:
-    """``model.path``, or the embedded tiny policy (built by rank 0, reused by the others; from the
-    ``setup``'s task and SFT pairs when given)."""
+    """``model.path``, or the embedded tiny policy (built by rank 0, reused by the others; from the ``setup``'s task
+    and SFT pairs when given)."""
     if config.model.path is not None:
         return config.model.path
     from tokenbalance.trainer.embedded import ensure_embedded_policy
@@ -67,8 +61,8 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log, 
 
 
 def before_after_table(run_dir: Path) -> str:
-    """Held-out accuracy per difficulty and mean reward at the first and the last evaluation of a
-    run (the reward is what moves on a task of your own whose responses are seldom fully right)."""
+    """Held-out accuracy per difficulty and mean reward at the first and the last evaluation of a run (the reward is
+    what moves on a task of your own whose responses are seldom fully right)."""
     evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "eval"]
     if not evals:
         return "no evaluation logged"
@@ -85,8 +79,8 @@ def before_after_table(run_dir: Path) -> str:
 
 
 def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: torch.device, tokenizer=None):
-    """``load_policy`` at the run's dtype (``tokenizer``: the one prepared from ``path``, not loaded
-    again); a damaged embedded policy's message says how to rebuild it."""
+    """``load_policy`` at the run's dtype (``tokenizer``: the one prepared from ``path``, not loaded again); a damaged
+    embedded policy's message says how to rebuild it."""
     from tokenbalance.models import load_policy
 
     try:
@@ -100,8 +94,8 @@ def load_run_policy(config: RunConfig, path: str, *, embedded: bool, device: tor
 
 
 def check_checkpoint_config(checkpoint: Path, config: RunConfig) -> None:
-    """``ValueError`` when ``config`` differs from the config ``checkpoint`` recorded (its
-    ``trainer_state.json``; checkpoints written before it recorded one are not checked) outside
+    """``ValueError`` when ``config`` differs from the config ``checkpoint`` recorded (its ``trainer_state.json``;
+    checkpoints written before it recorded one are not checked) outside
     :data:`~tokenbalance.run.resume.RESUMABLE_KEYS`."""
     from tokenbalance.config import from_dict
 
@@ -119,12 +113,9 @@ def check_checkpoint_config(checkpoint: Path, config: RunConfig) -> None:
 
 
 def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> None:
-    """Before a resume does any work (the lock held): remove what an interrupted write left, re-point
-    a lost ``latest`` at the newest complete checkpoint, read that checkpoint's files, check that
-    ``config`` (the run's config.yaml with the resume's changes) is still the config the checkpoint
-    was trained with outside the settings a resume may change (an edited ``config.yaml`` is refused,
-    naming the key), and check ``metrics.jsonl`` (a torn last line is reported here and dropped by
-    the loop)."""
+    """Before a resume does any work (lock held): clean interrupted writes, re-point a lost ``latest``, read the
+    checkpoint, refuse a ``config`` that differs from the checkpoint's outside the resumable settings (naming the
+    key), and check ``metrics.jsonl`` (a torn last line is reported here and dropped by the loop)."""
     removed = clean_interrupted_writes(run_dir)
     if removed:
         log(f"removed what an interrupted write left in {run_dir}: {', '.join(removed)}")

@@ -21,8 +21,8 @@ def decode_responses(
 
 
 def score_responses(task: Task, responses: list[str], examples: Sequence[TaskExample]) -> list[ScoreResult]:
-    """Score every response; a scorer that raises is reported with the example it failed on, as a
-    ``ValueError`` (the reward is the user's input: one line on the command line, no traceback)."""
+    """Score every response; a scorer that raises is reported with the example it failed on, as a ``ValueError`` (the
+    reward is the user's input: one line on the command line, no traceback)."""
     results = []
     for response, example in zip(responses, examples):
         try:

@@ -1,11 +1,8 @@
-"""Supervised warm start: teach the response format (and some answers) before RL.
+"""Supervised warm start: teach the response format (and some answers) before RL, on the task's ``sft_response``
+(``sft.target``) to SFT examples disjoint from the held-out set (:func:`tokenbalance.run.examples.sft_pairs`). Loss
+and schedule: docs/training.md ("The embedded default").
 
-The targets are the task's ``sft_response`` (``sft.target``) to its SFT examples, disjoint from the
-held-out set (:func:`tokenbalance.run.examples.sft_pairs`); the loss and schedule:
-docs/training.md ("The embedded default").
-
-    tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU
-"""
+    tokenbalance sft --out runs/sft-tiny                 # embedded tiny model, CPU"""
 
 from __future__ import annotations
 
@@ -68,9 +65,9 @@ def run_sft(
     on_step=None,
     checkpoint_dir: Path | None = None,
 ) -> list[float]:
-    """Train ``model`` in place; returns the loss of every step. With ``checkpoint_dir`` and
-    ``config.save_every``, a checkpoint is written every ``save_every`` steps and the SFT continues
-    from the newest one found there (:mod:`tokenbalance.trainer.sft_checkpoint`), bit for bit."""
+    """Train ``model`` in place; returns the loss of every step. With ``checkpoint_dir`` and ``config.save_every``, a
+    checkpoint is written every ``save_every`` steps and the SFT continues from the newest one found there
+    (:mod:`tokenbalance.trainer.sft_checkpoint`), bit for bit."""
     if not pairs:
         raise ValueError("SFT needs at least one example; check data.train_difficulties / sft.train_count")
     prompts, responses = encode_pairs(tokenizer, pairs, tokenizer.eos_token_id, max_prompt_tokens)

@@ -1,10 +1,7 @@
-"""Checkpoints of a supervised warm start (``sft.save_every``), so that a long SFT build can stop and
-continue bit for bit: ``step_000050/`` holds ``model.safetensors`` (shared weights kept shared),
-``optimizer.safetensors`` (with the batch sampler's random-generator state) and ``sft_state.json``
-(step, losses, optimizer scalars, a fingerprint of what is trained). Named, completed and pruned as
-the RL checkpoints (:func:`tokenbalance.run.checkpoints.sft_store`); a checkpoint of other settings,
-examples or tokenizer is refused. docs/training.md.
-"""
+"""Checkpoints of an SFT build (``sft.save_every``), to stop and continue bit for bit: ``step_000050/`` holds
+``model.safetensors``, ``optimizer.safetensors`` (with the sampler's RNG state) and ``sft_state.json`` (step, losses,
+optimizer scalars, a fingerprint of what is trained; another fingerprint is refused). Stored as
+:func:`tokenbalance.run.checkpoints.sft_store` says; docs/training.md."""
 
 from __future__ import annotations
 
@@ -55,8 +52,8 @@ def latest(directory: Path) -> Path | None:
 
 
 def restore(directory: Path, model, optimizer, generator: torch.Generator, key: str) -> tuple[int, list[float]]:
-    """Load the newest complete checkpoint into ``model``, ``optimizer`` and ``generator``; returns
-    (its step, the losses so far); (0, []) when there is none."""
+    """Load the newest complete checkpoint into ``model``, ``optimizer`` and ``generator``; returns (its step, the
+    losses so far); (0, []) when there is none."""
     checkpoint = latest(directory)
     if checkpoint is None:
         return 0, []

@@ -1,5 +1,5 @@
-"""The trainer's side of :class:`tokenbalance.diagnostics.step.PolicyAccess`: the policy's
-log-probs on rows of one step's batch, and the data-parallel reductions."""
+"""The trainer's side of :class:`tokenbalance.diagnostics.step.PolicyAccess`: the policy's log-probs on rows of one
+step's batch, and the data-parallel reductions."""
 
 from __future__ import annotations
 
@@ -19,8 +19,7 @@ from tokenbalance.types import LossNormaliser
 
 @dataclass(frozen=True)
 class StepPolicy:
-    """The policy seen by one step's diagnostics: log-probs of rows of the batch and the
-    data-parallel reductions."""
+    """The policy seen by one step's diagnostics: log-probs of rows of the batch and the data-parallel reductions."""
 
     policy: torch.nn.Module
     packed: PackedSequences

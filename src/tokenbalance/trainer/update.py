@@ -1,12 +1,8 @@
 """The update phase of one RL step: the method's passes, mini-batches and micro-batches.
 
-:func:`run_update` takes one :class:`UpdateSpec` (the method, its passes, the batch's rows and the
-run's :class:`UpdateSettings`): for each pass and each contiguous mini-batch one optimizer step,
-the gradient accumulated over micro-batches. The loss denominators, the skipped non-finite steps,
-the old policy's forward shared as the first micro-batch's and the metrics' pooling over passes:
-docs/training.md ("One RL step", step 6). With ``grad_share`` the record also holds each token's
-squared logit-gradient norms for the diagnostics' gradient share (docs/metrics.md).
-"""
+:func:`run_update` takes one :class:`UpdateSpec`: per pass and contiguous mini-batch one optimizer step, the gradient
+accumulated over micro-batches. Loss denominators, skipped non-finite steps, the shared first forward and the metrics'
+pooling: docs/training.md ("One RL step", step 6); the gradient share's norms: docs/metrics.md."""
 
 from __future__ import annotations
 
@@ -40,16 +36,14 @@ class UpdateSettings:
     """How a run's updates run, fixed by its config (the trainer's ``StepSettings`` is one).
 
     Attributes:
-        temperature: the log-prob temperature (the sampling one).
-        mini_batch_rows: rows per optimizer step (per rank).
-        micro_batch_rows: rows per forward and backward (the gradient accumulates over them).
+        temperature: the log-prob (= sampling) temperature.
+        mini_batch_rows: rows per optimizer step (per rank); micro_batch_rows: rows per forward and backward.
         grad_clip: the pre-clip gradient norm's limit.
         token_mean_scope: ``"mini_batch"`` (one denominator, summed over ranks) or ``"micro_batch"``.
-        group_by_length: micro-batches of rows of similar response length, each forward stopping
-            at its own longest response (:func:`~tokenbalance.trainer.logprobs.micro_batches`).
+        group_by_length: micro-batches of rows of similar length
+            (:func:`~tokenbalance.trainer.logprobs.micro_batches`).
         forward_settings: every forward's autocast type and output-layer chunks.
-        grad_share: record the per-token squared logit-gradient norms (:class:`UpdateRecord`).
-    """
+        grad_share: record the per-token squared logit-gradient norms (:class:`UpdateRecord`)."""
 
     temperature: float
     mini_batch_rows: int
@@ -90,10 +84,9 @@ class UpdateRows:
 
 @dataclass(frozen=True)
 class UpdateSpec:
-    """One step's update: ``method``'s ``passes`` over ``batch``, run as ``settings`` say.
-    ``first_forward``: :func:`update_forward` of all rows before any optimizer step (the old
-    policy's forward with gradient, :func:`reusable_first_forward`), used as the first
-    micro-batch's forward when that micro-batch holds every row, otherwise dropped."""
+    """One step's update: ``method``'s ``passes`` over ``batch`` as ``settings`` say. ``first_forward``: the old
+    policy's forward of all rows with gradient (:func:`reusable_first_forward`), used as the first micro-batch's when
+    that holds every row, otherwise dropped."""
 
     method: Method
     passes: Sequence[UpdatePass]
@@ -108,18 +101,12 @@ class UpdateRecord:
 
     Attributes:
         metrics: averaged ``loss/*``, ``clip/*``, ``optim/*`` (and ``pass/<name>/*``) metrics.
-        clipped_BT: [B, T] bool, the tokens where the PPO clip acted in any pass (what the
-            diagnostics' bucket statistics read after the update; nothing recomputes the surrogate).
-        logit_grad_sq_BT: [B, T] float64, with ``grad_share``: each token's ||dL/dz||^2 (z its
-            position's logits at the log-prob temperature) summed over the backward passes its
-            loss terms entered (one: Lopti's passes hold disjoint tokens), g = dL/d log p from
-            autograd as the loss was scaled for accumulation; 0 where no term. ``None`` without.
-        unit_logit_grad_sq_BT: [B, T] float64, with ``grad_share``: c^2 ||e_o - pi||^2 at the
-            forward of the token's policy term, c its weight in the pass's policy aggregation
-            (:func:`~tokenbalance.algorithms.aggregate.token_coefficients`, times the accumulation
-            scale): the squared logit-gradient norm per unit advantage at ratio 1, no clip and no
-            token weight. Times an advantage squared it is that advantage's norm. ``None`` without.
-    """
+        clipped_BT: [B, T] bool, where the PPO clip acted in any pass (read by the bucket statistics).
+        logit_grad_sq_BT: [B, T] float64 with ``grad_share`` (else ``None``): each token's ||dL/dz||^2 at the log-prob
+            temperature, summed over the backward passes its terms entered, from autograd at the accumulation scale.
+        unit_logit_grad_sq_BT: [B, T] float64 with ``grad_share`` (else ``None``): c^2 ||e_o - pi||^2, c the token's
+            weight in its pass's aggregation (:func:`~tokenbalance.algorithms.aggregate.token_coefficients`): the norm
+            per unit advantage at ratio 1, no clip, no token weight."""
 
     metrics: dict[str, float]
     clipped_BT: torch.Tensor
@@ -162,10 +149,9 @@ class LogitGradTrace:
 def rows_with_terms(
     rows: slice | torch.Tensor, micro_pass: UpdatePass, update_pass: UpdatePass
 ) -> tuple[slice | torch.Tensor | None, UpdatePass]:
-    """The rows of ``rows`` holding at least one token of the pass (policy, KL or entropy term), and
-    the pass restricted to them: ``rows`` itself when all do, an index tensor when some do, ``None``
-    when none do. Skipping the others is exact: their loss terms and gradients are zero (Lopti's
-    low-probability pass often covers a minority of the rows)."""
+    """The rows of ``rows`` holding a token of the pass (policy, KL or entropy term) and the pass restricted to them:
+    ``rows`` itself when all do, an index tensor when some do, ``None`` when none do (exact: the others' terms are
+    zero)."""
     active_B = (micro_pass.policy_mask_BT.bool() | micro_pass.kl_entropy_mask_BT.bool()).any(dim=1)
     count = int(active_B.sum())
     if count == active_B.numel():
@@ -195,10 +181,9 @@ def update_forward(
     with_hidden: bool = False,
     trim_padding: bool = False,
 ) -> ResponseLogprobs:
-    """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always
-    (with gradient only under an entropy bonus), sum_j pi_j^2 with ``settings.grad_share``;
-    ``with_hidden`` adds the (detached) hidden states, which changes nothing else; ``trim_padding``
-    stops at the rows' longest response (:func:`~tokenbalance.trainer.logprobs.response_logprobs`)."""
+    """The update's forward of ``packed``'s rows: train mode, with gradient, the entropy always (with gradient only
+    under an entropy bonus), sum_j pi_j^2 with ``settings.grad_share``; ``with_hidden`` adds the detached hidden
+    states; ``trim_padding`` as in :func:`~tokenbalance.trainer.logprobs.response_logprobs`."""
     policy.train()
     return response_logprobs(
         policy,
@@ -222,10 +207,9 @@ def trains_like_it_evaluates(policy) -> bool:
 
 
 def reusable_first_forward(method: Method, policy, rows: int, settings: UpdateSettings) -> bool:
-    """Whether the old-policy forward of a batch of ``rows`` rows can be the update's first forward:
-    one pass, the whole batch one micro-batch of one mini-batch, no activation checkpointing and
-    no dropout (then it computes the same bits as the no-gradient forward). Whether that pass then
-    runs every row is checked when it runs."""
+    """Whether the old-policy forward of a batch of ``rows`` rows can be the update's first forward: one pass, the
+    whole batch one micro-batch of one mini-batch, no activation checkpointing and no dropout (then it computes the
+    same bits as the no-gradient forward). Whether that pass then runs every row is checked when it runs."""
     return (
         len(method.pass_names) == 1
         and rows <= settings.micro_batch_rows
@@ -237,14 +221,10 @@ def reusable_first_forward(method: Method, policy, rows: int, settings: UpdateSe
 
 
 def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: DistContext) -> UpdateRecord:
-    """Execute ``spec.passes`` in order on ``policy`` with ``optimizer`` (``ctx``: the data-parallel
-    ranks); returns the metrics and where the clip acted (:class:`UpdateRecord`), with
-    ``grad_share`` also the per-token squared logit-gradient norms.
+    """Execute ``spec.passes`` in order on ``policy`` with ``optimizer`` over ``ctx``'s ranks (:class:`UpdateRecord`).
 
-    Per-pass metrics are also reported as ``pass/<name>/...`` when there is more than one pass;
-    ``loss/*`` values are summed over passes (Lopti's passes are partial sums of one loss); other
-    metrics (fractions, ratios) are averaged over passes weighted by each pass's token count.
-    """
+    With several passes each also reports ``pass/<name>/...``; ``loss/*`` are summed over passes (Lopti's passes are
+    partial sums of one loss), other metrics averaged weighted by each pass's token count."""
     method, passes, settings = spec.method, spec.passes, spec.settings
     packed, old_logp_BT, ref_logp_BT = spec.batch.packed, spec.batch.old_logp_BT, spec.batch.ref_logp_BT
     first_forward = spec.first_forward
@@ -310,8 +290,8 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
             mini_metrics: dict[str, float] = defaultdict(float)
             for metrics, scale in micro_runs:
                 for key, value in metrics.items():
-                    # losses add up as the gradient does (times 1 / micro-batches in the micro-batch
-                    # scope); fractions average over the micro-batches that ran
+                    # losses add up as the gradient does (times 1 / micro-batches in the micro-batch scope); fractions
+                    # average over the micro-batches that ran
                     weight = scale if key.startswith("loss/") else 1.0 / len(micro_runs)
                     mini_metrics[key] += value * weight
             # micro-batch scope: every rank's loss is already a mean, so ranks average

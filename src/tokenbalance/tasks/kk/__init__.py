@@ -4,8 +4,8 @@
     rows = kk.generate_rows(3, "test")                       # the 100 Logic-RL 3-people test rows
     kk.compute_score(prompt + response, rows[0]["reward_model"]["ground_truth"])   # 3.0, -0.5, -1.0 or -3.0
 
-The modules (statements, solver, generator, formatter, cot, templates, records, reward, io, task)
-and the differences from the reference: docs/tasks.md ("Knights & Knaves")."""
+The modules (statements, solver, generator, formatter, cot, templates, records, reward, io, task) and the differences
+from the reference: docs/tasks.md ("Knights & Knaves")."""
 
 from tokenbalance.tasks.kk.generator import KKProblem, generate_problems, iter_problems
 from tokenbalance.tasks.kk.io import read_kk_examples, write_logic_rl_parquet

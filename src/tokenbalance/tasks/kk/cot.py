@@ -1,11 +1,6 @@
-"""Synthetic chain of thought for a Knights & Knaves puzzle (spec ``kk.md`` §7): a deterministic
-depth-first search over people whose events become the ``cot_head`` / ``cot_repeat_steps`` /
-``cot_foot`` columns (the Logic-RL prompt and reward do not read them: they make generated files
-match the published ones, and serve as SFT targets). With a random generator the search takes its
-choices at random (``sft.target=cot_random``, not the reference's): another valid trace to the same
-solution. Differences from the reference: the events are plain dataclasses, and the claim test uses
-truth masks instead of enumerating completions (same text). docs/tasks.md ("Deliberate differences"),
-docs/training.md ("The embedded default")."""
+"""Synthetic chain of thought for a Knights & Knaves puzzle (spec ``kk.md`` §7): the reference's depth-first search,
+whose events become the ``cot_*`` columns (not read by prompt or reward; SFT targets). With a random generator its
+choices are drawn (``sft.target=cot_random``). Differences: docs/tasks.md ("Deliberate differences")."""
 
 from __future__ import annotations
 
@@ -23,8 +18,8 @@ COT_FOOT_FAIL = "All the configurations lead to contradictions."
 
 @dataclass(frozen=True)
 class Proposal:
-    """``person`` was assumed a knight (``is_knight``); ``conflict`` is ``(q, q_is_knight)`` for the
-    first person q whose claim can no longer hold, or None."""
+    """``person`` was assumed a knight (``is_knight``); ``conflict`` is ``(q, q_is_knight)`` for the first person q
+    whose claim can no longer hold, or None."""
 
     person: int
     is_knight: bool
@@ -48,8 +43,8 @@ class SearchResult:
 
 
 def _first_conflict(puzzle: Puzzle, assignment: list[bool | None]) -> int | None:
-    """The first assigned person (index order) whose claim (negated for a knave) is false under
-    every completion of the undecided people, or None."""
+    """The first assigned person (index order) whose claim (negated for a knave) is false under every completion of
+    the undecided people, or None."""
     n_people = len(puzzle)
     knights = knight_masks(n_people)
     everything = full_mask(n_people)
@@ -69,12 +64,9 @@ def _first_conflict(puzzle: Puzzle, assignment: list[bool | None]) -> int | None
 
 
 def search(puzzle: Puzzle, rng: random.Random | None = None) -> SearchResult:
-    """Run the reference's backtracking search (knight tried first, mentioned people next).
-
-    With ``rng`` every choice the reference fixes is drawn instead: the people's starting order, for
-    each assignment whether knight or knave is tried first, and the order of the mentioned people
-    moved to the front. The search stays complete, so it ends in the same unique solution.
-    """
+    """The reference's backtracking search (knight first, mentioned people next). With ``rng`` each fixed choice is
+    drawn (start order, knight or knave first, order of mentioned people); still complete, so the same unique
+    solution."""
     n_people = len(puzzle)
     assignment: list[bool | None] = [None] * n_people
 

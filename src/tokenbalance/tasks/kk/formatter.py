@@ -1,10 +1,7 @@
-"""Knights & Knaves natural-language formatter: names, quiz text and solution texts, bit-exact with
-the K&K data (spec ``kk.md`` §6). Puzzle i gets its own ``numpy.random.default_rng(seed + i)``: first
-the names (``rng.choice(COMMON_NAMES, size=n, replace=False)``), then one saying template per person.
-
-The names, saying templates and quiz sentences come from the K&K generator (AlphaPav/mem-kk-logic,
-MIT License, (c) 2024 AlphaPav). Only the default options the Logic-RL data uses are implemented (no
-alternative role words, role flip, uncommon names or statement reordering). docs/tasks.md."""
+"""Knights & Knaves natural-language formatter (names, quiz and solution texts), bit-exact with the K&K data (spec
+``kk.md`` §6): puzzle i draws from ``numpy.random.default_rng(seed + i)`` its names, then one template per person.
+Names and templates from the K&K generator (AlphaPav/mem-kk-logic, MIT License, (c) 2024 AlphaPav); only the default
+options Logic-RL uses. docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -65,8 +62,8 @@ KNIGHT_KNAVE_WORDS = {
 
 @dataclass(frozen=True)
 class FormattedProblem:
-    """The text columns of one puzzle: ``names[i]`` is person i, ``template_ids[i]`` the saying
-    template index used for person i's sentence."""
+    """The text columns of one puzzle: ``names[i]`` is person i, ``template_ids[i]`` the saying template index used
+    for person i's sentence."""
 
     names: tuple[str, ...]
     template_ids: tuple[int, ...]
@@ -112,12 +109,8 @@ def format_solution_text(names: tuple[str, ...], solution: tuple[bool, ...]) -> 
 
 
 def format_solution_text_format(names: tuple[str, ...], solution: tuple[bool, ...]) -> str:
-    """``(1) Zoey is a knave\\n(2) Oliver is a knight``: the reward's ground truth.
-
-    The reference derives it by deleting " and " and "." from ``solution_text`` and splitting on
-    ","; numbering the per-person sentences directly gives the same text (names contain none of
-    those) and cannot break on unusual names.
-    """
+    """``(1) Zoey is a knave\\n(2) Oliver is a knight``, the reward's ground truth (numbered directly; the same text
+    as the reference's string surgery on ``solution_text``)."""
     sentences = role_sentences(names, solution)
     return "\n".join(f"({k}) {sentence}" for k, sentence in enumerate(sentences, start=1))
 
@@ -125,8 +118,7 @@ def format_solution_text_format(names: tuple[str, ...], solution: tuple[bool, ..
 def format_problem(seed: int, statements: Puzzle, solution: tuple[bool, ...]) -> FormattedProblem:
     """Draw names/templates with ``default_rng(seed)`` and render all text columns.
 
-    For the published data ``seed = 1234 + global index``.
-    """
+    For the published data ``seed = 1234 + global index``."""
     names, template_ids = draw_names_and_templates(seed, len(statements))
     return FormattedProblem(
         names=names,

@@ -1,11 +1,7 @@
-"""Knights & Knaves puzzle sampler, bit-exact with the K&K generator behind the Logic-RL data
-(spec ``kk.md`` §4-5, §8.1): one ``numpy.random.default_rng(seed)`` stream, the reference's RNG call
-order (dice first even at depth 1; leaves reject only "I am a knave"; an operator's children distinct),
-the k-th accepted puzzle (new in the run, exactly one solution) at *global index* k.
-
-Differences from the reference: puzzles come lazily (:func:`iter_problems`: nothing is kept that is not
-asked for), running out of retries raises ``ValueError`` instead of silently returning fewer, and the
-uniqueness test uses the bit-mask solver. docs/tasks.md ("Generation", "Deliberate differences")."""
+"""Knights & Knaves puzzle sampler, bit-exact with the K&K generator behind the Logic-RL data (spec ``kk.md`` §4-5,
+§8.1): one ``numpy.random.default_rng(seed)`` stream in the reference's call order; the k-th accepted puzzle (new,
+exactly one solution) is *global index* k. Puzzles come lazily; running out of retries raises. docs/tasks.md
+("Generation", "Deliberate differences")."""
 
 from __future__ import annotations
 
@@ -30,11 +26,8 @@ _DICE_OPERATORS = {1: "not", 2: "and", 3: "or", 4: "->", 5: "<=>"}
 
 @dataclass(frozen=True)
 class KKProblem:
-    """One accepted puzzle.
-
-    ``statements[i]`` is what person i says; ``solution[i]`` is True when person i is a knight;
-    ``index`` is the global index in the sampler stream (acceptance order, from 0).
-    """
+    """One accepted puzzle: ``statements[i]`` what person i says, ``solution[i]`` True for a knight, ``index`` its
+    global index (acceptance order, from 0)."""
 
     index: int
     statements: Puzzle
@@ -83,8 +76,8 @@ class StatementSampler:
         if operator == "not":
             return ("not", self.sample(speaker, depth - 1))
         if operator in ("and", "or"):
-            # With width 2 this is integers(2, 3) == 2 and does not advance the stream; it is made
-            # anyway so that a wider grammar stays faithful too.
+            # With width 2 this is integers(2, 3) == 2 and does not advance the stream; it is made anyway so that a
+            # wider grammar stays faithful too.
             count = int(self.rng.integers(2, self.width + 1))
         else:
             count = 2
@@ -99,11 +92,8 @@ def iter_problems(
     width: int = DEFAULT_WIDTH,
     max_retry: int = DEFAULT_MAX_RETRY,
 ) -> Iterator[KKProblem]:
-    """Yield accepted puzzles forever, in global-index order 0, 1, 2, ...
-
-    Raises ``ValueError`` when ``max_retry`` candidates in a row are rejected (with n = 2 this
-    happens after a few hundred puzzles: there are not many distinct 2-person puzzles).
-    """
+    """Yield accepted puzzles forever in global-index order; ``ValueError`` after ``max_retry`` rejections in a row (n
+    = 2 runs out after a few hundred)."""
     check_people(n_people)
     if depth < 1 or width < 2:
         raise ValueError(f"depth must be >= 1 and width >= 2, got depth={depth}, width={width}")
@@ -137,12 +127,9 @@ def generate_problems(
     *,
     on_progress: Callable[[], None] | None = None,
 ) -> list[KKProblem]:
-    """The puzzles with global indices ``start_index .. start_index + count - 1``.
-
-    All earlier puzzles of the stream are sampled (and dropped) too: that is what makes index k
-    the same puzzle whatever slice it is asked for in. ``on_progress`` is called once per puzzle
-    drawn, dropped ones included (``start_index + count`` calls; for progress bars).
-    """
+    """The puzzles with global indices ``start_index .. start_index + count - 1``; earlier ones are sampled and
+    dropped, so index k is the same puzzle in any slice. ``on_progress``: called per puzzle drawn (``start_index +
+    count`` calls)."""
     check_people(n_people)
     check_range("start_index", start_index, 0, integer=True)
     check_range("count", count, 1, integer=True)

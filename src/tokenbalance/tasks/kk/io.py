@@ -1,10 +1,6 @@
-"""Knights & Knaves files: write the Logic-RL parquet schema, read Logic-RL / AR-Lopti parquet and
-K&K JSON-lines files back into :class:`~tokenbalance.tasks.base.TaskExample` (spec ``kk.md`` §9).
-
-Written files have the 16 Logic-RL columns with their Arrow types (struct fields in alphabetical
-order, as the published files store them), written atomically and without Hugging Face ``datasets``
-schema metadata (``datasets.load_dataset`` infers the same features from the Arrow types). What the
-readers require: docs/tasks.md ("Data schema")."""
+"""Knights & Knaves files (spec ``kk.md`` §9): write the Logic-RL parquet schema (16 columns, their Arrow types,
+written atomically, no ``datasets`` metadata), read Logic-RL / AR-Lopti parquet and K&K JSON lines back into
+:class:`~tokenbalance.tasks.base.TaskExample`. docs/tasks.md ("Data schema")."""
 
 from __future__ import annotations
 
@@ -65,8 +61,8 @@ def logic_rl_schema() -> Any:
 
 
 def write_logic_rl_parquet(rows: list[dict[str, Any]], path: str | os.PathLike, *, replace: bool = False) -> Path:
-    """Write rows from :func:`~tokenbalance.tasks.kk.records.generate_rows` as a Logic-RL parquet file
-    (an existing file only with ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
+    """Write rows from :func:`~tokenbalance.tasks.kk.records.generate_rows` as a Logic-RL parquet file (an existing
+    file only with ``replace``, and only one gen-data wrote: ``write_parquet_atomic``)."""
     if not rows:
         raise ValueError("no rows to write")
     return write_parquet_atomic(rows, path, logic_rl_schema(), replace=replace)
@@ -85,11 +81,8 @@ def _prompt_text(reader: RowReader) -> str | None:
 
 
 def example_from_row(reader: RowReader, template: str | None = None) -> TaskExample:
-    """Validate one K&K / Logic-RL row and turn it into a :class:`TaskExample`.
-
-    The prompt is the row's ``prompt[-1].content`` when present and ``template`` is None; otherwise
-    the quiz rendered with ``template`` (default ``qwen-instruct``).
-    """
+    """Validate one K&K / Logic-RL row as a :class:`TaskExample`; its prompt is ``prompt[-1].content`` if present and
+    ``template`` is None, else the quiz rendered with ``template`` (default ``qwen-instruct``)."""
     quiz = reader.get("quiz", str)
     column = GROUND_TRUTH_COLUMN if reader.has("reward_model") else "solution_text_format"
     gold_text = reader.get(column, str)
@@ -157,8 +150,8 @@ def _roles_text(gold: dict[str, str]) -> str:
 def _check_gold_agrees(
     reader: RowReader, column: str, gold: dict[str, str], names: list[str] | None, solution: list[bool] | None
 ) -> None:
-    """The row's own columns must agree with its gold answer: ``names`` in the gold's order, the
-    ``solution`` flags (True = knight), and a second copy of the gold text."""
+    """The row's own columns must agree with its gold answer: ``names`` in the gold's order, the ``solution`` flags
+    (True = knight), and a second copy of the gold text."""
     if names is not None and list(names) != list(gold):
         raise reader.error(
             "names", f"{list(names)} differ from the people of the gold answer in {column!r}: {list(gold)}"
@@ -188,11 +181,8 @@ def _satisfies(puzzle: Any, assignment: list[bool]) -> bool:
 
 
 def read_kk_examples(path: str | os.PathLike, template: str | None = None) -> list[TaskExample]:
-    """Task examples from a Logic-RL / AR-Lopti parquet file or a K&K JSON-lines file.
-
-    ``template=None`` keeps each row's stored prompt (falls back to ``qwen-instruct`` for bare K&K
-    records); a template name re-renders every prompt from the quiz.
-    """
+    """Task examples from a Logic-RL / AR-Lopti parquet or K&K JSON-lines file; ``template=None`` keeps stored prompts
+    (``qwen-instruct`` for bare K&K records), a name re-renders every prompt."""
     if template is not None:
         get_template(template)
     readers = read_rows(path)

@@ -1,9 +1,6 @@
-"""Logic-RL rows for generated Knights & Knaves puzzles (spec ``kk.md`` §8.1, §9): the 11 K&K record
-fields then the 5 Logic-RL fields, in the file's column order.
-
-With the defaults (seed 1234, template ``qwen-instruct``, data source ``kk_logic``, train 100..999,
-test 1000..1099) the rows for n = 3..7 equal the published ``{n}ppl/{train,test}.parquet`` rows;
-n = 2, which Logic-RL does not ship, takes the K&K release's slices. docs/tasks.md ("Generation")."""
+"""Logic-RL rows for generated Knights & Knaves puzzles (spec ``kk.md`` §8.1, §9): the 11 K&K fields then the 5
+Logic-RL ones. With the defaults the rows for n = 3..7 equal the published ``{n}ppl/{train,test}.parquet``; n = 2
+takes the K&K release's slices. docs/tasks.md ("Generation")."""
 
 from __future__ import annotations
 
@@ -47,8 +44,7 @@ def default_slice(n_people: int, split: str) -> tuple[int, int]:
 def kk_record(problem: KKProblem, seed: int = DEFAULT_SEED, *, with_cot: bool = True) -> dict[str, Any]:
     """The 11 K&K record fields; the text RNG is seeded with ``seed + problem.index``.
 
-    ``with_cot=False`` leaves the three CoT fields empty (faster when only the quiz is needed).
-    """
+    ``with_cot=False`` leaves the three CoT fields empty (faster when only the quiz is needed)."""
     text = format_problem(seed + problem.index, problem.statements, problem.solution)
     if with_cot:
         cot_head, cot_steps, cot_foot = chain_of_thought(problem.statements, text.names)
@@ -111,12 +107,8 @@ def generate_rows(
     data_source: str = DEFAULT_DATA_SOURCE,
     on_progress: Callable[[], None] | None = None,
 ) -> list[dict[str, Any]]:
-    """Logic-RL rows for global indices ``start_index .. start_index + count - 1``.
-
-    ``start_index`` / ``count`` default to the published split (:func:`default_slice`); ``split``
-    is also written to ``extra_info.split``. ``on_progress``: see
-    :func:`~tokenbalance.tasks.kk.generator.generate_problems`.
-    """
+    """Logic-RL rows for global indices ``start_index .. start_index + count - 1`` (default: :func:`default_slice`);
+    ``split`` goes to ``extra_info.split``; ``on_progress`` as in ``generate_problems``."""
     default_start, default_count = default_slice(n_people, split)
     get_template(template)  # fail before the (possibly long) generation
     problems = generate_problems(

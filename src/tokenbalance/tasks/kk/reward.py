@@ -1,10 +1,8 @@
-"""Knights & Knaves reward, scoring exactly as Logic-RL / AR-Lopti's ``kk.compute_score`` does
-(spec ``kk.md`` §11): format (+1 / -1) + answer (+2 correct, -1.5 wrong, -2 unparsable or skipped),
-so the only totals are 3, -0.5, -1 and -3, on the decoded prompt **plus** response; every quirk kept.
-
-Differences from the reference: nothing is printed (DEBUG logging); :func:`score_with_metrics` also
-returns the components; :func:`score_response` scores a bare response (spec §11.5); the ground truth
-may be the ``solution_text_format`` string. The quirks: docs/tasks.md ("Reward")."""
+"""Knights & Knaves reward exactly as Logic-RL / AR-Lopti's ``kk.compute_score`` (spec ``kk.md`` §11): format (+1 /
+-1)
++ answer (+2, -1.5 wrong, -2 unparsable), totals 3, -0.5, -1, -3, on prompt **plus** response, every quirk kept.
+Nothing printed; :func:`score_with_metrics` returns the parts, :func:`score_response` scores a bare response.
+docs/tasks.md ("Reward")."""
 
 from __future__ import annotations
 
@@ -35,12 +33,9 @@ _ANSWER_BLOCK_RE = re.compile(r"<answer>(.*?)</answer>", re.DOTALL)
 
 @dataclass(frozen=True)
 class KKScore:
-    """A scored completion: ``total`` and the three steps that produce it.
-
-    ``format_ok``: the four tags occur once each, in order. ``answer_parsed``: the format passed
-    and the answer block passed the count guard and named every person as "X is a knight/knave".
-    ``correct``: parsed and every role matches (then ``total == 3``).
-    """
+    """A scored completion: ``total`` and its steps: ``format_ok`` (the four tags once each, in order),
+    ``answer_parsed`` (passed the count guard, every person named as "X is a knight/knave"), ``correct`` (every role
+    matches; total 3)."""
 
     total: float
     format_ok: bool
@@ -65,11 +60,8 @@ class KKScore:
 
 
 def parse_gold_roles(solution_text_format: str) -> dict[str, str]:
-    """``{"Zoey": "knight", "Oliver": "knave"}`` from ``"(1) Zoey is a knight\\n(2) Oliver is a knave"``.
-
-    Per non-empty line, the first alphabetic word is the name (the ``(1)`` is skipped: digits are
-    not letters) and the first following ``knight``/``knave`` word the role, as in the reference.
-    """
+    """``{"Zoey": "knight", "Oliver": "knave"}`` from ``"(1) Zoey is a knight\\n(2) Oliver is a knave"``: per line the
+    first alphabetic word and the first ``knight``/``knave`` after it, as the reference."""
     roles: dict[str, str] = {}
     for line in solution_text_format.split("\n"):
         line = line.strip()
@@ -135,11 +127,8 @@ def _solution_text_format(ground_truth: Mapping[str, Any] | str) -> str:
 
 
 def score_with_metrics(solution_str: str, ground_truth: Mapping[str, Any] | str) -> KKScore:
-    """Score decoded prompt + response (special tokens kept) against the ground truth.
-
-    ``ground_truth`` is the row's ``reward_model.ground_truth`` dict (only its
-    ``solution_text_format`` is read) or that string itself.
-    """
+    """Score decoded prompt + response (special tokens kept) against ``ground_truth`` (the row's dict or its
+    ``solution_text_format`` string)."""
     if not isinstance(solution_str, str):
         raise ValueError(f"solution_str must be a string, got {type(solution_str).__name__}")
     gold = parse_gold_roles(_solution_text_format(ground_truth))
@@ -177,11 +166,7 @@ def compute_score(solution_str: str, ground_truth: Mapping[str, Any] | str) -> f
 
 
 def score_response(response: str, ground_truth: Mapping[str, Any] | str, template: str = DEFAULT_TEMPLATE) -> KKScore:
-    """Score a response *without* its prompt, as if the ``template`` prompt came before it.
-
-    The template's assistant header (ending in the prompt's opening ``<think>``) is put in front,
-    so a well-formed response must not open ``<think>`` itself, as with the reference.
-    """
+    """Score a response *without* its prompt, as if the ``template`` prompt (ending in ``<think>``) came before it."""
     return score_with_metrics(get_template(template).response_header + response, ground_truth)
 
 
@@ -195,8 +180,8 @@ def accuracy(rewards: list[float] | tuple[float, ...]) -> float:
 def accuracy_by_source(
     rewards: list[float] | tuple[float, ...], data_sources: list[str] | tuple[str, ...]
 ) -> dict[str, float]:
-    """Accuracy per ``data_source`` (e.g. ``kk_logic3``) plus ``"mean"``, the unweighted mean over
-    the sources present (AR-Lopti reports each level and their average)."""
+    """Accuracy per ``data_source`` (e.g. ``kk_logic3``) plus ``"mean"``, the unweighted mean over the sources present
+    (AR-Lopti reports each level and their average)."""
     if len(rewards) != len(data_sources):
         raise ValueError(f"{len(rewards)} rewards but {len(data_sources)} data sources")
     groups: dict[str, list[float]] = {}

@@ -1,11 +1,6 @@
-"""Knights & Knaves solver: every consistent assignment of a puzzle (each knight's statement true,
-each knave's false), by truth table in ``itertools.product([True, False], repeat=n)`` order as the
-reference (spec ``kk.md`` §3.2-3.3).
-
-Difference from the reference: each statement is compiled into a *truth mask*, a Python int whose
-bit ``a`` is its value under candidate ``a``, so consistency is a few bit operations over all 2**n
-candidates at once instead of one tree evaluation per candidate. Same results, a much faster
-generator and chain of thought (docs/tasks.md, "Deliberate differences")."""
+"""Knights & Knaves solver: every consistent assignment (knights' statements true, knaves' false), in the reference's
+``product([True, False], repeat=n)`` order (spec ``kk.md`` §3.2-3.3), each statement compiled to a truth mask over all
+2**n candidates (docs/tasks.md, "Deliberate differences")."""
 
 from __future__ import annotations
 
@@ -18,8 +13,8 @@ MAX_PEOPLE = 16  # a truth table of 2**16 bits is still instant; the task itself
 
 @cache
 def knight_masks(n_people: int) -> tuple[int, ...]:
-    """Bit ``a`` of mask j is set when person j is a knight in candidate ``a`` (product order:
-    person 0 varies slowest and True comes first, so knight <=> bit ``n-1-j`` of ``a`` is 0)."""
+    """Bit ``a`` of mask j is set when person j is a knight in candidate ``a`` (product order: person 0 varies slowest
+    and True comes first, so knight <=> bit ``n-1-j`` of ``a`` is 0)."""
     size = 1 << n_people
     masks = []
     for person in range(n_people):
@@ -90,8 +85,7 @@ def all_solutions(puzzle: Puzzle) -> list[tuple[bool, ...]]:
     """All consistent assignments, all-knights-first (``product([True, False])``) order.
 
     >>> all_solutions((('lying', 1), ('and', ('telling-truth', 0), ('telling-truth', 1))))
-    [(True, False)]
-    """
+    [(True, False)]"""
     n_people = len(puzzle)
     mask = consistent_mask(puzzle)
     solutions = []

@@ -1,11 +1,7 @@
-"""Knights & Knaves statements: the syntax tree, its Python-repr text form, a parser for that text
-and the natural-language rendering (spec ``kk.md`` §3.1, §6.4).
-
-A statement is a nested tuple, exactly as the reference stores it: ``('telling-truth', j)``,
-``('lying', j)``, ``('not', S)``, ``('and', S1, ...)``, ``('or', S1, ...)``, ``('->', S1, S2)``,
-``('<=>', S1, S2)`` (0-based ``int`` indices), so ``repr`` of a puzzle is its ``statements`` column.
-Difference from the reference, which reads that column back with ``eval``: :func:`parse_statements`
-accepts only this grammar, so untrusted files can never run code (docs/tasks.md)."""
+"""Knights & Knaves statements (spec ``kk.md`` §3.1, §6.4): nested tuples exactly as the reference stores them
+(``('telling-truth', j)``, ``('lying', j)``, ``('not', S)``, ``('and', S1, ...)``, ``('or', ...)``, ``('->', S1,
+S2)``, ``('<=>', S1, S2)``), their repr as the ``statements`` column, a parser that accepts only this grammar (never
+``eval``) and the English rendering. docs/tasks.md."""
 
 from __future__ import annotations
 
@@ -29,8 +25,8 @@ def is_atom(statement: Statement) -> bool:
 
 
 def validate_statement(statement: Any, n_people: int | None = None) -> Statement:
-    """Check that ``statement`` is a well-formed tree (and, when ``n_people`` is given, that every
-    person index is in ``0..n_people-1``); return it unchanged. Raises ``ValueError`` otherwise."""
+    """Check that ``statement`` is a well-formed tree (and, when ``n_people`` is given, that every person index is in
+    ``0..n_people-1``); return it unchanged. Raises ``ValueError`` otherwise."""
     if not isinstance(statement, tuple) or not statement:
         raise ValueError(f"a statement must be a non-empty tuple, got {statement!r}")
     tag = statement[0]
@@ -101,9 +97,8 @@ def format_statements(puzzle: Puzzle) -> str:
     return repr(tuple(puzzle))
 
 
-# --------------------------------------------------------------------------------------------
-# Parser for the repr text (no eval)
-# --------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------- Parser for the repr
+# text (no eval) --------------------------------------------------------------------------------------------
 
 _TOKEN_RE = re.compile(
     r"""\s*(?:
@@ -136,8 +131,7 @@ def _tokenize(text: str) -> list[tuple[str, Any]]:
 
 
 class _TupleParser:
-    """Recursive descent over ``tuple := '(' [item (',' item)* [',']] ')'``,
-    ``item := tuple | 'string' | int``."""
+    """Recursive descent over ``tuple := '(' [item (',' item)* [',']] ')'``, ``item := tuple | 'string' | int``."""
 
     def __init__(self, tokens: list[tuple[str, Any]]) -> None:
         self.tokens = tokens
@@ -183,12 +177,11 @@ class _TupleParser:
 def parse_statements(text: str, n_people: int | None = None) -> Puzzle:
     """Parse the ``statements`` column (the repr of a tuple of statements) without ``eval``.
 
-    Accepts single- or double-quoted tags, any whitespace and trailing commas. When ``n_people``
-    is given, the puzzle must have exactly that many statements and indices in ``0..n_people-1``.
+    Accepts single- or double-quoted tags, any whitespace and trailing commas. When ``n_people`` is given, the puzzle
+    must have exactly that many statements and indices in ``0..n_people-1``.
 
     >>> parse_statements("(('lying', 1), ('and', ('telling-truth', 0), ('telling-truth', 1)))")
-    (('lying', 1), ('and', ('telling-truth', 0), ('telling-truth', 1)))
-    """
+    (('lying', 1), ('and', ('telling-truth', 0), ('telling-truth', 1)))"""
     if not isinstance(text, str):
         raise ValueError(f"statements must be a string, got {type(text).__name__}")
     try:
@@ -203,17 +196,13 @@ def parse_statements(text: str, n_people: int | None = None) -> Puzzle:
     return puzzle
 
 
-# --------------------------------------------------------------------------------------------
-# Natural-language rendering (§6.4)
-# --------------------------------------------------------------------------------------------
+# -------------------------------------------------------------------------------------------- Natural-language
+# rendering (§6.4) --------------------------------------------------------------------------------------------
 
 
 def render_statement(statement: Statement, names: list[str] | tuple[str, ...]) -> str:
-    """English text of a depth <= 2 statement, e.g. ``If Zoey is a knight then Oliver is a knave``.
-
-    Keeps the reference's wording quirks: a capital "If" and no comma for ``->``, "is not a" for a
-    negated atom. Deeper trees (never generated with the default depth 2) raise ``ValueError``.
-    """
+    """English text of a depth <= 2 statement (``If Zoey is a knight then Oliver is a knave``) with the reference's
+    wording quirks; deeper trees raise ``ValueError``."""
     tag = statement[0]
     if tag == KNIGHT_ATOM:
         return f"{names[statement[1]]} is a knight"
@@ -241,8 +230,8 @@ _COMPACT_JOINERS = {"and": "{0} and {1}", "or": "{0} or {1}", "->": "if {0} then
 
 
 def render_statement_compact(statement: Statement, names: list[str] | tuple[str, ...]) -> str:
-    """Terse text of a statement for small models: ``Zoey knight``, ``not Oliver knave``,
-    ``if Zoey knight then Oliver knave``, ``Zoey knight iff Oliver knave`` (any depth)."""
+    """Terse text of a statement for small models: ``Zoey knight``, ``not Oliver knave``, ``if Zoey knight then Oliver
+    knave``, ``Zoey knight iff Oliver knave`` (any depth)."""
     tag = statement[0]
     if tag == KNIGHT_ATOM:
         return f"{names[statement[1]]} knight"
@@ -259,10 +248,7 @@ def render_statement_compact(statement: Statement, names: list[str] | tuple[str,
 
 
 def compact_question(statements: str, names: list[str] | tuple[str, ...]) -> str:
-    """The puzzle as one terse line per person: ``Zoey says Oliver knave. Oliver says not Zoey knight.``
-
-    Built from the ``statements`` text and the names, for the ``compact`` template (tiny models on
-    CPU): about a quarter of the tokens of the natural-language quiz, same puzzle, same answer.
-    """
+    """One terse line per person (``Zoey says Oliver knave. Oliver says not Zoey knight.``) for the ``compact``
+    template."""
     puzzle = parse_statements(statements, len(names))
     return " ".join(f"{names[i]} says {render_statement_compact(s, names)}." for i, s in enumerate(puzzle))

@@ -1,11 +1,7 @@
-"""The Knights & Knaves task object for the trainer (the :class:`~tokenbalance.tasks.base.Task`
-protocol): Logic-RL examples, prompt rendering, the reference reward, SFT targets, the tokenizer
-corpus and ``gen-data``.
-
-``score`` puts ``example.prompt`` in front of the response, as the reference scores; its metrics are
-the flags format_ok, answer_parsed and correct. Generated examples keep disjoint ranges of global
-generator indices per use (held-out, validation, RL, SFT; :meth:`KKTask.example_source`), so the
-held-out puzzles are never trained or tuned on: the ranges are in docs/training.md ("Data")."""
+"""The Knights & Knaves :class:`~tokenbalance.tasks.base.Task`: Logic-RL examples, prompts, the reference reward (on
+prompt + response; metrics format_ok, answer_parsed, correct), SFT targets, the tokenizer corpus and ``gen-data``.
+Each use takes its own range of global generator indices, so held-out puzzles are never trained on (docs/training.md,
+"Data")."""
 
 from __future__ import annotations
 
@@ -37,10 +33,9 @@ COT_FIELDS = ("cot_head", "cot_repeat_steps", "cot_foot")
 
 
 def random_order_cot(example: TaskExample) -> str:
-    """The synthetic chain of thought of a generated example with the search's choices drawn at
-    random (:func:`~tokenbalance.tasks.kk.cot.search`), from a generator seeded by the puzzle's
-    difficulty and index: the same puzzle always gets the same trace, different puzzles different
-    orders, so the trace's order cannot be told from the puzzle."""
+    """The chain of thought of a generated example with the search's choices drawn
+    (:func:`~tokenbalance.tasks.kk.cot.search`) from a generator seeded by difficulty and index: a fixed trace per
+    puzzle, different orders across puzzles."""
     puzzle = parse_statements(example.ground_truth["statements"])
     head, steps, foot = chain_of_thought(puzzle, tuple(example.extra["names"]), drawn_choices(example))
     return " ".join([head, *steps, foot])
@@ -111,13 +106,8 @@ def tokenizer_corpus(
     split: str = "train",
     template: str = "plain",
 ) -> Iterator[str]:
-    """Task text for tokenizer training: for ``count`` Logic-RL rows of each number of people,
-    the rendered prompt, the response of :func:`response_text` and the plain ``solution_text``
-    ("A is a knight, B is a knave, and ...").
-
-    Rows come from :func:`tokenbalance.tasks.kk.generate_rows` (default seed, the split's first
-    ``count`` puzzles), so the corpus is deterministic.
-    """
+    """Deterministic text for tokenizer training: for the first ``count`` rows of ``split`` per number of people, the
+    prompt, :func:`response_text` and the plain ``solution_text``."""
     for n_people in people:
         for row in generate_rows(n_people, split, count=count, template=template):
             yield row["prompt"][0]["content"]
@@ -146,8 +136,8 @@ class KKTask(BaseTask):
         template: str | None = None,
         start_index: int | None = None,
     ) -> list[TaskExample]:
-        """The published split (train 100..999, test 1000..1099) unless ``count``/``start_index`` say
-        otherwise; see :func:`~tokenbalance.tasks.kk.records.generate_rows`."""
+        """The published split (train 100..999, test 1000..1099) unless ``count``/``start_index`` say otherwise; see
+        :func:`~tokenbalance.tasks.kk.records.generate_rows`."""
         rows = generate_rows(
             3 if difficulty is None else difficulty,
             split,
@@ -187,15 +177,15 @@ class KKTask(BaseTask):
     def difficulty_label(self, difficulty: int) -> str:
         return f"{difficulty} people"
 
-    # a role word ("knight", "knaves") in the answer block is what the reward scores (the decision);
-    # one in the reasoning is a step of the search (an assumption, a deduction); the rest is other text
+    # a role word ("knight", "knaves") in the answer block is what the reward scores (the decision); one in the
+    # reasoning is a step of the search (an assumption, a deduction); the rest is other text
     token_class_names = ("answer_role", "role", "other")
     decision_classes = ("answer_role",)
 
     def text_classes(self, text: str) -> list[str]:
         """The class of each character of a response (:attr:`token_class_names`): role words inside
-        ``<answer>...</answer>`` (to the end of the text when unclosed) are ``answer_role``, role
-        words elsewhere ``role``, everything else ``other``."""
+        ``<answer>...</answer>`` (to the end of the text when unclosed) are ``answer_role``, role words elsewhere
+        ``role``, everything else ``other``."""
         kinds = ["other"] * len(text)
         answers = [(m.start(), m.end()) for m in re.finditer(r"<answer>(?:(?!</answer>).)*(?:</answer>|$)", text, re.S)]
         for match in re.finditer(r"\b(?:knight|knave)s?\b", text):
@@ -204,9 +194,9 @@ class KKTask(BaseTask):
         return kinds
 
     def sft_response(self, example: TaskExample, target: str) -> str:
-        """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain
-        of thought first (generated examples carry it; file examples do not); with ``"cot_random"``
-        the same search with its choices drawn per puzzle (:func:`random_order_cot`)."""
+        """``</think>`` then the answer block; with ``target="cot"`` the generator's synthetic chain of thought first
+        (generated examples carry it; file examples do not); with ``"cot_random"`` the same search with its choices
+        drawn per puzzle (:func:`random_order_cot`)."""
         if target not in SFT_TARGETS:
             raise ValueError(f"target: unknown value {target!r}; valid: {', '.join(map(repr, SFT_TARGETS))}")
         thinking = ""

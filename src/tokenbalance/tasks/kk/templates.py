@@ -1,10 +1,6 @@
-"""Knights & Knaves prompt templates (spec ``kk.md`` §10): the prompt is ``prefix + quiz + suffix``,
-the chat template already baked in; nothing wraps it again.
-
-``qwen-instruct`` and ``qwen-base`` are Logic-RL's, byte-exact, typos and odd spacing kept on purpose
-("and<answer>", two spaces before "Now", "solves it.The", "User:{quiz}": what the published models
-saw); ``compact`` and ``plain`` are ours, for a tiny local tokenizer, built so the unchanged reward
-works on them. Each: docs/tasks.md ("Templates")."""
+"""Knights & Knaves prompt templates (spec ``kk.md`` §10): ``prefix + quiz + suffix``, the chat template baked in.
+``qwen-instruct`` and ``qwen-base`` are Logic-RL's byte for byte (typos kept); ``compact`` and ``plain`` are ours, for
+a tiny local tokenizer. docs/tasks.md ("Templates")."""
 
 from __future__ import annotations
 
@@ -13,9 +9,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class PromptTemplate:
-    """``render(quiz) == prefix + quiz + suffix``; ``response_header`` is the tail of the prompt from
-    the reward's split marker on (what :func:`~tokenbalance.tasks.kk.reward.score_response` puts in
-    front of a bare response)."""
+    """``render(quiz) == prefix + quiz + suffix``; ``response_header`` is the tail of the prompt from the reward's
+    split marker on (what :func:`~tokenbalance.tasks.kk.reward.score_response` puts in front of a bare response)."""
 
     name: str
     prefix: str
@@ -110,9 +105,8 @@ def render_prompt(quiz: str, template: str = DEFAULT_TEMPLATE) -> str:
 
 
 def reference_response(solution_text_format: str, thinking: str = "") -> str:
-    """A correct response to a prompt that ends in the opening ``<think>``: the (optional)
-    reasoning, ``</think>``, then the answer block. It scores 3 under the K&K reward; it is the
-    SFT target and part of the tokenizer corpus."""
+    """A correct response to a prompt that ends in the opening ``<think>``: the (optional) reasoning, ``</think>``,
+    then the answer block. It scores 3 under the K&K reward; it is the SFT target and part of the tokenizer corpus."""
     thought = f" {thinking.strip()}" if thinking.strip() else ""
     return f"{thought} </think>\n<answer> {solution_text_format} </answer>"
 
