@@ -50,6 +50,7 @@ def summary(results: str) -> dict[str, str]:
     return {part.strip(): result.strip() for part, result in rows[1:]}
 
 
+@pytest.mark.slow  # minutes: every GPU test and benchmark on the CPU at tiny shapes
 def test_dry_run_of_the_tests_writes_one_results_file_and_never_overwrites_it(tmp_path):
     out = tmp_path / "out"
     out.mkdir()
@@ -73,6 +74,7 @@ def test_dry_run_of_the_tests_writes_one_results_file_and_never_overwrites_it(tm
     assert results.read_text() == text
 
 
+@pytest.mark.slow  # minutes: every GPU test and benchmark on the CPU at tiny shapes
 def test_dry_run_of_the_benchmarks_at_tiny_shapes(tmp_path):
     results = tmp_path / "bench.md"
     done = run_script("--dry-run", "--bench-only", str(results), scratch=tmp_path / "scratch")

@@ -8,9 +8,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from tests.trainer.conftest import SMALL_RUN
+
+# minutes of CPU beside a busy loop: in the second tier, which scripts/test.sh and CI run after the default suite
+pytestmark = pytest.mark.slow
 
 CLOCK_KEYS = ("timing/", "throughput/", "peak_")
 

@@ -1,22 +1,50 @@
-"""``tokenbalance train`` / ``eval`` / ``sft`` as a user runs them: in a subprocess."""
+"""``tokenbalance train`` / ``eval`` as a user runs them: the first run in a subprocess (the entry
+point, exit status and streams of a real process), the rest through ``tokenbalance.cli.main`` in this
+process (the same argument parsing, one-line error handler and exit statuses, without a new
+interpreter's imports for every command)."""
 
 import json
+import os
 import subprocess
 import sys
+from types import SimpleNamespace
+
+import pytest
 
 from tests.trainer.conftest import SMALL_RUN
+from tokenbalance.cli import main
 
 
-def tokenbalance(*args, cwd=None):
+def in_a_subprocess(*args, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "tokenbalance.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
 
 
-def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
+@pytest.fixture
+def tokenbalance(capsys):
+    """``tokenbalance(*args, cwd=None)``: run one command in this process, with ``returncode``,
+    ``stdout`` and ``stderr`` as a finished subprocess has them."""
+
+    def run(*args, cwd=None):
+        capsys.readouterr()
+        before = os.getcwd()
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            status = main([str(a) for a in args])
+        finally:
+            os.chdir(before)
+        out, err = capsys.readouterr()
+        return SimpleNamespace(returncode=status, stdout=out, stderr=err)
+
+    return run
+
+
+def test_train_in_a_subprocess_then_eval_and_resume(tiny_policy_dir, tmp_path, tokenbalance):
     sets = [arg for item in SMALL_RUN for arg in ("--set", item)]
     run_dir = tmp_path / "run"
-    result = tokenbalance(
+    result = in_a_subprocess(
         "train", "--model", str(tiny_policy_dir), "--method", "grpo", "--run-dir", str(run_dir), *sets
     )
     assert result.returncode == 0, result.stderr
@@ -65,7 +93,7 @@ def test_train_then_eval_in_a_subprocess(tiny_policy_dir, tmp_path):
     assert "steps: 3" in (run_dir / "config.yaml").read_text()
 
 
-def test_config_errors_come_before_any_model_or_data_work(tmp_path):
+def test_config_errors_come_before_any_model_or_data_work(tmp_path, tokenbalance):
     """A typo in the method or an out-of-range hyper-parameter fails at load, with a suggestion,
     before the embedded policy is built (nothing is cached in the working directory)."""
     cases = [
@@ -83,14 +111,14 @@ def test_config_errors_come_before_any_model_or_data_work(tmp_path):
     assert list(tmp_path.iterdir()) == []  # no SFT build, no cache, no run directory
 
 
-def test_bad_model_path_is_one_clear_line(tmp_path):
+def test_bad_model_path_is_one_clear_line(tmp_path, tokenbalance):
     result = tokenbalance("train", "--model", str(tmp_path / "missing"), "--no-progress")
     assert result.returncode == 2
     assert result.stderr.strip().startswith("tokenbalance train: error: policy path")
     assert "Traceback" not in result.stderr
 
 
-def test_help_config_lists_options():
+def test_help_config_lists_options(tokenbalance):
     result = tokenbalance("train", "--help-config")
     assert result.returncode == 0 and "rollout.group_size = 8" in result.stdout
     # the method's hyper-parameters too, with the configured preset's values and their help
