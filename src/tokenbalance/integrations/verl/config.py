@@ -28,6 +28,7 @@ from tokenbalance.algorithms.methods import KLConfig, Method
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.algorithms.surrogate import ClipConfig
+from tokenbalance.checks import check_choice
 from tokenbalance.integrations.verl.names import (
     LEGACY_FIELDS,
     LEGACY_POLICY_LOSSES,
@@ -36,6 +37,8 @@ from tokenbalance.integrations.verl.names import (
     POLICY_LOSS,
     POLICY_LOSS_KEY,
     POLICY_LOSS_NAMES,
+    TOKEN_MEAN_SCOPE_KEY,
+    TOKEN_MEAN_SCOPES,
     VERL_OWNED,
 )
 from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_method_problem, verl_rule_problem
@@ -52,10 +55,19 @@ class _MethodChoice(PolicyLossConfig):
     loss_mode: str = POLICY_LOSS
     method: str | None = None
     overrides: dict[str, Any] | None = None
+    token_mean_scope: str = TOKEN_MEAN_SCOPES[0]
 
 
 def _check(self) -> None:
     method_from_policy_loss(self)  # every name and value checked when verl builds the config
+    token_mean_scope(self)
+
+
+def token_mean_scope(policy_loss) -> str:
+    """The loss normaliser's scope the ``policy_loss`` section names (:data:`TOKEN_MEAN_SCOPES`)."""
+    scope = policy_loss.get("token_mean_scope", None) or TOKEN_MEAN_SCOPES[0]
+    check_choice(TOKEN_MEAN_SCOPE_KEY, scope, TOKEN_MEAN_SCOPES)
+    return scope
 
 
 TokenBalancePolicyLossConfig: type = dataclasses.make_dataclass(
@@ -68,7 +80,8 @@ TokenBalancePolicyLossConfig: type = dataclasses.make_dataclass(
         "__doc__": "verl's ``policy_loss`` config naming a tokenbalance method: ``method`` (a preset or "
         "``MODULE:RULE``; None: grpo) and ``overrides`` (dotted keys, ``{ar.alpha: 0.2}``). The flat "
         "fields (``ar_alpha``, ``lopti_eta``, ... :data:`LEGACY_FIELDS`) are the deprecated spelling of "
-        "overrides.",
+        "overrides. ``token_mean_scope``: the loss normaliser, ``mini_batch`` (verl's) or ``micro_batch`` "
+        "(the AR-Lopti fork's).",
     },
 )
 
