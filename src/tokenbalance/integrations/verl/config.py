@@ -1,18 +1,10 @@
 """The policy-loss config verl instantiates for our loss, and the Method it names.
 
-verl builds ``actor_rollout_ref.actor.policy_loss`` from its ``_target_``; pointed at
-:class:`TokenBalancePolicyLossConfig`, it carries a method to every worker the way our trainer's
-config does: a preset (or your token rule) and dotted overrides, resolved by
-:func:`~tokenbalance.algorithms.presets.resolve_method` (docs/verl.md)::
-
-    actor_rollout_ref.actor.policy_loss._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig
-    actor_rollout_ref.actor.policy_loss.loss_mode=tokenbalance
-    +actor_rollout_ref.actor.policy_loss.method=ar_lopti
-    +actor_rollout_ref.actor.policy_loss.overrides.ar.alpha=0.2
-
-What verl has a key for stays verl's (:data:`~tokenbalance.integrations.verl_names.VERL_OWNED`: clip
-ratios, the KL loss, the aggregation, the entropy term; verl's log-ratio clamps are 20, not the
-AR-Lopti fork's 5). The former loss names and flat fields still work, with a ``FutureWarning``.
+``actor_rollout_ref.actor.policy_loss._target_`` pointed at :class:`TokenBalancePolicyLossConfig`
+carries a method to every worker as our trainer's config does: a preset (or your token rule) and
+dotted overrides, resolved by :func:`~tokenbalance.algorithms.presets.resolve_method`; what verl has
+a key for stays verl's (:data:`~tokenbalance.integrations.verl_names.VERL_OWNED`). The keys, the
+deprecated spellings and the normaliser scope: docs/verl.md, "The method: a preset and overrides".
 """
 
 from __future__ import annotations

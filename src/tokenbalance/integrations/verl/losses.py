@@ -1,27 +1,11 @@
-"""Our losses in verl's shapes: the registered policy losses and the Lopti trainer's full loss.
+"""Our losses in verl's shapes: the registered policy loss and the Lopti trainer's full loss.
 
-* :func:`policy_loss` is what verl's registry returns for ``loss_mode=tokenbalance``. verl's
-  own ``ppo_loss`` calls it per micro-batch with padded ``[B, T]`` tensors and then adds its KL
-  and entropy terms itself, so this is the clipped surrogate with the method's token weights only.
-* :func:`lopti_ppo_loss` replaces verl's ``ppo_loss`` under the ``tokenbalance_lopti`` trainer:
-  it reads which pass to compute from the batch (``UPDATE_PASS_KEY``), rebuilds that pass's
-  masks from the batch's own advantages and old log-probs (``passes.lopti_passes``, elementwise
-  in the tokens, so a micro-batch gets exactly its rows of the full-batch pass) and returns the
-  full pass loss (surrogate + KL + entropy on the pass's tokens, normalised by all valid tokens of
-  the mini-batch).
-
-Both also report the low-probability gradient share per bucket of the old probability
-(:func:`grad_share_bound_metrics`, docs/metrics.md): verl's loss sees log-probs, not logits, so the
-squared logit-gradient norm is the AR-Lopti bound 2 g^2 (1 - p)^2 (``grad_share_bound``,
-``grad_share_before_bound``), g = dL/d log p of our loss from ``torch.autograd.grad`` down to the
-log-probs only (no backward through the model), per micro-batch.
-
-Both compute the loss with :func:`tokenbalance.algorithms.loss.pass_loss`; the normaliser is
-verl's global one (``config.global_batch_info``: the mini-batch's valid tokens or sequences
-summed over data-parallel ranks, divided by the rank count as verl's ``agg_loss`` does), so the
-sum over micro-batches and ranks is the mini-batch loss exactly as with verl's own losses.
-Differences from verl's ``vanilla`` loss: none in value and gradient (tested); extra metrics.
-Differences from the AR-Lopti fork: the ratio and k3 clamps are verl's 20 instead of none / 5.
+:func:`policy_loss` is verl's ``loss_mode=tokenbalance`` (verl's ``ppo_loss`` adds its KL and entropy
+terms); :func:`lopti_ppo_loss` replaces ``ppo_loss`` under the ``tokenbalance_lopti`` trainer (the
+named pass's surrogate, KL and entropy). Both run :func:`tokenbalance.algorithms.loss.pass_loss` with
+verl's normaliser (:func:`global_normaliser`), or the AR-Lopti fork's per micro-batch
+(:func:`scoped_batch_info`), and report the gradient share per probability bucket. Normalisers and
+differences: docs/verl.md, "Differences from our trainer and the AR-Lopti fork".
 """
 
 from __future__ import annotations
