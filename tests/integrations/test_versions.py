@@ -33,7 +33,10 @@ def test_verl_range(installed, inside):
 
 def test_transfer_queue_names_the_extra_that_installs_it(monkeypatch):
     monkeypatch.delenv("TOKENBALANCE_SKIP_HOST_CHECK", raising=False)
-    with pytest.raises(HostVersionError, match=r"TransferQueue 0.1.12 is installed, .*TransferQueue>=0.1.11,<0.1.12.*tokenbalance\[verl\]"):
+    with pytest.raises(
+        HostVersionError,
+        match=r"TransferQueue 0.1.12 is installed, .*TransferQueue>=0.1.11,<0.1.12.*tokenbalance\[verl\]",
+    ):
         require_host("TransferQueue", installed="0.1.12")
 
 

@@ -19,8 +19,8 @@ from verl.trainer.ppo.core_algos import (
 )
 
 from tokenbalance.integrations.verl import VERL_VERSION, compat, lopti, nthr_trainer, validation
-from tokenbalance.integrations.verl.host_api import CORE_API, TRAINER_API, check_host_api
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
+from tokenbalance.integrations.verl.host_api import CORE_API, TRAINER_API, check_host_api
 from tokenbalance.integrations.verl.losses import policy_loss
 from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
 from tokenbalance.integrations.versions import HostVersionError, require_host
