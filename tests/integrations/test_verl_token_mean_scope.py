@@ -16,7 +16,11 @@ verl = pytest.importorskip("verl")
 from verl.trainer.ppo import core_algos
 from verl.workers.config import PolicyLossConfig
 
-from tests.integrations.test_verl_integration import actor_config, make_batch
+from tests.integrations.test_verl_integration import (  # float64_default: autouse, every test in float64
+    actor_config,
+    float64_default,  # noqa: F401
+    make_batch,
+)
 from tests.tolerances import dtype_atol
 from tokenbalance.algorithms.advantages import grpo_advantages
 from tokenbalance.integrations.verl.config import TokenBalancePolicyLossConfig
@@ -24,14 +28,6 @@ from tokenbalance.integrations.verl.losses import lopti_pass_loss, policy_loss, 
 
 ATOL = dtype_atol(torch.float64)
 MICRO_ROWS = 2
-
-
-@pytest.fixture(autouse=True)
-def float64_default():
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(torch.float64)
-    yield
-    torch.set_default_dtype(previous)
 
 
 def scoped_config(scope: str, rows_per_rank: int, dp_size: int, tokens: int, method=None, **actor):
