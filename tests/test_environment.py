@@ -10,6 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 CONSTRAINTS = ROOT / "constraints.txt"
+GPU_CONSTRAINTS = ROOT / "constraints-gpu.txt"
 
 
 def requirement_lines(path: Path) -> list[str]:
@@ -26,9 +27,10 @@ def test_antlr_runtime_is_4_9_and_math_verify_parses_with_it():
     assert math_verify.verify(math_verify.parse(r"$\frac{1}{2}$"), math_verify.parse("$0.5$"))
 
 
-def test_constraints_pin_versions_inside_pyproject_ranges():
-    """Every pin in constraints.txt is an exact version that pyproject.toml's own range for the
-    package admits (else `pip install -c constraints.txt -e .` cannot resolve)."""
+@pytest.mark.parametrize("constraints", [CONSTRAINTS, GPU_CONSTRAINTS], ids=lambda path: path.name)
+def test_constraints_pin_versions_inside_pyproject_ranges(constraints):
+    """Every pin in constraints.txt (and the GPU set's) is an exact version that pyproject.toml's own
+    range for the package admits (else `pip install -c constraints.txt -e .` cannot resolve)."""
     tomllib = pytest.importorskip("tomllib")
     requirements = pytest.importorskip("packaging.requirements")
     utils = pytest.importorskip("packaging.utils")
@@ -39,14 +41,36 @@ def test_constraints_pin_versions_inside_pyproject_ranges():
     ranges = {}
     for requirement in declared:
         ranges.setdefault(utils.canonicalize_name(requirement.name), []).append(requirement.specifier)
-    pins = [requirements.Requirement(line) for line in requirement_lines(CONSTRAINTS)]
+    pins = [requirements.Requirement(line) for line in requirement_lines(constraints)]
     names = {utils.canonicalize_name(pin.name) for pin in pins}
     assert {"torch", "transformers", "tokenizers", "numpy", "antlr4-python3-runtime"} <= names
     for pin in pins:
         (spec,) = pin.specifier
-        assert spec.operator == "==", f"constraints.txt: {pin} is not an exact pin"
+        assert spec.operator == "==", f"{constraints.name}: {pin} is not an exact pin"
         for allowed in ranges.get(utils.canonicalize_name(pin.name), []):
-            assert allowed.contains(spec.version, prereleases=True), f"constraints.txt: {pin} is outside {allowed}"
+            assert allowed.contains(spec.version, prereleases=True), f"{constraints.name}: {pin} is outside {allowed}"
+
+
+# What the GPU set changes: verl's `vllm` extra pins torch / transformers, vLLM's mistral_common caps numpy.
+GPU_ONLY = {"torch", "torchvision", "torchaudio", "vllm", "transformers", "numpy"}
+
+
+def test_the_gpu_set_pins_what_the_cpu_set_pins_except_the_rollout_stack():
+    """constraints-gpu.txt repeats the hosts and the math checker of constraints.txt at the same
+    versions; only the packages verl's rollout engine decides differ (scripts/check_gpu_install.sh
+    resolves it in CI)."""
+    requirements = pytest.importorskip("packaging.requirements")
+    utils = pytest.importorskip("packaging.utils")
+
+    def pins(path):
+        parsed = (requirements.Requirement(line) for line in requirement_lines(path))
+        return {utils.canonicalize_name(pin.name): str(pin.specifier) for pin in parsed}
+
+    cpu, gpu = pins(CONSTRAINTS), pins(GPU_CONSTRAINTS)
+    assert GPU_ONLY <= set(gpu)
+    shared = {name: spec for name, spec in gpu.items() if name not in GPU_ONLY}
+    assert shared == {name: cpu.get(name) for name in shared}
+    assert {"verl", "transferqueue", "trl", "math-verify", "antlr4-python3-runtime"} <= set(shared)
 
 
 def test_installed_versions_match_the_constraints_when_asked():

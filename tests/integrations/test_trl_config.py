@@ -20,6 +20,13 @@ from tokenbalance.integrations.trl import (
     unsupported_reason,
 )
 from tokenbalance.integrations.trl.config import config_method, trainer_method
+from tokenbalance.integrations.trl.optimiser import (
+    AR_LOPTI_FIELDS,
+    AR_LOPTI_OPTIMISER,
+    NTHR_OPTIMISER,
+    optimiser_fields,
+    paper_optimiser,
+)
 from tokenbalance.integrations.trl.rewards import task_prompt_rows
 from tokenbalance.integrations.versions import HostVersionError
 from tokenbalance.models import load_policy
@@ -198,3 +205,41 @@ def test_the_config_takes_overrides_as_every_runner_does():
     assert config_method(args).lopti.eta == 0.3
     with pytest.raises(ValueError, match=r"^method.lopti.etaa: unknown field 'etaa'"):
         config("lopti", method_overrides={"lopti.etaa": 0.3})
+
+
+def test_a_trainer_takes_method_overrides_as_our_trainer_does():
+    args = config("lopti")
+    tuned = apply_method_overrides(get_method("lopti"), {"lopti.eta": 0.3})
+    assert trainer_method(None, args, {"lopti.eta": 0.3}) == tuned  # on top of the config's method
+    assert trainer_method("lopti", args, {"lopti.eta": 0.3}) == tuned
+    assert trainer_method(None, config("grpo"), {"ar.alpha": 0.2}).ar.alpha == 0.2
+    with pytest.raises(ValueError, match=r"^method_overrides.lopti.etaa: unknown field 'etaa'"):
+        trainer_method(None, args, {"lopti.etaa": 0.3})
+
+
+@pytest.mark.parametrize("name", ("grpo", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr", "reinforce_pp_ar"))
+def test_method_configs_carry_the_ar_lopti_scripts_optimiser(name):
+    if name.startswith("reinforce_pp"):  # TRL cannot run it; the table still names its paper
+        assert optimiser_fields(get_method(name), "paper") == AR_LOPTI_FIELDS
+        return
+    args = config(name)
+    assert (args.learning_rate, args.weight_decay, args.warmup_steps) == (1e-6, 0.01, 0)
+    assert (args.adam_beta1, args.adam_beta2, args.max_grad_norm) == (0.9, 0.999, 1.0)
+    assert str(args.lr_scheduler_type.value) == "constant"
+
+
+def test_nthr_paper_runs_take_its_learning_rate_and_name_what_it_does_not_state():
+    method = get_method("nthr_math_tab2_nthr")
+    assert paper_optimiser(method) is NTHR_OPTIMISER and NTHR_OPTIMISER.fields["learning_rate"] == 1e-6
+    assert "learning_rate" not in NTHR_OPTIMISER.unstated and "weight_decay" in NTHR_OPTIMISER.unstated
+    assert paper_optimiser(get_method("nthr")) is AR_LOPTI_OPTIMISER  # the base preset: the K&K scripts' base
+
+
+def test_a_field_given_wins_over_the_papers_and_trl_keeps_its_own_defaults():
+    args = config("ar", learning_rate=5e-7, lr_scheduler_type="cosine")
+    assert args.learning_rate == 5e-7 and str(args.lr_scheduler_type.value) == "cosine"
+    assert args.weight_decay == 0.01
+    trl_defaults = config("ar", optimiser="trl")
+    assert str(trl_defaults.lr_scheduler_type.value) == "linear" and trl_defaults.weight_decay == 0.0
+    with pytest.raises(ValueError, match="optimiser: unknown value 'adam'"):
+        config("ar", optimiser="adam")

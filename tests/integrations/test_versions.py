@@ -6,6 +6,7 @@ from importlib import metadata
 import pytest
 
 from tokenbalance.integrations.versions import (
+    HOST_EXTRAS,
     SUPPORTED_HOSTS,
     HostVersionError,
     parse_version,
@@ -24,10 +25,19 @@ def test_parse_version(text, expected):
 
 @pytest.mark.parametrize(
     ("installed", "inside"),
-    [("0.9.1", True), ("0.9.7", True), ("0.9.0", False), ("0.10.0", False), ("0.8.5", False)],
+    [("0.9.1", True), ("0.9.1.post1", True), ("0.9.2", False), ("0.9.0", False), ("0.10.0", False), ("0.8.5", False)],
 )
 def test_verl_range(installed, inside):
     assert version_in_range(installed, *SUPPORTED_HOSTS["verl"]) is inside
+
+
+def test_transfer_queue_names_the_extra_that_installs_it(monkeypatch):
+    monkeypatch.delenv("TOKENBALANCE_SKIP_HOST_CHECK", raising=False)
+    with pytest.raises(
+        HostVersionError,
+        match=r"TransferQueue 0.1.12 is installed, .*TransferQueue>=0.1.11,<0.1.12.*tokenbalance\[verl\]",
+    ):
+        require_host("TransferQueue", installed="0.1.12")
 
 
 def test_out_of_range_names_both_versions(monkeypatch):
@@ -54,7 +64,7 @@ def test_installed_hosts_are_in_range(host):
         if os.environ.get("CI"):
             pytest.fail(
                 f"{host} is not installed in CI: its integration tests would be skipped "
-                f"(scripts/test.sh installs the '{host}' extra)"
+                f"(scripts/test.sh installs the '{HOST_EXTRAS[host]}' extra)"
             )
         pytest.skip(f"{host} not installed")
     assert version_in_range(require_host(host), *SUPPORTED_HOSTS[host]), installed

@@ -53,6 +53,12 @@ ADVANTAGE_ESTIMATORS: dict[str, str] = {
     "tokenbalance_reinforce_pp": "reinforce_pp",
 }
 
+# policy_loss.token_mean_scope: the loss normaliser's scope. "mini_batch" is verl 0.9.1's (the mini-batch's
+# valid tokens over all ranks, the paper's objective); "micro_batch" the AR-Lopti fork's (a masked mean
+# per micro-batch, divided by the gradient-accumulation steps), as our trainer's optim.token_mean_scope.
+TOKEN_MEAN_SCOPE_KEY = f"{POLICY_LOSS_KEY}.token_mean_scope"
+TOKEN_MEAN_SCOPES = ("mini_batch", "micro_batch")
+
 # trainer.v1.trainer_mode of the Lopti trainer
 LOPTI_TRAINER = "tokenbalance_lopti"
 

@@ -8,11 +8,16 @@ from __future__ import annotations
 
 from importlib import metadata
 
-# Inclusive lower bound, exclusive upper bound; keep in step with pyproject's extras.
+# Inclusive lower bound, exclusive upper bound; keep in step with pyproject's extras. verl and
+# TransferQueue admit only the releases a test has run (our trainers override private verl methods).
 SUPPORTED_HOSTS: dict[str, tuple[str, str]] = {
-    "verl": ("0.9.1", "0.10"),
+    "verl": ("0.9.1", "0.9.2"),
+    "TransferQueue": ("0.1.11", "0.1.12"),
     "trl": ("1.15", "1.17"),
 }
+# The extra that installs each host.
+HOST_EXTRAS = {"verl": "verl", "TransferQueue": "verl", "trl": "trl"}
+SKIP_HOST_CHECK = "TOKENBALANCE_SKIP_HOST_CHECK"
 
 
 class HostVersionError(ImportError):
@@ -52,18 +57,19 @@ def require_host(name: str, installed: str | None = None) -> str:
 
     low, high = SUPPORTED_HOSTS[name]
     supported = f">={low},<{high}"
+    extra = HOST_EXTRAS[name]
     if installed is None:
         try:
             installed = metadata.version(name)
         except metadata.PackageNotFoundError:
             raise HostVersionError(
-                f"{name} is not installed; the tokenbalance {name} integration supports {name}{supported}: "
-                f"pip install 'tokenbalance[{name}]'"
+                f"{name} is not installed; the tokenbalance {extra} integration supports {name}{supported}: "
+                f"pip install 'tokenbalance[{extra}]'"
             ) from None
-    if not version_in_range(installed, low, high) and os.environ.get("TOKENBALANCE_SKIP_HOST_CHECK") != "1":
+    if not version_in_range(installed, low, high) and os.environ.get(SKIP_HOST_CHECK) != "1":
         raise HostVersionError(
-            f"{name} {installed} is installed, but the tokenbalance {name} integration is tested with "
-            f"{name}{supported}; install a supported version (pip install 'tokenbalance[{name}]') "
-            f"or set TOKENBALANCE_SKIP_HOST_CHECK=1 to try it anyway"
+            f"{name} {installed} is installed, but the tokenbalance {extra} integration is tested with "
+            f"{name}{supported}; install a supported version (pip install 'tokenbalance[{extra}]') "
+            f"or set {SKIP_HOST_CHECK}=1 to try it anyway"
         )
     return installed

@@ -15,5 +15,5 @@ editing verl, through its public extension points where they exist:
   subprocess under a timeout and reads its metrics (the pytest side; imports no verl).
 
 It leans on verl 0.9.1 internals (a private rollout registry, the server interface of
-``RolloutReplica``); the ``verl<0.10`` pin guards it.
+``RolloutReplica``); the ``verl==0.9.1`` pin guards it.
 """

@@ -15,6 +15,7 @@ import torch
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.integrations.trl.config import grpo_config_for_method, method_fields
+from tokenbalance.integrations.trl.optimiser import optimiser_fields
 
 SAMPLING = {"temperature": 1.0, "top_p": 1.0, "top_k": 0, "min_p": None, "repetition_penalty": 1.0}
 QUIET = {"report_to": "none", "save_strategy": "no", "logging_steps": 1, "disable_tqdm": True, "log_completions": False}
@@ -34,6 +35,7 @@ def build_grpo_trainer(
     tokenbalance_loss: bool = True,
     world_size: int = 1,
     nthr_max_reward: float | None = None,
+    optimiser: str = "paper",
     **config,
 ):
     """A ready-to-``train()`` trainer; ``tokenbalance_loss=False`` gives a plain ``trl.GRPOTrainer``.
@@ -54,6 +56,8 @@ def build_grpo_trainer(
         world_size: data-parallel processes (the per-device batch is split over them).
         nthr_max_reward: NTHR's largest reward (its correct completions), see
             :class:`~tokenbalance.integrations.trl.trainer.TokenBalanceGRPOTrainer`.
+        optimiser: ``"paper"`` (the method's paper's optimiser, :mod:`.optimiser`) or ``"trl"``
+            (TRL's defaults), for both trainers; ``config`` fields win.
         config: any other ``GRPOConfig`` field (learning_rate, max_steps, seed, bf16, use_vllm, ...);
             ``max_steps`` counts optimizer steps, two per batch for Lopti.
     """
@@ -66,6 +70,7 @@ def build_grpo_trainer(
     if completions % world_size:
         raise ValueError(f"prompts_per_step x group_size = {completions} must split evenly over {world_size} ranks")
     settings = {
+        **optimiser_fields(method, optimiser),
         "output_dir": output_dir,
         "num_generations": group_size,
         "per_device_train_batch_size": completions // world_size,
@@ -78,7 +83,7 @@ def build_grpo_trainer(
         **config,
     }
     if tokenbalance_loss:
-        args = grpo_config_for_method(method, **settings)
+        args = grpo_config_for_method(method, optimiser=optimiser, **settings)
         return TokenBalanceGRPOTrainer(
             model,
             reward_funcs,

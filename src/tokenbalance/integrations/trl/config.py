@@ -16,6 +16,7 @@ from typing import Any
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.checks import check_range
+from tokenbalance.integrations.trl.optimiser import optimiser_fields
 
 ESTIMATOR_SCALE_REWARDS = {"grpo": "group", "dr_grpo": "none"}
 AGG_MODE_LOSS_TYPES = {
@@ -129,6 +130,7 @@ def grpo_config_for_method(
     *,
     method_overrides: Mapping[str, Any] | None = None,
     iterations_per_pass: int = 1,
+    optimiser: str = "paper",
     **config,
 ):
     """A ``trl.GRPOConfig`` with ``method``'s fields set and ``config`` for everything else.
@@ -137,11 +139,14 @@ def grpo_config_for_method(
     ``MODULE:RULE`` or ``FILE.py:RULE``), with ``method_overrides`` (``{"lopti.eta": 0.4}``) applied:
     :func:`~tokenbalance.algorithms.presets.resolve_method`, as every runner. ``config`` may repeat
     a method field only with the same value (``loss_type`` may pick ``"bnpo"`` for token-mean); a
-    conflicting value raises ``ValueError`` naming the field.
+    conflicting value raises ``ValueError`` naming the field. ``optimiser="paper"`` (default) starts
+    from the optimiser of the method's paper (constant LR, weight decay 0.01, ...:
+    :mod:`.optimiser`), ``"trl"`` from TRL's defaults; a field in ``config`` wins either way.
     """
     from trl import GRPOConfig
 
     method = resolve_method(method, method_overrides)
+    defaults = optimiser_fields(method, optimiser)
     fields = method_fields(method, iterations_per_pass=iterations_per_pass, loss_type=config.pop("loss_type", None))
     for key, value in config.items():
         if key in fields and value != fields[key]:
@@ -149,7 +154,7 @@ def grpo_config_for_method(
                 f"GRPOConfig.{key}={value!r} conflicts with method {method.name!r}, which needs "
                 f"{key}={fields[key]!r} (see docs/trl.md)"
             )
-    args = GRPOConfig(**{**config, **fields})
+    args = GRPOConfig(**{**defaults, **config, **fields})
     check_config(method, args)
     setattr(args, METHOD_ATTRIBUTE, method)  # the method travels with the config (config_method)
     return args
@@ -167,20 +172,24 @@ def config_method(args) -> Method | None:
     return method if isinstance(method, Method) else None
 
 
-def trainer_method(method: Method | str | None, args) -> Method:
+def trainer_method(method: Method | str | None, args, overrides: Mapping[str, Any] | None = None) -> Method:
     """The method a trainer runs: the one ``args`` was built for, unless ``method`` names it too (the
     same method) or another (refused: AR, TR-GRPO or NTHR share GRPO's config fields, so a config
-    built for one would otherwise train another silently); ``grpo`` for a config built otherwise."""
+    built for one would otherwise train another silently); ``grpo`` for a config built otherwise.
+    ``overrides`` (``{"lopti.eta": 0.4}``) then apply, as ``train.method_overrides`` in our trainer
+    (:func:`~tokenbalance.algorithms.presets.resolve_method`)."""
     built_for = config_method(args)
     if method is None:
-        return built_for or resolve_method("grpo")
-    chosen = resolve_method(method)
-    if built_for is not None and built_for != chosen:
-        raise ValueError(
-            f"method={chosen.name!r}, but args was built for method {built_for.name!r} by grpo_config_for_method; "
-            "leave method= out (the config carries its method) or build the config for this one"
-        )
-    return chosen
+        chosen = built_for or resolve_method("grpo")
+    else:
+        chosen = resolve_method(method)
+        if built_for is not None and built_for != chosen:
+            raise ValueError(
+                f"method={chosen.name!r}, but args was built for method {built_for.name!r} by "
+                "grpo_config_for_method; leave method= out (the config carries its method) or build the "
+                "config for this one"
+            )
+    return resolve_method(chosen, overrides, key_prefix="method_overrides.")
 
 
 def _mismatch(field: str, actual, expected, method: Method, why: str) -> ValueError:

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 import torch
 from trl import GRPOTrainer
@@ -54,8 +55,9 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
 
     Build ``args`` with :func:`tokenbalance.integrations.trl.grpo_config_for_method`: the config carries
     its method, so ``method`` may be left out (given, it must be the same method); a config built
-    otherwise trains ``method`` (default GRPO). A config that contradicts the method, or a method TRL
-    cannot run, raises ``ValueError`` with the reason.
+    otherwise trains ``method`` (default GRPO). ``method_overrides`` (``{"lopti.eta": 0.4}``) change the
+    method as ``train.method_overrides`` does in our trainer. A config that contradicts the method, or a
+    method TRL cannot run, raises ``ValueError`` with the reason.
     ``nthr_max_reward``: the largest reward a completion can get, whose completions NTHR counts as
     correct (default: derived from the reward functions' ``max_reward`` attributes; not needed when
     the method states ``nthr.correct_threshold`` or uses ``nthr.positives="advantage_sign"``).
@@ -70,6 +72,7 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
         args=None,
         *,
         method: Method | str | None = None,
+        method_overrides: Mapping[str, Any] | None = None,
         nthr_max_reward: float | None = None,
         grad_share_edges: Sequence[float] | None = DEFAULT_EDGES,
         **kwargs,
@@ -80,7 +83,7 @@ class TokenBalanceGRPOTrainer(GRPOTrainer):
                 "args: required; build it with grpo_config_for_method(method, ...) so that TRL's "
                 "loss fields agree with the method"
             )
-        method = trainer_method(method, args)
+        method = trainer_method(method, args, method_overrides)
         check_config(method, args)
         if method.loss_agg_mode == "seq-mean-token-sum-norm":
             method = method.replace(max_response_len=args.max_completion_length)

@@ -1,4 +1,4 @@
-"""tokenbalance inside verl 0.9.x, without forking it (docs/verl.md: the table and the launch commands).
+"""tokenbalance inside verl 0.9.1, without forking it (docs/verl.md: the table and the launch commands).
 
 Registered by :mod:`.plugin` at ``import verl``: the policy loss ``tokenbalance``, which runs the
 method named in :class:`.config.TokenBalancePolicyLossConfig` (a preset or your rule + overrides,

@@ -1,23 +1,10 @@
 """Our advantage estimators with verl's estimator signature (``algorithm.adv_estimator``).
 
-verl calls a registered estimator with ``token_level_rewards`` and ``response_mask`` ([B, T]),
-``index`` (the group uid of each response, a numpy array of strings) and ``config`` (the
-``algorithm`` section), and stores the returned ``(advantages, returns)``.
-
-* grouped estimators (``tokenbalance_grpo``, ``_dr_grpo``, ``_rloo``): the outcome score is the
-  sum of the response's token rewards, as verl's GRPO; then
-  :func:`tokenbalance.algorithms.methods.compute_advantages` (eps 1e-6, unbiased std, singleton
-  group: mean 0 / std 1, as verl). ``returns`` = ``advantages``, as verl's GRPO.
-* ``tokenbalance_reinforce_pp``: :func:`~tokenbalance.algorithms.advantages.reinforce_pp_advantages`
-  on the token rewards themselves (so verl's KL-in-reward, when on, is kept), gamma =
-  ``algorithm.gamma``, with verl's rule at gaps in the response mask (``gaps="carry"``: the
-  return crosses masked positions such as multi-turn tool-output tokens unchanged, as verl's
-  ``reinforce_plus_plus``; the AR-Lopti fork restarts it there, ``gaps="restart"``, which on a
-  multi-turn batch would give every token before the last gap the return 0). ``returns`` = the
-  discounted returns, 0 at masked positions.
-
-Only verl's own keys are read (``gamma``); ``norm_adv_by_std_in_grpo`` is not: use
-``tokenbalance_dr_grpo`` for the mean-only baseline.
+verl passes ``token_level_rewards`` and ``response_mask`` ([B, T]), ``index`` (each response's
+group uid) and ``config`` (its ``algorithm`` section, of which only ``gamma`` is read) and stores
+the returned ``(advantages, returns)``. Grouped estimators score a response by the sum of its token
+rewards and return ``advantages`` twice, as verl's GRPO; ``tokenbalance_reinforce_pp`` follows
+verl at gaps in the mask (``gaps="carry"``). Details and differences: docs/verl.md, "Advantage estimators".
 """
 
 from __future__ import annotations

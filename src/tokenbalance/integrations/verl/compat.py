@@ -1,18 +1,9 @@
-"""verl 0.9.x next to the TRL of our ``trl`` extra: a guard for verl's value-head patch.
+"""verl 0.9.1 next to the TRL of our ``trl`` extra: a guard for verl's value-head patch.
 
-verl 0.9.1's FSDP engine calls ``apply_monkey_patch`` on every model it builds (actor,
-reference); when ``trl`` is importable at all, that function imports TRL's
-``AutoModelForCausalLMWithValueHead`` (from ``trl.experimental.ppo``, else ``trl``) only to patch
-its ``state_dict``. TRL 1.16 no longer has that class anywhere, so in one environment holding both
-extras every verl training run fails at model build with ``ImportError: cannot import name
-'AutoModelForCausalLMWithValueHead' from 'trl'`` (verl issues #5690 / #5822 fixed the move to
-``trl.experimental``, not the removal).
-
-:func:`guard_trl_value_head` narrows verl's ``is_trl_available`` to "TRL is installed **and**
-has that class", which is what verl's two callers mean: the state-dict patch is skipped (there
-is no class to patch), and a value-head critic fails with verl's own "please install trl"
-message instead of an ``ImportError``. With an older TRL that has the class nothing changes.
-Installed by :mod:`.plugin` in every process, before verl's engine modules import the name.
+verl 0.9.1 imports TRL's ``AutoModelForCausalLMWithValueHead`` whenever ``trl`` is importable, and
+TRL 1.16 no longer has it, so every model build failed. :func:`guard_trl_value_head` narrows verl's
+``is_trl_available`` to "TRL is installed and has that class" (nothing changes with an older TRL);
+:mod:`.plugin` installs it in every process. Why and what it changes: docs/verl.md, "Install".
 """
 
 from __future__ import annotations

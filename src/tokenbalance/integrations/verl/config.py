@@ -1,18 +1,10 @@
 """The policy-loss config verl instantiates for our loss, and the Method it names.
 
-verl builds ``actor_rollout_ref.actor.policy_loss`` from its ``_target_``; pointed at
-:class:`TokenBalancePolicyLossConfig`, it carries a method to every worker the way our trainer's
-config does: a preset (or your token rule) and dotted overrides, resolved by
-:func:`~tokenbalance.algorithms.presets.resolve_method` (docs/verl.md)::
-
-    actor_rollout_ref.actor.policy_loss._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig
-    actor_rollout_ref.actor.policy_loss.loss_mode=tokenbalance
-    +actor_rollout_ref.actor.policy_loss.method=ar_lopti
-    +actor_rollout_ref.actor.policy_loss.overrides.ar.alpha=0.2
-
-What verl has a key for stays verl's (:data:`~tokenbalance.integrations.verl_names.VERL_OWNED`: clip
-ratios, the KL loss, the aggregation, the entropy term; verl's log-ratio clamps are 20, not the
-AR-Lopti fork's 5). The former loss names and flat fields still work, with a ``FutureWarning``.
+``actor_rollout_ref.actor.policy_loss._target_`` pointed at :class:`TokenBalancePolicyLossConfig`
+carries a method to every worker as our trainer's config does: a preset (or your token rule) and
+dotted overrides, resolved by :func:`~tokenbalance.algorithms.presets.resolve_method`; what verl has
+a key for stays verl's (:data:`~tokenbalance.integrations.verl_names.VERL_OWNED`). The keys, the
+deprecated spellings and the normaliser scope: docs/verl.md, "The method: a preset and overrides".
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from tokenbalance.algorithms.methods import KLConfig, Method
 from tokenbalance.algorithms.passes import LoptiConfig
 from tokenbalance.algorithms.presets import resolve_method
 from tokenbalance.algorithms.surrogate import ClipConfig
+from tokenbalance.checks import check_choice
 from tokenbalance.integrations.verl.names import (
     LEGACY_FIELDS,
     LEGACY_POLICY_LOSSES,
@@ -36,6 +29,8 @@ from tokenbalance.integrations.verl.names import (
     POLICY_LOSS,
     POLICY_LOSS_KEY,
     POLICY_LOSS_NAMES,
+    TOKEN_MEAN_SCOPE_KEY,
+    TOKEN_MEAN_SCOPES,
     VERL_OWNED,
 )
 from tokenbalance.integrations.verl_rules import CALCULATE_ENTROPY, verl_method_problem, verl_rule_problem
@@ -52,10 +47,19 @@ class _MethodChoice(PolicyLossConfig):
     loss_mode: str = POLICY_LOSS
     method: str | None = None
     overrides: dict[str, Any] | None = None
+    token_mean_scope: str = TOKEN_MEAN_SCOPES[0]
 
 
 def _check(self) -> None:
     method_from_policy_loss(self)  # every name and value checked when verl builds the config
+    token_mean_scope(self)
+
+
+def token_mean_scope(policy_loss) -> str:
+    """The loss normaliser's scope the ``policy_loss`` section names (:data:`TOKEN_MEAN_SCOPES`)."""
+    scope = policy_loss.get("token_mean_scope", None) or TOKEN_MEAN_SCOPES[0]
+    check_choice(TOKEN_MEAN_SCOPE_KEY, scope, TOKEN_MEAN_SCOPES)
+    return scope
 
 
 TokenBalancePolicyLossConfig: type = dataclasses.make_dataclass(
@@ -68,7 +72,8 @@ TokenBalancePolicyLossConfig: type = dataclasses.make_dataclass(
         "__doc__": "verl's ``policy_loss`` config naming a tokenbalance method: ``method`` (a preset or "
         "``MODULE:RULE``; None: grpo) and ``overrides`` (dotted keys, ``{ar.alpha: 0.2}``). The flat "
         "fields (``ar_alpha``, ``lopti_eta``, ... :data:`LEGACY_FIELDS`) are the deprecated spelling of "
-        "overrides.",
+        "overrides. ``token_mean_scope``: the loss normaliser, ``mini_batch`` (verl's) or ``micro_batch`` "
+        "(the AR-Lopti fork's).",
     },
 )
 

@@ -1,29 +1,11 @@
 """Lopti on verl: verl's synchronous v1 trainer with the actor update run once per pass.
 
-The override is two methods of verl's ``PPOTrainerSync``, registered with verl's own
-``register_trainer`` as ``tokenbalance_lopti`` (select it with
-``trainer.v1.trainer_mode=tokenbalance_lopti``):
-
-* ``_setup``: after verl built the workers, install :func:`.losses.lopti_ppo_loss` as the actor's
-  loss function (verl's ``set_loss_fn``, the same call verl uses for the critic);
-* ``_update_actor``: :func:`run_update_passes` calls verl's own ``_update_actor`` once per pass
-  (``lopti_low`` then ``lopti_high``), each time on a shallow copy of the batch handle whose
-  ``extra_info`` names the pass. verl's update (all mini-batches, one optimizer step each, same
-  old log-probs, same optimizer state) is not copied; the stored batch is never modified.
-
-Each micro-batch's loss rebuilds its pass from the stored advantages and old log-probs with
-``passes.lopti_passes`` (elementwise, so identical to splitting the whole batch once, as
-Algorithm 1 of Yang et al. 2025 and the AR-Lopti fork do). Differences from the fork: the
-threshold is ANDed with the response mask; quantile ("portion") mode and per-stage
-renormalisation are not offered on verl (verl gives the loss only the mini-batch's total token
-count).
-
-verl's v1 trainer imports ``transfer_queue``, ``cachetools``, ``fastapi`` and ``uvicorn``, which
-verl 0.9.1 does not declare; our ``verl`` extra installs them. Where one is missing the trainer
-is not registered (:data:`.validation.TRAINER_IMPORT_ERROR` says why) and a launch asking for it is
-rejected with that reason (:mod:`.validation`). Command::
-
-    bash examples/verl/kk_lopti.sh       # docs/verl.md
+``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``PPOTrainerSync`` subclass whose
+``_setup`` installs :func:`.losses.lopti_ppo_loss` as the actor's loss (verl's ``set_loss_fn``) and
+whose ``_update_actor`` runs verl's own update once per pass (:func:`run_update_passes`), each on a
+copy of the batch handle naming the pass; the stored batch is never modified. Without verl's v1
+trainer dependencies it is not registered (:data:`.validation.TRAINER_IMPORT_ERROR` says why).
+How it runs and its differences from the fork: docs/verl.md, "Lopti on verl".
 """
 
 from __future__ import annotations

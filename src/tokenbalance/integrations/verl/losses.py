@@ -1,27 +1,11 @@
-"""Our losses in verl's shapes: the registered policy losses and the Lopti trainer's full loss.
+"""Our losses in verl's shapes: the registered policy loss and the Lopti trainer's full loss.
 
-* :func:`policy_loss` is what verl's registry returns for ``loss_mode=tokenbalance``. verl's
-  own ``ppo_loss`` calls it per micro-batch with padded ``[B, T]`` tensors and then adds its KL
-  and entropy terms itself, so this is the clipped surrogate with the method's token weights only.
-* :func:`lopti_ppo_loss` replaces verl's ``ppo_loss`` under the ``tokenbalance_lopti`` trainer:
-  it reads which pass to compute from the batch (``UPDATE_PASS_KEY``), rebuilds that pass's
-  masks from the batch's own advantages and old log-probs (``passes.lopti_passes``, elementwise
-  in the tokens, so a micro-batch gets exactly its rows of the full-batch pass) and returns the
-  full pass loss (surrogate + KL + entropy on the pass's tokens, normalised by all valid tokens of
-  the mini-batch).
-
-Both also report the low-probability gradient share per bucket of the old probability
-(:func:`grad_share_bound_metrics`, docs/metrics.md): verl's loss sees log-probs, not logits, so the
-squared logit-gradient norm is the AR-Lopti bound 2 g^2 (1 - p)^2 (``grad_share_bound``,
-``grad_share_before_bound``), g = dL/d log p of our loss from ``torch.autograd.grad`` down to the
-log-probs only (no backward through the model), per micro-batch.
-
-Both compute the loss with :func:`tokenbalance.algorithms.loss.pass_loss`; the normaliser is
-verl's global one (``config.global_batch_info``: the mini-batch's valid tokens or sequences
-summed over data-parallel ranks, divided by the rank count as verl's ``agg_loss`` does), so the
-sum over micro-batches and ranks is the mini-batch loss exactly as with verl's own losses.
-Differences from verl's ``vanilla`` loss: none in value and gradient (tested); extra metrics.
-Differences from the AR-Lopti fork: the ratio and k3 clamps are verl's 20 instead of none / 5.
+:func:`policy_loss` is verl's ``loss_mode=tokenbalance`` (verl's ``ppo_loss`` adds its KL and entropy
+terms); :func:`lopti_ppo_loss` replaces ``ppo_loss`` under the ``tokenbalance_lopti`` trainer (the
+named pass's surrogate, KL and entropy). Both run :func:`tokenbalance.algorithms.loss.pass_loss` with
+verl's normaliser (:func:`global_normaliser`), or the AR-Lopti fork's per micro-batch
+(:func:`scoped_batch_info`), and report the gradient share per probability bucket. Normalisers and
+differences: docs/verl.md, "Differences from our trainer and the AR-Lopti fork".
 """
 
 from __future__ import annotations
@@ -36,7 +20,7 @@ from tokenbalance.algorithms.loss import pass_loss
 from tokenbalance.algorithms.methods import Method, passes_from_advantages
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES
 from tokenbalance.diagnostics.grad_share import loss_grad_shares
-from tokenbalance.integrations.verl.config import method_from_actor_config
+from tokenbalance.integrations.verl.config import method_from_actor_config, token_mean_scope
 from tokenbalance.integrations.verl.names import LOPTI_TRAINER, UPDATE_PASS_KEY
 from tokenbalance.types import LossNormaliser, UpdatePass
 
@@ -70,6 +54,38 @@ def global_normaliser(method: Method, update_pass: UpdatePass, global_batch_info
         if mode == "seq-mean-token-sum-norm":
             value *= float(method.max_response_len or mask_BT.shape[1])
     return LossNormaliser(policy=value, regulariser=value)
+
+
+def scoped_batch_info(global_batch_info: dict[str, Any], response_mask_BT: torch.Tensor, scope: str) -> dict[str, Any]:
+    """verl's ``global_batch_info`` for one micro-batch under the normaliser ``scope``.
+
+    ``mini_batch``: unchanged (verl 0.9.1: the mini-batch's valid tokens or sequences over all
+    ranks). ``micro_batch``: the counts that make verl's ``agg_loss`` (and :func:`global_normaliser`)
+    divide by this micro-batch's own valid tokens (sequences) times its gradient-accumulation steps,
+    rows per rank (``global_batch_size / dp_size``) over rows here: the AR-Lopti fork's masked mean
+    per micro-batch divided by the accumulation steps (with ``use_dynamic_bsz``, the fork's weighting
+    of a micro-batch by its share of the rows). Ranks then average, as the fork's data parallelism.
+    """
+    if scope == "mini_batch":
+        return dict(global_batch_info)
+    mask_BT = response_mask_BT.bool()
+    dp_size = int(global_batch_info.get("dp_size") or 1)
+    sequences = global_batch_info.get("global_batch_size")
+    rows = max(int(mask_BT.shape[0]), 1)
+    accumulation = 1.0 if sequences is None else float(sequences) / dp_size / rows
+    scale = accumulation * dp_size  # agg_loss multiplies by dp_size again
+    tokens = max(float(mask_BT.sum().item()), 1.0)  # an empty micro-batch: a zero loss, as the fork's
+    nonempty = max(float(mask_BT.any(dim=1).sum().item()), 1.0)
+    return {**global_batch_info, "batch_num_tokens": tokens * scale, "global_batch_size": nonempty * scale}
+
+
+def apply_token_mean_scope(config, response_mask_BT: torch.Tensor) -> dict[str, Any]:
+    """Set ``config.global_batch_info`` (verl's ``ActorConfig``) to this micro-batch's scoped counts
+    (:func:`scoped_batch_info`) and return them: verl's own KL and entropy terms of the micro-batch,
+    computed after the policy loss from the same dict, then use the same normaliser."""
+    info = scoped_batch_info(config.global_batch_info, response_mask_BT, token_mean_scope(config.policy_loss))
+    config.global_batch_info.update(info)
+    return info
 
 
 def grad_share_bound_metrics(
@@ -143,7 +159,7 @@ def policy_loss(
     method = method_from_actor_config(config, with_regularisers=False).replace(loss_agg_mode=loss_agg_mode)
     passes, _ = passes_from_advantages(method, advantages, response_mask, old_log_prob)
     (update_pass,) = passes
-    normaliser = global_normaliser(method, update_pass, config.global_batch_info)
+    normaliser = global_normaliser(method, update_pass, apply_token_mean_scope(config, response_mask))
     output = pass_loss(method, update_pass, log_prob, old_log_prob, normaliser=normaliser)
     shares = grad_share_bound_metrics(
         method, output.loss, log_prob, old_log_prob, advantages, response_mask, update_pass, normaliser
@@ -170,7 +186,7 @@ def lopti_pass_loss(
     method = method_from_actor_config(actor_config, with_regularisers=True, with_lopti=True)
     passes, lopti_metrics = passes_from_advantages(method, advantages, response_mask, old_log_prob)
     update_pass = select_pass(passes, pass_name)
-    normaliser = global_normaliser(method, update_pass, actor_config.global_batch_info)
+    normaliser = global_normaliser(method, update_pass, apply_token_mean_scope(actor_config, response_mask))
     output = pass_loss(
         method,
         update_pass,

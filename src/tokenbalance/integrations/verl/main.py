@@ -1,17 +1,11 @@
 """Launch verl's PPO trainer with tokenbalance registered and the config checked first.
 
-Same command line as ``python -m verl.trainer.main_ppo`` (verl's hydra config, the same
-overrides); the additions are: our plugin is imported explicitly (so an unsupported verl or a
-broken install is reported instead of being swallowed by verl's plugin loader),
-:func:`.validation.validate_launch` runs on the composed config before Ray starts (NTHR,
-unknown names, Lopti without its trainer, ... are rejected with the reason), and hydra's run
-directory defaults to ``runs/verl/<date>/<time>`` (git-ignored) instead of ``outputs/`` in the
-current directory, or to a temporary directory for a dry run, which writes nothing where it
-is started (:func:`with_default_run_dir`; an explicit ``hydra.run.dir=...`` wins). Then
-verl's own ``main`` runs unchanged. Commands (docs/verl.md)::
+Same command line as ``python -m verl.trainer.main_ppo``; our plugin is imported explicitly (verl's
+loader would hide its errors), :func:`.validation.validate_launch` runs before Ray starts, and hydra's
+run directory defaults to ``runs/verl/<date>/<time>`` (a temporary one for a dry run;
+:func:`with_default_run_dir`). Then verl's own ``main`` runs unchanged (docs/verl.md, "Install")::
 
     TOKENBALANCE_VERL_DRY_RUN=1 python -m tokenbalance.integrations.verl.main <overrides>  # check + print
-    bash examples/verl/kk_ar_lopti.sh                                        # 4 GPUs, AR + Lopti
 """
 
 from __future__ import annotations

@@ -1,25 +1,11 @@
 """NTHR on verl: verl's synchronous v1 trainer with NTHR's weights applied to the advantages.
 
-``trainer.v1.trainer_mode=tokenbalance_nthr`` selects :class:`TokenBalanceNTHRTrainer`, a
-subclass of verl's ``PPOTrainerSync`` registered with verl's own ``register_trainer``. It
-overrides three methods and calls verl's own in each:
-
-* ``_init_resource_pool_mgr``: the actor worker is :class:`.nthr_worker.NTHRActorRolloutRefWorker`;
-* ``_compute_old_log_prob``: verl's, on a copy of the batch handle whose ``extra_info`` asks the
-  worker for the response tokens' last-layer hidden states of that (old-policy) forward;
-* ``_compute_advantage``: verl's (any estimator), then :func:`.nthr.nthr_advantages` on the whole
-  batch with the old policy's output layer, and the weighted advantages stored in place of
-  verl's, before the actor update reads them (logged: ``tokenbalance/nthr/*``, and
-  ``timing_s/tokenbalance_nthr``).
-
-The hidden-state field stays out of the later worker calls' fetches (reference log-probs, the
-update) and TransferQueue drops it with the step's other fields. Differences from our trainer: none
-in the weights (the same function on the same inputs, tested); the advantages verl logs
-(``critic/advantages/*``) and the loss's ``tokenbalance/adv/*`` are after NTHR, and the loss's
-"before" gradient share (``grad_share_before_bound``) is before AR / TR-GRPO / Lopti only. Command
-(docs/verl.md, "NTHR on verl")::
-
-    bash examples/verl/kk_nthr.sh        # 4 GPUs, GRPO + NTHR
+``trainer.v1.trainer_mode=tokenbalance_nthr`` registers a ``PPOTrainerSync`` subclass overriding
+three methods, each calling verl's own: ``_init_resource_pool_mgr`` (our actor worker,
+:mod:`.nthr_worker`), ``_compute_old_log_prob`` (asks that forward for the hidden states) and
+``_compute_advantage`` (then :func:`.nthr.nthr_advantages` on the whole batch, stored in place of
+verl's advantages). The hidden states stay out of later fetches. How it works, what it relies on,
+settings and cost: docs/verl.md, "NTHR on verl".
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
 """The actor worker of the NTHR trainer: verl's own, whose old-log-prob forward also keeps hidden states.
 
-:class:`NTHRActorRolloutRefWorker` subclasses verl 0.9.1's ``ActorRolloutRefWorker`` (the
-``tokenbalance_nthr`` trainer puts it in the role-to-worker map, as verl's own separate-async
-trainer puts its ``DetachActorWorker`` there) and changes one call and adds one:
-
-* ``compute_log_prob``: when the batch's ``extra_info`` holds ``NTHR_HIDDEN_KEY`` (the trainer's
-  old-log-prob call, never the reference's), verl's own ``compute_log_prob`` runs with a forward
-  hook on the decoder (:func:`tokenbalance.integrations.hidden.capture_last_hidden`) and with
-  :class:`HiddenCollector` as the actor's loss function for that call (``compute_loss=True``:
-  verl's engine calls the loss function of an inference micro-batch right after its forward).
-  The collector puts the micro-batch's response hidden states into verl's model output
-  (``NTHR_HIDDEN_FIELD``), which verl then reorders, concatenates and writes to TransferQueue
-  like the log-probs. No second forward, no change inside verl.
-* ``nthr_output_layer``: the old policy's ``lm_head`` (full weight, on the CPU), gathered by the
-  collector during that forward; global rank 0 returns it, the others ``None``.
-
-What this relies on in verl 0.9.1 (pinned): ``TrainingWorker.infer_batch`` passing its
-``loss_fn`` to the engine when ``compute_loss`` is set; ``FSDPEngineWithLMHead.forward_step``
-calling ``loss_function(model_output=, data=, dp_group=)`` after the forward and returning
-``model_output`` (jagged tensors, merged by ``postprocess_batch_func``); the micro-batch holding
-jagged ``input_ids`` and ``response_mask`` and the ``use_remove_padding`` flag; FSDP2 keeping
-parameters as ``DTensor`` (:func:`full_output_layer`). :mod:`.nthr` refuses the launches where
-these do not hold (other strategies, Ulysses sequence parallelism, bypass mode).
+:class:`NTHRActorRolloutRefWorker` subclasses verl 0.9.1's ``ActorRolloutRefWorker``: when the batch
+asks (``NTHR_HIDDEN_KEY``), ``compute_log_prob`` runs verl's own with a decoder hook and
+:class:`HiddenCollector` as the loss function of that call, which adds the response hidden states to
+verl's model output; ``nthr_output_layer`` returns the old policy's ``lm_head`` from global rank 0.
+No second forward, no change inside verl. What it relies on in verl 0.9.1 and the launches :mod:`.nthr`
+refuses: docs/verl.md, "NTHR on verl".
 """
 
 from __future__ import annotations

@@ -1,22 +1,15 @@
 """verl plugin entry point: importing this module registers tokenbalance into verl.
 
-pyproject declares it under ``[project.entry-points."verl.plugins"]``, so ``import verl``
-imports it in every process (driver, trainer, workers). verl swallows a plugin's import error
-(logged at DEBUG only); our launcher (:mod:`.main`) imports this module directly so that an
-error (e.g. an unsupported verl version) is shown.
-
-Registers (names in :mod:`.names`, table in docs/verl.md):
-
-* the policy loss ``tokenbalance`` (and its deprecated names) -> :func:`.losses.policy_loss`;
-* advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}`` -> :mod:`.advantages`;
-* the trainers ``tokenbalance_lopti`` (:mod:`.lopti`) and ``tokenbalance_nthr``
-  (:mod:`.nthr_trainer`), when verl's v1 trainer can be imported.
-
-It also installs :func:`.compat.guard_trl_value_head`, without which verl 0.9.1 cannot build a
-model in an environment that has TRL 1.16 (our ``trl`` extra) installed.
+pyproject's ``verl.plugins`` entry point makes ``import verl`` import it in every process; our
+launcher (:mod:`.main`) imports it directly so that its errors are shown. It checks what it uses of
+verl and TransferQueue (:mod:`.host_api`), registers the policy loss, the advantage estimators and,
+when verl's v1 trainer imports, the ``tokenbalance_lopti`` / ``tokenbalance_nthr`` trainers, and installs
+:func:`.compat.guard_trl_value_head`. The registered names: docs/verl.md, "What is registered".
 """
 
 from __future__ import annotations
+
+from importlib import metadata
 
 from verl.trainer.ppo.core_algos import (
     ADV_ESTIMATOR_REGISTRY,
@@ -25,14 +18,24 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from tokenbalance.integrations.verl import compat, lopti, nthr_trainer, validation
+from tokenbalance.integrations.verl import VERL_VERSION, compat, lopti, nthr_trainer, validation
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
+from tokenbalance.integrations.verl.host_api import CORE_API, TRAINER_API, check_host_api
 from tokenbalance.integrations.verl.losses import policy_loss
 from tokenbalance.integrations.verl.names import POLICY_LOSS_NAMES
+from tokenbalance.integrations.versions import HostVersionError, require_host
+
+
+def check_trainer_hosts() -> None:
+    """TransferQueue's version and what the trainers use of verl's v1 trainer and TransferQueue
+    (:mod:`.host_api`); an ``ImportError`` other than :class:`HostVersionError`: a dependency missing."""
+    require_host("TransferQueue")
+    check_host_api(TRAINER_API, f"verl {VERL_VERSION} / TransferQueue {metadata.version('TransferQueue')}")
 
 
 def register_all() -> None:
     """Register every loss, estimator and our two trainers; guard verl's TRL check (idempotent)."""
+    check_host_api(CORE_API, f"verl {VERL_VERSION}")
     compat.guard_trl_value_head()
     for name in POLICY_LOSS_NAMES:
         if name not in POLICY_LOSS_REGISTRY:
@@ -41,9 +44,12 @@ def register_all() -> None:
         if ADV_ESTIMATOR_REGISTRY.get(name) is not function:
             register_adv_est(name)(function)
     try:
+        check_trainer_hosts()
         lopti.build_lopti_trainer()
         nthr_trainer.build_nthr_trainer()
         validation.TRAINER_IMPORT_ERROR = None
+    except HostVersionError:
+        raise  # installed, but not what we tested: one line naming it, at import
     except ImportError as error:  # v1 trainer deps (TransferQueue, cachetools, fastapi, uvicorn) missing
         validation.TRAINER_IMPORT_ERROR = f"{type(error).__name__}: {error}"
 

@@ -1,31 +1,11 @@
-"""A registered task's reward for verl's custom reward function hook (Knights & Knaves by default).
-
-Point verl at it with::
+"""A registered task's reward for verl's custom reward function hook (Knights & Knaves by default)::
 
     reward.custom_reward_function.path=pkg://tokenbalance.integrations.verl.reward
-    reward.custom_reward_function.name=compute_score
-    +reward.custom_reward_function.reward_kwargs.template=qwen-instruct   # optional
-    +reward.custom_reward_function.reward_kwargs.task=arith               # optional, default kk
+    +reward.custom_reward_function.reward_kwargs.task=arith        # optional; also template=, reward=
 
-verl's reward manager passes the decoded **response only** (special tokens skipped); the task
-scores it as if a prompt of ``template`` (default: the task's first) came before it
-(``Task.score_without_prompt``: K&K puts the template's assistant header in front, exactly what the
-Logic-RL / AR-Lopti reward saw after its ``Assistant`` split; docs/tasks.md). The template must be
-the one the data was generated with (``gen-data``'s ``--template``).
-
-Returns verl's dict form: ``score`` plus the task's per-response metrics (K&K: ``format_ok``,
-``answer_parsed`` and ``correct``, 0/1, logged by verl as reward extras; ``correct`` is the paper's
-accuracy).
-
-Your own reward function ``fn(response, **row)`` (the one ``tokenbalance train --reward`` takes,
-docs/tasks.md) instead of a task, loaded once and checked by the same code as in our trainer::
-
-    +reward.custom_reward_function.reward_kwargs.reward=mypkg.rewards:gsm8k   # or /abs/path/rewards.py:gsm8k
-    +reward.custom_reward_function.reward_kwargs.max_reward=1                 # optional, default 1
-
-The row it is given: the parquet row's ``extra_info`` keys, then ``reward_model.ground_truth``'s keys
-when it is a dict (else the column ``ground_truth``), then ``data_source``; so
-``ground_truth={"answer": "42"}`` reaches ``fn(response, answer)``.
+verl passes the decoded response only; the task scores it behind the template's assistant header
+(``Task.score_without_prompt``) and returns ``score`` plus its metrics (K&K ``correct`` is the
+paper's accuracy). Your own ``fn(response, **row)`` and the row it gets: docs/tasks.md; docs/verl.md.
 """
 
 from __future__ import annotations

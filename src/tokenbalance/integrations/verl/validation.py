@@ -1,12 +1,10 @@
 """Launch-time checks of a verl config that uses tokenbalance (run before Ray starts).
 
-:func:`validate_launch` is called by our launcher (:mod:`.main`) on the composed hydra config,
-and again by our trainers. It rejects, naming the key to change: NTHR as a loss or an estimator
-(it is the ``tokenbalance_nthr`` trainer) or its trainer where it cannot get the hidden states;
-unknown ``tokenbalance*`` names and ``policy_loss`` keys; a method that is wrong (its name or an
-override) or that the chosen trainer cannot run (Lopti's passes without the Lopti trainer, NTHR
-without the NTHR trainer, an estimator other than the method's); a token rule verl cannot feed;
-our trainers without verl's v1 trainer or its undeclared dependencies (docs/verl.md).
+:func:`validate_launch` is called by our launcher (:mod:`.main`) on the composed hydra config and
+again by our trainers. It rejects, naming the key to change: NTHR as a loss or an estimator, unknown
+``tokenbalance*`` names and ``policy_loss`` keys, a wrong method or override, a method the chosen
+trainer cannot run, a token rule verl cannot feed, and our trainers without verl's v1 trainer or its
+undeclared dependencies. The full list: docs/verl.md, "The method" and "NTHR on verl".
 """
 
 from __future__ import annotations
