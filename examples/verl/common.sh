@@ -19,6 +19,8 @@
 #                        parameters (1, the default); 0: all on the GPU (faster where memory allows)
 #   VALIDATION=greedy    greedy validation (verl's default, the table's); sample: one response at T = 1.0,
 #                        top_p 1 (the fork's second validation; verl 0.9.1 validates one way per run)
+#   LOSS_SCOPE=mini_batch the loss normaliser: verl 0.9.1's (valid tokens of the whole mini-batch, the default);
+#                        micro_batch: the AR-Lopti fork's masked mean per micro-batch (docs/verl.md)
 #   KEEP_CHECKPOINTS=1   the newest checkpoints verl keeps (ours: verl's default keeps all, ~37 GB each at 3B)
 #   DRY_RUN=1            check and print the composed config instead of training (writes nothing here);
 #                        1/true/yes/on: a dry run; unset/empty/0/false/no/off: train; anything else is refused
@@ -58,6 +60,11 @@ case "$VALIDATION" in
       actor_rollout_ref.rollout.val_kwargs.top_p=1.0 actor_rollout_ref.rollout.val_kwargs.top_k=-1
       actor_rollout_ref.rollout.val_kwargs.n=1) ;;
   *) echo "VALIDATION must be greedy or sample, got '$VALIDATION'" >&2; exit 2 ;;
+esac
+LOSS_SCOPE="${LOSS_SCOPE:-mini_batch}"
+case "$LOSS_SCOPE" in
+  mini_batch | micro_batch) ;;
+  *) echo "LOSS_SCOPE must be mini_batch (verl's normaliser) or micro_batch (the fork's), got '$LOSS_SCOPE'" >&2; exit 2 ;;
 esac
 VAL_FILES="[$DATA_DIR/3ppl/test_new.parquet,$DATA_DIR/4ppl/test_new.parquet,$DATA_DIR/5ppl/test_new.parquet,$DATA_DIR/6ppl/test_new.parquet,$DATA_DIR/7ppl/test_new.parquet]"
 POLICY_LOSS=actor_rollout_ref.actor.policy_loss
@@ -104,6 +111,8 @@ COMMON_OVERRIDES=(
   algorithm.lam=1.0
   # tokenbalance's policy-loss config class: the method (run_method below) travels in it
   "$POLICY_LOSS._target_=tokenbalance.integrations.verl.config.TokenBalancePolicyLossConfig"
+  # the loss normaliser (LOSS_SCOPE): mini_batch (verl 0.9.1's) or micro_batch (the fork's)
+  "+$POLICY_LOSS.token_mean_scope=$LOSS_SCOPE"
   "algorithm.adv_estimator=tokenbalance_$ESTIMATOR"
   # rollout: vLLM, T 0.7, top_p 1, top_k -1, TP 1, 60 % memory, eager; log-prob micro-batch 8
   actor_rollout_ref.rollout.name=vllm

@@ -67,3 +67,25 @@ def test_the_preset_scripts_read_dry_run_the_same_way(value, seen):
         assert "got 'maybe'; nothing started" in done.stderr and done.stdout == ""
     else:
         assert done.returncode == 0 and done.stdout.strip() == f"DRY_RUN={seen}"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "refusal"),
+    [
+        (
+            "LOSS_SCOPE",
+            "token",
+            "LOSS_SCOPE must be mini_batch (verl's normaliser) or micro_batch (the fork's), got 'token'",
+        ),
+        ("OFFLOAD", "yes", "OFFLOAD must be 1 (the fork's CPU offload) or 0, got 'yes'"),
+        ("VALIDATION", "both", "VALIDATION must be greedy or sample, got 'both'"),
+    ],
+)
+def test_the_preset_scripts_refuse_an_unknown_parity_switch(name, value, refusal):
+    """The switches between verl's behaviour and the AR-Lopti fork's each take their named values
+    only; anything else stops the script before it composes a command."""
+    script = f"source {REPO / 'examples/verl/common.sh'} && echo composed"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, name: value})
+    assert done.returncode == 2 and refusal in done.stderr and done.stdout == ""
+    unset = {k: v for k, v in os.environ.items() if k != name}
+    assert subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=unset).stdout == "composed\n"

@@ -22,7 +22,7 @@ CHECKPOINT_MARK = ".tokenbalance-cell"  # in a checkpoint directory: the cell th
 COMMON_SCRIPT = "examples/verl/common.sh"
 # the variables examples/verl/common.sh reads that decide a cell's numbers, with its defaults
 # (tests/run/test_cell_launch.py reads the script and checks each)
-COMMON_DEFAULTS = {"DATA_DIR": "data/kk", "N_GPUS": "4", "VALIDATION": "greedy"}
+COMMON_DEFAULTS = {"DATA_DIR": "data/kk", "N_GPUS": "4", "VALIDATION": "greedy", "LOSS_SCOPE": "mini_batch"}
 OFFLINE = ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")
 # overrides a cell sets itself (a user's would be replaced), and what to use instead
 CELL_KEYS = {
