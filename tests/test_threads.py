@@ -152,3 +152,20 @@ def test_the_adapter_keeps_the_count_within_its_window_and_without_load_figures(
     blind = threads.ThreadAdapter(2, machine.applied.append, cpus=2, cpu_times=lambda: None, clock=lambda: machine.now)
     machine.run(5.0, own_cpus=0.0, others_cpus=2.0)
     assert blind.adapt() == 2
+
+
+def test_a_step_reports_the_fewest_threads_any_of_its_phases_used():
+    """A burst of other work during one phase changes that phase's numbers, so the step's
+    ``timing/threads`` is the fewest threads of its phases, not the count it ended with."""
+    machine = FakeMachine()
+    adapter = machine.adapter()
+    machine.run(2.0, own_cpus=2.0, others_cpus=0.0)
+    adapter.adapt()  # rollout: alone
+    machine.run(2.0, own_cpus=1.0, others_cpus=1.0)
+    adapter.adapt()  # log-probs: beside a burst
+    machine.run(2.0, own_cpus=2.0, others_cpus=0.0)
+    assert adapter.adapt() == 2  # update: alone again
+    assert adapter.take_fewest() == 1  # the step's figure
+    machine.run(2.0, own_cpus=2.0, others_cpus=0.0)
+    adapter.adapt()
+    assert adapter.take_fewest() == 2  # the next step ran at two threads throughout

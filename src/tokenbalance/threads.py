@@ -137,7 +137,7 @@ class ThreadAdapter:
         own_cpu_s: Callable[[], float] = time.process_time,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.most, self.threads = most, most
+        self.most, self.threads, self.fewest = most, most, most
         self.cpus = cpus or os.cpu_count() or 1
         self.window_s = window_s
         self._set, self._cpu_times, self._own, self._clock = set_threads, cpu_times, own_cpu_s, clock
@@ -161,4 +161,11 @@ class ThreadAdapter:
         if threads != self.threads:
             self._set(threads)
             self.threads = threads
+        self.fewest = min(self.fewest, threads)
         return threads
+
+    def take_fewest(self) -> int:
+        """The fewest threads any phase used since the last call (a count a step used for one phase only
+        changes its numbers too); starts over from the current count."""
+        fewest, self.fewest = self.fewest, self.threads
+        return fewest

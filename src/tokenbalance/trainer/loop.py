@@ -148,6 +148,10 @@ class Runtime:
         if self.threads is not None:
             self.threads.adapt()
 
+    def step_threads(self) -> int:
+        """The fewest CPU threads a phase of this step ran with (``timing/threads``)."""
+        return self.threads.take_fewest() if self.threads is not None else torch.get_num_threads()
+
 
 @dataclass
 class TrainerParts:
@@ -284,7 +288,7 @@ def rl_step(parts: TrainerParts, step: int) -> dict[str, float]:
     with timer("diag"):
         diag_metrics = diag.after_update(passes, batch, record)
     metrics = rollout_metrics(sampled) | sampling_metrics | pass_metrics | record.metrics | probe_metrics | diag_metrics
-    timings = timer.metrics(tokens=float(batch.mask_BT.sum())) | {"timing/threads": float(torch.get_num_threads())}
+    timings = timer.metrics(tokens=float(batch.mask_BT.sum())) | {"timing/threads": float(rt.step_threads())}
     return mean_over_ranks(metrics, rt.ctx) | timings
 
 
