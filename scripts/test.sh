@@ -23,8 +23,8 @@ export TOKENBALANCE_CHECK_CONSTRAINTS=1
 "$VENV/bin/python" -m pip list 2>/dev/null | grep -iE '^(torch|transformers|tokenizers|numpy|math-verify|antlr4-python3-runtime|verl|trl) '
 
 # the GPU install (constraints-gpu.txt) still resolves: pip's resolver on the registry's metadata,
-# nothing installed (TOKENBALANCE_SKIP_GPU_RESOLVE=1 skips it, e.g. offline)
-if [ "${TOKENBALANCE_SKIP_GPU_RESOLVE:-0}" != "1" ]; then
+# nothing installed; in the full run only (TOKENBALANCE_SKIP_GPU_RESOLVE=1 skips it, e.g. offline)
+if [ "$#" -eq 0 ] && [ "${TOKENBALANCE_SKIP_GPU_RESOLVE:-0}" != "1" ]; then
     PYTHON="$VENV/bin/python" bash scripts/check_gpu_install.sh
 fi
 
