@@ -34,7 +34,7 @@ fi
 "$VENV/bin/python" -m mypy
 
 # With no arguments: the default suite (everything but `slow`, kept under 10 minutes), then the
-# slow tier (real verl trainer launches on CPU, the GPU check script's dry runs, the bit-identity run
+# slow tier (real verl trainer launches on CPU, two-process runs, the GPU check script's dry runs, the bit-identity run
 # beside a load: minutes each). CI runs both.
 # Arguments go to a single pytest call instead (e.g. `bash scripts/test.sh tests/algorithms`).
 run_pytest() {

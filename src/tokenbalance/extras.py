@@ -16,6 +16,8 @@ EXTRA_NEEDS: dict[str, tuple[str, ...]] = {
     # the verl integration; verl's v1 trainer (the Lopti trainer's registry) also imports the other four, which verl
     # itself does not declare
     "verl": ("verl", "TransferQueue", "cachetools", "fastapi", "uvicorn"),
+    # the GPU set (constraints-gpu.txt): verl with its own vllm extra, which brings vLLM
+    "vllm": ("verl",),
 }
 
 IMPORT_NAMES = {"TransferQueue": "transfer_queue"}  # a distribution imported under another name

@@ -46,6 +46,14 @@ def work(tmp_path):
     return {"root": root, "grid": out / "verl", "record": root / "record"}
 
 
+@pytest.fixture(autouse=True)
+def online(monkeypatch):
+    """The scripts run as on a node with hub access unless a test says otherwise: an offline flag
+    another test left in this process's environment would make every cell refuse a hub name."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)
+
+
 def run(work, script, *args, **env) -> subprocess.CompletedProcess:
     full = {**os.environ, "PATH": PATH, "RECORD": str(work["record"]), **env}
     return subprocess.run(["bash", str(script), *args], cwd=work["root"], env=full, capture_output=True, text=True)

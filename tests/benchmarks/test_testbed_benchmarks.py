@@ -48,6 +48,7 @@ def test_the_decode_limit_counts_every_product_and_every_read(decode_limit):
 
 
 @pytest.mark.parametrize("script", ["compaction.py", "decode_limit.py"])
+@pytest.mark.slow  # a benchmark script end to end: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
     done = subprocess.run(
         [

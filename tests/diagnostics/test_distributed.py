@@ -2,6 +2,7 @@
 
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from tests.tolerances import dtype_atol
@@ -29,6 +30,7 @@ def bucket_norms(policy_dir, rows: slice, ctx: DistContext) -> dict:
     return diag.before_update(passes, batch)
 
 
+@pytest.mark.slow  # two processes: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_two_gloo_ranks_measure_the_global_bucket_gradients(tiny_policy_dir, tmp_path):
     torch.set_num_threads(1)
     single = bucket_norms(tiny_policy_dir, slice(0, ROWS), DistContext())

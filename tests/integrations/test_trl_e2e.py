@@ -46,6 +46,7 @@ def test_each_preset_trains_on_cpu(name, tmp_path):
     check_run(result, name, 2 if name == "lopti" else 1, steps=2)
 
 
+@pytest.mark.slow  # two processes: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_two_processes_keep_identical_parameters(tmp_path):
     """torchrun, 2 CPU ranks: Lopti with both passes non-empty, NTHR selecting tokens, and GRPO."""
     # the random model's reward is K&K's -3 plus an even-token share in [0, 1]: "correct" = share >= 0.5

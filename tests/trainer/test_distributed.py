@@ -97,6 +97,7 @@ def on_two_gloo_ranks(compute, policy_dir, tmp_path) -> list:
     return [torch.load(tmp_path / f"rank{rank}.pt") for rank in (0, 1)]
 
 
+@pytest.mark.slow  # two processes: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_two_gloo_ranks_equal_one_process(tiny_policy_dir, tmp_path):
     single, single_norm = one_update(tiny_policy_dir, slice(0, ROWS), DistContext())
     initial, _ = load_policy(tiny_policy_dir)
@@ -121,6 +122,7 @@ def reduce_mismatched_metrics(policy_dir, rows, ctx):
     }
 
 
+@pytest.mark.slow  # two processes: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_metrics_with_different_keys_per_rank(tmp_path):
     for result in on_two_gloo_ranks(reduce_mismatched_metrics, tmp_path, tmp_path):
         mixed = result["mixed"]
@@ -159,6 +161,7 @@ def update_with_low_tokens_on_rank_zero(policy_dir, rows, ctx):
     return local, mean_over_ranks(local, ctx)
 
 
+@pytest.mark.slow  # two processes: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_loop_metrics_when_only_one_rank_has_a_pass(tiny_policy_dir, tmp_path):
     (local0, reduced0), (local1, reduced1) = on_two_gloo_ranks(
         update_with_low_tokens_on_rank_zero, tiny_policy_dir, tmp_path

@@ -33,6 +33,7 @@ def test_rise_and_standard_error():
     assert rise == 1.25 and error == pytest.approx((0.25 / 3 + 5 / 48) ** 0.5, rel=4 * sys.float_info.epsilon)
 
 
+@pytest.mark.slow  # a 40-step training run: in the slow tier, which scripts/test.sh and CI run after the default suite
 def test_the_reverse_example_raises_its_training_reward(tmp_path):
     held_out = (EXAMPLE / "test.jsonl").read_text().splitlines()[:HELD_OUT]
     write_jsonl(tmp_path / "test.jsonl", [json.loads(line) for line in held_out])
