@@ -22,3 +22,12 @@ def function_task_never_registered():
     from tokenbalance.tasks.registry import TASK_FACTORIES
 
     assert FUNCTION_TASK not in TASK_FACTORIES, "the task 'function' was registered (a config must not register it)"
+
+
+@pytest.fixture
+def online(monkeypatch):
+    """The verl scripts run as on a node with hub access unless a test says otherwise: an offline
+    flag another test module left in this process's environment would make every cell refuse its
+    hub name."""
+    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
+        monkeypatch.delenv(name, raising=False)

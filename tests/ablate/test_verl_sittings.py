@@ -46,12 +46,7 @@ def work(tmp_path):
     return {"root": root, "grid": out / "verl", "record": root / "record"}
 
 
-@pytest.fixture(autouse=True)
-def online(monkeypatch):
-    """The scripts run as on a node with hub access unless a test says otherwise: an offline flag
-    another test left in this process's environment would make every cell refuse a hub name."""
-    for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
-        monkeypatch.delenv(name, raising=False)
+pytestmark = pytest.mark.usefixtures("online")
 
 
 def run(work, script, *args, **env) -> subprocess.CompletedProcess:

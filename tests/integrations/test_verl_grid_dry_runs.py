@@ -26,7 +26,7 @@ from tokenbalance.ablate.verl.check_config import main as check_main
 from tokenbalance.ablate.verl.check_config import verl_config_problem
 from tokenbalance.cli import main
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("online")]
 DOCS = ("docs/verl.md", "docs/scale.md")
 FAKE_PYTHON = """#!/usr/bin/env bash
 case "$1 $2" in
