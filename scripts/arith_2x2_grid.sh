@@ -10,12 +10,19 @@
 # from RECORDS on a new machine, and a started cell resumes from its last checkpoint. Each sitting
 # appends to OUT/<preset>/grid_log.jsonl with the commit of the code it ran.
 #
+# METHODS runs only those rows (comma-separated keys), LANE_A and LANE_B only those conditions, so
+# that a sitting can finish the grid's main comparison first; the full grid later skips those cells.
+#
 #   bash scripts/arith_2x2_grid.sh                      # OUT=runs/arith-2x2, RECORDS=docs/results/arith-2x2
 #   TOKENBALANCE=".venv/bin/tokenbalance" OUT=/scratch/a2x2 bash scripts/arith_2x2_grid.sh
+#   METHODS=grpo,ar_lopti LANE_A=arith-decisions LANE_B=arith-decisions-wording bash scripts/arith_2x2_grid.sh
 set -euo pipefail
 OUT=${OUT:-runs/arith-2x2}
 RECORDS=${RECORDS:-docs/results/arith-2x2}
 TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
+METHODS=${METHODS:-}
+LANE_A=${LANE_A:-arith-decisions arith-wording}
+LANE_B=${LANE_B:-arith-decisions-wording arith-clean}
 mkdir -p "$OUT"
 
 lane() {
@@ -24,14 +31,16 @@ lane() {
         for preset in "$@"; do
             echo "$(date -u +%FT%TZ) $preset start policy $policy (seeds $policy,$((policy + 4)))"
             # a sitting that leaves failed cells does not stop the lane; the next run of this script resumes them
-            $TOKENBALANCE ablate --preset "$preset" --seeds "$policy,$((policy + 4))" --jobs 1 --set train.threads=1 \
+            $TOKENBALANCE ablate --preset "$preset" --seeds "$policy,$((policy + 4))" ${METHODS:+--methods "$METHODS"} --jobs 1 --set train.threads=1 \
                 --no-figure --no-progress --out "$OUT/$preset" --records "$RECORDS/$preset/records" ||
                 echo "sitting of $preset ended with $?"
         done
     done
 }
 
-lane arith-decisions arith-wording >>"$OUT/lane-a.log" 2>&1 &
-lane arith-decisions-wording arith-clean >>"$OUT/lane-b.log" 2>&1 &
+# shellcheck disable=SC2086 # a lane is a list of presets
+lane $LANE_A >>"$OUT/lane-a.log" 2>&1 &
+# shellcheck disable=SC2086
+lane $LANE_B >>"$OUT/lane-b.log" 2>&1 &
 wait
 echo "$(date -u +%FT%TZ) both lanes done" >>"$OUT/lane-a.log"
