@@ -1,13 +1,10 @@
 """Which methods and token rules verl can run, and why not the others (docs/methods.md §10, docs/verl.md).
 
-Free of verl imports, like :mod:`.verl_names`: the plugin's config (at launch and in every worker)
-and the grid writer (on any machine) ask the same question here.
-
-verl 0.9.1 calls a registered policy loss with the old and current log-probs, the advantages and
-the response mask of one micro-batch, so a rule runs there when it reads only those (its
-``passes`` stage then sees one micro-batch at a time, like TRL's). verl keeps the entropy for its
-own entropy term; it reaches only the loss of our ``tokenbalance_lopti`` trainer, when verl
-computes it (``actor_rollout_ref.actor.calculate_entropy=True``).
+Free of verl imports, like :mod:`.verl_names`: the plugin's config and the grid writer ask the same
+question here. verl 0.9.1 calls a policy loss with one micro-batch's old and current log-probs,
+advantages and response mask, so a rule runs there when it reads only those (its ``passes`` stage
+then sees one micro-batch at a time). The entropy reaches only our ``tokenbalance_lopti`` trainer's
+loss, when verl computes it (``actor_rollout_ref.actor.calculate_entropy=True``).
 """
 
 from __future__ import annotations

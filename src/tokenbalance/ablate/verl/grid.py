@@ -1,12 +1,10 @@
 """The same grid at paper scale on verl: how each row launches, and the cells (row x model x seed).
 
-Each cell runs its row's method through ``examples/verl/kk_method.sh`` with the AR-Lopti K&K
-settings of ``examples/verl/common.sh`` (Qwen2.5-3B/7B-Instruct, 3-7 people, 64 prompts x 8, lr 1e-6,
-5 epochs, T 0.7; docs/verl.md): the row's preset (or token rule) travels as ``METHOD`` and is resolved
-in verl's workers as in our trainer, on the trainer its passes need (``TRAINER``: Lopti's, NTHR's or
-verl's own). A row verl cannot run is returned with the reason. The RL steps of the local grid do
-not apply: the paper's schedule is the scripts' 5 epochs. Scripts: :mod:`.scripts`; cost:
-:mod:`.cost`; the table: :mod:`.report`. Nothing here imports verl: the grid is text.
+Each cell runs its row's method through ``examples/verl/kk_method.sh`` with the AR-Lopti K&K settings
+of ``examples/verl/common.sh`` (docs/verl.md): the row's preset (or token rule) travels as ``METHOD``,
+resolved in verl's workers as in our trainer, on the trainer its passes need (``TRAINER``). A row verl
+cannot run comes back with the reason. The schedule is the scripts' 5 epochs, not the local grid's RL
+steps. Nothing here imports verl: the grid is text (:mod:`.scripts`, :mod:`.cost`, :mod:`.report`).
 """
 
 from __future__ import annotations

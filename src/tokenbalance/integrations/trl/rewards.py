@@ -1,9 +1,7 @@
-"""A registered task's reward as a TRL reward function (Knights & Knaves by default), and a prompt
-dataset of the task for TRL.
-
-Given a tokenizer, :class:`TaskReward` decodes ``completion_ids`` itself (EOS dropped, other special
-tokens kept, as our trainer does: TRL's ``completions`` lose them). ``reward="mypkg.rewards:fn"``
-scores with your own ``fn(response, **row)`` instead. docs/trl.md, "Use", has the rest.
+"""A registered task's reward as a TRL reward function (Knights & Knaves by default), and the task's
+prompts as a TRL dataset. :class:`TaskReward` decodes ``completion_ids`` itself (EOS dropped, other
+special tokens kept, as our trainer does); ``reward="mypkg.rewards:fn"`` scores with your own
+``fn(response, **row)``. docs/trl.md, "Use":
 
     trainer = TokenBalanceGRPOTrainer(model, reward_funcs=TaskReward(tokenizer),
                                       train_dataset=task_prompt_dataset(64, difficulty=3), ...)
