@@ -1,7 +1,7 @@
 """verl's own ``validate_config`` on the config a launch composes, for a dry run (``DRY_RUN=1``).
 
 ``python -m tokenbalance.ablate.verl.check_config OVERRIDES...`` composes verl's ``ppo_trainer``
-config with the launch's overrides (hydra's compose API; ``hydra.*`` keys left out) and runs
+config with the launch's overrides (hydra's compose API; ``hydra.*`` keys and ``hydra/`` groups left out) and runs
 ``verl.utils.config.validate_config`` as ``verl.trainer.main_ppo`` does before it starts Ray: batch
 sizes against GPUs and mini-batches, micro-batch settings, the critic. A rejected config is one line
 and exit status 2. ``examples/verl/common.sh`` runs it before the launcher's own dry run, whose
@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import sys
 
+from tokenbalance.run.cell_launch import is_hydra_key, override_key
+
 
 def verl_config_problem(overrides: list[str]) -> str | None:
     """Why verl's ``validate_config`` rejects the config ``overrides`` compose; None when it accepts it."""
@@ -21,7 +23,7 @@ def verl_config_problem(overrides: list[str]) -> str | None:
 
     import tokenbalance.integrations.verl.plugin  # noqa: F401  (our config classes, as in a launch)
 
-    kept = [word for word in overrides if not word.lstrip("+~").startswith("hydra.")]
+    kept = [word for word in overrides if not is_hydra_key(override_key(word))]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
         config = compose("ppo_trainer", overrides=kept)
     try:

@@ -14,6 +14,8 @@ import os
 import sys
 import tempfile
 
+from tokenbalance.run.cell_launch import override_key
+
 DRY_RUN_ENV = "TOKENBALANCE_VERL_DRY_RUN"
 RUN_DIR = "runs/verl/${now:%Y-%m-%d}/${now:%H-%M-%S}"  # hydra's default is outputs/<date>/<time>
 DRY_WORDS, RUN_WORDS = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
@@ -43,7 +45,7 @@ def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
     temporary directory, without the ``.hydra`` config copy, so nothing appears in the
     current directory.
     """
-    if any(override.lstrip("+~").startswith("hydra.run.dir=") for override in overrides):
+    if any(override_key(override) == "hydra.run.dir" for override in overrides):  # set, forced or deleted
         return list(overrides)
     if not dry_run:
         return [*overrides, f"hydra.run.dir={RUN_DIR}"]
