@@ -26,8 +26,9 @@ def function_task_never_registered():
 
 @pytest.fixture
 def online(monkeypatch):
-    """The verl scripts run as on a node with hub access unless a test says otherwise: an offline
-    flag another test module left in this process's environment would make every cell refuse its
-    hub name."""
+    """The verl scripts run as on a node with hub access unless a test says otherwise. No test module
+    leaves an offline flag behind (the TRL tests' are a fixture, ``trl_offline``), but the shell that
+    runs pytest may set one (``HF_HUB_OFFLINE=1`` on an offline machine), and with it every cell would
+    refuse its hub name: these tests check the scripts, not the user's machine."""
     for name in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE"):
         monkeypatch.delenv(name, raising=False)

@@ -144,12 +144,11 @@ COMMON_OVERRIDES=(
   "trainer.logger=[console,wandb]"
 )
 
-# run_preset NAME [overrides...]: launch verl through our validating entry point; a dry run first runs
-# verl's own validate_config on the composed config (the launcher's dry run stops before it).
+# run_preset NAME [overrides...]: launch verl through our validating entry point (a dry run checks the
+# composed config with ours and verl's own validate_config, then stops).
 run_preset() {
   local name="$1"; shift
   local overrides=("${COMMON_OVERRIDES[@]}" "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@")
-  if [[ "$DRY_RUN" == "1" ]]; then python -m tokenbalance.ablate.verl.check_config "${overrides[@]}" || exit $?; fi
   TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${overrides[@]}"
 }
 

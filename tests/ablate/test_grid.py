@@ -15,6 +15,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+import torch
 
 import tokenbalance
 from tests.trainer.conftest import SMALL_RUN
@@ -175,6 +176,31 @@ def test_figure_1_takes_all_the_training_prompts_when_there_are_fewer_than_asked
         "--figure-prompts 2"
     ]
     assert figure1.figure_prompts(2, 5) == (2, None)
+
+
+def test_figure_1_computes_as_the_run_does(tiny_policy_dir, tmp_path):
+    """``model.autocast=bfloat16`` (and ``optim.logit_chunk_tokens``) in the cells' config: every forward
+    of Figure 1's measurement (sampling, log-probs, the gradient norms, the one-step update) runs under
+    the run's autocast, as the run's own steps do."""
+    from tokenbalance.ablate import figure1
+    from tokenbalance.config import RunConfig, apply_overrides, save_config
+
+    precision = ["model.autocast=bfloat16", "optim.logit_chunk_tokens=4"]
+    config = apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={tiny_policy_dir}", *precision])
+    save_config(config, tmp_path / "cell.yaml")
+    linear_dtypes: list[torch.dtype] = []
+
+    def record(module, inputs, output):
+        if isinstance(module, torch.nn.Linear):
+            linear_dtypes.append(output.dtype)
+
+    hook = torch.nn.modules.module.register_module_forward_hook(record)
+    try:
+        data = figure1.measure(tmp_path / "cell.yaml", [GRID_METHODS["grpo"]], prompts=1, log=lambda _: None)
+    finally:
+        hook.remove()
+    assert data["responses"] == 4 and data["rows"]["grpo"]["grad_norm_all"] > 0
+    assert linear_dtypes and set(linear_dtypes) == {torch.bfloat16}
 
 
 def test_interrupted_grid_reruns_only_unfinished_cells(grid, tiny_policy_dir):

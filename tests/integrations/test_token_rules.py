@@ -162,6 +162,7 @@ def test_our_trainer_unit_rule_is_bit_identical_and_a_zero_rule_has_no_policy_lo
 # ---- (b) the TRL subclass -------------------------------------------------------------------------------
 
 
+@pytest.mark.usefixtures("trl_offline")
 def test_trl_loss_with_the_docs_rule_equals_ours(rules, tmp_path):
     pytest.importorskip("trl")
     from tests.integrations.test_trl_equivalence import (
@@ -187,6 +188,7 @@ def test_trl_loss_with_the_docs_rule_equals_ours(rules, tmp_path):
     assert 0.5 < trainer._metrics["train"]["token_rule/w_zero_frac"][-1] < 1.0
 
 
+@pytest.mark.usefixtures("trl_offline")
 @pytest.mark.parametrize("name, passes", [("module:surprise", 1), ("late_first", 2)])
 def test_trl_subclass_trains_a_rule(rules, tmp_path, name, passes):
     pytest.importorskip("trl")

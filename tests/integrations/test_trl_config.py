@@ -32,6 +32,8 @@ from tokenbalance.integrations.versions import HostVersionError
 from tokenbalance.models import load_policy
 from tokenbalance.tasks.kk.templates import reference_response
 
+pytestmark = pytest.mark.usefixtures("trl_offline")
+
 PRESETS = ("grpo", "ar", "tr_grpo", "lopti", "ar_lopti", "nthr", "tr_grpo_literal")
 BASE = {
     "output_dir": "unused",

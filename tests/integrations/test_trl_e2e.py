@@ -14,6 +14,8 @@ import pytest
 from tests.integrations.test_trl_support import tiny_policy_dir
 from tokenbalance.integrations.trl.smoke import run_method
 
+pytestmark = pytest.mark.usefixtures("trl_offline")
+
 METHOD_KEYS = {
     "grpo": "adv/mean",
     "ar": "adv_weighted/mean",

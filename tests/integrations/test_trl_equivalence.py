@@ -40,6 +40,8 @@ from tokenbalance.trainer.logprobs import (
 )
 from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 
+pytestmark = pytest.mark.usefixtures("trl_offline")
+
 TEMPERATURE = 0.1
 MAX_LEN = 7
 LOGSOFTMAX_DTYPE = torch.float32  # TRL's kernel; bounds every comparison below

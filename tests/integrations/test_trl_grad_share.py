@@ -31,6 +31,8 @@ from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.update import UpdateRows, UpdateSettings, UpdateSpec, run_update
 from tokenbalance.types import LossNormaliser
 
+pytestmark = pytest.mark.usefixtures("trl_offline")
+
 BUCKETS = len(DEFAULT_EDGES) - 1
 
 

@@ -1,13 +1,13 @@
 """Shared pieces of the TRL integration tests: the tiny policy directory and a fixed batch.
 
-No tests here; the ``test_trl_`` prefix only keeps the file with the TRL tests it serves.
+No tests here; the ``test_trl_`` prefix only keeps the file with the TRL tests it serves. The TRL
+tests' offline flags are a fixture (``trl_offline``, tests/integrations/conftest.py), not set here.
 """
 
 from __future__ import annotations
 
 import atexit
 import functools
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,15 +16,6 @@ import pytest
 import torch
 
 pytest.importorskip("trl")
-
-for _key, _value in {
-    "HF_HUB_OFFLINE": "1",
-    "HF_DATASETS_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "WANDB_DISABLED": "true",
-    "TOKENIZERS_PARALLELISM": "false",
-}.items():
-    os.environ.setdefault(_key, _value)
 
 GROUP = 4
 

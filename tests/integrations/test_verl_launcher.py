@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tokenbalance.integrations.verl.main import DRY_RUN_ENV, dry_run_value
+from tokenbalance.integrations.verl.main import DRY_RUN_ENV, RUN_DIR, dry_run_value, with_default_run_dir
 
 
 @pytest.mark.parametrize("text", ["1", "true", "TRUE", "yes", "Yes", "on"])
@@ -27,6 +27,18 @@ def test_false_or_unset_values_train(text):
 def test_any_other_value_is_refused(text):
     with pytest.raises(ValueError, match=f"{DRY_RUN_ENV}='{text}' \\(from DRY_RUN\\): not a yes/no value"):
         dry_run_value(text)
+
+
+@pytest.mark.parametrize("word", ["hydra.run.dir=/x", "++hydra.run.dir=/x", "~hydra.run.dir", "hydra.run.dir@hydra=/x"])
+def test_a_run_dir_override_of_the_users_is_kept_and_ours_not_added(word):
+    """Any override of ``hydra.run.dir`` (set, forced, deleted, with a package) is the user's: ours is
+    not appended after it (a delete followed by our value would silently undo the delete)."""
+    assert with_default_run_dir(["a=1", word], dry_run=False) == ["a=1", word]
+
+
+@pytest.mark.parametrize("word", ["hydra.run.dirs=/x", "hydra.job.chdir=true"])
+def test_another_key_gets_our_run_dir(word):
+    assert with_default_run_dir([word], dry_run=False) == [word, f"hydra.run.dir={RUN_DIR}"]
 
 
 def launch_without_verl(dry_run: str) -> subprocess.CompletedProcess:

@@ -11,9 +11,11 @@ from tokenbalance.run import cell_launch
 from tokenbalance.run.cell_launch import (
     check_overrides,
     claim_checkpoints,
+    is_hydra_key,
     keep_setting,
     launch_record,
     model_path,
+    override_key,
     prune_checkpoints,
     record_change,
 )
@@ -46,6 +48,25 @@ def test_an_override_of_a_key_the_cell_sets_is_refused(word):
     with pytest.raises(ValueError, match="which the cell sets itself"):
         check_overrides(["trainer.total_epochs=1", word])
     check_overrides(["trainer.total_epochs=1", "trainer.default_local_dir=/scratch/c"])  # the user's to set
+
+
+@pytest.mark.parametrize(
+    ("word", "key", "hydras"),
+    [
+        ("hydra.run.dir=/x", "hydra.run.dir", True),
+        ("++hydra.run.dir=/x", "hydra.run.dir", True),
+        ("~hydra.run.dir", "hydra.run.dir", True),  # a delete has no '=': a prefix match on 'key=' misses it
+        ("~hydra.run.dir=/x", "hydra.run.dir", True),
+        ("hydra/launcher=basic", "hydra/launcher", True),  # hydra's config group, not 'hydra.'
+        ("+db@hydra.run=x", "db", False),  # group@package: the key is the group
+        ("data.seed=3", "data.seed", False),
+        ("+trainer.logger=[console,file]", "trainer.logger", False),
+        ("hydra_like.key=1", "hydra_like.key", False),
+    ],
+)
+def test_the_key_of_a_hydra_override_is_hydras_key_or_group(word, key, hydras):
+    """The values hydra's own parser gives (``Override.key_or_group``, ``is_hydra_override``)."""
+    assert override_key(word) == key and is_hydra_key(override_key(word)) is hydras
 
 
 def record(tmp_path, **env):

@@ -1,10 +1,13 @@
 """A tiny policy directory (random weights) and a small run config, shared by the trainer tests."""
 
 import dataclasses
+import os
+from typing import NamedTuple
 
 import pytest
 import torch
 
+from tokenbalance.cli import main
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import TinyModelConfig, build_tiny_model, save_policy, train_tokenizer
 from tokenbalance.tasks.kk import tokenizer_corpus
@@ -44,6 +47,35 @@ def small_config(tiny_policy_dir, tmp_path):
     config = apply_overrides(RunConfig(), SMALL_RUN + [f"model.path={tiny_policy_dir}"])
     config.output.run_dir = str(tmp_path / "run")
     return config
+
+
+class CliRun(NamedTuple):
+    """One ``tokenbalance`` command run in this process, as a finished subprocess has it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@pytest.fixture
+def tokenbalance(capsys):
+    """``tokenbalance(*args, cwd=None)``: run one command through ``tokenbalance.cli.main`` in this
+    process (the same parsing, one-line error handler and exit statuses as the entry point); a traceback
+    fails the test as an exception. Returns ``CliRun(returncode, stdout, stderr)`` of that command only."""
+
+    def run(*args, cwd=None):
+        capsys.readouterr()
+        before = os.getcwd()
+        try:
+            if cwd is not None:
+                os.chdir(cwd)
+            status = main([str(a) for a in args])
+        finally:
+            os.chdir(before)
+        out, err = capsys.readouterr()
+        return CliRun(status, out, err)
+
+    return run
 
 
 def replace_section(config, section, **changes):

@@ -4,41 +4,16 @@ process (the same argument parsing, one-line error handler and exit statuses, wi
 interpreter's imports for every command)."""
 
 import json
-import os
 import subprocess
 import sys
-from types import SimpleNamespace
-
-import pytest
 
 from tests.trainer.conftest import SMALL_RUN
-from tokenbalance.cli import main
 
 
 def in_a_subprocess(*args, cwd=None):
     return subprocess.run(
         [sys.executable, "-m", "tokenbalance.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=300
     )
-
-
-@pytest.fixture
-def tokenbalance(capsys):
-    """``tokenbalance(*args, cwd=None)``: run one command in this process, with ``returncode``,
-    ``stdout`` and ``stderr`` as a finished subprocess has them."""
-
-    def run(*args, cwd=None):
-        capsys.readouterr()
-        before = os.getcwd()
-        try:
-            if cwd is not None:
-                os.chdir(cwd)
-            status = main([str(a) for a in args])
-        finally:
-            os.chdir(before)
-        out, err = capsys.readouterr()
-        return SimpleNamespace(returncode=status, stdout=out, stderr=err)
-
-    return run
 
 
 def test_train_in_a_subprocess_then_eval_and_resume(tiny_policy_dir, tmp_path, tokenbalance):

@@ -50,12 +50,6 @@ def no_model_work(monkeypatch):
     monkeypatch.setattr(runner, "load_run_policy", model_work)
 
 
-def run_cli(capsys, *argv):
-    """``(exit status, stderr)`` of one command; a traceback would fail the test as an exception."""
-    status = main(list(argv))
-    return status, capsys.readouterr().err
-
-
 def kk_rows_file(path, mutate=None, count=3):
     rows = generate_rows(2, "test", count=count, template="compact")
     if mutate is not None:
@@ -69,13 +63,13 @@ def kk_rows_file(path, mutate=None, count=3):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_sft_out_replaces_only_an_sft_policy_it_wrote(tiny_policy_dir, tmp_path, capsys):
+def test_sft_out_replaces_only_an_sft_policy_it_wrote(tiny_policy_dir, tmp_path, tokenbalance):
     sft = ["sft", "--model", str(tiny_policy_dir), *SFT, "--out"]
     run_dir = tmp_path / "run"  # what `sft --out` deleted whole before: a run directory
     (run_dir / "checkpoints").mkdir(parents=True)
     (run_dir / "metrics.jsonl").write_text("kept\n")
     for force in ([], ["--force"]):
-        status, err = run_cli(capsys, *sft, str(run_dir), *force)
+        status, _, err = tokenbalance(*sft, str(run_dir), *force)
         assert status == 2 and "holds files `tokenbalance sft` did not write (checkpoints, metrics.jsonl)" in err
     assert (run_dir / "metrics.jsonl").read_text() == "kept\n" and sorted(os.listdir(run_dir)) == [
         "checkpoints",
@@ -83,17 +77,19 @@ def test_sft_out_replaces_only_an_sft_policy_it_wrote(tiny_policy_dir, tmp_path,
     ]
 
     out = tmp_path / "sft"
-    assert run_cli(capsys, *sft, str(out))[0] == 0
-    status, err = run_cli(capsys, *sft, str(out))
+    assert tokenbalance(*sft, str(out)).returncode == 0
+    status, _, err = tokenbalance(*sft, str(out))
     assert status == 2 and "holds an SFT policy written earlier; pass --force" in err
-    assert run_cli(capsys, *sft, str(out), "--force")[0] == 0
+    assert tokenbalance(*sft, str(out), "--force").returncode == 0
     (out / "notes.txt").write_text("mine")
-    status, err = run_cli(capsys, *sft, str(out), "--force")
+    status, _, err = tokenbalance(*sft, str(out), "--force")
     assert status == 2 and "did not write (notes.txt)" in err and (out / "notes.txt").read_text() == "mine"
     load_policy(out)  # the policy written before is still whole
 
 
-def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, tmp_path, capsys, monkeypatch):
+def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(
+    tiny_policy_dir, tmp_path, capsys, monkeypatch, tokenbalance
+):
     """``sft.save_every`` on ``tokenbalance sft --out`` (it was silently ignored): a stopped SFT leaves
     checkpoints beside --out, the next command continues from them, and the policy equals one never stopped."""
     from safetensors.torch import load_file
@@ -101,7 +97,7 @@ def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, t
     from tokenbalance.trainer import sft_checkpoint
 
     sft = ["sft", "--model", str(tiny_policy_dir), *SFT, "--set", "sft.steps=3", "--set", "sft.save_every=1"]
-    assert run_cli(capsys, *sft, "--out", str(tmp_path / "whole"))[0] == 0
+    assert tokenbalance(*sft, "--out", str(tmp_path / "whole")).returncode == 0
     assert not (tmp_path / ".whole.sft-checkpoints").exists()  # removed once the policy is saved
 
     real_save = sft_checkpoint.save
@@ -112,7 +108,7 @@ def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, t
             raise KeyboardInterrupt
 
     monkeypatch.setattr(sft_checkpoint, "save", save_then_stop)
-    status, err = run_cli(capsys, *sft, "--out", str(tmp_path / "stopped"))
+    status, _, err = tokenbalance(*sft, "--out", str(tmp_path / "stopped"))
     assert status == 130 and "interrupted" in err
     assert not (tmp_path / "stopped").exists()
     assert [p.name for p in (tmp_path / ".stopped.sft-checkpoints").glob("step_*")] == ["step_000002"]
@@ -124,7 +120,9 @@ def test_sft_out_continues_a_stopped_sft_from_its_checkpoints(tiny_policy_dir, t
     assert not (tmp_path / ".stopped.sft-checkpoints").exists()
 
 
-def test_eval_responses_into_a_new_directory_is_written_and_an_empty_value_refused(tiny_policy_dir, tmp_path, capsys):
+def test_eval_responses_into_a_new_directory_is_written_and_an_empty_value_refused(
+    tiny_policy_dir, tmp_path, capsys, tokenbalance
+):
     """``--responses newdir/x.json``: the directory is checked before the evaluation and created for
     the file (before: the numbers were computed, then lost on the missing directory);
     ``--responses ""`` (an unset variable) is refused, not ignored."""
@@ -132,47 +130,47 @@ def test_eval_responses_into_a_new_directory_is_written_and_an_empty_value_refus
         main(["eval", "--model", str(tiny_policy_dir), "--responses", "", *SETS])
     assert exit_info.value.code == 2 and "argument --responses: empty value" in capsys.readouterr().err
     target = tmp_path / "newdir" / "deeper" / "x.json"
-    status, err = run_cli(capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(target), *SETS)
+    status, _, err = tokenbalance("eval", "--model", str(tiny_policy_dir), "--responses", str(target), *SETS)
     assert status == 0, err
     assert json.loads(target.read_text())["written_by"] == "tokenbalance eval"
     (tmp_path / "afile").write_text("mine")
-    status, err = run_cli(
-        capsys, "eval", "--model", str(tiny_policy_dir), "--responses", str(tmp_path / "afile/x.json")
+    status, _, err = tokenbalance(
+        "eval", "--model", str(tiny_policy_dir), "--responses", str(tmp_path / "afile/x.json")
     )
     assert status == 2 and "afile is a file, not a directory" in err
 
 
-def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
+def test_train_starts_only_in_a_new_or_empty_directory(tiny_policy_dir, tmp_path, tokenbalance, no_model_work):
     train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir"]
     user = tmp_path / "user"
     user.mkdir()
     (user / "config.yaml").write_text("mine: 1\n")  # a config.yaml of the user's: train overwrote it
     (user / "notes.txt").write_text("mine")
-    status, err = run_cli(capsys, *train, str(user))
+    status, _, err = tokenbalance(*train, str(user))
     assert status == 2 and "holds files tokenbalance did not write (config.yaml, notes.txt)" in err
     assert (
         sorted(os.listdir(user)) == ["config.yaml", "notes.txt"] and (user / "config.yaml").read_text() == "mine: 1\n"
     )
     (user / "metrics.jsonl").write_text("")  # config.yaml and a log: a run, to be continued, not restarted
-    status, err = run_cli(capsys, *train, str(user))
+    status, _, err = tokenbalance(*train, str(user))
     assert status == 2 and f"{user} already holds a run; pass --resume {user}" in err
-    status, err = run_cli(capsys, *train, str(user / "notes.txt" / "run"))
+    status, _, err = tokenbalance(*train, str(user / "notes.txt" / "run"))
     assert status == 2 and f"{user / 'notes.txt'} is a file, not a directory" in err
 
 
-def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir, tmp_path, capsys, monkeypatch):
+def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir, tmp_path, tokenbalance, monkeypatch):
     gen = ["gen-data", "kk", "--people", "2", "--split", "test", "--count", "2", "--out"]
     user = tmp_path / "user.parquet"
     user.write_text("mine")
     for force in ([], ["--force"]):
-        status, err = run_cli(capsys, *gen, str(user), *force)
+        status, _, err = tokenbalance(*gen, str(user), *force)
         assert status == 2 and "was not written by tokenbalance gen-data; it is never replaced" in err
     assert user.read_text() == "mine"
     ours = tmp_path / "kk.parquet"
-    assert run_cli(capsys, *gen, str(ours))[0] == 0
-    status, err = run_cli(capsys, *gen, str(ours))
+    assert tokenbalance(*gen, str(ours)).returncode == 0
+    status, _, err = tokenbalance(*gen, str(ours))
     assert status == 2 and "written by an earlier gen-data); pass --force" in err
-    assert run_cli(capsys, *gen, str(ours), "--force")[0] == 0
+    assert tokenbalance(*gen, str(ours), "--force").returncode == 0
 
     run = tmp_path / "run"
     run.mkdir()
@@ -180,10 +178,10 @@ def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir
     figures = tmp_path / "figures"
     figures.mkdir()
     (figures / "training.png").write_text("mine")
-    status, err = run_cli(capsys, "plot", str(run), "--out", str(figures), "--format", "png")
+    status, _, err = tokenbalance("plot", str(run), "--out", str(figures), "--format", "png")
     assert status == 2 and "training.png exist(s) there and tokenbalance did not write them" in err
     assert (figures / "training.png").read_text() == "mine"
-    assert run_cli(capsys, "plot", str(run), "--format", "png")[0] == 0
+    assert tokenbalance("plot", str(run), "--format", "png").returncode == 0
     assert (run / "plots" / "training.png").read_bytes().startswith(b"\x89PNG")
     check_files_replaceable(run / "plots", ["training.png", "lld.png"], "--out")  # a new plot may replace its own
 
@@ -192,9 +190,9 @@ def test_gen_data_plot_and_diagnose_replace_only_their_own_files(tiny_policy_dir
     monkeypatch.setattr(diagnose, "probe", lambda *a, **k: pytest.fail("the experiment ran"))
     mine = tmp_path / "result.json"
     mine.write_text("mine")
-    status, err = run_cli(capsys, "diagnose", "buckets", str(tiny_policy_dir), "--json", str(mine), "--force")
+    status, _, err = tokenbalance("diagnose", "buckets", str(tiny_policy_dir), "--json", str(mine), "--force")
     assert status == 2 and "was not written by tokenbalance; it is never replaced" in err
-    status, err = run_cli(capsys, "diagnose", "lld", str(tiny_policy_dir), "--json", str(mine / "x.json"))
+    status, _, err = tokenbalance("diagnose", "lld", str(tiny_policy_dir), "--json", str(mine / "x.json"))
     assert status == 2 and "is a file, not a directory" in err  # an unwritable --json: before the experiment
 
 
@@ -238,7 +236,7 @@ def test_a_yaml_config_is_type_checked_too(tmp_path):
         load_config(tmp_path / "c.yaml")
 
 
-def test_empty_flags_and_changes_on_resume_are_refused(tmp_path, capsys):
+def test_empty_flags_and_changes_on_resume_are_refused(tmp_path, capsys, tokenbalance):
     for argv in (["train", "--model", ""], ["train", "--resume", ""], ["sft", "--out", ""]):
         with pytest.raises(SystemExit) as exit_info:
             main(argv)
@@ -247,7 +245,7 @@ def test_empty_flags_and_changes_on_resume_are_refused(tmp_path, capsys):
     run.mkdir()
     save_config(RunConfig(), run / "config.yaml")
     for change in (["--seed", "3"], ["--model", str(tmp_path)], ["--config", str(run / "config.yaml")]):
-        status, err = run_cli(capsys, "train", "--resume", str(run), *change)
+        status, _, err = tokenbalance("train", "--resume", str(run), *change)
         assert status == 2 and "cannot change a run that has started" in err
         assert sorted(os.listdir(run)) == ["config.yaml"]
 
@@ -286,7 +284,9 @@ def test_rows_contradicting_their_own_solution_are_refused(tmp_path, mutate, col
 # ---------------------------------------------------------------------------------------------
 
 
-def test_input_errors_are_one_line_before_any_model_work(tiny_policy_dir, tmp_path, capsys, monkeypatch, no_model_work):
+def test_input_errors_are_one_line_before_any_model_work(
+    tiny_policy_dir, tmp_path, tokenbalance, monkeypatch, no_model_work
+):
     monkeypatch.chdir(tmp_path)  # where the default run directory would appear
     contradicting = kk_rows_file(tmp_path / "contradicting.jsonl", lambda r: r.update(solution=[True] * 2))
     schema = kk_rows_file(tmp_path / "schema.jsonl", lambda r: r.pop("quiz"))
@@ -303,14 +303,14 @@ def test_input_errors_are_one_line_before_any_model_work(tiny_policy_dir, tmp_pa
         (["--model", str(tmp_path / "null")], "must be a local directory"),
     ]
     for args, message in cases:
-        status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, *args)
+        status, _, err = tokenbalance("train", "--model", str(tiny_policy_dir), *SETS, *args)
         assert status == 2 and message in err, (args, err)
         assert err.count("\n") == 1 and err.startswith("tokenbalance train: error: "), err
     assert sorted(os.listdir(tmp_path)) == ["contradicting.jsonl", "policy", "schema.jsonl"]  # no run directory
 
 
 def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
-    tiny_policy_dir, tmp_path, capsys, monkeypatch, no_model_work
+    tiny_policy_dir, tmp_path, tokenbalance, monkeypatch, no_model_work
 ):
     """W&B online without a login, a misspelt ``WANDB_MODE`` and a ``wandb_*`` option while W&B is off
     fail before the model loads and leave no run directory, so the corrected command just runs."""
@@ -321,13 +321,13 @@ def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
     run_dir = tmp_path / "run"
     train = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir)]
     online = ["--set", "output.wandb=true", "--set", "output.wandb_mode=online"]
-    status, err = run_cli(capsys, *train, *online)
+    status, _, err = tokenbalance(*train, *online)
     assert status == 2 and "W&B online needs a login and this machine has none" in err and "wandb login" in err
     monkeypatch.setenv("WANDB_MODE", "onlin")
-    status, err = run_cli(capsys, *train, "--set", "output.wandb=true")
+    status, _, err = tokenbalance(*train, "--set", "output.wandb=true")
     assert status == 2 and "WANDB_MODE='onlin' in the environment (it wins over output.wandb_mode): not a W&B" in err
     monkeypatch.delenv("WANDB_MODE")
-    status, err = run_cli(capsys, *train, "--set", "output.wandb_project=mine")
+    status, _, err = tokenbalance(*train, "--set", "output.wandb_project=mine")
     assert status == 2 and "output.wandb_project='mine': applies only with output.wandb=true" in err
     assert len(err.strip().splitlines()) == 1 and not run_dir.exists()
     (tmp_path / ".netrc").write_text("machine api.wandb.ai login user password k" + "0" * 39 + "\n")
@@ -336,7 +336,7 @@ def test_wandb_settings_that_cannot_work_are_one_line_before_any_model_work(
 
 
 def test_a_wandb_start_that_fails_is_one_line_and_the_same_command_then_runs(
-    tiny_policy_dir, tmp_path, capsys, monkeypatch
+    tiny_policy_dir, tmp_path, tokenbalance, monkeypatch
 ):
     """W&B failing to start after the checks (a service or network error) is one line, and the run
     directory it leaves is accepted by the same command (before: config.yaml and wandb/ were left,
@@ -359,30 +359,30 @@ def test_a_wandb_start_that_fails_is_one_line_and_the_same_command_then_runs(
     run_dir = tmp_path / "run"
     command = ["train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run_dir), "--set", "output.wandb=true"]
     monkeypatch.setattr(wandb, "init", broken)
-    status, err = run_cli(capsys, *command)
+    status, _, err = tokenbalance(*command)
     assert status == 2 and err.count("\n") == 1
     assert "output.wandb: W&B did not start (RuntimeError: wandb service did not answer); fix that" in err
     assert sorted(os.listdir(run_dir)) == [".lock"]
     monkeypatch.setattr(wandb, "init", lambda **kwargs: Fake())
-    status, err = run_cli(capsys, *command)
+    status, _, err = tokenbalance(*command)
     assert status == 0, err
     assert json.loads((run_dir / "run_state.json").read_text())["status"] == "completed"
 
 
 def test_a_token_rule_that_returns_the_wrong_thing_fails_before_any_model_work(
-    tiny_policy_dir, tmp_path, capsys, no_model_work
+    tiny_policy_dir, tmp_path, tokenbalance, no_model_work
 ):
     rules = tmp_path / "my_rules.py"
     rules.write_text(
         "import torch\nfrom tokenbalance.algorithms import register_token_rule\n\n"
         "@register_token_rule('flat_rule', stage='passes')\ndef flat_rule(inputs):\n    return torch.ones(3)\n"
     )
-    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--method", f"{rules}:flat_rule")
+    status, _, err = tokenbalance("train", "--model", str(tiny_policy_dir), *SETS, "--method", f"{rules}:flat_rule")
     assert status == 2 and err.count("\n") == 1
     assert f"token rule 'flat_rule' ({rules}:flat_rule) returned shape (3,); expected [B, T]" in err
 
 
-def test_options_that_cannot_apply_are_refused_naming_why(tiny_policy_dir, tmp_path, capsys, no_model_work):
+def test_options_that_cannot_apply_are_refused_naming_why(tiny_policy_dir, tmp_path, tokenbalance, no_model_work):
     """``--prompt-column`` and ``data.max_reward`` without ``data.reward`` (the generated task has its
     own prompts and rewards), and an unregistered ``method.token_rule`` name, are one line naming the
     flag and what to do (before: accepted and ignored; a message with an empty list)."""
@@ -396,7 +396,7 @@ def test_options_that_cannot_apply_are_refused_naming_why(tiny_policy_dir, tmp_p
         (["--set", "method.token_rule=no_such_rule"], "method.token_rule='no_such_rule': no token rule of that name ("),
     ]
     for args, message in cases:
-        status, err = run_cli(capsys, *train, *args)
+        status, _, err = tokenbalance(*train, *args)
         assert status == 2 and message in err and err.count("\n") == 1, (args, err)
     assert "FILE.py:RULE or MODULE:RULE" in err and not (tmp_path / "run").exists()
 
@@ -506,17 +506,17 @@ def test_a_full_disk_and_a_kill_are_repaired_on_resume(small_config, tiny_policy
         read_metrics(run_dir / "metrics.jsonl")
 
 
-def test_one_process_per_run_directory(tiny_policy_dir, tmp_path, capsys, no_model_work):
+def test_one_process_per_run_directory(tiny_policy_dir, tmp_path, tokenbalance, no_model_work):
     run = tmp_path / "run"
     run.mkdir()
     save_config(apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={tiny_policy_dir}"]), run / "config.yaml")
     with RunLock(run):
-        status, err = run_cli(capsys, "train", "--resume", str(run))
+        status, _, err = tokenbalance("train", "--resume", str(run))
     assert status == 2 and f"is in use by another tokenbalance process (pid {os.getpid()} on host " in err
 
 
 def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
-    tiny_policy_dir, tmp_path, capsys, monkeypatch
+    tiny_policy_dir, tmp_path, tokenbalance, monkeypatch
 ):
     real_step = loop.rl_step
 
@@ -527,7 +527,7 @@ def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
 
     monkeypatch.setattr(loop, "rl_step", terminated_in_step_2)
     run = tmp_path / "run"
-    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
+    status, _, err = tokenbalance("train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
     assert status == 143 and "Traceback" not in err
     assert f"terminated (SIGTERM); the run in {run} stopped (its last checkpoint is step 1). Continue it with: " in err
     assert err.strip().endswith(f"tokenbalance train --resume {run}")
@@ -537,7 +537,7 @@ def test_sigterm_marks_the_run_interrupted_and_prints_the_resume_command(
 
 
 def test_ctrl_c_between_a_checkpoint_and_its_latest_pointer_reports_that_checkpoint(
-    tiny_policy_dir, tmp_path, capsys, monkeypatch
+    tiny_policy_dir, tmp_path, tokenbalance, monkeypatch
 ):
     """Ctrl-C after ``step_000001`` is renamed into place but before ``latest`` names it (the window a
     real SIGINT hit once in CI): the message and ``run_state.json`` say step 1, as the resume does."""
@@ -550,7 +550,7 @@ def test_ctrl_c_between_a_checkpoint_and_its_latest_pointer_reports_that_checkpo
 
     monkeypatch.setattr(checkpoint, "write_text_atomic", interrupted_before_latest)
     run = tmp_path / "run"
-    status, err = run_cli(capsys, "train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
+    status, _, err = tokenbalance("train", "--model", str(tiny_policy_dir), *SETS, "--run-dir", str(run))
     assert status == 130 and "(its last checkpoint is step 1)" in err, err
     assert not (run / "checkpoints" / "latest").exists() and (run / "checkpoints" / "step_000001").is_dir()
     state = json.loads((run / "run_state.json").read_text())

@@ -43,8 +43,6 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     from tokenbalance.diagnostics.grad_norms import bucket_gradient_norms
     from tokenbalance.diagnostics.step import update_advantages
     from tokenbalance.run.setup import prepare
-    from tokenbalance.trainer.distributed import DistContext
-    from tokenbalance.trainer.step_policy import StepPolicy
 
     methods = {row.key: get_method(row.preset) for row in rows}
     config = replace_sections(load_config(config_file), train={"method": rows[0].preset}, output={"progress": False})
@@ -57,13 +55,7 @@ def measure(config_file: Path, rows: list[GridMethod], *, prompts: int, edges=DE
     mask_BT = batch.mask_BT.bool()
     old_logp_BT = batch.old.logp_BT
     buckets = bucket_masks(old_logp_BT, mask_BT, edges)
-    access = StepPolicy(
-        batch.model,
-        batch.rollout.packed,
-        batch.temperature,
-        batch.micro_batch_rows,
-        DistContext(device=batch.device),
-    )
+    access = batch.access()  # the run's forwards: model.autocast, optim.logit_chunk_tokens
     index = torch.arange(mask_BT.shape[0], device=mask_BT.device)
     out: dict = {
         "edges": list(edges),

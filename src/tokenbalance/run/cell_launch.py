@@ -39,8 +39,15 @@ TRACKER = "latest_checkpointed_iteration.txt"  # verl's: the step a resume loads
 
 
 def override_key(word: str) -> str:
-    """The dotted key of a hydra override (``+key=v``, ``++key=v``, ``~key`` -> ``key``)."""
-    return word.split("=", 1)[0].lstrip("+~").strip()
+    """The dotted key (or config group) of a hydra override, as hydra's ``key_or_group``: ``key=v``,
+    ``+key=v``, ``++key=v``, ``~key``, ``~key=v`` and ``key@package=v`` -> ``key``."""
+    return word.split("=", 1)[0].lstrip("+~").split("@", 1)[0].strip()
+
+
+def is_hydra_key(key: str) -> bool:
+    """Whether ``key`` (an :func:`override_key`) sets hydra's own config (``hydra.*`` or a ``hydra/``
+    group), not the application's: hydra's ``Override.is_hydra_override``."""
+    return key.startswith(("hydra.", "hydra/"))
 
 
 def last_value(overrides: list[str], key: str) -> str | None:

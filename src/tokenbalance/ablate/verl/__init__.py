@@ -4,7 +4,7 @@
 * :mod:`.scripts`, :mod:`.cell_script`: the scripts a cluster runs (one per cell, a one-node driver,
   a Slurm array);
 * :mod:`.plan`: the grid's own plan (``plan.json``) that ``--report-only`` reports;
-* :mod:`.check_config`: verl's own ``validate_config`` for a dry run (imports verl when run);
+* :mod:`.check_config`: verl's own ``validate_config`` on a list of overrides (imports verl when run);
 * :mod:`.results`, :mod:`.report`: the cells read back from their verl logs, and the tables.
 
 Writing the scripts never imports verl.

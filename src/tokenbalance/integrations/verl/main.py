@@ -1,7 +1,8 @@
 """Launch verl's PPO trainer with tokenbalance registered and the config checked first.
 
 Same command line as ``python -m verl.trainer.main_ppo``; our plugin is imported explicitly (verl's
-loader would hide its errors), :func:`.validation.validate_launch` runs before Ray starts, and hydra's
+loader would hide its errors), :func:`.validation.validate_launch` runs before Ray starts (a dry run adds verl's own
+``validate_config``, :func:`.validation.verl_rejection`), and hydra's
 run directory defaults to ``runs/verl/<date>/<time>`` (a temporary one for a dry run;
 :func:`with_default_run_dir`). Then verl's own ``main`` runs unchanged (docs/verl.md, "Install")::
 
@@ -13,6 +14,8 @@ from __future__ import annotations
 import os
 import sys
 import tempfile
+
+from tokenbalance.run.cell_launch import override_key
 
 DRY_RUN_ENV = "TOKENBALANCE_VERL_DRY_RUN"
 RUN_DIR = "runs/verl/${now:%Y-%m-%d}/${now:%H-%M-%S}"  # hydra's default is outputs/<date>/<time>
@@ -43,7 +46,7 @@ def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
     temporary directory, without the ``.hydra`` config copy, so nothing appears in the
     current directory.
     """
-    if any(override.lstrip("+~").startswith("hydra.run.dir=") for override in overrides):
+    if any(override_key(override) == "hydra.run.dir" for override in overrides):  # set, forced or deleted
         return list(overrides)
     if not dry_run:
         return [*overrides, f"hydra.run.dir={RUN_DIR}"]
@@ -54,15 +57,21 @@ def with_default_run_dir(overrides: list[str], dry_run: bool) -> list[str]:
 def main(config) -> None:
     """Validate ``config`` for tokenbalance, then run verl's ``main_ppo.main`` on it.
 
-    With ``TOKENBALANCE_VERL_DRY_RUN=1`` only validate and print the composed config and the method.
+    With ``TOKENBALANCE_VERL_DRY_RUN=1`` only validate (ours, then verl's own ``validate_config``: a
+    rejection is one line and exit status 2) and print the composed config and the method.
     """
     from verl.trainer import main_ppo
 
-    from tokenbalance.integrations.verl.validation import launch_method, validate_launch
+    from tokenbalance.integrations.verl.validation import VERL_REJECTS, launch_method, validate_launch, verl_rejection
 
     validate_launch(config)
     if is_dry_run():
         from omegaconf import OmegaConf
+
+        problem = verl_rejection(config)  # main_ppo's own check, which a dry run stops before
+        if problem:
+            print(VERL_REJECTS.format(problem), file=sys.stderr)
+            sys.exit(2)
 
         from tokenbalance.algorithms.describe import stage_summary
 

@@ -5,6 +5,7 @@ again by our trainers. It rejects, naming the key to change: NTHR as a loss or a
 ``tokenbalance*`` names and ``policy_loss`` keys, a wrong method or override, a method the chosen
 trainer cannot run, a token rule verl cannot feed, and our trainers without verl's v1 trainer or its
 undeclared dependencies. The full list: docs/verl.md, "The method" and "NTHR on verl".
+:func:`verl_rejection` is verl's own ``validate_config``, which the launcher's dry run adds.
 """
 
 from __future__ import annotations
@@ -168,6 +169,23 @@ def validate_launch(config) -> None:
         )
     if policy_loss is not None:
         _check_method(config, policy_loss, trainer_mode, estimator)
+
+
+VERL_REJECTS = "verl's validate_config rejects this config: {}; nothing launched"
+
+
+def verl_rejection(config) -> str | None:
+    """Why verl's own ``validate_config`` rejects ``config``, run as ``verl.trainer.main_ppo`` runs it
+    before Ray starts (batch sizes against GPUs and mini-batches, micro-batch settings, the critic),
+    in one line; None when it accepts it. Imports verl."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import validate_config
+
+    try:
+        validate_config(config, use_reference_policy=need_reference_policy(config), use_critic=need_critic(config))
+    except (AssertionError, ValueError, TypeError) as err:
+        return " ".join(str(err).split()) or type(err).__name__
+    return None
 
 
 def launch_method(config):
