@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -399,6 +400,29 @@ def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid
     changed = load_config(grid / "configs" / "grpo-seed0.yaml")
     changed.optim.lr = 0.02
     assert not records.record_matches(kept / "grpo-seed0", changed)  # another experiment is not restored
+
+
+def test_report_only_with_records_restores_the_finished_cells_and_runs_none(grid, tiny_policy_dir, tmp_path):
+    """``--report-only --records``: on a machine with none of the cells (a fresh clone of committed records), the
+    finished cells are restored and reported, an unfinished one stays missing, and no cell runs."""
+    kept = tmp_path / "records"
+    assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0
+    shutil.rmtree(kept / "ar_lopti-seed0")  # a cell not finished anywhere yet
+    elsewhere = tmp_path / "fresh-clone"
+    report = grid_args(tiny_policy_dir, elsewhere, "--report-only", "--records", str(kept), "--no-figure")
+    del report[report.index("--isolation") : report.index("--isolation") + 2]
+    assert main(report) == 0
+    log = read_log(elsewhere)
+    assert [r["event"] for r in log] == ["sitting"] and log[0]["runs_cells"] is False
+    assert sorted(log[0]["restored"]) == sorted(c for c in CELLS if c != "ar_lopti-seed0")
+    assert not (elsewhere / "cells" / "ar_lopti-seed0").exists()  # not run, not restored
+    assert "not complete: ar_lopti-seed0 (not started)" in (elsewhere / "results.md").read_text()
+    with open(elsewhere / "cells.csv", newline="") as f:
+        status = {row["cell"]: row["complete"] for row in csv.DictReader(f)}
+    assert status["grpo-seed0"] == "True" and status.get("ar_lopti-seed0") != "True"
+    assert (grid / "cells" / "grpo-seed0" / "metrics.jsonl").read_bytes() == (
+        elsewhere / "cells" / "grpo-seed0" / "metrics.jsonl"
+    ).read_bytes()
 
 
 def test_a_grid_of_another_config_never_replaces_the_records_it_shares(grid, tiny_policy_dir, tmp_path, capsys):

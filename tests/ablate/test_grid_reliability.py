@@ -62,7 +62,7 @@ def test_a_grid_from_before_the_manifest_is_adopted(tmp_path):
         (["--jobs", "0"], "--jobs: must be >= 1"),
         (["--steps", "99999999"], "--steps: must be in [1, 10000000], got 99999999"),
         (["--steps", "0"], "--steps: must be in [1, 10000000], got 0"),
-        (["--report-only", "--jobs", "2"], "--report-only: runs no cell, so --jobs, --isolation and --records do not"),
+        (["--report-only", "--jobs", "2"], "--report-only: runs no cell, so --jobs and --isolation do not apply"),
         (["--runner", "verl", "--records", "r"], "--runner verl: --records apply to the local grid only"),
         (["--runner", "verl", "--no-figure", "--figure-prompts", "4"], "--no-figure, --figure-prompts apply to the"),
     ],

@@ -249,13 +249,15 @@ def run_grid(
     isolation: str = "subprocess",
     jobs: int | None = None,
     records: Path | None = None,
+    run_cells: bool = True,
     progress: bool = True,
     poll_s: float = 2.0,
     log=print,
 ) -> GridOutcome:
     """Run every unfinished cell of ``plan`` into ``out_dir`` (module docstring), ``jobs`` cells at once (each child
     process then gets ``train.threads`` = CPUs // jobs unless ``--set`` gave one; None: :func:`default_jobs`). With
-    ``records``, completed cells are kept there and restored from there (:mod:`tokenbalance.run.records`)."""
+    ``records``, completed cells are kept there and restored from there (:mod:`tokenbalance.run.records`).
+    ``run_cells=False`` stops after that: the finished cells restored, none run (``--report-only --records``)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
     from tokenbalance.run.setup import prepare
@@ -310,6 +312,7 @@ def run_grid(
                 "commit": source_commit(),
                 "skipped": outcome.skipped,
                 **({"restored": restored} if restored else {}),
+                **({} if run_cells else {"runs_cells": False}),
             },
         )
         if restored:
@@ -320,6 +323,8 @@ def run_grid(
                     note = cell_records.keep(out_dir / "cells" / name, records, name)
                     if note:
                         log(note)
+        if not run_cells:
+            return outcome
         rates = StepRates()
         for record in read_log(out_dir):
             if record.get("event") == "cell" and record.get("status") == RunStatus.COMPLETED:

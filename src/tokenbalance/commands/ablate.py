@@ -69,7 +69,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         "--records",
         type=nonempty,
         help="keep each finished cell's config, metrics and status in this directory (small; no checkpoints) and "
-        "restore finished cells from it on a machine that lacks them, so none runs twice (docs/ablate.md)",
+        "restore finished cells from it on a machine that lacks them, so none runs twice (with --report-only: restore "
+        "them, run none, report; docs/ablate.md)",
     )
     parser.add_argument(
         "--report-only",
@@ -128,10 +129,8 @@ def check_flags(args: argparse.Namespace) -> None:
         key = override.split("=", 1)[0].strip()
         if key in GRID_KEYS:
             raise ValueError(f"--set {override}: the grid sets {key} in every cell; use {GRID_KEYS[key]}")
-    if args.report_only and (args.jobs is not None or args.isolation != "subprocess" or args.records):
-        raise ValueError(
-            "--report-only: runs no cell, so --jobs, --isolation and --records do not apply; leave them out"
-        )
+    if args.report_only and (args.jobs is not None or args.isolation != "subprocess"):
+        raise ValueError("--report-only: runs no cell, so --jobs and --isolation do not apply; leave them out")
     if args.runner == "verl":
         given = [flag for flag in LOCAL_ONLY if getattr(args, "overrides" if flag == "set" else flag, None)]
         given += [
@@ -378,7 +377,18 @@ def run(args: argparse.Namespace) -> int:
     from tokenbalance.outputs import record_written
 
     failed: list[str] = []
-    if not args.report_only:
+    if args.report_only and args.records:  # the finished cells of the records, restored into OUT; none run
+        run_grid(
+            plan,
+            out,
+            config_path=args.config,
+            model=args.model,
+            device=args.device,
+            records=Path(args.records),
+            run_cells=False,
+            progress=False,
+        )
+    elif not args.report_only:
         try:
             outcome = run_grid(
                 plan,
