@@ -157,13 +157,15 @@ preset_of() {
   if [[ "$ESTIMATOR" == grpo ]]; then echo "$1"; elif [[ "$1" == grpo ]]; then echo reinforce_pp; else echo "reinforce_pp_$1"; fi
 }
 
-# run_method NAME TRAINER [overrides...]: $METHOD on verl's sync trainer (sync), our Lopti trainer (lopti,
-# one actor update per pass) or our NTHR trainer (nthr, FSDP2: it reads the hidden states), through run_preset.
+# run_method NAME TRAINER [overrides...]: $METHOD on verl's sync trainer (sync: our tokenbalance_sync, verl's
+# plus the stop on request), our Lopti trainer (lopti, one actor update per pass) or our NTHR trainer (nthr,
+# FSDP2: it reads the hidden states), through run_preset. Each stops at the next step with a checkpoint when
+# the file TOKENBALANCE_STOP_FILE names exists (docs/verl.md, "Stopping a run with a checkpoint").
 run_method() {
   local name="$1" trainer="$2"; shift 2
   local trainer_mode=()
   case "$trainer" in
-    sync) ;;
+    sync) trainer_mode=(trainer.v1.trainer_mode=tokenbalance_sync) ;;
     lopti) trainer_mode=(trainer.v1.trainer_mode=tokenbalance_lopti) ;;
     nthr) trainer_mode=(trainer.v1.trainer_mode=tokenbalance_nthr actor_rollout_ref.actor.strategy=fsdp2 actor_rollout_ref.ref.strategy=fsdp2) ;;
     *) echo "TRAINER must be sync, lopti or nthr, got '$trainer'" >&2; exit 2 ;;

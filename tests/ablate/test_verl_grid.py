@@ -187,3 +187,21 @@ def test_the_verl_report_refuses_local_only_flags(tmp_path, capsys, flag):
 def test_the_verl_report_needs_a_written_grid(tmp_path, capsys):
     assert main([*VERL, "--out", str(tmp_path / "none"), "--report-only"]) == 2
     assert "holds no verl grid (write it first" in capsys.readouterr().err
+
+
+def test_slurm_signals_a_task_early_enough_for_its_slowest_cell_to_stop_with_a_checkpoint(tmp_path):
+    """The lead of ``--signal=B:USR1@LEAD`` covers the slowest cell's estimated worst-case stop (the step
+    in progress, its save and validation, the requested save, the exit: 7B Lopti in the default grid)
+    plus the margin kept for a SIGTERM after the grace; whole minutes, at least 900 s, within Slurm's
+    limit; the grace before that SIGTERM is the lead less the margin."""
+    from tokenbalance.ablate.verl.cost import CellCost
+    from tokenbalance.ablate.verl.scripts import SLURM_SIGNAL_MAX_S, STOP_LEAD_S, STOP_MARGIN_S
+
+    slurm = (write(tmp_path) / "slurm_array.sh").read_text()
+    lead = int(slurm.split("#SBATCH --signal=B:USR1@")[1].split("\n")[0])
+    slowest = CellCost("7b", 2).stop_seconds
+    assert slowest > CellCost("7b", 1).stop_seconds > CellCost("3b", 2).stop_seconds > CellCost("3b", 1).stop_seconds
+    assert slowest > CellCost("7b", 2).step_gpu_seconds / 4  # at least the step in progress on the cell's 4 GPUs
+    assert lead % 60 == 0 and slowest + STOP_MARGIN_S <= lead < slowest + STOP_MARGIN_S + 60
+    assert STOP_LEAD_S < lead <= SLURM_SIGNAL_MAX_S
+    assert f'"${{STOP_GRACE_S:-{lead - STOP_MARGIN_S}}}"' in slurm

@@ -1,8 +1,8 @@
 """The verl grid's scripts at work, with fake preset scripts in place of verl (bash only, seconds).
 
 A fake ``examples/verl/kk_*.sh`` records its arguments, writes the metric lines it is told to the
-file verl's logger would write (``VERL_FILE_LOGGER_PATH``), optionally waits, and exits with the
-status it is told. The scripts keep the cell's state with ``python -m tokenbalance.run.cell``: this
+file verl's logger would write (``VERL_FILE_LOGGER_PATH``), optionally waits (or waits for the stop
+file and answers it as our trainers do), and exits with the status it is told. The scripts keep the cell's state with ``python -m tokenbalance.run.cell``: this
 interpreter comes first on PATH, as a cluster node's environment has it. The real launch through
 verl's trainer: tests/integrations/test_verl_grid_e2e.py.
 """
@@ -24,6 +24,12 @@ from tokenbalance.outputs import MANIFEST, written_files
 FAKE_PRESET = """echo "fake launch of $MODEL"
 printf '%s\\n' "$MODEL" "$@" > "$RECORD.$(basename "${VERL_FILE_LOGGER_PATH:-dry-run}")"
 for step in ${FAKE_STEPS:-}; do printf '{"step":%s,"data":{"timing_s/step":1.5}}\\n' "$step" >> "$VERL_FILE_LOGGER_PATH"; done
+if [[ -n "${FAKE_ANSWER_STOP:-}" ]]; then  # as our trainers: wait for the stop file, answer in it, fail
+  echo $$ > "$RECORD.sleeper"
+  until [[ -f "$TOKENBALANCE_STOP_FILE" ]]; do sleep 0.1; done
+  echo "checkpoint global_step_1 saved before step 2" > "$TOKENBALANCE_STOP_FILE"
+  exit 1
+fi
 if [[ -n "${FAKE_SLEEP:-}" ]]; then sleep "$FAKE_SLEEP" & echo $! > "$RECORD.sleeper"; wait; fi
 exit "${FAKE_EXIT:-0}"
 """
@@ -106,6 +112,7 @@ def test_the_cell_runs_its_launch_with_extra_overrides_between_its_checkpoints_a
         "trainer.logger=[console,file]",
         f"hydra.run.dir={directory}/hydra",
         f"++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={directory}/metrics.sitting-1.jsonl",
+        f"++ray_kwargs.ray_init.runtime_env.env_vars.TOKENBALANCE_STOP_FILE={directory}/STOP_REQUESTED",
     ]
     assert "fake launch of 3b" in done.stdout and "fake launch of 3b" in (directory / "train.log").read_text()
 
@@ -355,28 +362,72 @@ def slurm_run(work, grid_dir, **env) -> subprocess.Popen:
     )
 
 
-@pytest.mark.parametrize(("restarts", "requeued"), [("0", True), ("8", False)])
-def test_a_task_near_its_time_limit_stops_its_cell_and_requeues_itself(work, restarts, requeued):
-    """Slurm's ``--signal=B:USR1@900`` before the time limit: the cell's launch is stopped (STATUS failed,
-    stopped by SIGTERM) and the task requeues itself, unless it has been requeued MAX_REQUEUES times."""
-    slurm = (work["grid"] / "slurm_array.sh").read_text()
-    assert "\n#SBATCH --exclusive\n" in slurm and "\n#SBATCH --requeue\n" in slurm
-    assert "\n#SBATCH --signal=B:USR1@900\n" in slurm
-    env = {"SLURM_ARRAY_TASK_ID": "0", "FAKE_STEPS": "0 1", "FAKE_SLEEP": "300", "SLURM_RESTART_COUNT": restarts}
-    process = slurm_run(work, work["grid"], **env, MAX_REQUEUES="8")
+def wait_for_the_launch(work) -> None:
     sleeper = work["root"] / "record.sleeper"
     deadline = time.monotonic() + 30
     while not sleeper.exists() or not sleeper.read_text().strip():
         assert time.monotonic() < deadline, "the fake launch did not start"
         time.sleep(0.1)
+
+
+def grace_timers(seconds: str) -> list[list[str]]:
+    """The processes of slurm_array.sh's grace timers of ``seconds`` (``bash -c ... grace SECONDS PID``
+    and its ``sleep SECONDS``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            words = (entry / "cmdline").read_bytes().decode(errors="replace").split("\0")
+        except OSError:
+            continue
+        if (words[:2] == ["bash", "-c"] and words[3:5] == ["grace", seconds]) or words[:2] == ["sleep", seconds]:
+            found.append(words)
+    return found
+
+
+@pytest.mark.parametrize(("restarts", "requeued"), [("0", True), ("8", False)])
+def test_a_task_near_its_time_limit_stops_its_cell_and_requeues_itself(work, restarts, requeued):
+    """Slurm's ``--signal=B:USR1@900`` before the time limit: the task asks the cell to stop
+    (STOP_REQUESTED); a launch that does not answer within STOP_GRACE_S is stopped (STATUS failed,
+    stopped by SIGTERM) and the task requeues itself, unless it has been requeued MAX_REQUEUES times."""
+    slurm = (work["grid"] / "slurm_array.sh").read_text()
+    assert "\n#SBATCH --exclusive\n" in slurm and "\n#SBATCH --requeue\n" in slurm
+    assert "\n#SBATCH --signal=B:USR1@900\n" in slurm
+    env = {"SLURM_ARRAY_TASK_ID": "0", "FAKE_STEPS": "0 1", "FAKE_SLEEP": "300", "SLURM_RESTART_COUNT": restarts}
+    process = slurm_run(work, work["grid"], **env, MAX_REQUEUES="8", STOP_GRACE_S="1")
+    wait_for_the_launch(work)
     process.send_signal(signal.SIGUSR1)
     _, err = process.communicate(timeout=30)
     assert status(work).startswith("failed at step 2: stopped by SIGTERM in sitting 1")
+    assert status(work).endswith("; steps up to 1 logged; STOP_REQUESTED: not answered by the trainer")
     scontrol = work["root"] / "record.scontrol"
     if requeued:
         assert scontrol.read_text() == "requeue 77_0\n"
     else:
         assert not scontrol.exists() and "after 8 requeues (MAX_REQUEUES)" in err
+
+
+def test_a_task_near_its_time_limit_lets_its_trainer_stop_with_a_checkpoint_then_requeues(work):
+    """USR1: the task touches the cell's STOP_REQUESTED, the launch (as our trainers: it saves, answers
+    in the file, ends) stops by itself before the grace (the grid's default, no SIGTERM), STATUS says
+    "stopped on request", the grace timer ends with the task, and the task requeues itself."""
+    slurm = (work["grid"] / "slurm_array.sh").read_text()
+    assert "STOP_GRACE_S:-780}" in slurm  # 900 s lead - 120 s margin
+    env = {"SLURM_ARRAY_TASK_ID": "0", "FAKE_STEPS": "0 1", "FAKE_ANSWER_STOP": "1"}
+    process = slurm_run(work, work["grid"], **env)
+    wait_for_the_launch(work)
+    assert status(work).startswith("running: sitting 1")
+    process.send_signal(signal.SIGUSR1)
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == 1, err
+    assert status(work).startswith(
+        "failed at step 2: stopped on request (STOP_REQUESTED): checkpoint global_step_1 saved before step 2 in sitting 1"
+    )
+    assert status(work).endswith("; steps up to 1 logged")
+    assert (work["root"] / "record.scontrol").read_text() == "requeue 77_0\n"
+    deadline = time.monotonic() + 10
+    while grace_timers("780"):  # ended with the task (its process group killed)
+        assert time.monotonic() < deadline, grace_timers("780")
+        time.sleep(0.1)
 
 
 def test_a_task_that_ends_on_its_own_is_not_requeued(work):

@@ -49,6 +49,7 @@ from tokenbalance.integrations.verl.names import (
     LOPTI_TRAINER,
     POLICY_LOSS_CONFIG_TARGET,
     POLICY_LOSS_NAMES,
+    SYNC_TRAINER,
     UPDATE_PASS_KEY,
 )
 from tokenbalance.integrations.verl.reward import compute_score
@@ -640,11 +641,13 @@ def test_import_verl_alone_registers_our_names_through_the_entry_point():
         "print(','.join(sorted(k for k in A if k.startswith('tokenbalance'))))\n"
         "from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY as T\n"
         f"print(T['{LOPTI_TRAINER}'].__module__, T['{LOPTI_TRAINER}'].__mro__[1].__name__)\n"
+        f"print(T['{SYNC_TRAINER}'].__module__, T['{SYNC_TRAINER}'].__mro__[1].__name__)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
-    loaded, losses, estimators, trainer = result.stdout.strip().splitlines()[-4:]
+    loaded, losses, estimators, trainer, sync_trainer = result.stdout.strip().splitlines()[-5:]
     assert loaded == "True"
     assert trainer == "tokenbalance.integrations.verl.lopti PPOTrainerSync"
+    assert sync_trainer == "tokenbalance.integrations.verl.stop PPOTrainerSync"
     assert losses.split(",") == sorted(POLICY_LOSS_NAMES)
     assert estimators.split(",") == sorted(ADVANTAGE_ESTIMATORS)
 

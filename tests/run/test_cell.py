@@ -75,6 +75,42 @@ def test_a_failed_sitting_names_the_step_after_the_last_one_logged(cell_dir, cap
     assert status(cell_dir).startswith("failed at step 3: exit status 3 in sitting 3 on ")
 
 
+def test_a_sitting_stopped_on_request_says_so_and_the_next_sitting_removes_the_request(cell_dir, capfd):
+    """STOP_REQUESTED (touched by the user or slurm_array.sh; the trainer writes its answer into it):
+    answered and ended by itself reads "stopped on request"; a signal or an exit before an answer keeps
+    its reason and says what became of the request; a completed launch stays completed."""
+    (cell_dir / "metrics.sitting-1.jsonl").write_text('{"step":1,"data":{}}\n{"step":2,"data":{}}\n')
+    stop = cell_dir / cell_state.STOP_FILE
+    stop.write_text("checkpoint global_step_2 saved before step 3\n")
+    out, _, shell = begin(cell_dir, capfd)  # an earlier sitting's request: removed
+    assert (
+        out.splitlines()[0]
+        == "== grpo-3b-seed0: removed STOP_REQUESTED (a stop request answers the sitting it was made in)"
+    )
+    assert not stop.exists()
+    metrics = out.splitlines()[-1]
+    stop.write_text("checkpoint global_step_2 saved before step 3\n")
+    end(cell_dir, metrics, capfd, "--exit", "1")
+    assert status(cell_dir).startswith(
+        "failed at step 3: stopped on request (STOP_REQUESTED): checkpoint global_step_2 saved before step 3 in sitting 2 on "
+    )
+    assert status(cell_dir).endswith("; steps up to 2 logged\n")
+    end(cell_dir, metrics, capfd, "--exit", "0", "--signal", "TERM")  # the grace ran out after the answer
+    assert status(cell_dir).startswith("failed at step 3: stopped by SIGTERM in sitting 2 on ")
+    assert status(cell_dir).endswith(
+        "; steps up to 2 logged; STOP_REQUESTED: checkpoint global_step_2 saved before step 3\n"
+    )
+    stop.write_text("")  # touched, not answered
+    end(cell_dir, metrics, capfd, "--exit", "0", "--signal", "TERM")
+    assert status(cell_dir).endswith("; steps up to 2 logged; STOP_REQUESTED: not answered by the trainer\n")
+    end(cell_dir, metrics, capfd, "--exit", "1")
+    assert status(cell_dir).startswith("failed at step 3: exit status 1 in sitting 2 on ")
+    assert status(cell_dir).endswith("; STOP_REQUESTED: not answered by the trainer\n")
+    end(cell_dir, metrics, capfd, "--exit", "0")
+    os.close(shell)
+    assert status(cell_dir).startswith("completed: sitting 2 on ")
+
+
 def test_a_cell_another_process_holds_is_refused(cell_dir, capfd):
     with RunLock(cell_dir), pytest.raises(SystemExit) as stop:
         begin(cell_dir, capfd)

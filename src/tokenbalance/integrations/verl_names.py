@@ -62,6 +62,15 @@ TOKEN_MEAN_SCOPES = ("mini_batch", "micro_batch")
 # trainer.v1.trainer_mode of the Lopti trainer
 LOPTI_TRAINER = "tokenbalance_lopti"
 
+# trainer.v1.trainer_mode of verl's sync trainer plus the stop on request (integrations/verl/stop.py):
+# the grid's single-pass cells run it.
+SYNC_TRAINER = "tokenbalance_sync"
+
+# The environment variable naming the file whose presence asks our trainers to save a checkpoint and
+# stop at the next step (read in the Ray actor that runs the fit loop: pass it through ray_init's
+# runtime_env, as run_cell.sh does).
+STOP_FILE_ENV = "TOKENBALANCE_STOP_FILE"
+
 # Non-tensor key the Lopti trainer puts in the batch's extra_info: the name of the pass
 # ("lopti_low" / "lopti_high") that the loss must compute.
 UPDATE_PASS_KEY = "tokenbalance_update_pass"

@@ -3,11 +3,12 @@ begin|end|status CELL_DIR``, run by the cell's ``run_cell.sh`` (ablate/verl/cell
 
 A cell directory holds ``STATUS`` (one line: ``not started``, ``running: sitting k on HOST pid P since
 T``, ``completed: sitting k on HOST at T``, ``failed at step N: WHY in sitting k on HOST at T; steps up
-to N-1 logged``), one verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's file logger
-truncates the file it opens) and ``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the
-shell's descriptor so that the launch keeps it); ``launch.json``, what the sittings launch
-(:mod:`.cell_launch`: a resume that would launch another experiment is refused, naming the key).
-Standard library only. docs/ablate.md "The grid at paper scale".
+to N-1 logged``, WHY ``stopped on request (STOP_REQUESTED): ...`` after :data:`STOP_FILE` stopped it),
+one verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's file logger truncates the file
+it opens) and ``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the shell's descriptor so that
+the launch keeps it); ``launch.json``, what the sittings launch (:mod:`.cell_launch`: a resume that
+would launch another experiment is refused, naming the key). Standard library only. docs/ablate.md
+"The grid at paper scale".
 """
 
 from __future__ import annotations
@@ -29,6 +30,9 @@ from tokenbalance.run.lock import RunLock
 from tokenbalance.run.state import NOT_STARTED, RunStatus
 
 STATUS_FILE = "STATUS"
+# a sitting's stop request (`touch cells/<cell>/STOP_REQUESTED`): our verl trainers save the completed step
+# and end (integrations/verl/stop.py), writing what they did into it; each sitting removes an earlier one
+STOP_FILE = "STOP_REQUESTED"
 SITTING = re.compile(r"^metrics\.sitting-(\d+)\.jsonl$")
 LOCKED_EXIT = 75  # EX_TEMPFAIL: another sitting holds the cell
 HYDRA_SAFE = re.compile(r"^[A-Za-z0-9._/+@%:~-]+$")  # what hydra takes unquoted in an override value
@@ -196,6 +200,10 @@ def begin(
             say(f"== {cell}: removed the checkpoints {', '.join(removed)} (kept: the newest the retention allows)")
         if last_logged_step(cell_dir) and not (checkpoints / cell_launch.TRACKER).is_file():
             say(f"== {cell}: no checkpoint in {checkpoints}: this sitting starts again at step 1")
+    stop = Path(cell_dir) / STOP_FILE
+    if stop.is_file():
+        stop.unlink()
+        say(f"== {cell}: removed {STOP_FILE} (a stop request answers the sitting it was made in)")
     sitting = next_sitting(cell_dir)
     metrics = sitting_metrics(cell_dir, sitting)
     write_status(cell_dir, f"{RunStatus.RUNNING}: sitting {sitting} on {socket.gethostname()} pid {pid} since {_now()}")
@@ -207,7 +215,8 @@ def end(
     cell_dir: Path, cell: str, *, metrics: Path, exit_status: int, signal_name: str, say: Callable[[str], None]
 ) -> None:
     """End the sitting whose metrics file is ``metrics``: STATUS "completed" (the launch exited 0 and
-    was not stopped), else "failed at step N" (N the step after the last one any sitting logged)."""
+    was not stopped), else "failed at step N" (N the step after the last one any sitting logged), why
+    as :func:`failure_reason` says."""
     sitting = sitting_of(metrics)
     if sitting is None:
         raise ValueError(f"{metrics}: not a sitting's metrics file (metrics.sitting-<k>.jsonl)")
@@ -217,9 +226,32 @@ def end(
         say(f"== {cell}: completed")
         return
     last = last_logged_step(cell_dir)
-    why = f"stopped by SIG{signal_name}" if signal_name else f"exit status {exit_status}"
-    write_status(cell_dir, f"{RunStatus.FAILED} at step {last + 1}: {why} in {where}; steps up to {last} logged")
+    why, request = failure_reason(cell_dir, exit_status, signal_name)
+    line = f"{RunStatus.FAILED} at step {last + 1}: {why} in {where}; steps up to {last} logged{request}"
+    write_status(cell_dir, line)
     print(f"== {cell}: {status_line(cell_dir)}", file=sys.stderr)
+
+
+def stop_answer(cell_dir: Path) -> str | None:
+    """The trainer's answer in :data:`STOP_FILE` ("" before it answered); None when no stop was requested."""
+    try:
+        text = (Path(cell_dir) / STOP_FILE).read_text(errors="replace")
+    except OSError:
+        return None
+    return " ".join(text.split())[:200]
+
+
+def failure_reason(cell_dir: Path, exit_status: int, signal_name: str) -> tuple[str, str]:
+    """Why a sitting failed, and what to add after its STATUS line about a stop request: "stopped on
+    request" when the trainer answered it and the launch ended by itself; else the signal or the exit
+    status, with the request's fate after the line."""
+    answer = stop_answer(cell_dir)
+    if answer and not signal_name:
+        return f"stopped on request ({STOP_FILE}): {answer}", ""
+    why = f"stopped by SIG{signal_name}" if signal_name else f"exit status {exit_status}"
+    if answer is None:
+        return why, ""
+    return why, f"; {STOP_FILE}: {answer or 'not answered by the trainer'}"
 
 
 def add_launch_options(parser: argparse.ArgumentParser, required: bool) -> None:

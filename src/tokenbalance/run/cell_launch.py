@@ -160,15 +160,20 @@ def keep_setting(overrides: list[str], default: str) -> int | None:
         return None
 
 
+def latest_checkpoint(directory: Path) -> int | None:
+    """The step verl's tracker in ``directory`` names (the checkpoint a resume loads); None without one."""
+    try:
+        return int((Path(directory) / TRACKER).read_text().strip())
+    except (OSError, ValueError):
+        return None
+
+
 def prune_checkpoints(directory: Path, keep: int | None) -> list[str]:
     """Remove the ``global_step_<N>`` directories older than the newest ``keep`` up to the one verl's
     tracker names (the one a resume loads); returns their names. Nothing without a tracker or ``keep``.
     verl rotates only within a sitting, so each sitting would otherwise leave its last ones behind."""
-    try:
-        latest = int((directory / TRACKER).read_text().strip())
-    except (OSError, ValueError):
-        return []
-    if keep is None:
+    latest = latest_checkpoint(directory)
+    if latest is None or keep is None:
         return []
     steps = sorted(
         int(match.group(1)) for path in directory.iterdir() if (match := _STEP_DIR.match(path.name)) and path.is_dir()

@@ -7,6 +7,8 @@ sittings are :mod:`tokenbalance.run.cell`'s, which the script runs at the start 
 """
 
 from tokenbalance.ablate.verl.cost import KEEP_CHECKPOINTS
+from tokenbalance.integrations.verl_names import STOP_FILE_ENV
+from tokenbalance.run.cell import STOP_FILE
 
 # DRY_RUN read the same way by every script that reads it (the driver, a cell's sitting, common.sh,
 # the launcher): 1/true/yes/on a dry run, unset/empty/0/false/no/off not; anything else is refused
@@ -38,7 +40,13 @@ SITTING_SCRIPT = r"""# tokenbalance ablate --runner verl: one sitting of one cel
 # (trainer.resume_mode=auto) in checkpoints/ (or CHECKPOINT_ROOT/<cell>). At the end STATUS says
 # "completed: ..." or "failed at step N: ...", N being the step after the last one any sitting logged.
 # SIGTERM, SIGINT and SIGHUP (Slurm's time limit, scancel, Ctrl-C) stop the launch's whole process group,
-# mark the cell failed and end this script by the same signal; run the cell again to resume it. DRY_RUN=1
+# mark the cell failed and end this script by the same signal; run the cell again to resume it (the steps
+# since the last checkpoint are lost). To stop it without losing a completed step: `touch $CELL_DIR/@STOP_FILE@`
+# (on the node; slurm_array.sh does it before the time limit): at the next step's beginning the trainer
+# (tokenbalance_sync, _lopti or _nthr) saves the completed step unless it is already the newest checkpoint,
+# writes what it did into the file and ends; STATUS "failed at step N: stopped on request (@STOP_FILE@):
+# checkpoint global_step_M saved ...". The launch finds the file through @STOP_ENV@ (passed to Ray's
+# workers as the metrics file is); each sitting removes an earlier sitting's request after begin. DRY_RUN=1
 # (or true, yes): the same checks, then compose and validate the cell's config through the launcher,
 # change nothing here; a DRY_RUN that is not a yes/no value is refused before anything.
 set -uo pipefail
@@ -76,9 +84,11 @@ export MODEL_PATH
 # (setsid), so that a stop reaches the launcher, Ray and the workers
 exec 8> >(tee -a "$CELL_DIR/train.log")
 TEE=$!
+export @STOP_ENV@="$CELL_DIR/@STOP_FILE@"
 VERL_FILE_LOGGER_PATH="$METRICS" setsid "${LAUNCH[@]}" "trainer.default_local_dir=$CHECKPOINTS" "$@" \
   "${IDENTITY[@]}" "${RESUME[@]}" "hydra.run.dir=$CELL_DIR/hydra" \
   "++ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH=$METRICS" \
+  "++ray_kwargs.ray_init.runtime_env.env_vars.@STOP_ENV@=$@STOP_ENV@" \
   < /dev/null >&8 2>&8 8>&- 3>&- &
 CHILD=$!
 STOP_SIGNAL=""
@@ -104,3 +114,4 @@ if [[ -n "$STOP_SIGNAL" ]]; then
 fi
 exit "$RC"
 """.replace("@DRY_RUN_CHECK@", DRY_RUN_CHECK).replace("@KEEP@", str(KEEP_CHECKPOINTS))
+SITTING_SCRIPT = SITTING_SCRIPT.replace("@STOP_FILE@", STOP_FILE).replace("@STOP_ENV@", STOP_FILE_ENV)

@@ -38,6 +38,10 @@ UPDATE_FLOPS_PER_PARAMETER = 6 + 2  # forward + backward, + the forward recomput
 # a checkpoint: fp32 weights (4 bytes) + AdamW's two fp32 moments (8 bytes) per parameter
 CHECKPOINT_BYTES_PER_PARAMETER = 4 + 8
 SLURM_MAX_HOURS = 48  # a common partition limit; a longer cell resumes over several submissions
+# a stop before a time limit (ASSUMED, not measured): a checkpoint's write to the node's disk, and the
+# launch's exit after the trainer stops (Ray and its workers shutting down)
+ASSUMED_SAVE_BYTES_PER_S = 1e9
+ASSUMED_EXIT_S = 60
 
 
 def train_prompts() -> int:
@@ -122,6 +126,14 @@ class CellCost:
     @property
     def checkpoint_bytes(self) -> float:
         return CHECKPOINT_BYTES_PER_PARAMETER * self.parameters
+
+    @property
+    def stop_seconds(self) -> float:
+        """Wall seconds from a stop request to the launch's end, at worst (verl's fit loop, docs/verl.md
+        "Stopping a run with a checkpoint"): the step in progress (the request came as it began), the save
+        and the validation that may end it, the requested save, the exit."""
+        step_and_validation = (self.step_gpu_seconds + validation_seconds(self.parameters)) / GPUS_PER_CELL
+        return step_and_validation + 2 * self.checkpoint_bytes / ASSUMED_SAVE_BYTES_PER_S + ASSUMED_EXIT_S
 
     @property
     def disk_bytes(self) -> float:

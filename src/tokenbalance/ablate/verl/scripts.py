@@ -17,15 +17,17 @@ from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.ablate.verl.cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
-from tokenbalance.ablate.verl.cost import SLURM_MAX_HOURS
+from tokenbalance.ablate.verl.cost import SLURM_MAX_HOURS, CellCost
 from tokenbalance.ablate.verl.grid import VERL_MODEL_NAMES, VerlCell
 from tokenbalance.outputs import write_text_atomic
-from tokenbalance.run.cell import STATUS_FILE, has_run
+from tokenbalance.run.cell import STATUS_FILE, STOP_FILE, has_run
 from tokenbalance.run.cell_launch import file_digest
 from tokenbalance.run.state import NOT_STARTED
 
 DIGESTS = ".tokenbalance-scripts.json"  # script name (relative to the grid directory) -> sha256 as written
-STOP_LEAD_S = 900  # Slurm signals a task this long before its time limit: the cell stops, then requeues
+STOP_LEAD_S = 900  # the least lead: Slurm signals a task this long (or longer) before its time limit
+STOP_MARGIN_S = 120  # of the lead, kept for a SIGTERM after the grace, the cell's STATUS and the requeue
+SLURM_SIGNAL_MAX_S = 65535  # sbatch --signal's largest lead
 
 
 def comment_safe(text: str) -> str:
@@ -150,9 +152,15 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 #     it; write your site's GPU request (e.g. --gpus-per-node=4) and export N_GPUS if it is not 4;
 #   * --cpus-per-task and --mem: the node's share your site gives 4 GPUs;
 #   * --time: @TIME_WHY@. @STOP_LEAD_S@ s before the limit Slurm
-#     sends this script USR1 (--signal): the cell's launch is stopped (SIGTERM to its process group; STATUS
-#     "failed at step N: stopped by SIGTERM"), then the task requeues itself (scontrol requeue; --requeue) and
-#     resumes from the cell's last checkpoint (every 20 steps), at most MAX_REQUEUES (default @MAX_REQUEUES@) times;
+#     sends this script USR1 (--signal; the lead is the slowest cell's estimated worst-case stop, its step in
+#     progress with that step's save and validation, the requested save and the exit, plus @STOP_MARGIN_S@ s, at
+#     least @STOP_LEAST_S@ s: ablate/verl/cost.py): the task asks its cell to stop (touch cells/<cell>/@STOP_FILE@):
+#     the trainer finishes the step in progress, saves it at the next step's beginning and ends (STATUS
+#     "failed at step N: stopped on request (@STOP_FILE@): checkpoint global_step_M saved ..."), so no completed
+#     step is lost. A sitting still running STOP_GRACE_S (default @STOP_GRACE_S@) s after the request is stopped
+#     as before (SIGTERM to its process group; STATUS "failed at step N: stopped by SIGTERM ..."; the steps since
+#     its last checkpoint, every 20 steps, are lost). Then the task requeues itself (scontrol requeue;
+#     --requeue) and resumes from the cell's last checkpoint, at most MAX_REQUEUES (default @MAX_REQUEUES@) times;
 #   * the environment: jobs inherit the submitting shell's by default; otherwise activate it below
 #     (module load ... / source .venv/bin/activate); CHECKPOINT_ROOT=/scratch/... puts the checkpoints there;
 #   * the grid directory: @GRID_WHERE@; a grid moved elsewhere: sbatch --export=ALL,GRID_DIR=/new/path @SCRIPT@.
@@ -176,10 +184,17 @@ if [[ -z "$CELL" ]]; then
   echo "array task $TASK: no line $((TASK + 1)) in $GRID_DIR/cells.txt" >&2
   exit 2
 fi
+# USR1 (the time limit is near): ask the cell's trainer to stop at its next step with a checkpoint (the
+# sitting ends by itself), and SIGTERM the sitting if it still runs STOP_GRACE_S later (a timer in its own
+# process group, ended with the sitting)
 STOPPED=""
+GRACE_TIMER=""
 stop_for_requeue() {
+  if [[ -n "$STOPPED" ]]; then return; fi
   STOPPED=1
-  kill -TERM "$SITTING" 2> /dev/null
+  touch "$GRID_DIR/cells/$CELL/@STOP_FILE@"
+  setsid bash -c 'sleep "$1"; kill -TERM "$2" 2> /dev/null' grace "${STOP_GRACE_S:-@STOP_GRACE_S@}" "$SITTING" &
+  GRACE_TIMER=$!
 }
 trap stop_for_requeue USR1
 bash "$GRID_DIR/cells/$CELL/run.sh" "$@" &
@@ -187,6 +202,7 @@ SITTING=$!
 wait "$SITTING"
 RC=$?
 while kill -0 "$SITTING" 2> /dev/null; do wait "$SITTING"; RC=$?; done  # a trapped signal ends wait early
+if [[ -n "$GRACE_TIMER" ]]; then kill -- "-$GRACE_TIMER" 2> /dev/null; fi
 if [[ -n "$STOPPED" ]]; then
   RESTARTS="${SLURM_RESTART_COUNT:-0}"
   if ((RESTARTS >= ${MAX_REQUEUES:-@MAX_REQUEUES@})); then
@@ -208,6 +224,15 @@ def slurm_hours(longest_cell_hours: float) -> tuple[int, str]:
         f"{SLURM_MAX_HOURS} h, a common partition limit (the longest cell is estimated at "
         f"{longest_cell_hours:.0f} h on 4 GPUs: it runs over several submissions)"
     )
+
+
+def stop_lead_s(cells: list[VerlCell]) -> int:
+    """How long before the time limit Slurm signals a task (``--signal=B:USR1@<this>``): the slowest cell's
+    worst-case stop (:attr:`.cost.CellCost.stop_seconds`: the step in progress, its save and validation, the
+    requested save, the exit) plus :data:`STOP_MARGIN_S`, in whole minutes, at least :data:`STOP_LEAD_S`
+    and at most :data:`SLURM_SIGNAL_MAX_S`."""
+    worst = max((CellCost(cell.model, cell.launch.update_passes).stop_seconds for cell in cells), default=0.0)
+    return min(SLURM_SIGNAL_MAX_S, max(STOP_LEAD_S, 60 * math.ceil((worst + STOP_MARGIN_S) / 60)))
 
 
 def max_requeues(longest_cell_hours: float, job_hours: int) -> int:
@@ -297,6 +322,7 @@ def write_verl_grid(
     not_on_verl = [f"not on verl: {row.label} ({row.preset}): {why}" for row, why in unsupported]
     header = summary_comment([*summary, *not_on_verl])
     hours, why = slurm_hours(longest_cell_hours)
+    lead = stop_lead_s(cells)
     grid_word, grid_where = movable_path(grid_dir)
     common = {"PRESET": comment_safe(repr(preset)), "COMMAND": comment_safe(command), "SUMMARY": header}
     (grid_dir / "cells").mkdir(parents=True, exist_ok=True)
@@ -319,7 +345,11 @@ def write_verl_grid(
         HOURS=str(hours),
         TIME_WHY=comment_safe(why),
         SCRIPT=comment_safe(shlex.quote(str(slurm))),
-        STOP_LEAD_S=str(STOP_LEAD_S),
+        STOP_LEAD_S=str(lead),
+        STOP_LEAST_S=str(STOP_LEAD_S),
+        STOP_MARGIN_S=str(STOP_MARGIN_S),
+        STOP_GRACE_S=str(lead - STOP_MARGIN_S),
+        STOP_FILE=STOP_FILE,
         MAX_REQUEUES=str(max_requeues(longest_cell_hours, hours)),
         GRID_DIR=shlex.quote(grid_word),
         GRID_WHERE=comment_safe(grid_where),

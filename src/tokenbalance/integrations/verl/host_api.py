@@ -44,6 +44,11 @@ TRAINER_API: dict[str, tuple[str, ...] | None] = {
     f"{_SYNC}._init_resource_pool_mgr": ("self",),
     f"{_SYNC}._compute_old_log_prob": ("self", "batch", "metrics"),
     f"{_SYNC}._compute_advantage": ("self", "batch", "metrics"),
+    # the stop on request (.stop); it also sets the instance attribute global_steps around the save and
+    # reads config.trainer.default_local_dir, which no import can check (tests/integrations/test_verl_stop.py)
+    f"{_SYNC}.on_step_begin": ("self",),
+    f"{_SYNC}._save_checkpoint": ("self",),
+    "verl.checkpoint_engine.base:CheckpointEngineManager.sleep_replicas": ("self",),
     f"{_WORKER}.compute_log_prob": ("self", "data"),
     f"{_WORKER}.set_loss_fn": ("self", "loss_fn"),
     "verl.single_controller.base.decorator:Dispatch.ONE_TO_ALL": None,

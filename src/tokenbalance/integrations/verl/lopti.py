@@ -3,9 +3,10 @@
 ``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``PPOTrainerSync`` subclass whose
 ``_setup`` installs :func:`.losses.lopti_ppo_loss` as the actor's loss (verl's ``set_loss_fn``) and
 whose ``_update_actor`` runs verl's own update once per pass (:func:`run_update_passes`), each on a
-copy of the batch handle naming the pass; the stored batch is never modified. Without verl's v1
-trainer dependencies it is not registered (:data:`.validation.TRAINER_IMPORT_ERROR` says why).
-How it runs and its differences from the fork: docs/verl.md, "Lopti on verl".
+copy of the batch handle naming the pass; the stored batch is never modified; it stops on request
+(:mod:`.stop`). Without verl's v1 trainer dependencies it is not registered
+(:data:`.validation.TRAINER_IMPORT_ERROR` says why). How it runs and its differences from the fork:
+docs/verl.md, "Lopti on verl".
 """
 
 from __future__ import annotations
@@ -66,13 +67,19 @@ def build_lopti_trainer():
 
     from tokenbalance.integrations.verl.config import lopti_config
     from tokenbalance.integrations.verl.losses import lopti_ppo_loss
+    from tokenbalance.integrations.verl.stop import stop_if_requested
     from tokenbalance.integrations.verl.validation import validate_launch
 
     if LOPTI_TRAINER in TRAINER_REGISTRY:
         return TRAINER_REGISTRY[LOPTI_TRAINER]
 
     class TokenBalanceLoptiTrainer(PPOTrainerSync):
-        """verl's sync trainer; the actor update runs once per Lopti pass (module docstring)."""
+        """verl's sync trainer; the actor update runs once per Lopti pass (module docstring); a stop
+        file stops it at the next step with a checkpoint (:mod:`.stop`)."""
+
+        def on_step_begin(self):
+            stop_if_requested(self)
+            super().on_step_begin()
 
         def _setup(self):
             validate_launch(self.config)

@@ -14,6 +14,8 @@ from tokenbalance.integrations.verl_names import (  # noqa: F401
     POLICY_LOSS_CONFIG_TARGET,
     POLICY_LOSS_KEY,
     POLICY_LOSS_NAMES,
+    STOP_FILE_ENV,
+    SYNC_TRAINER,
     TOKEN_MEAN_SCOPE_KEY,
     TOKEN_MEAN_SCOPES,
     UPDATE_PASS_KEY,

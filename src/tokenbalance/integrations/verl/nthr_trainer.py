@@ -4,8 +4,8 @@
 three methods, each calling verl's own: ``_init_resource_pool_mgr`` (our actor worker,
 :mod:`.nthr_worker`), ``_compute_old_log_prob`` (asks that forward for the hidden states) and
 ``_compute_advantage`` (then :func:`.nthr.nthr_advantages` on the whole batch, stored in place of
-verl's advantages). The hidden states stay out of later fetches. How it works, what it relies on,
-settings and cost: docs/verl.md, "NTHR on verl".
+verl's advantages). The hidden states stay out of later fetches; it stops on request
+(:mod:`.stop`). How it works, what it relies on, settings and cost: docs/verl.md, "NTHR on verl".
 """
 
 from __future__ import annotations
@@ -35,13 +35,19 @@ def build_nthr_trainer():
 
     from tokenbalance.integrations.verl.nthr import BATCH_FIELDS, nthr_advantages
     from tokenbalance.integrations.verl.nthr_worker import use_nthr_worker
+    from tokenbalance.integrations.verl.stop import stop_if_requested
     from tokenbalance.integrations.verl.validation import nthr_launch_settings, validate_launch
 
     if NTHR_TRAINER in TRAINER_REGISTRY:
         return TRAINER_REGISTRY[NTHR_TRAINER]
 
     class TokenBalanceNTHRTrainer(PPOTrainerSync):
-        """verl's sync trainer; NTHR weights the advantages before the update (module docstring)."""
+        """verl's sync trainer; NTHR weights the advantages before the update (module docstring); a
+        stop file stops it at the next step with a checkpoint (:mod:`.stop`)."""
+
+        def on_step_begin(self):
+            stop_if_requested(self)
+            super().on_step_begin()
 
         def _init_resource_pool_mgr(self):
             super()._init_resource_pool_mgr()

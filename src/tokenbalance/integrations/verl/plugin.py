@@ -3,8 +3,8 @@
 pyproject's ``verl.plugins`` entry point makes ``import verl`` import it in every process; our
 launcher (:mod:`.main`) imports it directly so that its errors are shown. It checks what it uses of
 verl and TransferQueue (:mod:`.host_api`), registers the policy loss, the advantage estimators and,
-when verl's v1 trainer imports, the ``tokenbalance_lopti`` / ``tokenbalance_nthr`` trainers, and installs
-:func:`.compat.guard_trl_value_head`. The registered names: docs/verl.md, "What is registered".
+when verl's v1 trainer imports, the ``tokenbalance_sync`` / ``tokenbalance_lopti`` /
+``tokenbalance_nthr`` trainers, and installs :func:`.compat.guard_trl_value_head`. The registered names: docs/verl.md, "What is registered".
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from verl.trainer.ppo.core_algos import (
     register_policy_loss,
 )
 
-from tokenbalance.integrations.verl import VERL_VERSION, compat, lopti, nthr_trainer, validation
+from tokenbalance.integrations.verl import VERL_VERSION, compat, lopti, nthr_trainer, stop, validation
 from tokenbalance.integrations.verl.advantages import ESTIMATOR_FUNCTIONS
 from tokenbalance.integrations.verl.host_api import CORE_API, TRAINER_API, check_host_api
 from tokenbalance.integrations.verl.losses import policy_loss
@@ -34,7 +34,7 @@ def check_trainer_hosts() -> None:
 
 
 def register_all() -> None:
-    """Register every loss, estimator and our two trainers; guard verl's TRL check (idempotent)."""
+    """Register every loss, estimator and our three trainers; guard verl's TRL check (idempotent)."""
     check_host_api(CORE_API, f"verl {VERL_VERSION}")
     compat.guard_trl_value_head()
     for name in POLICY_LOSS_NAMES:
@@ -45,6 +45,7 @@ def register_all() -> None:
             register_adv_est(name)(function)
     try:
         check_trainer_hosts()
+        stop.build_sync_trainer()
         lopti.build_lopti_trainer()
         nthr_trainer.build_nthr_trainer()
         validation.TRAINER_IMPORT_ERROR = None

@@ -21,7 +21,10 @@ from tokenbalance.integrations.verl.names import (
     POLICY_LOSS,
     POLICY_LOSS_CONFIG_TARGET,
     POLICY_LOSS_KEY,
+    SYNC_TRAINER,
 )
+
+OUR_TRAINERS = (SYNC_TRAINER, LOPTI_TRAINER, NTHR_TRAINER)
 
 
 def _select(config, dotted: str, default=None):
@@ -75,13 +78,13 @@ def nthr_launch_settings(config):
 
 
 TRAINER_IMPORT_ERROR: str | None = None
-"""Why verl's v1 trainer could not be imported (set by the plugin; then neither our Lopti trainer
-nor the NTHR trainer is registered and a launch asking for one is refused); ``None`` once both are."""
+"""Why verl's v1 trainer could not be imported (set by the plugin; then none of :data:`OUR_TRAINERS` is
+registered and a launch asking for one is refused); ``None`` once they are."""
 
 
 def _check_trainer(config, trainer_mode, ours: bool, loss_mode: str) -> None:
     use_v1 = bool(_select(config, "trainer.use_v1", True))
-    if trainer_mode in (LOPTI_TRAINER, NTHR_TRAINER) and not use_v1:
+    if trainer_mode in OUR_TRAINERS and not use_v1:
         raise ValueError(
             f"trainer.use_v1=False: the {trainer_mode} trainer is a verl v1 trainer; set trainer.use_v1=True"
         )
@@ -90,7 +93,7 @@ def _check_trainer(config, trainer_mode, ours: bool, loss_mode: str) -> None:
             f"{POLICY_LOSS_KEY}.loss_mode={loss_mode!r}: the {LOPTI_TRAINER} trainer needs a tokenbalance loss; "
             f"set {POLICY_LOSS_KEY}.loss_mode={POLICY_LOSS}"
         )
-    if trainer_mode in (LOPTI_TRAINER, NTHR_TRAINER) and TRAINER_IMPORT_ERROR is not None:
+    if trainer_mode in OUR_TRAINERS and TRAINER_IMPORT_ERROR is not None:
         raise ValueError(
             f"trainer.v1.trainer_mode={trainer_mode}: verl's v1 trainer could not be imported "
             f"({TRAINER_IMPORT_ERROR}); install tokenbalance's verl extra (pip install -e '.[verl]': "
