@@ -646,7 +646,7 @@ def test_import_verl_alone_registers_our_names_through_the_entry_point():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
     loaded, losses, estimators, trainer, sync_trainer = result.stdout.strip().splitlines()[-5:]
     assert loaded == "True"
-    assert trainer == "tokenbalance.integrations.verl.lopti PPOTrainerSync"
+    assert trainer == "tokenbalance.integrations.verl.lopti TokenBalanceSyncTrainer"
     assert sync_trainer == "tokenbalance.integrations.verl.stop PPOTrainerSync"
     assert losses.split(",") == sorted(POLICY_LOSS_NAMES)
     assert estimators.split(",") == sorted(ADVANTAGE_ESTIMATORS)

@@ -113,8 +113,9 @@ def test_each_of_our_trainers_stops_at_on_step_begin_and_the_sync_one_is_verls_s
     tmp_path, request_file, monkeypatch
 ):
     """verl's registry holds the three trainers; each one's ``on_step_begin`` runs the stop (built
-    without ``__init__``: its attributes set as verl's would be). ``tokenbalance_sync`` reads its
-    ``trainer_mode`` as "sync", so verl's base makes the choices of its own sync trainer."""
+    without ``__init__``: its attributes set as verl's would be). Each reads its ``trainer_mode`` as
+    "sync" (Lopti's and NTHR's are ``tokenbalance_sync`` subclasses), so verl's base makes the choices
+    of its own sync trainer for every row of a grid: the same replay buffer and data loader batch."""
     pytest.importorskip("verl")
     pytest.importorskip("transfer_queue")
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY
@@ -126,7 +127,7 @@ def test_each_of_our_trainers_stops_at_on_step_begin_and_the_sync_one_is_verls_s
 
     for name in (SYNC_TRAINER, LOPTI_TRAINER, NTHR_TRAINER):
         cls = TRAINER_REGISTRY[name]
-        assert cls.__mro__[1] is PPOTrainerSync
+        assert cls.__mro__[1] is (PPOTrainerSync if name == SYNC_TRAINER else TRAINER_REGISTRY[SYNC_TRAINER])
         trainer = cls.__new__(cls)
         fake = FakeTrainer(tmp_path, global_steps=3)
         trainer.global_steps, trainer.config, trainer.checkpoint_manager = 3, fake.config, fake.checkpoint_manager
@@ -137,4 +138,4 @@ def test_each_of_our_trainers_stops_at_on_step_begin_and_the_sync_one_is_verls_s
             trainer.on_step_begin()
         assert fake.calls == ["sleep", "save global_step_2"] and trainer.global_steps == 3
         trainer.trainer_mode = name  # as verl's __init__ sets it
-        assert trainer.trainer_mode == ("sync" if name == SYNC_TRAINER else name)
+        assert trainer.trainer_mode == "sync"

@@ -1,6 +1,6 @@
 """Lopti on verl: verl's synchronous v1 trainer with the actor update run once per pass.
 
-``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``PPOTrainerSync`` subclass whose
+``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``tokenbalance_sync`` subclass whose
 ``_setup`` installs :func:`.losses.lopti_ppo_loss` as the actor's loss (verl's ``set_loss_fn``) and
 whose ``_update_actor`` runs verl's own update once per pass (:func:`run_update_passes`), each on a
 copy of the batch handle naming the pass; the stored batch is never modified; it stops on request
@@ -62,24 +62,19 @@ def build_lopti_trainer():
     from functools import partial
 
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.utils.config import omega_conf_to_dataclass
 
     from tokenbalance.integrations.verl.config import lopti_config
     from tokenbalance.integrations.verl.losses import lopti_ppo_loss
-    from tokenbalance.integrations.verl.stop import stop_if_requested
+    from tokenbalance.integrations.verl.stop import build_sync_trainer
     from tokenbalance.integrations.verl.validation import validate_launch
 
     if LOPTI_TRAINER in TRAINER_REGISTRY:
         return TRAINER_REGISTRY[LOPTI_TRAINER]
 
-    class TokenBalanceLoptiTrainer(PPOTrainerSync):
-        """verl's sync trainer; the actor update runs once per Lopti pass (module docstring); a stop
-        file stops it at the next step with a checkpoint (:mod:`.stop`)."""
-
-        def on_step_begin(self):
-            stop_if_requested(self)
-            super().on_step_begin()
+    class TokenBalanceLoptiTrainer(build_sync_trainer()):  # type: ignore[misc]
+        """``tokenbalance_sync`` (verl's sync trainer, its choices and the stop on request: :mod:`.stop`); the
+        actor update runs once per Lopti pass (module docstring)."""
 
         def _setup(self):
             validate_launch(self.config)

@@ -1,6 +1,6 @@
 """NTHR on verl: verl's synchronous v1 trainer with NTHR's weights applied to the advantages.
 
-``trainer.v1.trainer_mode=tokenbalance_nthr`` registers a ``PPOTrainerSync`` subclass overriding
+``trainer.v1.trainer_mode=tokenbalance_nthr`` registers a ``tokenbalance_sync`` subclass overriding
 three methods, each calling verl's own: ``_init_resource_pool_mgr`` (our actor worker,
 :mod:`.nthr_worker`), ``_compute_old_log_prob`` (asks that forward for the hidden states) and
 ``_compute_advantage`` (then :func:`.nthr.nthr_advantages` on the whole batch, stored in place of
@@ -30,24 +30,19 @@ def build_nthr_trainer():
     import transfer_queue as tq
     from tensordict import TensorDict
     from verl.trainer.ppo.v1.trainer_base import TRAINER_REGISTRY, register_trainer
-    from verl.trainer.ppo.v1.trainer_sync import PPOTrainerSync
     from verl.utils.debug import marked_timer
 
     from tokenbalance.integrations.verl.nthr import BATCH_FIELDS, nthr_advantages
     from tokenbalance.integrations.verl.nthr_worker import use_nthr_worker
-    from tokenbalance.integrations.verl.stop import stop_if_requested
+    from tokenbalance.integrations.verl.stop import build_sync_trainer
     from tokenbalance.integrations.verl.validation import nthr_launch_settings, validate_launch
 
     if NTHR_TRAINER in TRAINER_REGISTRY:
         return TRAINER_REGISTRY[NTHR_TRAINER]
 
-    class TokenBalanceNTHRTrainer(PPOTrainerSync):
-        """verl's sync trainer; NTHR weights the advantages before the update (module docstring); a
-        stop file stops it at the next step with a checkpoint (:mod:`.stop`)."""
-
-        def on_step_begin(self):
-            stop_if_requested(self)
-            super().on_step_begin()
+    class TokenBalanceNTHRTrainer(build_sync_trainer()):  # type: ignore[misc]
+        """``tokenbalance_sync`` (verl's sync trainer, its choices and the stop on request: :mod:`.stop`); NTHR
+        weights the advantages before the update (module docstring)."""
 
         def _init_resource_pool_mgr(self):
             super()._init_resource_pool_mgr()
