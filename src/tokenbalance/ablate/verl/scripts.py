@@ -189,6 +189,7 @@ fi
 # process group, ended with the sitting)
 STOPPED=""
 GRACE_TIMER=""
+SITTING=""  # set before the trap, so that a USR1 before the sitting starts finds it (set -u)
 stop_for_requeue() {
   if [[ -n "$STOPPED" ]]; then return; fi
   STOPPED=1
