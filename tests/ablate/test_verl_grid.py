@@ -91,7 +91,7 @@ def test_the_size_and_the_estimated_cost_are_printed(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "verl grid kk-tiny: 2 rows x 1 models x 1 seeds = 2 cells" in printed
     assert "cost: an ESTIMATE from the settings, not a measurement" in printed
-    assert "  total: 2 cells, 357 GPU-hours" in printed  # 140 (one update pass) + 217 (Lopti's two, a resume)
+    assert "  total: 2 cells, 351 GPU-hours" in printed  # 140 (one update pass) + 211 (Lopti's two, a resume)
     assert "MFU per phase (ASSUMED, not measured): rollout 10%, logprob 40%, update 25%" in printed
     assert "  checkpoints: 0.15 TB if every cell runs at once" in printed  # 2 x 2 x 37.08 GB
 

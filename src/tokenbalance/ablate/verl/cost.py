@@ -109,9 +109,11 @@ class CellCost:
 
     @property
     def resumed_gpu_hours(self) -> float:
-        """What resumes repeat: half a save interval of steps (the mean since the last checkpoint) and the
-        validation verl runs again at the checkpoint it resumes from, per resume."""
-        repeated = SAVE_FREQ / 2 * self.step_gpu_seconds + validation_seconds(self.parameters)
+        """What resumes add, per resume: the validation verl runs again at the checkpoint it resumes from,
+        and the checkpoint the stop on request saves, with the exit, on every GPU of the node (no completed
+        step is repeated: the Slurm script's lead lets the trainer save it; docs/verl.md)."""
+        stop = self.checkpoint_bytes / ASSUMED_SAVE_BYTES_PER_S + ASSUMED_EXIT_S
+        repeated = validation_seconds(self.parameters) + GPUS_PER_CELL * stop
         return self.resumes * repeated / 3600
 
     @property
@@ -164,7 +166,7 @@ def assumptions() -> list[str]:
         f"  MFU per phase (ASSUMED, not measured): {mfu} of {PEAK_FLOPS / 1e12:.0f} TFLOP/s per GPU (A100 dense "
         f"bf16 peak; H100s at the same MFU: about a third of the hours); {GPUS_PER_CELL} GPUs per cell",
         f"  resumes: a cell longer than {SLURM_MAX_HOURS} h on its node runs over several Slurm jobs; each resume "
-        f"repeats {SAVE_FREQ // 2} steps (half a save interval) and one validation",
+        "adds one validation and one checkpoint save (the stop on request keeps every completed step)",
         f"  disk: a checkpoint is {CHECKPOINT_BYTES_PER_PARAMETER} bytes per parameter (fp32 weights + AdamW's two "
         f"moments); verl keeps the last {KEEP_CHECKPOINTS} (trainer.max_actor_ckpt_to_keep) and the one before while "
         "saving; set CHECKPOINT_ROOT to put them on scratch space (docs/verl.md)",

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tokenbalance.ablate.grid import GridMethod
 from tokenbalance.ablate.verl.cell_script import DRY_RUN_CHECK, SITTING_SCRIPT
-from tokenbalance.ablate.verl.cost import SLURM_MAX_HOURS, CellCost
+from tokenbalance.ablate.verl.cost import SAVE_FREQ, SLURM_MAX_HOURS, CellCost
 from tokenbalance.ablate.verl.grid import VERL_MODEL_NAMES, VerlCell
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.cell import STATUS_FILE, STOP_FILE, has_run
@@ -159,7 +159,7 @@ SLURM_TEMPLATE = """#!/usr/bin/env bash
 #     "failed at step N: stopped on request (@STOP_FILE@): checkpoint global_step_M saved ..."), so no completed
 #     step is lost. A sitting still running STOP_GRACE_S (default @STOP_GRACE_S@) s after the request is stopped
 #     as before (SIGTERM to its process group; STATUS "failed at step N: stopped by SIGTERM ..."; the steps since
-#     its last checkpoint, every 20 steps, are lost). Then the task requeues itself (scontrol requeue;
+#     its last checkpoint, every @SAVE_FREQ@ steps, are lost). Then the task requeues itself (scontrol requeue;
 #     --requeue) and resumes from the cell's last checkpoint, at most MAX_REQUEUES (default @MAX_REQUEUES@) times;
 #   * the environment: jobs inherit the submitting shell's by default; otherwise activate it below
 #     (module load ... / source .venv/bin/activate); CHECKPOINT_ROOT=/scratch/... puts the checkpoints there;
@@ -351,6 +351,7 @@ def write_verl_grid(
         STOP_MARGIN_S=str(STOP_MARGIN_S),
         STOP_GRACE_S=str(lead - STOP_MARGIN_S),
         STOP_FILE=STOP_FILE,
+        SAVE_FREQ=str(SAVE_FREQ),
         MAX_REQUEUES=str(max_requeues(longest_cell_hours, hours)),
         GRID_DIR=shlex.quote(grid_word),
         GRID_WHERE=comment_safe(grid_where),
