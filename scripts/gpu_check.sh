@@ -32,6 +32,10 @@
 #                                      ours also with float32 weights + bf16 autocast and the
 #                                      output layer in chunks of 1024 positions
 #      - benchmarks/update_cost.py     the update's FLOP/s as a share of the measured bf16 matmul rate
+#   Not here: verl's trainer. It needs vLLM (or SGLang) and Ray, which the lent machine lacks and which
+#   are far over what a call can carry (64 MiB); verl's real trainer runs on the CPU in the slow tier
+#   (tests/integrations/test_verl_*e2e.py: GRPO, Lopti on two ranks with a resume, NTHR, a grid cell,
+#   the stop on request), and on a cluster its dry run checks every cell (docs/verl.md).
 #
 # Usage:
 #   bash scripts/gpu_check.sh [RESULTS] [--dry-run] [--force] [--no-install] [--tests-only | --bench-only]
