@@ -21,20 +21,15 @@ missing verl fails instead of skipping.
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import os
 from pathlib import Path
 
 import pytest
 import torch
 
-VERL_STACK = ("verl", "transfer_queue", "ray")
-_missing = [name for name in VERL_STACK if importlib.util.find_spec(name) is None]
-if _missing:
-    if os.environ.get("CI"):
-        pytest.fail(f"{_missing} not installed in CI: the verl end-to-end tests would be skipped", pytrace=False)
-    pytest.skip(f"{_missing} not installed", allow_module_level=True)
+from tests.integrations.verl_cpu.stack import require_verl_stack
+
+require_verl_stack("the verl end-to-end tests")
 
 from tests.integrations.verl_cpu.launch import VOCABULARY, VerlRun, cpu_overrides, prepare_inputs, run_verl
 from tests.tolerances import assert_close_in, dtype_atol

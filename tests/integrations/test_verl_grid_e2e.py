@@ -25,7 +25,6 @@ Marked ``slow`` (three verl launches, minutes; the wall time of each sitting is 
 from __future__ import annotations
 
 import csv
-import importlib.util
 import math
 import os
 import signal
@@ -37,12 +36,9 @@ from pathlib import Path
 
 import pytest
 
-VERL_STACK = ("verl", "transfer_queue", "ray")
-_missing = [name for name in VERL_STACK if importlib.util.find_spec(name) is None]
-if _missing:
-    if os.environ.get("CI"):
-        pytest.fail(f"{_missing} not installed in CI: the verl grid end-to-end test would be skipped", pytrace=False)
-    pytest.skip(f"{_missing} not installed", allow_module_level=True)
+from tests.integrations.verl_cpu.stack import require_verl_stack
+
+require_verl_stack("the verl grid end-to-end test")
 
 from tests.integrations.verl_cpu.launch import REPO_ROOT, _kill_group, child_env, cpu_overrides, prepare_inputs
 from tokenbalance.ablate.verl.results import merged_steps, read_sitting

@@ -12,17 +12,11 @@ Marked ``slow`` (two verl launches, minutes).
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import pytest
 
-VERL_STACK = ("verl", "transfer_queue", "ray")
-_missing = [name for name in VERL_STACK if importlib.util.find_spec(name) is None]
-if _missing:
-    if os.environ.get("CI"):
-        pytest.fail(f"{_missing} not installed in CI: the verl stop end-to-end test would be skipped", pytrace=False)
-    pytest.skip(f"{_missing} not installed", allow_module_level=True)
+from tests.integrations.verl_cpu.stack import require_verl_stack
+
+require_verl_stack("the verl stop end-to-end test")
 
 from tests.integrations.verl_cpu.launch import REPO_ROOT, cpu_overrides, prepare_inputs, run_verl
 
