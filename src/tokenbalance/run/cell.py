@@ -1,14 +1,11 @@
 """A verl grid cell's sittings, with the local run's lock and statuses: ``python -m tokenbalance.run.cell
 begin|end|status CELL_DIR``, run by the cell's ``run_cell.sh`` (ablate/verl/cell_script.py) on the node.
 
-A cell directory holds ``STATUS`` (one line: ``not started``, ``running: sitting k on HOST pid P since
-T``, ``completed: sitting k on HOST at T``, ``failed at step N: WHY in sitting k on HOST at T; steps up
-to N-1 logged``, WHY ``stopped on request (STOP_REQUESTED): ...`` after :data:`STOP_FILE` stopped it),
-one verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's file logger truncates the file
-it opens) and ``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the shell's descriptor so that
-the launch keeps it); ``launch.json``, what the sittings launch (:mod:`.cell_launch`: a resume that
-would launch another experiment is refused, naming the key). Standard library only. docs/ablate.md
-"The grid at paper scale".
+A cell directory holds ``STATUS`` (one line: ``not started``, ``running: ...``, ``completed: ...``, ``failed at
+step N: WHY ...``; WHY ``stopped on request (STOP_REQUESTED): ...`` after :data:`STOP_FILE` stopped it), one
+verl metrics file per sitting (``metrics.sitting-<k>.jsonl``: verl's logger truncates the file it opens),
+``.lock`` (:class:`~tokenbalance.run.lock.RunLock`, held on the shell's descriptor so the launch keeps it) and
+``launch.json`` (:mod:`.cell_launch`). Standard library only. docs/ablate.md "The grid at paper scale".
 """
 
 from __future__ import annotations

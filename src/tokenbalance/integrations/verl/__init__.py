@@ -1,12 +1,11 @@
 """tokenbalance inside verl 0.9.1, without forking it (docs/verl.md: the table and the launch commands).
 
-Registered by :mod:`.plugin` at ``import verl``: the policy loss ``tokenbalance``, which runs the
-method named in :class:`.config.TokenBalancePolicyLossConfig` (a preset or your rule + overrides,
-resolved as in our trainer); the advantage estimators ``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}``;
-the trainers ``tokenbalance_lopti`` (one actor update per Lopti pass), ``tokenbalance_nthr`` (NTHR's
-hidden states from verl's old-log-prob forward) and ``tokenbalance_sync`` (verl's sync trainer), each
+Registered by :mod:`.plugin` at ``import verl``: the policy loss ``tokenbalance`` (a preset or your rule +
+overrides, resolved as in our trainer: :class:`.config.TokenBalancePolicyLossConfig`); the advantage estimators
+``tokenbalance_{grpo,dr_grpo,rloo,reinforce_pp}``; the trainers ``tokenbalance_sync`` (verl's sync trainer),
+``tokenbalance_lopti`` (one actor update per pass) and ``tokenbalance_nthr`` (NTHR's hidden states), each
 stopping on request with a checkpoint (:mod:`.stop`); the K&K reward. The maths is :mod:`tokenbalance.algorithms`;
-this package translates verl's tensors and config. The installed verl is checked here, on import.
+this package translates verl's tensors and config, and checks the installed verl on import.
 """
 
 from tokenbalance.integrations.versions import require_host

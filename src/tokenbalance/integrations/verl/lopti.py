@@ -1,12 +1,10 @@
 """Lopti on verl: verl's synchronous v1 trainer with the actor update run once per pass.
 
-``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``tokenbalance_sync`` subclass whose
-``_setup`` installs :func:`.losses.lopti_ppo_loss` as the actor's loss (verl's ``set_loss_fn``) and
-whose ``_update_actor`` runs verl's own update once per pass (:func:`run_update_passes`), each on a
-copy of the batch handle naming the pass; the stored batch is never modified; it stops on request
-(:mod:`.stop`). Without verl's v1 trainer dependencies it is not registered
-(:data:`.validation.TRAINER_IMPORT_ERROR` says why). How it runs and its differences from the fork:
-docs/verl.md, "Lopti on verl".
+``trainer.v1.trainer_mode=tokenbalance_lopti`` registers a ``tokenbalance_sync`` subclass (so it stops on
+request: :mod:`.stop`) whose ``_setup`` installs :func:`.losses.lopti_ppo_loss` as the actor's loss (verl's
+``set_loss_fn``) and whose ``_update_actor`` runs verl's own update once per pass (:func:`run_update_passes`),
+each on a copy of the batch handle naming the pass; the stored batch is never modified. Without verl's v1
+trainer it is not registered (:data:`.validation.TRAINER_IMPORT_ERROR`). docs/verl.md, "Lopti on verl".
 """
 
 from __future__ import annotations

@@ -1,10 +1,9 @@
 """Launch verl's PPO trainer with tokenbalance registered and the config checked first.
 
-Same command line as ``python -m verl.trainer.main_ppo``; our plugin is imported explicitly (verl's
-loader would hide its errors), :func:`.validation.validate_launch` runs before Ray starts (a dry run adds verl's own
-``validate_config``, :func:`.validation.verl_rejection`), and hydra's
-run directory defaults to ``runs/verl/<date>/<time>`` (a temporary one for a dry run;
-:func:`with_default_run_dir`). Then verl's own ``main`` runs unchanged (docs/verl.md, "Install")::
+Same command line as ``python -m verl.trainer.main_ppo``; our plugin is imported explicitly (verl's loader would
+hide its errors), :func:`.validation.validate_launch` runs before Ray starts (a dry run adds verl's own
+``validate_config``: :func:`.validation.verl_rejection`), hydra's run directory defaults to
+``runs/verl/<date>/<time>`` (:func:`with_default_run_dir`), then verl's own ``main`` runs (docs/verl.md)::
 
     TOKENBALANCE_VERL_DRY_RUN=1 python -m tokenbalance.integrations.verl.main <overrides>  # check + print
 """
