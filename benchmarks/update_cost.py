@@ -6,7 +6,7 @@ responses, sampled once). For each method, from the same weights and a fresh opt
 * prepare: the old-policy log-prob pass (with last-layer hidden states for NTHR) and
   ``build_update_passes`` (advantages, AR / NTHR weights, the Lopti split);
 * update: ``run_update`` (forward + backward + AdamW per pass and mini-batch); GRPO's is
-  also timed with every row running its own prompt (``share_prompts=False``), to show that gain.
+  also timed with every row running its own prompt (``optim.share_prompts=off``), to show that gain.
 
 The reference log-probs (the KL term, the same for every method) are computed once, outside the
 timings. Methods run round-robin so a slow spell of the machine hits all of them. The update's
@@ -24,6 +24,7 @@ the rows (GRPO always among them).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 from collections.abc import Callable
 
@@ -167,8 +168,13 @@ def main(argv: list[str] | None = None) -> None:
 
         return run
 
-    def unshared_update():  # GRPO with every row's prompt in its own forward (before prompt sharing)
-        update_module.response_logprobs = functools.partial(response_logprobs, share_prompts=False)
+    def unshared_logprobs(*args, forward_settings, **kwargs):
+        unshared = dataclasses.replace(forward_settings, share_prompts=False)
+        return response_logprobs(*args, forward_settings=unshared, **kwargs)
+
+    def unshared_update():  # GRPO with every row's prompt in its own forward (optim.share_prompts=off; the
+        # rows above share prompts on every device: update() gives UpdateSettings' default forward)
+        update_module.response_logprobs = unshared_logprobs  # type: ignore[assignment]
         try:
             return update_fn("grpo")()
         finally:

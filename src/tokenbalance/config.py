@@ -284,6 +284,13 @@ class OptimConfig:
         low=0,
         high=10**9,
     )
+    share_prompts: str = option(
+        "auto",
+        "run each distinct prompt of a batch once in every log-prob forward, its keys and values shared by the rows "
+        "that follow it (on), or every row's prompt in its own forward (off); auto: on on a CPU, off on a GPU, as "
+        'measured (docs/results.md, "Speed"); the same log-probs up to float rounding',
+        choices=("auto", "on", "off"),
+    )
     group_by_length: bool = option(
         False,
         "cut each mini-batch into micro-batches of rows of similar response length, each forward stopping at its "

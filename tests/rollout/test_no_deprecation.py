@@ -17,6 +17,7 @@ from tests.rollout.test_hf_engine import PROMPTS
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
 from tokenbalance.rollout.fast import cache_kwargs
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
+from tokenbalance.trainer.precision import ForwardSettings
 
 DEPRECATIONS = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
@@ -77,7 +78,8 @@ def test_rollout_and_logprob_paths_emit_no_deprecation_warning(model, tokenizer)
             )
             model.train()
             for share_prompts in (True, False):
-                out = response_logprobs(model, packed, temperature=1.0, with_entropy=True, share_prompts=share_prompts)
+                settings = ForwardSettings(share_prompts=share_prompts)
+                out = response_logprobs(model, packed, temperature=1.0, with_entropy=True, forward_settings=settings)
                 out.logp_BT.sum().backward()
             model.zero_grad(set_to_none=True)
             model.eval()

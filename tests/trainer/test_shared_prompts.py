@@ -5,7 +5,9 @@ import torch
 
 from tests.models.helpers import tiny_model
 from tests.tolerances import assert_close_in
+from tokenbalance.config import RunConfig
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs, shared_prompt_rows
+from tokenbalance.trainer.precision import ForwardSettings
 
 
 def grouped_batch(groups: int = 3, group_size: int = 4, prompt_len: int = 7, response_len: int = 6, seed: int = 0):
@@ -56,8 +58,15 @@ def test_shared_equals_full_forward(arch):
     outputs = {}
     for share in (False, True):
         model.zero_grad()
+        settings = ForwardSettings(share_prompts=share)
         out = response_logprobs(
-            model, packed, temperature=0.7, with_entropy=True, with_hidden=True, entropy_grad=True, share_prompts=share
+            model,
+            packed,
+            temperature=0.7,
+            with_entropy=True,
+            with_hidden=True,
+            entropy_grad=True,
+            forward_settings=settings,
         )
         ((out.logp_BT * mask_BT).sum() + (out.entropy_BT * mask_BT).sum()).backward()
         outputs[share] = (out, [p.grad.clone() for p in model.parameters()])
@@ -80,3 +89,14 @@ def test_entropy_is_detached_unless_asked():
     assert logged.logp_BT.requires_grad and not logged.entropy_BT.requires_grad
     assert bonus.entropy_BT.requires_grad
     torch.testing.assert_close(logged.entropy_BT, bonus.entropy_BT.detach())
+
+
+@pytest.mark.parametrize(
+    ("setting", "device", "shares"),
+    [("auto", "cpu", True), ("auto", "cuda", False), ("on", "cuda", True), ("on", "cpu", True), ("off", "cpu", False)],
+)
+def test_share_prompts_is_chosen_per_device(setting, device, shares):
+    """``optim.share_prompts=auto`` shares on a CPU and not on CUDA (docs/results.md, "Speed"); on/off on both."""
+    config = RunConfig()
+    config.optim.share_prompts = setting
+    assert ForwardSettings.from_config(config, torch.device(device)).share_prompts is shares

@@ -49,7 +49,7 @@ class ProbeBatch:
 
     @property
     def forward_settings(self) -> ForwardSettings:
-        return ForwardSettings.from_config(self.config)
+        return ForwardSettings.from_config(self.config, self.device)
 
     @property
     def mask_BT(self) -> torch.Tensor:
@@ -136,7 +136,7 @@ def probe_batch(
             f"{path}: the tokenizer produces ids beyond the model's {vocab} embedding rows; "
             "the checkpoint and the tokenizer do not match"
         )
-    settings = StepSettings.from_config(config, world_size=1)
+    settings = StepSettings.from_config(config, world_size=1, device=device)
     with forward_precision(model, settings.forward_settings.compute_dtype):  # model.autocast, as the trainer's rollout
         batch = sample_batch(
             make_engine(config.rollout.engine, model, tokenizer),

@@ -1,7 +1,7 @@
 """Log-probabilities of sampled responses under a causal LM, at the log-prob temperature.
 
 Prompt (left-padded) and response (right-padded) run as one sequence; only response positions go through the output
-layer (plus the last hidden states for NTHR). ``share_prompts`` runs each prompt of a group once
+layer (plus the last hidden states for NTHR). ``ForwardSettings.share_prompts`` runs each prompt of a group once
 (:class:`PackedSequences`); ``trim_padding`` stops at the rows' longest response. docs/training.md ("One RL step")."""
 
 from __future__ import annotations
@@ -242,22 +242,22 @@ def response_logprobs(
     with_hidden: bool = False,
     entropy_grad: bool = False,
     with_sum_sq_probs: bool = False,
-    share_prompts: bool = True,
     trim_padding: bool = False,
     forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
     """Log-probs of the response tokens under ``model`` at ``temperature`` (columns P-1 .. P+T-2 predict them).
 
     Gradient flows when autograd is on; the entropy carries it only with ``entropy_grad``. ``with_sum_sq_probs``:
-    sum_j pi_j^2 per position, detached. ``share_prompts``: each distinct prompt runs once. ``trim_padding``: stop at
-    the rows' longest response, zeros after. ``forward_settings``: autocast type of decoder and output layer
-    (:mod:`tokenbalance.trainer.precision`; the log-softmax is float32 either way) and the output layer's chunk size."""
+    sum_j pi_j^2 per position, detached. ``trim_padding``: stop at the rows' longest response, zeros after.
+    ``forward_settings``: autocast type of decoder and output layer (:mod:`tokenbalance.trainer.precision`; the
+    log-softmax is float32 either way), the output layer's chunk size, and whether each distinct prompt runs once."""
     if temperature <= 0:
         raise ValueError(f"temperature: must be > 0 for log-probs, got {temperature}")
     width = packed.input_ids_BL.shape[1] - packed.prompt_len
     if trim_padding:
         packed = packed.without_trailing_padding()
-    shared = shared_prompt_rows(packed) if share_prompts and not checkpointing(model) else None
+    sharing = forward_settings.share_prompts and not checkpointing(model)
+    shared = shared_prompt_rows(packed) if sharing else None
     with forward_precision(model, forward_settings.compute_dtype):
         hidden_BTD = (
             full_sequence_hidden(model, packed) if shared is None else shared_prompt_hidden(model, packed, *shared)
@@ -297,7 +297,6 @@ def batched_response_logprobs(
     micro_batch: int,
     with_hidden: bool = False,
     with_entropy: bool = False,
-    share_prompts: bool = True,
     group_by_length: bool = False,
     forward_settings: ForwardSettings = PLAIN_FORWARD,
 ) -> ResponseLogprobs:
@@ -316,7 +315,6 @@ def batched_response_logprobs(
                 temperature=temperature,
                 with_hidden=with_hidden,
                 with_entropy=with_entropy,
-                share_prompts=share_prompts,
                 trim_padding=group_by_length,
                 forward_settings=forward_settings,
             )

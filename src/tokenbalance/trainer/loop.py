@@ -89,7 +89,7 @@ class StepSettings(UpdateSettings):
     sampler_logprobs: bool  # old log-probs from the sampler instead of a forward
 
     @classmethod
-    def from_config(cls, config: RunConfig, world_size: int) -> StepSettings:
+    def from_config(cls, config: RunConfig, world_size: int, device: torch.device) -> StepSettings:
         r, o = config.rollout, config.optim
         return cls(
             seed=config.train.seed,
@@ -105,7 +105,7 @@ class StepSettings(UpdateSettings):
             mini_batch_rows=max(1, o.mini_batch_size // world_size),
             grad_clip=o.grad_clip,
             token_mean_scope=o.token_mean_scope,
-            forward_settings=ForwardSettings.from_config(config),
+            forward_settings=ForwardSettings.from_config(config, device),
             grad_share=config.diagnostics.logs_grad_share,  # per-token logit-gradient norms for diag/*
         )
 
@@ -487,7 +487,7 @@ def prepare_training(
         )
     parameter_dtype = next(policy.parameters()).dtype
     check_update_resolution(parameter_dtype, config.optim.lr, typical_weight_magnitude(policy))
-    slow = slow_autocast_warning(ForwardSettings.from_config(config).compute_dtype, device)
+    slow = slow_autocast_warning(ForwardSettings.from_config(config, device).compute_dtype, device)
     if slow is not None:
         warnings.warn(slow, RuntimeWarning, stacklevel=2)
     reference = None
@@ -502,7 +502,7 @@ def prepare_training(
         config=config,
         run_dir=run_dir,
         method=method,
-        settings=StepSettings.from_config(config, ctx.world_size),
+        settings=StepSettings.from_config(config, ctx.world_size, device),
         state=TrainState(policy=policy, optimizer=make_optimizer(policy, config), reference=reference),
         runtime=Runtime(
             engine=make_engine(config.rollout.engine, policy, tokenizer),  # stops at the tokenizer's and model's EOS

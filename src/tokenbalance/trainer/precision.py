@@ -31,14 +31,24 @@ def compute_dtype(autocast: str) -> torch.dtype | None:
 class ForwardSettings:
     """How every forward of a run computes: ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``;
     ``None``: the parameters' own), ``chunk_tokens`` positions per output-layer chunk (``optim.logit_chunk_tokens``;
-    0: all at once)."""
+    0: all at once), ``share_prompts`` each distinct prompt run once (``optim.share_prompts``)."""
 
     compute_dtype: torch.dtype | None = None
     chunk_tokens: int = 0
+    share_prompts: bool = True
 
     @classmethod
-    def from_config(cls, config: RunConfig) -> ForwardSettings:
-        return cls(compute_dtype(config.model.autocast), config.optim.logit_chunk_tokens)
+    def from_config(cls, config: RunConfig, device: torch.device) -> ForwardSettings:
+        share = shares_prompts(config.optim.share_prompts, device)
+        return cls(compute_dtype(config.model.autocast), config.optim.logit_chunk_tokens, share)
+
+
+def shares_prompts(setting: str, device: torch.device) -> bool:
+    """``optim.share_prompts`` on ``device``: "auto" shares on a CPU, where it made the update faster, and not on
+    CUDA, where it made it slower (docs/results.md, "Speed")."""
+    if setting == "auto":
+        return device.type == "cpu"
+    return setting == "on"
 
 
 PLAIN_FORWARD = ForwardSettings()
