@@ -416,7 +416,9 @@ def test_report_only_with_records_restores_the_finished_cells_and_runs_none(grid
     assert [r["event"] for r in log] == ["sitting"] and log[0]["runs_cells"] is False
     assert sorted(log[0]["restored"]) == sorted(c for c in CELLS if c != "ar_lopti-seed0")
     assert not (elsewhere / "cells" / "ar_lopti-seed0").exists()  # not run, not restored
-    assert "not complete: ar_lopti-seed0 (not started)" in (elsewhere / "results.md").read_text()
+    report_text = (elsewhere / "results.md").read_text()
+    assert "not complete: ar_lopti-seed0 (not started)" in report_text
+    assert "3 cell(s) restored from records ran elsewhere, not counted" in report_text
     with open(elsewhere / "cells.csv", newline="") as f:
         status = {row["cell"]: row["complete"] for row in csv.DictReader(f)}
     assert status["grpo-seed0"] == "True" and status.get("ar_lopti-seed0") != "True"

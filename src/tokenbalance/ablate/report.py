@@ -392,9 +392,11 @@ def cell_time_summary(log: list[dict], results: list[CellResult]) -> str:
     runs = [r for r in cell_runs(log, results) if "wall_s" in r]
     total = sum(float(r["wall_s"]) for r in runs)
     sittings = sum(1 for r in log if r.get("event") == "sitting")
+    restored = sorted({name for r in log if r.get("event") == "sitting" for name in r.get("restored", [])})
+    elsewhere = f"; {len(restored)} cell(s) restored from records ran elsewhere, not counted" if restored else ""
     return (
         f"- cell wall time: {total / 60:.1f} min over {len(runs)} cell run(s) in {sittings} sitting(s) "
-        "(grid_log.jsonl; start-policy SFT builds not included)"
+        f"(grid_log.jsonl; start-policy SFT builds not included{elsewhere})"
     )
 
 
