@@ -44,11 +44,20 @@ def engines(tokenizer, shape: str = "bench", device: torch.device | str = "cpu",
     sdpa = build_model(shape, tokenizer, attn_implementation="sdpa").to(device=device, dtype=dtype)
     eager = build_model(shape, tokenizer, attn_implementation="eager").to(device=device, dtype=dtype)
     never = [sdpa.config.vocab_size]  # one past the vocabulary: never sampled, so every row runs the full budget
-    return [
+    runners = [
         ("HF generate, SDPA attention (default)", HFGenerateEngine(sdpa, tokenizer, eos_token_ids=never)),
         ("HF generate, eager attention", HFGenerateEngine(eager, tokenizer, eos_token_ids=never)),
         ("tokenbalance FastEngine", FastEngine(sdpa, tokenizer, eos_token_ids=never)),
-    ], count_parameters(sdpa)
+    ]
+    if torch.device(device).type == "cuda":  # the default there replays each step as a CUDA graph
+        runners[-1] = ("tokenbalance FastEngine, CUDA graph (default on CUDA)", runners[-1][1])
+        runners.append(
+            (
+                "tokenbalance FastEngine, no CUDA graph",
+                FastEngine(sdpa, tokenizer, eos_token_ids=never, cuda_graph=False),
+            )
+        )
+    return runners, count_parameters(sdpa)
 
 
 def peak_generation_memory(device: torch.device, engine, prompts, params, group_size: int) -> int:

@@ -1,8 +1,9 @@
 """Both rollout engines on the device, float32 and bfloat16, against the full-forward sampler.
 
 float32: ``FastEngine`` draws exactly the tokens of a sampler that runs the model's full forward
-at every step with the same random stream (its static and grouped decoders); greedy decoding of
-both engines is the full forward's argmax. bfloat16 (and, for ``HFGenerateEngine``, which draws
+at every step with the same random stream (its static and grouped decoders, and on CUDA its
+default, each step replayed as a CUDA graph); greedy decoding of both engines is the full
+forward's argmax. bfloat16 (and, for ``HFGenerateEngine``, which draws
 from torch's global stream, float32 too): the log-prob each engine reports for its tokens equals a
 full forward of the same tokens within a tolerance derived from the dtype, and the sampled tokens
 follow the full forward's distribution (a chi-square test over 6,144 draws).
@@ -49,12 +50,16 @@ def models(device):
     [(1, 1.0, 0, 1.0), (4, 1.0, 0, 1.0), (1, 1.3, 5, 0.9), (4, 0.7, 0, 0.8)],
     ids=["static", "grouped", "static-topk-topp", "grouped-topp"],
 )
+@pytest.mark.parametrize("cuda_graph", [None, False], ids=["default", "no-graph"])
 def test_fast_engine_draws_the_full_forward_samplers_tokens_in_float32(
-    models, tokenizer, device, n, temperature, top_k, top_p
+    models, tokenizer, device, n, temperature, top_k, top_p, cuda_graph
 ):
+    """The default on CUDA replays each step as a CUDA graph (fixed shapes); ``cuda_graph=False`` is the eager
+    static / grouped decoder."""
     model = models["float32"]
-    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, cuda_graph=cuda_graph)
     assert engine.path == "static"
+    assert engine.fixed_shapes(device) == (device.type == "cuda" and cuda_graph is None)
     kwargs = dict(max_new_tokens=8, temperature=temperature, top_k=top_k, top_p=top_p, seed=11)
     gen = engine.generate(PROMPTS, SamplingParams(**kwargs), n=n)
     assert gen.response_ids_BT.device.type == device.type

@@ -409,3 +409,48 @@ def test_under_bfloat16_autocast_sampler_logp_matches_a_full_forward_under_it(mo
     tolerance = 4 * torch.finfo(torch.bfloat16).eps * max(1.0, float(logits_BTV.abs().max()))
     assert float((gen.sampler_logp_BT[mask] - expected_BT[mask]).abs().max()) <= tolerance
     assert gen.sampler_logp_BT.dtype == torch.float32
+
+
+@pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0, 0, 1.0), (1.3, 20, 0.9)])
+def test_the_fixed_shape_step_matches_the_full_forward_sampler(model, tokenizer, prompts, temperature, top_k, top_p):
+    """``cuda_graph=True`` on a CPU: the step a CUDA graph would replay (whole zeroed cache under a mask, column and
+    token read from tensors) draws the reference's tokens, with groups (each row its own prompt copy)."""
+    used = []
+    original = fast.FixedShapeDecoder
+
+    def recording(*args, **kwargs):
+        decoder = original(*args, **kwargs)
+        used.append(decoder.capture)
+        return decoder
+
+    engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, cuda_graph=True)
+    kwargs = dict(max_new_tokens=10, temperature=temperature, top_k=top_k, top_p=top_p, seed=5)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(fast, "FixedShapeDecoder", recording)
+        gen = engine.generate(prompts, SamplingParams(**kwargs), n=2)
+    rows = [ids for ids in prompts for _ in range(2)]
+    tokens, logps = reference_sample(model, engine, rows, **kwargs)
+    assert_matches_reference(gen, tokens, logps, NO_EOS)
+    assert used == [False]  # one decoder, run eagerly (no capture off CUDA)
+    assert not engine.compacts(torch.device("cpu"))
+
+
+def test_the_fixed_shape_step_finishes_rows_at_different_times(tokenizer):
+    model = random_model("qwen2", num_kv_heads=2)
+    prompts = [tokenizer.encode(f"{name} is a knight") for name in ("A", "B", "Zoey", "Oliver", "Ethan", "Mia")] * 2
+    eos_ids = list(range(100, 160))
+    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, cuda_graph=True)
+    kwargs = dict(max_new_tokens=12, temperature=1.0, seed=0)
+    gen = engine.generate(prompts, SamplingParams(**kwargs))
+    tokens, logps = reference_sample(model, engine, prompts, **kwargs)
+    assert_matches_reference(gen, tokens, logps, eos_ids)
+    assert gen.finished_B.any() and not gen.finished_B.all()
+
+
+def test_fixed_shapes_are_the_default_on_cuda_only(model, tokenizer):
+    engine = FastEngine(model, tokenizer)
+    assert engine.fixed_shapes(torch.device("cuda")) and not engine.fixed_shapes(torch.device("cpu"))
+    assert not FastEngine(model, tokenizer, cuda_graph=False).fixed_shapes(torch.device("cuda"))
+    assert not FastEngine(model, tokenizer, path="model", cuda_graph=True).fixed_shapes(torch.device("cpu"))
+    with pytest.raises(ValueError, match="cuda_graph must be None, True or False"):
+        FastEngine(model, tokenizer, cuda_graph="yes")

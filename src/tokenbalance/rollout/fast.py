@@ -201,6 +201,40 @@ def rotate(x_BQHD: torch.Tensor, cos_BQD: torch.Tensor, sin_BQD: torch.Tensor) -
     return x_BQHD * cos_BQ1D + rotated_BQHD * sin_BQ1D
 
 
+def project(
+    layer: LayerWeights, x_BQD: torch.Tensor, cos_BQD: torch.Tensor, sin_BQD: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(q_BHQD, k_BKQD, v_BKQD)`` of Q new positions, queries and keys rotated (K = the K/V heads)."""
+    batch, queries, _ = x_BQD.shape
+    heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
+    qkv_BQE = F.linear(x_BQD, layer.qkv_weight, layer.qkv_bias)
+    qk_BQE, v_BQE = qkv_BQE.split([(heads + kv_heads) * head_dim, kv_heads * head_dim], dim=-1)
+    qk_BQHD = rotate(qk_BQE.view(batch, queries, heads + kv_heads, head_dim), cos_BQD, sin_BQD)
+    return (
+        qk_BQHD[:, :, :heads].transpose(1, 2),
+        qk_BQHD[:, :, heads:].transpose(1, 2),
+        v_BQE.view(batch, queries, kv_heads, head_dim).transpose(1, 2),
+    )
+
+
+def attend(
+    layer: LayerWeights, q_BHQD: torch.Tensor, k_BKLD: torch.Tensor, v_BKLD: torch.Tensor, mask_B1QL: torch.Tensor
+) -> torch.Tensor:
+    """The queries' attention over the L cached columns where ``mask_B1QL`` (bool) is true, through the output
+    projection. -> [B, Q, D]."""
+    batch, heads, queries, head_dim = q_BHQD.shape
+    out_BHQD = F.scaled_dot_product_attention(
+        q_BHQD,
+        k_BKLD,
+        v_BKLD,
+        attn_mask=mask_B1QL,
+        scale=layer.scaling,
+        enable_gqa=layer.num_kv_heads != heads,
+    )
+    out_BQE = out_BHQD.transpose(1, 2).reshape(batch, queries, heads * head_dim)
+    return F.linear(out_BQE, layer.o_weight, layer.o_bias)
+
+
 def attention(
     layer: LayerWeights,
     x_BQD: torch.Tensor,
@@ -212,26 +246,12 @@ def attention(
 ) -> torch.Tensor:
     """Self-attention of Q new positions, written to cache columns [start, start + Q), attending to the K = start + Q
     columns filled so far where ``mask_B1QK`` (bool) is true. -> [B, Q, D]."""
-    batch, queries, _ = x_BQD.shape
-    heads, kv_heads, head_dim = layer.num_heads, layer.num_kv_heads, layer.head_dim
-    qkv_BQE = F.linear(x_BQD, layer.qkv_weight, layer.qkv_bias)
-    qk_BQE, v_BQE = qkv_BQE.split([(heads + kv_heads) * head_dim, kv_heads * head_dim], dim=-1)
-    qk_BQHD = rotate(qk_BQE.view(batch, queries, heads + kv_heads, head_dim), cos_BQD, sin_BQD)
-    k_cache_BHLD, v_cache_BHLD = cache
-    end = start + queries
-    k_cache_BHLD[:, :, start:end] = qk_BQHD[:, :, heads:].transpose(1, 2)
-    v_cache_BHLD[:, :, start:end] = v_BQE.view(batch, queries, kv_heads, head_dim).transpose(1, 2)
-    q_BHQD = qk_BQHD[:, :, :heads].transpose(1, 2)
-    out_BHQD = F.scaled_dot_product_attention(
-        q_BHQD,
-        k_cache_BHLD[:, :, :end],
-        v_cache_BHLD[:, :, :end],
-        attn_mask=mask_B1QK,
-        scale=layer.scaling,
-        enable_gqa=kv_heads != heads,
-    )
-    out_BQE = out_BHQD.transpose(1, 2).reshape(batch, queries, heads * head_dim)
-    return F.linear(out_BQE, layer.o_weight, layer.o_bias)
+    q_BHQD, k_BKQD, v_BKQD = project(layer, x_BQD, cos_BQD, sin_BQD)
+    k_cache_BKLD, v_cache_BKLD = cache
+    end = start + x_BQD.shape[1]
+    k_cache_BKLD[:, :, start:end] = k_BKQD
+    v_cache_BKLD[:, :, start:end] = v_BKQD
+    return attend(layer, q_BHQD, k_cache_BKLD[:, :, :end], v_cache_BKLD[:, :, :end], mask_B1QK)
 
 
 def mlp(layer: LayerWeights, x_BQD: torch.Tensor) -> torch.Tensor:
@@ -525,6 +545,83 @@ class StaticCacheDecoder:
         return self.logits(hidden_B1D[:, 0])
 
 
+class FixedShapeDecoder(StaticCacheDecoder):
+    """:class:`StaticCacheDecoder` with every shape of a step fixed, so that a CUDA graph can replay it: the step reads
+    its token and column from device tensors, writes K/V with ``index_copy_`` and attends over the whole zeroed cache
+    (S + T columns) under a mask. ``capture``: record the step as a CUDA graph at its first call and replay it from
+    then on (CUDA only; one graph per generation); otherwise the same arithmetic runs eagerly. The logits a step
+    returns live in the graph's buffer until the next step."""
+
+    def __init__(
+        self,
+        model: PreTrainedModel,
+        layers: list[LayerWeights],
+        prompt_ids_BS: torch.Tensor,
+        prompt_mask_BS: torch.Tensor,
+        max_new_tokens: int,
+        *,
+        capture: bool,
+    ) -> None:
+        super().__init__(model, layers, prompt_ids_BS, prompt_mask_BS, max_new_tokens)
+        for k_BKLD, v_BKLD in self.caches:  # columns not yet written are read (weight 0): no NaN may hide there
+            k_BKLD.zero_()
+            v_BKLD.zero_()
+        device = prompt_ids_BS.device
+        self.token_B = torch.zeros(prompt_ids_BS.shape[0], dtype=torch.int64, device=device)
+        self.column_1 = torch.zeros(1, dtype=torch.int64, device=device)
+        self.columns_L = torch.arange(self.key_mask_BL.shape[1], device=device)
+        self.capture = capture
+        self.graph: Any = None
+        self.logits_BV: torch.Tensor | None = None
+
+    def fixed_step(self) -> torch.Tensor:
+        """One step on the buffers ``token_B`` and ``column_1``. -> [B, V] logits."""
+        column_1 = self.column_1
+        hidden_B1D = self.model.get_input_embeddings()(self.token_B[:, None])
+        cos_B1D, sin_B1D = self.cos_BLD.index_select(1, column_1), self.sin_BLD.index_select(1, column_1)
+        mask_B11L = (self.key_mask_BL & (self.columns_L <= column_1))[:, None, None, :]
+        for layer, (k_cache_BKLD, v_cache_BKLD) in zip(self.layers, self.caches):
+            q_BH1D, k_BK1D, v_BK1D = project(layer, layer.input_norm(hidden_B1D), cos_B1D, sin_B1D)
+            k_cache_BKLD.index_copy_(2, column_1, k_BK1D)
+            v_cache_BKLD.index_copy_(2, column_1, v_BK1D)
+            hidden_B1D = hidden_B1D + attend(layer, q_BH1D, k_cache_BKLD, v_cache_BKLD, mask_B11L)
+            hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
+        return self.logits(hidden_B1D[:, 0])
+
+    def select(self, keep_A: torch.Tensor, t: int) -> None:
+        raise NotImplementedError("a fixed-shape decoder keeps every row (no compaction)")
+
+    def step(self, token_B: torch.Tensor, t: int) -> torch.Tensor:
+        self.token_B.copy_(token_B)
+        self.column_1.fill_(self.width + t)
+        if not self.capture:
+            return self.fixed_step()
+        if self.graph is None:
+            self.graph, self.logits_BV = capture_cuda_graph(self.fixed_step)
+        self.graph.replay()
+        return typing.cast(torch.Tensor, self.logits_BV)
+
+
+def capture_cuda_graph(function: Callable[[], torch.Tensor]) -> tuple[Any, torch.Tensor]:
+    """``(graph, output)``: ``function`` (idempotent on its inputs) run twice on a side stream, as capture needs, then
+    recorded as a CUDA graph whose replays refill ``output``. Under autocast the capture turns autocast's cast cache
+    off (a cached cast would be freed while the graph still reads it)."""
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    dtype = autocast_dtype("cuda")
+    with torch.cuda.stream(stream):
+        for _ in range(2):
+            function()
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with (
+        torch.autocast("cuda", dtype=dtype or torch.bfloat16, enabled=dtype is not None, cache_enabled=False),
+        torch.cuda.graph(graph),
+    ):
+        output = function()
+    return graph, output
+
+
 @functools.cache
 def _cache_keyword(forward_owner: type) -> str:
     parameters = inspect.signature(forward_owner.forward).parameters
@@ -680,7 +777,10 @@ class FastEngine(PromptEngine):
         path: ``"auto"`` (static when supported), ``"static"`` (``ValueError`` if unsupported) or ``"model"``.
         compact: let finished rows leave the batch on the static path (:func:`sampling_loop`). ``None``: only at one
             CPU torch thread, where every token stays bit-identical (docs/training.md §Threads); ``False`` never;
-            ``True`` always (same distribution, not the same bits)."""
+            ``True`` always (same distribution, not the same bits).
+        cuda_graph: decode with every step's shapes fixed (:class:`FixedShapeDecoder`: one row per response, no
+            prompt sharing, no compaction), on CUDA replaying each step as a CUDA graph; static path only. ``None``:
+            on CUDA devices; ``True`` on a CPU runs the fixed-shape step eagerly (what its CPU tests check)."""
 
     def __init__(
         self,
@@ -691,13 +791,16 @@ class FastEngine(PromptEngine):
         max_batch_size: int | None = None,
         path: str = "auto",
         compact: bool | None = None,
+        cuda_graph: bool | None = None,
     ) -> None:
         super().__init__(model, tokenizer, eos_token_ids=eos_token_ids)
-        self.compact = compact
+        self.compact, self.cuda_graph = compact, cuda_graph
         if max_batch_size is not None and (
             isinstance(max_batch_size, bool) or not isinstance(max_batch_size, int) or max_batch_size < 1
         ):
             raise ValueError(f"max_batch_size must be None or an integer >= 1, got {max_batch_size!r}")
+        if cuda_graph is not None and not isinstance(cuda_graph, bool):
+            raise ValueError(f"cuda_graph must be None, True or False, got {cuda_graph!r}")
         if path not in PATHS:
             raise ValueError(f"path must be one of {', '.join(PATHS)}, got {path!r}")
         problem = static_path_problem(model)
@@ -706,9 +809,15 @@ class FastEngine(PromptEngine):
         self.max_batch_size = max_batch_size
         self.path = "static" if path != "model" and problem is None else "model"
 
-    def compacts(self, device: torch.device) -> bool:
-        """Whether finished rows leave the batch (the ``compact`` argument; static path only)."""
+    def fixed_shapes(self, device: torch.device) -> bool:
+        """Whether the steps run on :class:`FixedShapeDecoder` (the ``cuda_graph`` argument; static path only)."""
         if self.path != "static":
+            return False
+        return device.type == "cuda" if self.cuda_graph is None else self.cuda_graph
+
+    def compacts(self, device: torch.device) -> bool:
+        """Whether finished rows leave the batch (the ``compact`` argument; static path only, not fixed shapes)."""
+        if self.path != "static" or self.fixed_shapes(device):
             return False
         if self.compact is None:
             return device.type == "cpu" and torch.get_num_threads() == 1
@@ -728,8 +837,12 @@ class FastEngine(PromptEngine):
             layers = layer_weights(model, autocast_dtype(device.type)) if self.path == "static" else []
             for start in range(0, rows, chunk):
                 ids_BS, mask_BS = prompt_ids_BS[start : start + chunk], prompt_mask_BS[start : start + chunk]
-                if self.path == "static" and n > 1:
-                    decoder: Decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens, n)
+                if self.fixed_shapes(device):
+                    decoder: Decoder = FixedShapeDecoder(
+                        model, layers, ids_BS, mask_BS, sampling.max_new_tokens, capture=device.type == "cuda"
+                    )
+                elif self.path == "static" and n > 1:
+                    decoder = GroupedCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens, n)
                 elif self.path == "static":
                     decoder = StaticCacheDecoder(model, layers, ids_BS, mask_BS, sampling.max_new_tokens)
                 else:
