@@ -582,8 +582,8 @@ class FixedShapeDecoder(StaticCacheDecoder):
         mask_B11L = (self.key_mask_BL & (self.columns_L <= column_1))[:, None, None, :]
         for layer, (k_cache_BKLD, v_cache_BKLD) in zip(self.layers, self.caches):
             q_BH1D, k_BK1D, v_BK1D = project(layer, layer.input_norm(hidden_B1D), cos_B1D, sin_B1D)
-            k_cache_BKLD.index_copy_(2, column_1, k_BK1D)
-            v_cache_BKLD.index_copy_(2, column_1, v_BK1D)
+            k_cache_BKLD.index_copy_(2, column_1, k_BK1D.to(k_cache_BKLD.dtype))  # under autocast: float32 keys
+            v_cache_BKLD.index_copy_(2, column_1, v_BK1D.to(v_cache_BKLD.dtype))
             hidden_B1D = hidden_B1D + attend(layer, q_BH1D, k_cache_BKLD, v_cache_BKLD, mask_B11L)
             hidden_B1D = hidden_B1D + mlp(layer, layer.post_attention_norm(hidden_B1D))
         return self.logits(hidden_B1D[:, 0])
