@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Every GPU check of the project in one command, with the results in one Markdown file.
 #
-# STATUS: first run on a GPU (one H200) on 2026-11-26: it found a device bug (fixed in 92770ed) and a
-# test guess that was wrong; docs/results.md ("On a GPU") has the figures. Read the results file
-# before trusting a number in it. It is also checked on the CPU (--dry-run, which
-# tests/cuda/test_gpu_check_script.py runs in the default suite).
+# STATUS: run on one H200 (2026-11-26: a device bug, fixed in 92770ed, and a wrong test guess) and
+# one H100 (2026-11-27: a dtype bug of the new CUDA-graph decode step, fixed in 889e31b);
+# docs/results.md ("On a GPU") has the figures. Read the results file before trusting a number in
+# it. It is also checked on the CPU (--dry-run, which tests/cuda/test_gpu_check_script.py runs in
+# the default suite).
 #
 # What it runs, on one CUDA device, writing each part to the results file as it finishes:
 #   1. the tests marked `cuda` (tests/cuda; each skips where no GPU exists, reported as skipped):
-#      - test_engines.py     FastEngine and HFGenerateEngine sampling in float32 and bfloat16 against
+#      - test_engines.py     FastEngine (its CUDA-graph step, the default on CUDA, and the eager
+#                            decoders) and HFGenerateEngine sampling in float32 and bfloat16 against
 #                            the full-forward sampler: the same tokens where the kernels allow
 #                            (FastEngine float32 with the same random stream, greedy decoding of
 #                            both), else the log-probs each engine reports vs a full forward within
@@ -27,7 +29,8 @@
 #                            weight moves, the fast engine decodes from a bf16 K/V cache; log-probs
 #                            under autocast and in chunks within bf16 rounding of float32's
 #   2. the benchmarks, at Qwen2.5-0.5B's shape with random weights built locally (no hub), bfloat16:
-#      - benchmarks/rollout_speed.py   rollout tokens/s of both engines (and HF eager), peak memory
+#      - benchmarks/rollout_speed.py   rollout tokens/s of both engines (and HF eager; the fast
+#                                      engine with and without its CUDA graph), peak memory
 #      - benchmarks/rl_step_vs_trl.py  one RL step: our trainer vs TRL's GRPOTrainer, peak memory;
 #                                      ours also with float32 weights + bf16 autocast and the
 #                                      output layer in chunks of 1024 positions

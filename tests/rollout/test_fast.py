@@ -1,5 +1,7 @@
 """FastEngine: the same tokens as a step-by-step full-forward sampler with the same random stream."""
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -342,6 +344,20 @@ def test_auto_engine_is_fast_only_for_small_static_models_on_cpu(model, monkeypa
     monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS", 10**9)
     monkeypatch.setattr(rollout, "static_path_problem", lambda m: "architecture X")
     assert rollout.auto_engine(model) == ("hf", "the fast engine's static path does not support architecture X")
+
+
+def test_auto_engine_on_cuda_is_fast_up_to_its_own_limit(model, monkeypatch):
+    import tokenbalance.rollout as rollout
+
+    meta = random_model("qwen2").to("meta")  # a device type the engine was never measured on
+    assert rollout.auto_engine(meta) == ("hf", "meta device (the fast engine is measured on CPU and CUDA only)")
+    on_cuda = SimpleNamespace(weight=SimpleNamespace(device=torch.device("cuda")))  # where auto_engine looks
+    monkeypatch.setattr(model, "get_input_embeddings", lambda: on_cuda)
+    monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS", 10)  # the CPU limit does not apply on CUDA
+    name, why = rollout.auto_engine(model)
+    assert name == "fast" and why.startswith("CUDA, decode steps replayed as a CUDA graph")
+    monkeypatch.setattr(rollout, "FAST_ENGINE_MAX_PARAMS_CUDA", 10)
+    assert rollout.auto_engine(model)[1].endswith("(fast engine on cuda: at most 0M)")
 
 
 @pytest.mark.parametrize("group_size", [1, 6])

@@ -13,21 +13,27 @@ from tokenbalance.rollout.hf import HFGenerateEngine
 
 ENGINES = {"hf": HFGenerateEngine, "fast": FastEngine}
 ENGINE_CHOICES = ("auto", *ENGINES)
-FAST_ENGINE_MAX_PARAMS = 100_000_000
+FAST_ENGINE_MAX_PARAMS = 100_000_000  # on a CPU: the fused weight copies made every call stay cheap
+# on CUDA the fast engine replays each decode step as a CUDA graph (measured at Qwen2.5-0.5B's shape on one H100,
+# docs/results.md); its fused copies cost about 1 GB at 0.5B, so larger models keep `generate` until measured
+FAST_ENGINE_MAX_PARAMS_CUDA = 1_000_000_000
 
 
 def auto_engine(model) -> tuple[str, str]:
     """The engine ``auto`` picks for ``model`` on its device, and why (one line)."""
     device = model.get_input_embeddings().weight.device
     params = sum(p.numel() for p in model.parameters())
-    if device.type != "cpu":
-        return "hf", f"{device.type} device (the fast engine is measured on CPU only)"
+    limits = {"cpu": FAST_ENGINE_MAX_PARAMS, "cuda": FAST_ENGINE_MAX_PARAMS_CUDA}
+    if device.type not in limits:
+        return "hf", f"{device.type} device (the fast engine is measured on CPU and CUDA only)"
     problem = static_path_problem(model)
     if problem is not None:
         return "hf", f"the fast engine's static path does not support {problem}"
-    if params > FAST_ENGINE_MAX_PARAMS:
-        return "hf", f"{params / 1e6:.0f}M parameters (fast engine: at most {FAST_ENGINE_MAX_PARAMS / 1e6:.0f}M)"
-    return "fast", f"CPU, {params / 1e6:.1f}M-parameter {type(model).__name__}"
+    if params > limits[device.type]:
+        limit = limits[device.type] / 1e6
+        return "hf", f"{params / 1e6:.0f}M parameters (fast engine on {device.type}: at most {limit:.0f}M)"
+    how = "CPU" if device.type == "cpu" else "CUDA, decode steps replayed as a CUDA graph"
+    return "fast", f"{how}, {params / 1e6:.1f}M-parameter {type(model).__name__}"
 
 
 def make_engine(name: str, model, tokenizer) -> RolloutEngine:
@@ -43,6 +49,7 @@ __all__ = [
     "ENGINES",
     "ENGINE_CHOICES",
     "FAST_ENGINE_MAX_PARAMS",
+    "FAST_ENGINE_MAX_PARAMS_CUDA",
     "FastEngine",
     "Generation",
     "HFGenerateEngine",
