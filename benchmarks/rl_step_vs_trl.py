@@ -9,9 +9,11 @@ generation, float32, no bf16 autocast), built by
 the HF-generate and the fast rollout engine (the default), and with the fast engine plus
 ``rollout.old_logprobs=sampler`` (no old-policy forward, as TRL skips it when on-policy), and with
 float32 weights under bfloat16 autocast and the output layer in chunks of 1024 positions
-(``model.autocast=bfloat16``, ``optim.logit_chunk_tokens=1024``, whatever ``--dtype``). Each contender runs ``--steps`` steps per round,
-rounds alternate, and the reported time is the median step; a step's tokens differ between
-runners (different samples), so tokens/s is reported too.
+(``model.autocast=bfloat16``, ``optim.logit_chunk_tokens=1024``, whatever ``--dtype``), and that
+again with activation checkpointing (``optim.activation_checkpointing=true``: TRL's GRPOConfig
+turns gradient checkpointing on by default, so this is the like-for-like row for memory). Each
+contender runs ``--steps`` steps per round, rounds alternate, and the reported time is the median
+step; a step's tokens differ between runners (different samples), so tokens/s is reported too.
 
 ``--device`` / ``--dtype`` / ``--shape`` run it elsewhere: both runners then load the same local
 policy directory of that shape with random weights (``benchmarks/_shapes.py``; no SFT, no hub)
@@ -64,6 +66,9 @@ os.environ.update(
 # float32 master weights, every forward under bfloat16 autocast, the output layer 1024 positions at a time
 MIXED_OVERRIDES = ("model.autocast=bfloat16", "optim.logit_chunk_tokens=1024")
 MIXED = "ours, fast engine, float32 weights + bf16 autocast, logits in chunks"
+# ... and every decoder layer's activations recomputed in the backward, as TRL's GRPOConfig does by default
+CHECKPOINTED_OVERRIDES = (*MIXED_OVERRIDES, "optim.activation_checkpointing=true")
+CHECKPOINTED = MIXED + ", activation checkpointing (as TRL)"
 
 
 def our_steps(
@@ -202,6 +207,9 @@ def main(argv: list[str] | None = None) -> None:
         sampler: lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, "sampler", **ours),
         MIXED: lambda steps, first, seed: our_steps(
             policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=MIXED_OVERRIDES
+        ),
+        CHECKPOINTED: lambda steps, first, seed: our_steps(
+            policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=CHECKPOINTED_OVERRIDES
         ),
     }
     runs: dict[str, list[tuple[float, int]]] = {label: [] for label in contenders}

@@ -284,6 +284,13 @@ class OptimConfig:
         low=0,
         high=10**9,
     )
+    activation_checkpointing: bool = option(
+        False,
+        "recompute each decoder layer's activations in the backward instead of keeping them (transformers' gradient "
+        "checkpointing, non-reentrant; TRL's GRPOConfig turns it on by default): the update keeps about one layer's "
+        "activations instead of all, for about one more forward of compute; the same gradients up to float rounding; "
+        "prompts are then not shared (share_prompts)",
+    )
     share_prompts: str = option(
         "auto",
         "run each distinct prompt of a batch once in every log-prob forward, its keys and values shared by the rows "

@@ -495,6 +495,8 @@ def prepare_training(
         reference = copy.deepcopy(policy).eval()
         for param in reference.parameters():
             param.requires_grad_(False)
+    if config.optim.activation_checkpointing:  # after the reference's copy, which never runs a backward
+        policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if setup is None:
         setup = prepare(config, resume=resume, tokenizer=tokenizer)
     setup = setup.with_tokenizer(tokenizer)  # the embedded policy's: its tags checked, the prompts encoded
