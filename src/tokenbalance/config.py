@@ -223,9 +223,9 @@ class DataConfig:
 class RolloutConfig:
     engine: str = option(
         "auto",
-        "rollout engine: auto (fast on CPU for a Llama / Qwen2 model of at most 100M parameters, where it is "
-        "measured faster; hf otherwise, GPUs included), fast (a preallocated-KV-cache decode loop) or hf "
-        "(Hugging Face generate)",
+        "rollout engine: auto (fast for a Llama / Qwen2 model of at most 100M parameters on a CPU or 1B on a CUDA "
+        "GPU, where each decode step is replayed as a CUDA graph: measured faster there; hf otherwise), fast (a "
+        "preallocated-KV-cache decode loop) or hf (Hugging Face generate)",
         choices=("auto", "fast", "hf"),
     )
     prompts_per_step: int = option(16, "prompts per RL step", low=1, high=10**6)
