@@ -27,13 +27,15 @@
 #                            autocast (model.autocast) and the output layer in chunks
 #                            (optim.logit_chunk_tokens): float32 weights and AdamW state, every
 #                            weight moves, the fast engine decodes from a bf16 K/V cache; log-probs
-#                            under autocast and in chunks within bf16 rounding of float32's
+#                            under autocast and in chunks within bf16 rounding of float32's; a step
+#                            with activation checkpointing equal to one without
 #   2. the benchmarks, at Qwen2.5-0.5B's shape with random weights built locally (no hub), bfloat16:
 #      - benchmarks/rollout_speed.py   rollout tokens/s of both engines (and HF eager; the fast
 #                                      engine with and without its CUDA graph), peak memory
 #      - benchmarks/rl_step_vs_trl.py  one RL step: our trainer vs TRL's GRPOTrainer, peak memory;
 #                                      ours also with float32 weights + bf16 autocast and the
 #                                      output layer in chunks of 1024 positions
+#                                      (and that with activation checkpointing, as TRL's default)
 #      - benchmarks/update_cost.py     the update's FLOP/s as a share of the measured bf16 matmul rate
 #   Not here: verl's trainer. It needs vLLM (or SGLang) and Ray, which the lent machine lacks and which
 #   are far over what a call can carry (64 MiB); verl's real trainer runs on the CPU in the slow tier

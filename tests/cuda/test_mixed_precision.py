@@ -1,7 +1,8 @@
 """Mixed precision and the chunked output layer on the device: one RL step with float32 weights
 under bfloat16 autocast (``model.autocast``) and the logits in chunks (``optim.logit_chunk_tokens``)
 keeps float32 weights and AdamW state and moves every weight; the fast engine decodes from a
-bfloat16 K/V cache there; log-probs under autocast stay within bfloat16 rounding of float32's."""
+bfloat16 K/V cache there; log-probs under autocast stay within bfloat16 rounding of float32's; a
+step with activation checkpointing (``optim.activation_checkpointing``) equals one without."""
 
 import math
 
@@ -9,10 +10,11 @@ import pytest
 import torch
 
 from tests.cuda.helpers import step_config, synchronize
+from tests.tolerances import assert_close_in
 from tokenbalance.models import load_policy
 from tokenbalance.rollout import fast
 from tokenbalance.trainer.distributed import DistContext
-from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
+from tokenbalance.trainer.logprobs import checkpointing, pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
 from tokenbalance.trainer.precision import ForwardSettings
 
@@ -64,3 +66,24 @@ def test_log_probs_under_autocast_and_in_chunks_are_within_bfloat16_rounding(pol
     tolerance = 4 * torch.finfo(torch.bfloat16).eps * max(1.0, float(logits.abs().max()))
     assert mixed.dtype == torch.float32
     assert float((mixed - exact).abs().max()) <= tolerance
+
+
+def test_an_activation_checkpointed_step_equals_the_plain_one(policy_dir, parity_task, device, tmp_path):
+    """``optim.activation_checkpointing`` on the device under the mixed-precision settings: the layers' recomputation
+    gives the step's loss and gradient norm within bfloat16 rounding of the step that kept its activations."""
+    extra = ("model.autocast=bfloat16", "optim.logit_chunk_tokens=16", "rollout.engine=fast", "optim.share_prompts=off")
+    results = {}
+    for checkpointed in (False, True):
+        config = step_config(
+            policy_dir, device, "float32", "grpo", *extra, f"optim.activation_checkpointing={checkpointed}"
+        )
+        policy, tokenizer = load_policy(policy_dir, device=str(device), dtype=torch.float32)
+        run_dir, ctx = tmp_path / str(checkpointed), DistContext(device=device)
+        parts = prepare_training(config, run_dir, policy, tokenizer, device, ctx)
+        results[checkpointed] = (rl_step(parts, 0), checkpointing(policy))
+        synchronize(device)
+    (plain, plain_on), (kept, kept_on) = results[False], results[True]
+    assert not plain_on and kept_on
+    assert plain["optim/grad_norm"] > 0
+    for key in ("loss/total", "optim/grad_norm"):
+        assert_close_in(torch.tensor(kept[key]), torch.tensor(plain[key]), torch.bfloat16, msg=key)
