@@ -4,6 +4,7 @@ Same model weights, same prompts, same sampling settings (T = 1, no top-p / top-
 generates the full budget because EOS is disabled for the measurement (each engine is handed a
 token id that never occurs). The default size is the issue's reference: a 1.1M-parameter
 Qwen2-style model (hidden 128, 4 layers), 128 prompts of 96 tokens, 160 new tokens, 2 threads.
+``--engines`` chooses the engines (the first is the baseline of the ratios).
 ``--group-size G`` asks for G samples of each of batch / G distinct prompts (``n = G``), as an RL
 step does (our engine then prefills each prompt once and decodes the groups together).
 
@@ -38,25 +39,23 @@ from _shapes import add_placement_options, build_model, placement
 from tokenbalance.models import count_parameters
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
 
+ENGINE_NAMES = ("generate", "generate-eager", "fast", "fast-no-graph")  # the last: CUDA only
+
 
 def engines(tokenizer, shape: str = "bench", device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32):
     """(label, engine) pairs over identical weights; EOS is an id outside the vocabulary."""
     sdpa = build_model(shape, tokenizer, attn_implementation="sdpa").to(device=device, dtype=dtype)
     eager = build_model(shape, tokenizer, attn_implementation="eager").to(device=device, dtype=dtype)
     never = [sdpa.config.vocab_size]  # one past the vocabulary: never sampled, so every row runs the full budget
-    runners = [
-        ("HF generate, SDPA attention (default)", HFGenerateEngine(sdpa, tokenizer, eos_token_ids=never)),
-        ("HF generate, eager attention", HFGenerateEngine(eager, tokenizer, eos_token_ids=never)),
-        ("tokenbalance FastEngine", FastEngine(sdpa, tokenizer, eos_token_ids=never)),
-    ]
+    runners = {
+        "generate": ("HF generate, SDPA attention (default)", HFGenerateEngine(sdpa, tokenizer, eos_token_ids=never)),
+        "generate-eager": ("HF generate, eager attention", HFGenerateEngine(eager, tokenizer, eos_token_ids=never)),
+        "fast": ("tokenbalance FastEngine", FastEngine(sdpa, tokenizer, eos_token_ids=never)),
+    }
     if torch.device(device).type == "cuda":  # the default there replays each step as a CUDA graph
-        runners[-1] = ("tokenbalance FastEngine, CUDA graph (default on CUDA)", runners[-1][1])
-        runners.append(
-            (
-                "tokenbalance FastEngine, no CUDA graph",
-                FastEngine(sdpa, tokenizer, eos_token_ids=never, cuda_graph=False),
-            )
-        )
+        runners["fast"] = ("tokenbalance FastEngine, CUDA graph (default on CUDA)", runners["fast"][1])
+        no_graph = FastEngine(sdpa, tokenizer, eos_token_ids=never, cuda_graph=False)
+        runners["fast-no-graph"] = ("tokenbalance FastEngine, no CUDA graph", no_graph)
     return runners, count_parameters(sdpa)
 
 
@@ -80,12 +79,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--group-size", type=int, default=1)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="also profile one FastEngine generation")
+    parser.add_argument(
+        "--engines",
+        default=",".join(ENGINE_NAMES),
+        help="comma-separated, the first is the baseline; fast-no-graph exists on CUDA only (elsewhere skipped)",
+    )
     add_placement_options(parser)
     args = parser.parse_args(argv)
     device, dtype = placement(args)
     torch.set_num_threads(args.threads)
     tokenizer = bench_tokenizer()
-    contenders, params_count = engines(tokenizer, args.shape, device, dtype)
+    names = [name.strip() for name in args.engines.split(",") if name.strip()]
+    unknown = [name for name in names if name not in ENGINE_NAMES]
+    if unknown or not names:  # before any model is built
+        parser.error(f"--engines: unknown {', '.join(unknown) or '(none given)'}; valid: {', '.join(ENGINE_NAMES)}")
+    runners, params_count = engines(tokenizer, args.shape, device, dtype)
+    contenders = [runners[name] for name in names if name in runners]
     if args.batch % args.group_size:
         parser.error(f"--batch {args.batch} must be a multiple of --group-size {args.group_size}")
     distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
@@ -118,11 +127,17 @@ def main(argv: list[str] | None = None) -> None:
     )
     print(machine_line(device))
     print()
-    header = ["engine", "tokens", "seconds", "tokens/s", "vs default generate"]
+    header = [
+        "engine",
+        "tokens",
+        "seconds",
+        "tokens/s",
+        "vs default generate" if names[0] == "generate" else "vs first row",
+    ]
     print(markdown_table(header + (["peak GPU memory (GiB)"] if device.type == "cuda" else []), rows))
     if args.profile:
         print()
-        engine = contenders[-1][1]
+        engine = runners["fast"][1]
         print(
             profile_shares(lambda: engine.generate(distinct, params, n=args.group_size), "FastEngine, one generation")
         )

@@ -37,6 +37,8 @@
 #                                      output layer in chunks of 1024 positions
 #                                      (and that with activation checkpointing, as TRL's default)
 #      - benchmarks/update_cost.py     the update's FLOP/s as a share of the measured bf16 matmul rate
+#      - benchmarks/rollout_speed.py   again at reasoning length (64 rows, 1024 new tokens; generate
+#                                      and the fast engine with and without its CUDA graph), last
 #   Not here: verl's trainer. It needs vLLM (or SGLang) and Ray, which the lent machine lacks and which
 #   are far over what a call can carry (64 MiB); verl's real trainer runs on the CPU in the slow tier
 #   (tests/integrations/test_verl_*e2e.py: GRPO, Lopti on two ranks with a resume, NTHR, a grid cell,
@@ -160,6 +162,8 @@ if [ "$DRY_RUN" -eq 1 ]; then
     ROLLOUT_ARGS=(--shape tiny --batch 8 --group-size 4 --prompt-len 16 --new-tokens 8 --repeats 1)
     STEP_ARGS=(--shape tiny --steps 1 --rounds 1 --max-new-tokens 8 --data-count 32)
     UPDATE_ARGS=(--shape tiny --methods grpo,nthr --repeats 1 --data-count 32)
+    LONG_ROLLOUT_ARGS=(--shape tiny --batch 8 --group-size 4 --prompt-len 16 --new-tokens 24 --repeats 1
+        --engines generate,fast,fast-no-graph)
 else
     DEVICE=${TOKENBALANCE_GPU_CHECK_DEVICE:-cuda}
     PYTHON=${PYTHON:-python3}
@@ -168,6 +172,9 @@ else
     ROLLOUT_ARGS=(--shape qwen2.5-0.5b --batch 128 --group-size 8 --prompt-len 128 --new-tokens 128 --repeats 3)
     STEP_ARGS=(--shape qwen2.5-0.5b --steps 3 --rounds 1 --max-new-tokens 64)
     UPDATE_ARGS=(--shape qwen2.5-0.5b --methods grpo,lopti,nthr --repeats 3)
+    # reasoning length: the CUDA-graph step reads all S + T cache columns at every step
+    LONG_ROLLOUT_ARGS=(--shape qwen2.5-0.5b --batch 64 --group-size 8 --prompt-len 128 --new-tokens 1024 --repeats 1
+        --engines generate,fast,fast-no-graph)
 fi
 BUDGET=${TOKENBALANCE_GPU_CHECK_BUDGET:-$([ "$DRY_RUN" -eq 1 ] && echo 0 || echo 570)}
 export TOKENBALANCE_GPU_CHECK_DEVICE=$DEVICE PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 \
@@ -324,31 +331,33 @@ run_tests() {
 # --------------------------------------------------------------------------------------------
 # The benchmarks
 
-run_benchmark() { # title, script, arguments...
-    local title=$1 script=$2 start=$SECONDS limit
-    shift 2
+run_benchmark() { # part (its name in the summary), title, script, arguments...
+    local part=$1 title=$2 script=$3 start=$SECONDS limit
+    shift 3
     limit=$(time_limit "${BENCH_TIMEOUT:-240}")
-    if [ "$limit" -eq 0 ]; then record "$script" "failed: not run (the time budget is spent)" 0; return; fi
+    if [ "$limit" -eq 0 ]; then record "$part" "failed: not run (the time budget is spent)" 0; return; fi
     local command=("$PYTHON" "benchmarks/$script" --device "$DEVICE" --dtype "$DTYPE" --threads "$THREADS" "$@")
     out "" "## Benchmark: $title" "" '`'"${command[*]/#$PYTHON/python}"'`' ""
     timeout --kill-after=10 "$limit" "${command[@]}" 2>"$TMP/stderr.log" | tee "$TMP/stdout.log" >&2
     local rc=${PIPESTATUS[0]}
     grep -v "^{'" "$TMP/stdout.log" >>"$RESULTS" # not the log lines TRL's Trainer prints
     if [ "$rc" -eq 0 ]; then
-        record "$script" passed $((SECONDS - start))
+        record "$part" passed $((SECONDS - start))
     else
         out "" "Exit status $rc$([ "$rc" -eq 124 ] && echo ' (timed out)'); the end of its error output:"
         tail -n 40 "$TMP/stderr.log" >"$TMP/stderr.tail"
         fence "$TMP/stderr.tail"
         cat "$TMP/stderr.tail" >&2
-        record "$script" "failed (exit $rc)" $((SECONDS - start))
+        record "$part" "failed (exit $rc)" $((SECONDS - start))
     fi
 }
 
 [ "$TESTS" -eq 1 ] && run_tests
 if [ "$BENCH" -eq 1 ]; then
-    run_benchmark "rollout tokens/s" rollout_speed.py "${ROLLOUT_ARGS[@]}"
-    run_benchmark "one RL step, ours vs TRL's GRPOTrainer" rl_step_vs_trl.py "${STEP_ARGS[@]}"
-    run_benchmark "the update's share of the matmul rate" update_cost.py "${UPDATE_ARGS[@]}"
+    run_benchmark rollout_speed.py "rollout tokens/s" rollout_speed.py "${ROLLOUT_ARGS[@]}"
+    run_benchmark rl_step_vs_trl.py "one RL step, ours vs TRL's GRPOTrainer" rl_step_vs_trl.py "${STEP_ARGS[@]}"
+    run_benchmark update_cost.py "the update's share of the matmul rate" update_cost.py "${UPDATE_ARGS[@]}"
+    run_benchmark "rollout_speed.py, reasoning length" "rollout tokens/s at reasoning length" rollout_speed.py \
+        "${LONG_ROLLOUT_ARGS[@]}"
 fi
 finish

@@ -27,7 +27,9 @@ BENCHMARK_ROWS = (
     "| TRL GRPOTrainer |",  # rl_step_vs_trl.py
     "| ours, fast engine, sampler log-probs |",
     "| ours, fast engine, float32 weights + bf16 autocast, logits in chunks |",  # model.autocast, chunks
+    "| ours, fast engine, float32 weights + bf16 autocast, logits in chunks, activation checkpointing (as TRL) |",
     "matmul rate (512x512 bfloat16)",  # update_cost.py
+    "## Benchmark: rollout tokens/s at reasoning length",  # rollout_speed.py again, 3 engines
 )
 
 
@@ -80,7 +82,12 @@ def test_dry_run_of_the_benchmarks_at_tiny_shapes(tmp_path):
     done = run_script("--dry-run", "--bench-only", str(results), scratch=tmp_path / "scratch")
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     text = results.read_text()
-    assert summary(text) == {"rollout_speed.py": "passed", "rl_step_vs_trl.py": "passed", "update_cost.py": "passed"}
+    assert summary(text) == {
+        "rollout_speed.py": "passed",
+        "rl_step_vs_trl.py": "passed",
+        "update_cost.py": "passed",
+        "rollout_speed.py, reasoning length": "passed",
+    }
     assert "## Tests" not in text
     for row in BENCHMARK_ROWS:
         assert row in text, row
