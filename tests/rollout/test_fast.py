@@ -96,7 +96,7 @@ def test_same_tokens_as_a_full_forward_sampler(model, tokenizer, prompts, temper
 def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokenizer, prompts, monkeypatch):
     grouped = [ids for ids in prompts[:3] for _ in range(4)]  # the GRPO layout: each prompt G times in a row
     used = []
-    monkeypatch.setattr(fast, "GroupedCacheDecoder", spy(fast.GroupedCacheDecoder, used))
+    monkeypatch.setattr(fast, "GroupedCacheDecoder", spy(fast.GroupedCacheDecoder, used, "group_size"))
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS)
     gen = engine.generate(prompts[:3], SamplingParams(max_new_tokens=6, temperature=1.0, seed=3), n=4)
     tokens, logps = reference_sample(model, engine, grouped, max_new_tokens=6, temperature=1.0, seed=3)
@@ -105,12 +105,12 @@ def test_grouped_prompts_share_one_prefill_and_match_the_reference(model, tokeni
     assert used == [4]  # the grouped decoder ran, with groups of 4
 
 
-def spy(cls, calls):
-    """``cls`` recording each instance's group size in ``calls``."""
+def spy(cls, calls, attribute):
+    """``cls`` recording each instance's ``attribute`` in ``calls``."""
 
     def make(*args, **kwargs):
         decoder = cls(*args, **kwargs)
-        calls.append(decoder.group_size)
+        calls.append(getattr(decoder, attribute))
         return decoder
 
     return make
@@ -130,12 +130,15 @@ def test_n_samples_per_prompt_are_prompt_major_and_marked(model, tokenizer, prom
         engine.generate(prompts[:2], SamplingParams(max_new_tokens=4, temperature=0, seed=0), n=0)
 
 
-@pytest.mark.parametrize("path", ["static", "model"])
-def test_rows_finish_at_different_times(tokenizer, path):
+@pytest.mark.parametrize(
+    "path, cuda_graph", [("static", None), ("model", None), ("static", True)], ids=["static", "model", "fixed-shape"]
+)
+def test_rows_finish_at_different_times(tokenizer, path, cuda_graph):
+    """``cuda_graph=True`` on a CPU: the fixed-shape step a CUDA graph would replay, run eagerly."""
     model = random_model("qwen2", num_kv_heads=2)
     prompts = [tokenizer.encode(f"{name} is a knight") for name in ("A", "B", "Zoey", "Oliver", "Ethan", "Mia")] * 2
     eos_ids = list(range(100, 160))  # ~12% of the vocabulary: rows stop at varied steps
-    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, path=path)
+    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, path=path, cuda_graph=cuda_graph)
     kwargs = dict(max_new_tokens=12, temperature=1.0, seed=0)
     gen = engine.generate(prompts, SamplingParams(**kwargs))
     tokens, logps = reference_sample(model, engine, prompts, **kwargs)
@@ -428,39 +431,21 @@ def test_under_bfloat16_autocast_sampler_logp_matches_a_full_forward_under_it(mo
 
 
 @pytest.mark.parametrize("temperature, top_k, top_p", [(1.0, 0, 1.0), (0, 0, 1.0), (1.3, 20, 0.9)])
-def test_the_fixed_shape_step_matches_the_full_forward_sampler(model, tokenizer, prompts, temperature, top_k, top_p):
+def test_the_fixed_shape_step_matches_the_full_forward_sampler(
+    model, tokenizer, prompts, temperature, top_k, top_p, monkeypatch
+):
     """``cuda_graph=True`` on a CPU: the step a CUDA graph would replay (whole zeroed cache under a mask, column and
     token read from tensors) draws the reference's tokens, with groups (each row its own prompt copy)."""
     used = []
-    original = fast.FixedShapeDecoder
-
-    def recording(*args, **kwargs):
-        decoder = original(*args, **kwargs)
-        used.append(decoder.capture)
-        return decoder
-
+    monkeypatch.setattr(fast, "FixedShapeDecoder", spy(fast.FixedShapeDecoder, used, "capture"))
     engine = FastEngine(model, tokenizer, eos_token_ids=NO_EOS, cuda_graph=True)
     kwargs = dict(max_new_tokens=10, temperature=temperature, top_k=top_k, top_p=top_p, seed=5)
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(fast, "FixedShapeDecoder", recording)
-        gen = engine.generate(prompts, SamplingParams(**kwargs), n=2)
+    gen = engine.generate(prompts, SamplingParams(**kwargs), n=2)
     rows = [ids for ids in prompts for _ in range(2)]
     tokens, logps = reference_sample(model, engine, rows, **kwargs)
     assert_matches_reference(gen, tokens, logps, NO_EOS)
     assert used == [False]  # one decoder, run eagerly (no capture off CUDA)
     assert not engine.compacts(torch.device("cpu"))
-
-
-def test_the_fixed_shape_step_finishes_rows_at_different_times(tokenizer):
-    model = random_model("qwen2", num_kv_heads=2)
-    prompts = [tokenizer.encode(f"{name} is a knight") for name in ("A", "B", "Zoey", "Oliver", "Ethan", "Mia")] * 2
-    eos_ids = list(range(100, 160))
-    engine = FastEngine(model, tokenizer, eos_token_ids=eos_ids, cuda_graph=True)
-    kwargs = dict(max_new_tokens=12, temperature=1.0, seed=0)
-    gen = engine.generate(prompts, SamplingParams(**kwargs))
-    tokens, logps = reference_sample(model, engine, prompts, **kwargs)
-    assert_matches_reference(gen, tokens, logps, eos_ids)
-    assert gen.finished_B.any() and not gen.finished_B.all()
 
 
 def test_fixed_shapes_are_the_default_on_cuda_only(model, tokenizer):
