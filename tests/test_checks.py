@@ -48,7 +48,7 @@ def test_values_outside_name_the_argument_value_and_range(args, kwargs, message)
 
 
 def test_one_function_behind_the_config_the_algorithms_and_choices():
-    assert _checks.check_range is check_range and _checks.check_choice is check_choice
+    assert _checks.in_range is check_range and _checks.choice is check_choice
     meta = {"low": 0.0, "high": 1.0, "low_open": True}
     with pytest.raises(ValueError) as from_config:
         _check_field("optim.lr", 1.5, meta)

@@ -2,9 +2,9 @@
 
 Every check raises ``ValueError`` naming the argument, the value received and what is allowed, so a bad call fails at
 the boundary, not as a shape error deep inside torch. Tensor-value checks look only at valid (masked-in) positions:
-padding may hold anything, NaN or -inf included. The scalar checks (``check_range``, ``check_choice``) are
-:mod:`tokenbalance.checks`' (shared with the config, the tasks and the models); :func:`param` declares a
-hyper-parameter field with its help text."""
+padding may hold anything, NaN or -inf included. Read as ``from tokenbalance.algorithms import _checks as check``:
+``check.shape``, ``check.ndim``, ``check.finite``; ``check.in_range`` and ``check.choice`` are :mod:`tokenbalance.checks`'
+(shared with the config, the tasks and the models). :func:`param` declares a hyper-parameter field with its help."""
 
 from __future__ import annotations
 
@@ -13,32 +13,27 @@ from typing import Any
 
 import torch
 
-from tokenbalance.checks import check_choice, check_range
+from tokenbalance.checks import check_choice as choice
+from tokenbalance.checks import check_range as in_range
 
-__all__ = [
-    "check_choice",
-    "check_finite",
-    "check_ndim",
-    "check_range",
-    "check_shape",
-    "masked_fill_invalid",
-    "param",
-]
+__all__ = ["choice", "finite", "in_range", "masked_fill_invalid", "ndim", "param", "shape"]
 
 
-def check_shape(name: str, tensor: torch.Tensor, shape: tuple[int, ...]) -> None:
-    """Fail unless ``tensor.shape == shape``."""
-    if tuple(tensor.shape) != tuple(shape):
-        raise ValueError(f"{name}: expected shape {tuple(shape)}, got {tuple(tensor.shape)}")
+def shape(name: str, tensor: torch.Tensor, expected: tuple[int, ...]) -> None:
+    """Fail unless ``tensor.shape == expected``."""
+    if tuple(tensor.shape) != tuple(expected):
+        raise ValueError(f"{name}: expected shape {tuple(expected)}, got {tuple(tensor.shape)}")
 
 
-def check_ndim(name: str, tensor: torch.Tensor, ndim: int, suffix: str) -> None:
-    """Fail unless ``tensor`` has ``ndim`` dimensions; ``suffix`` names them (e.g. ``"BT"``)."""
-    if tensor.dim() != ndim:
-        raise ValueError(f"{name}: expected a {ndim}-d tensor [{', '.join(suffix)}], got shape {tuple(tensor.shape)}")
+def ndim(name: str, tensor: torch.Tensor, expected: int, suffix: str) -> None:
+    """Fail unless ``tensor`` has ``expected`` dimensions; ``suffix`` names them (e.g. ``"BT"``)."""
+    if tensor.dim() != expected:
+        raise ValueError(
+            f"{name}: expected a {expected}-d tensor [{', '.join(suffix)}], got shape {tuple(tensor.shape)}"
+        )
 
 
-def check_finite(name: str, tensor: torch.Tensor, mask: torch.Tensor | None = None) -> None:
+def finite(name: str, tensor: torch.Tensor, mask: torch.Tensor | None = None) -> None:
     """Fail if ``tensor`` holds NaN or +-Inf where ``mask`` is true (everywhere if no mask)."""
     values = tensor if mask is None else tensor[mask.bool()]
     if values.numel() and not bool(torch.isfinite(values).all()):

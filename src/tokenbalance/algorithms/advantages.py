@@ -11,14 +11,8 @@ import warnings
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid
 from tokenbalance.algorithms.registry import Registry
 
 SINGLETON_RULES = ("reference", "zero")
@@ -26,11 +20,11 @@ GAP_RULES = ("restart", "carry")
 
 
 def _check_outcome_inputs(scores_B: torch.Tensor, group_ids_B: torch.Tensor, response_mask_BT: torch.Tensor) -> None:
-    check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
+    check.ndim("response_mask_BT", response_mask_BT, 2, "BT")
     batch = response_mask_BT.shape[0]
-    check_shape("scores_B", scores_B, (batch,))
-    check_shape("group_ids_B", group_ids_B, (batch,))
-    check_finite("scores_B", scores_B)
+    check.shape("scores_B", scores_B, (batch,))
+    check.shape("group_ids_B", group_ids_B, (batch,))
+    check.finite("scores_B", scores_B)
 
 
 def group_statistics(
@@ -63,7 +57,7 @@ def _group_advantages(
     ``from_group_stats(scores_B, size_B, mean_B, std_B) -> adv_B`` (float64) sees the reference's singleton convention
     (mean 0, std 1); with ``singleton="zero"`` singletons are then set to 0."""
     _check_outcome_inputs(scores_B, group_ids_B, response_mask_BT)
-    check_choice("singleton", singleton, SINGLETON_RULES)
+    check.choice("singleton", singleton, SINGLETON_RULES)
     size_B, mean_B, std_B = group_statistics(scores_B, group_ids_B)
     lonely_B = size_B == 1
     if bool(lonely_B.any()) and singleton == "reference":
@@ -95,7 +89,7 @@ def grpo_advantages(
 
     ``eps``: reference 1e-6 (an all-equal group gets exactly 0); ``singleton``: ``"reference"`` (A = s / (1 + eps)) or
     ``"zero"``."""
-    check_range("eps", eps, 0.0, float("inf"))
+    check.in_range("eps", eps, 0.0, float("inf"))
     return _group_advantages(
         scores_B,
         group_ids_B,
@@ -139,8 +133,8 @@ def outcome_token_rewards(scores_B: torch.Tensor, response_mask_BT: torch.Tensor
     """Place each outcome score at its response's last valid token ([B, T], 0 elsewhere).
 
     Rows without a valid token receive nothing (docs/methods.md §1, "outcome reward placement")."""
-    check_ndim("response_mask_BT", response_mask_BT, 2, "BT")
-    check_shape("scores_B", scores_B, (response_mask_BT.shape[0],))
+    check.ndim("response_mask_BT", response_mask_BT, 2, "BT")
+    check.shape("scores_B", scores_B, (response_mask_BT.shape[0],))
     mask_BT = response_mask_BT.bool()
     length_B = mask_BT.sum(dim=1)
     positions_T = torch.arange(mask_BT.shape[1], device=mask_BT.device)
@@ -164,10 +158,10 @@ def discounted_returns(
     * ``"carry"`` (verl 0.9): G passes it unchanged (no reward, no discount); returns there are 0.
 
     Both agree on a mask without gaps."""
-    check_ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
-    check_shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
-    check_range("gamma", gamma, 0.0, 1.0)
-    check_choice("gaps", gaps, GAP_RULES)
+    check.ndim("token_rewards_BT", token_rewards_BT, 2, "BT")
+    check.shape("response_mask_BT", response_mask_BT, tuple(token_rewards_BT.shape))
+    check.in_range("gamma", gamma, 0.0, 1.0)
+    check.choice("gaps", gaps, GAP_RULES)
     mask_BT = response_mask_BT.bool()
     rewards_BT = masked_fill_invalid(token_rewards_BT.detach(), mask_BT)
     returns_BT = torch.zeros_like(rewards_BT)
@@ -195,7 +189,7 @@ def reinforce_pp_advantages(
     M valid tokens of the whole batch (unbiased var, no grouping); M < 2 gives 0 (the reference raises).
     ``token_rewards_BT`` from :func:`outcome_token_rewards` (minus :func:`kl_in_reward`); ``gaps`` as
     :func:`discounted_returns`. [B, T], 0 at masked positions, no gradient."""
-    check_finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
+    check.finite("token_rewards_BT", token_rewards_BT, response_mask_BT)
     mask_BT = response_mask_BT.bool()
     returns_BT = discounted_returns(token_rewards_BT, mask_BT, gamma, gaps=gaps)
     count = int(mask_BT.sum().item())
@@ -218,9 +212,9 @@ def kl_in_reward(
 
     ``kl_BT`` is an estimator of old vs reference policy (e.g. k1 = old_logp - ref_logp); the reference uses this only
     when the KL loss is off."""
-    check_shape("kl_BT", kl_BT, tuple(token_scores_BT.shape))
-    check_range("coef", coef, 0.0, float("inf"))
-    check_finite("kl_BT", kl_BT, response_mask_BT)
+    check.shape("kl_BT", kl_BT, tuple(token_scores_BT.shape))
+    check.in_range("coef", coef, 0.0, float("inf"))
+    check.finite("kl_BT", kl_BT, response_mask_BT)
     rewards_BT = token_scores_BT - coef * masked_fill_invalid(kl_BT.detach(), response_mask_BT)
     return masked_fill_invalid(rewards_BT, response_mask_BT)
 

@@ -9,13 +9,8 @@ from __future__ import annotations
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid
 
 AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 
@@ -23,15 +18,15 @@ AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mea
 def loss_normaliser(denominator_mask_BT: torch.Tensor, mode: str, *, max_response_len: int | None = None) -> float:
     """The denominator :func:`aggregate` uses for ``mode`` on this (mini-)batch; sum it over micro-batches / ranks for
     a global normaliser."""
-    check_choice("loss_agg_mode", mode, AGG_MODES)
-    check_ndim("denominator_mask_BT", denominator_mask_BT, 2, "BT")
+    check.choice("loss_agg_mode", mode, AGG_MODES)
+    check.ndim("denominator_mask_BT", denominator_mask_BT, 2, "BT")
     mask_BT = denominator_mask_BT.bool()
     if mode == "token-mean":
         return float(mask_BT.sum().item())
     rows = float(mask_BT.any(dim=1).sum().item())
     if mode == "seq-mean-token-sum-norm":
         length = mask_BT.shape[1] if max_response_len is None else max_response_len
-        check_range("max_response_len", length, 1, float("inf"))
+        check.in_range("max_response_len", length, 1, float("inf"))
         return rows * float(length)
     return rows
 
@@ -47,10 +42,10 @@ def _denominators(
     it; a given one must be >= 0) of :func:`aggregate` and :func:`token_coefficients`."""
     if denominator_mask_BT is None:
         denominator_mask_BT = mask_BT
-    check_shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
+    check.shape("denominator_mask_BT", denominator_mask_BT, tuple(mask_BT.shape))
     if normaliser is None:
         return denominator_mask_BT, loss_normaliser(denominator_mask_BT, mode, max_response_len=max_response_len)
-    check_range("normaliser", float(normaliser), 0.0, float("inf"))
+    check.in_range("normaliser", float(normaliser), 0.0, float("inf"))
     return denominator_mask_BT, normaliser
 
 
@@ -72,9 +67,9 @@ def aggregate(
             back-propagates).
         denominator_mask_BT: [B, T] tokens counted in denominators; default ``mask_BT``.
         max_response_len: the constant C of ``seq-mean-token-sum-norm`` (default T)."""
-    check_choice("loss_agg_mode", mode, AGG_MODES)
-    check_ndim("loss_BT", loss_BT, 2, "BT")
-    check_shape("mask_BT", mask_BT, tuple(loss_BT.shape))
+    check.choice("loss_agg_mode", mode, AGG_MODES)
+    check.ndim("loss_BT", loss_BT, 2, "BT")
+    check.shape("mask_BT", mask_BT, tuple(loss_BT.shape))
     denominator_mask_BT, normaliser = _denominators(mask_BT, mode, normaliser, denominator_mask_BT, max_response_len)
 
     masked_BT = masked_fill_invalid(loss_BT, mask_BT)
@@ -99,8 +94,8 @@ def token_coefficients(
     """[B, T] float64 c with ``aggregate(L) = sum(c * L)`` for every L (no gradient; arguments as :func:`aggregate`):
     1 / N on ``mask_BT``, 1 / (N * row length) for ``seq-mean-token-mean``; 0 off the mask and everywhere when N <= 0.
     """
-    check_choice("loss_agg_mode", mode, AGG_MODES)
-    check_ndim("mask_BT", mask_BT, 2, "BT")
+    check.choice("loss_agg_mode", mode, AGG_MODES)
+    check.ndim("mask_BT", mask_BT, 2, "BT")
     denominator_mask_BT, normaliser = _denominators(mask_BT, mode, normaliser, denominator_mask_BT, max_response_len)
     coef_BT = mask_BT.bool().to(torch.float64)
     if normaliser <= 0:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokenbalance.algorithms._checks import check_choice, check_finite, check_ndim, check_shape, param
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import param
 
 __all__ = [
     "DynamicSamplingConfig",
@@ -71,8 +72,8 @@ class DynamicSamplingConfig:
         if self.target_groups is not None:
             _check_int("dynamic_sampling.target_groups", self.target_groups, 1)
         _check_int("dynamic_sampling.max_extra_rounds", self.max_extra_rounds, 0)
-        check_choice("dynamic_sampling.metric", self.metric, FILTER_METRICS)
-        check_choice("dynamic_sampling.on_shortfall", self.on_shortfall, SHORTFALL_RULES)
+        check.choice("dynamic_sampling.metric", self.metric, FILTER_METRICS)
+        check.choice("dynamic_sampling.on_shortfall", self.on_shortfall, SHORTFALL_RULES)
 
     @property
     def max_rounds(self) -> int:
@@ -114,7 +115,7 @@ def filter_values(config: DynamicSamplingConfig, rewards: Tensor, correct: Tenso
         raise ValueError("correct: required by dynamic_sampling.metric='correct'")
     if correct.dtype != torch.bool:
         raise ValueError(f"correct: expected a bool tensor, got {correct.dtype}")
-    check_shape("correct", correct, tuple(rewards.shape))
+    check.shape("correct", correct, tuple(rewards.shape))
     return correct.double()
 
 
@@ -122,8 +123,8 @@ def filter_values(config: DynamicSamplingConfig, rewards: Tensor, correct: Tenso
 def informative_groups(values_PG: Tensor) -> Tensor:
     """[P] bool: rows of ``values_PG`` ([P, G] finite rewards or 0/1 correctness) whose G values are not all equal, or
     G = 1."""
-    check_ndim("values_PG", values_PG, 2, "PG")
-    check_finite("values_PG", values_PG.detach())
+    check.ndim("values_PG", values_PG, 2, "PG")
+    check.finite("values_PG", values_PG.detach())
     values = values_PG.detach()
     if values.shape[1] <= 1:
         return torch.ones(values.shape[0], dtype=torch.bool, device=values.device)
@@ -133,11 +134,11 @@ def informative_groups(values_PG: Tensor) -> Tensor:
 @torch.no_grad()
 def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
     """[B] bool: rows whose group (by ``group_ids_B``) is informative (:func:`informative_groups`), any group sizes."""
-    check_ndim("values_B", values_B, 1, "B")
-    check_shape("group_ids_B", group_ids_B, tuple(values_B.shape))
+    check.ndim("values_B", values_B, 1, "B")
+    check.shape("group_ids_B", group_ids_B, tuple(values_B.shape))
     if group_ids_B.dtype.is_floating_point or group_ids_B.dtype == torch.bool:
         raise ValueError(f"group_ids_B: expected an integer dtype (int64), got {group_ids_B.dtype}")
-    check_finite("values_B", values_B.detach())
+    check.finite("values_B", values_B.detach())
     values = values_B.detach()
     _, inverse = torch.unique(group_ids_B.detach(), return_inverse=True)
     groups = int(inverse.max()) + 1 if inverse.numel() else 0
@@ -152,7 +153,7 @@ def informative_rows(values_B: Tensor, group_ids_B: Tensor) -> Tensor:
 def select_informative(informative_P: Tensor, kept_groups: int, target: int) -> Tensor:
     """[K] int64 ascending indices of the first informative groups of a round (``informative_P``), K <= ``target -
     kept_groups``: a step never trains on more than ``target`` groups (verl trims the same way)."""
-    check_ndim("informative_P", informative_P, 1, "P")
+    check.ndim("informative_P", informative_P, 1, "P")
     if informative_P.dtype != torch.bool:
         raise ValueError(f"informative_P: expected a bool tensor, got {informative_P.dtype}")
     _check_int("kept_groups", kept_groups, 0)

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from tokenbalance.algorithms._checks import check_shape
+from tokenbalance.algorithms import _checks as check
 from tokenbalance.algorithms.aggregate import aggregate, loss_normaliser
 from tokenbalance.algorithms.methods import Method
 from tokenbalance.algorithms.surrogate import clipped_surrogate, kl_penalty
@@ -56,8 +56,8 @@ def pass_loss(
             it.
         normaliser: global denominators (:func:`pass_normaliser`); default: from these rows."""
     shape = tuple(update_pass.policy_mask_BT.shape)
-    check_shape("logp_BT", logp_BT, shape)
-    check_shape("old_logp_BT", old_logp_BT, shape)
+    check.shape("logp_BT", logp_BT, shape)
+    check.shape("old_logp_BT", old_logp_BT, shape)
     policy_BT = update_pass.policy_mask_BT.bool()
     regular_BT = update_pass.kl_entropy_mask_BT.bool()
     valid_BT = policy_BT | regular_BT | update_pass.normaliser_mask_BT.bool()
@@ -119,7 +119,7 @@ def pass_loss(
         metrics["loss/kl"] = float(kl_loss.detach().item())
 
     if entropy_BT is not None:
-        check_shape("entropy_BT", entropy_BT, shape)
+        check.shape("entropy_BT", entropy_BT, shape)
         entropy = aggregate(entropy_BT, regular_BT, method.loss_agg_mode, normaliser=normaliser.regulariser, **agg)
         if method.entropy_coeff != 0:
             total = total - method.entropy_coeff * entropy

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import check_choice, check_range, check_shape, param
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import param
 from tokenbalance.algorithms.advantages import (
     ADVANTAGE_ESTIMATOR_NAMES,
     OUTCOME_ESTIMATORS,
@@ -52,10 +53,10 @@ class AdvantageConfig:
     singleton: str = param("reference", 'what a group of size 1 gets: ``"reference"`` (A = s) or ``"zero"``.')
 
     def __post_init__(self) -> None:
-        check_choice("advantage.estimator", self.estimator, ADVANTAGE_ESTIMATOR_NAMES)
-        check_range("advantage.eps", self.eps, 0.0, float("inf"))
-        check_range("advantage.gamma", self.gamma, 0.0, 1.0)
-        check_choice("advantage.singleton", self.singleton, SINGLETON_RULES)
+        check.choice("advantage.estimator", self.estimator, ADVANTAGE_ESTIMATOR_NAMES)
+        check.in_range("advantage.eps", self.eps, 0.0, float("inf"))
+        check.in_range("advantage.gamma", self.gamma, 0.0, 1.0)
+        check.choice("advantage.singleton", self.singleton, SINGLETON_RULES)
 
 
 @dataclass(frozen=True)
@@ -76,10 +77,10 @@ class KLConfig:
     )
 
     def __post_init__(self) -> None:
-        check_range("kl.coef", self.coef, 0.0, float("inf"))
-        check_choice("kl.estimator", self.estimator, KL_ESTIMATORS)
-        check_range("kl.log_ratio_clamp", self.log_ratio_clamp, 0.0, float("inf"), low_open=True)
-        check_choice("kl.placement", self.placement, KL_PLACEMENTS)
+        check.in_range("kl.coef", self.coef, 0.0, float("inf"))
+        check.choice("kl.estimator", self.estimator, KL_ESTIMATORS)
+        check.in_range("kl.log_ratio_clamp", self.log_ratio_clamp, 0.0, float("inf"), low_open=True)
+        check.choice("kl.placement", self.placement, KL_PLACEMENTS)
 
     @property
     def active(self) -> bool:
@@ -129,18 +130,18 @@ class Method:
     citations: tuple[tuple[str, str], ...] = param((), "(hyper-parameter, source) pairs.")
 
     def __post_init__(self) -> None:
-        check_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
+        check.in_range("entropy_coeff", self.entropy_coeff, -float("inf"), float("inf"), low_open=True, high_open=True)
         if not isinstance(self.dynamic_sampling, DynamicSamplingConfig):
             raise ValueError(
                 f"dynamic_sampling: expected a DynamicSamplingConfig, got {type(self.dynamic_sampling).__name__}"
             )
         if self.recommended_temperature is not None:
-            check_range("recommended_temperature", self.recommended_temperature, 0.0, float("inf"), low_open=True)
-        check_choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
+            check.in_range("recommended_temperature", self.recommended_temperature, 0.0, float("inf"), low_open=True)
+        check.choice("loss_agg_mode", self.loss_agg_mode, AGG_MODES)
         if self.policy_loss_agg_mode is not None:
-            check_choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
+            check.choice("policy_loss_agg_mode", self.policy_loss_agg_mode, AGG_MODES)
         if self.max_response_len is not None:
-            check_range("max_response_len", self.max_response_len, 1, float("inf"))
+            check.in_range("max_response_len", self.max_response_len, 1, float("inf"))
         rule = self.token_rule
         if rule is not None and not isinstance(rule, TokenRule):
             raise ValueError(f"token_rule: expected a registered TokenRule, got {type(rule).__name__}")
@@ -289,7 +290,7 @@ def build_update_passes(
         The passes in order, and ``adv/*`` (before token weights), ``adv_weighted/*``, ``nthr/*``, ``token_rule/*``
         and ``lopti/*`` metrics."""
     mask_BT = response_mask_BT.bool()
-    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    check.shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     advantages_BT = compute_advantages(method, scores_B, group_ids_B, mask_BT, old_logp_BT, ref_logp_BT)
     nthr = method.nthr
     if nthr is not None and nthr_inputs is not None and nthr_inputs.correct_B is None and nthr.positives == "correct":
@@ -312,8 +313,8 @@ def passes_from_advantages(
     Arguments and result as :func:`build_update_passes` (``method.advantage`` unused), with ``advantages_BT`` [B, T]
     (0 outside the mask, no gradient) in place of the scores."""
     mask_BT = response_mask_BT.bool()
-    check_shape("advantages_BT", advantages_BT, tuple(mask_BT.shape))
-    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    check.shape("advantages_BT", advantages_BT, tuple(mask_BT.shape))
+    check.shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
     metrics = _masked_stats(advantages_BT, mask_BT, "adv")
     if method.nthr is not None:
         if nthr_inputs is None:

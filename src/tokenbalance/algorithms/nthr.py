@@ -14,15 +14,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-    param,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid, param
 
 __all__ = [
     "NTHRConfig",
@@ -95,20 +88,22 @@ class NTHRConfig:
         elif isinstance(eta, bool) or not isinstance(eta, (int, float)):
             raise ValueError(f"eta: must be one of {ETA_RULES} or a float in [0, 1], got {eta!r}")
         else:
-            check_range("eta", eta, 0.0, 1.0)
+            check.in_range("eta", eta, 0.0, 1.0)
         if not isinstance(self.anchor_exclude_self, bool):
             raise ValueError(f"anchor_exclude_self: must be a bool, got {self.anchor_exclude_self!r}")
         if not isinstance(self.vocab, str):
             raise ValueError(f"vocab: must be one of {VOCAB_MODES}, got {self.vocab!r}")
-        check_choice("vocab", self.vocab, VOCAB_MODES)
+        check.choice("vocab", self.vocab, VOCAB_MODES)
         ct = self.chunk_tokens
         if isinstance(ct, bool) or not isinstance(ct, int) or ct < 1:
             raise ValueError(f"chunk_tokens: must be an int >= 1, got {ct!r}")
         if not isinstance(self.positives, str):
             raise ValueError(f"positives: must be one of {POSITIVE_RULES}, got {self.positives!r}")
-        check_choice("positives", self.positives, POSITIVE_RULES)
+        check.choice("positives", self.positives, POSITIVE_RULES)
         if self.correct_threshold is not None:
-            check_range("correct_threshold", self.correct_threshold, -math.inf, math.inf, low_open=True, high_open=True)
+            check.in_range(
+                "correct_threshold", self.correct_threshold, -math.inf, math.inf, low_open=True, high_open=True
+            )
 
 
 def nthr_eta(rule: float | str, p: float) -> float:
@@ -132,7 +127,7 @@ def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None 
     raises; NaN is not correct."""
     if not isinstance(config, NTHRConfig):
         raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
-    check_ndim("scores_B", scores_B, 1, "B")
+    check.ndim("scores_B", scores_B, 1, "B")
     if not scores_B.dtype.is_floating_point:
         scores_B = scores_B.double()
     scores = scores_B.detach()
@@ -143,7 +138,7 @@ def nthr_correct(scores_B: Tensor, config: NTHRConfig, max_reward: float | None 
             "max_reward: NTHR's positives='correct' needs the task's maximum reward (NTHRInputs.max_reward) "
             "or a stated nthr.correct_threshold; or set nthr.positives='advantage_sign'"
         )
-    check_range("max_reward", max_reward, -math.inf, math.inf, low_open=True, high_open=True)
+    check.in_range("max_reward", max_reward, -math.inf, math.inf, low_open=True, high_open=True)
     above = scores > max_reward
     if bool(above.any()):
         raise ValueError(
@@ -177,7 +172,7 @@ def _validate_correct(correct_B: Tensor | None, config: NTHRConfig, B: int) -> T
         )
     if not isinstance(correct_B, Tensor) or correct_B.dtype != torch.bool:
         raise ValueError(f"correct_B: expected a [B] bool tensor, got {getattr(correct_B, 'dtype', type(correct_B))}")
-    check_shape("correct_B", correct_B, (B,))
+    check.shape("correct_B", correct_B, (B,))
     return correct_B.detach()
 
 
@@ -191,10 +186,10 @@ def nthr_groups(
 ) -> list[NTHRGroup]:
     """The groups NTHR acts on, in group-id order. ``positives="correct"``: positives = ``correct_B`` rows, negatives
     = the others with masked advantage sum < 0; ``"advantage_sign"``: sum > 0 / < 0 (``correct_B`` ignored)."""
-    check_ndim("advantages_BT", advantages_BT, 2, "BT")
+    check.ndim("advantages_BT", advantages_BT, 2, "BT")
     B, T = advantages_BT.shape
-    check_shape("response_mask_BT", response_mask_BT, (B, T))
-    check_shape("group_ids_B", group_ids_B, (B,))
+    check.shape("response_mask_BT", response_mask_BT, (B, T))
+    check.shape("group_ids_B", group_ids_B, (B,))
     correct = _validate_correct(correct_B, config, B)
     mask_BT = response_mask_BT.detach() != 0
     adv = masked_fill_invalid(advantages_BT.detach(), mask_BT, 0.0)
@@ -229,30 +224,30 @@ def _validate_token_inputs(
     unembed_bias_V: Tensor | None,
 ) -> Tensor:
     """Check shapes / dtypes / values shared by both entry points; return the bool mask [B, T]."""
-    check_ndim("tokens_BT", tokens_BT, 2, "BT")
+    check.ndim("tokens_BT", tokens_BT, 2, "BT")
     B, T = tokens_BT.shape
-    check_shape("response_mask_BT", response_mask_BT, (B, T))
-    check_ndim("hidden_BTD", hidden_BTD, 3, "BTD")
-    check_ndim("unembed_VD", unembed_VD, 2, "VD")
+    check.shape("response_mask_BT", response_mask_BT, (B, T))
+    check.ndim("hidden_BTD", hidden_BTD, 3, "BTD")
+    check.ndim("unembed_VD", unembed_VD, 2, "VD")
     V, D = unembed_VD.shape
-    check_shape("hidden_BTD", hidden_BTD, (B, T, hidden_BTD.shape[-1]))
+    check.shape("hidden_BTD", hidden_BTD, (B, T, hidden_BTD.shape[-1]))
     if hidden_BTD.shape[-1] != D:
         raise ValueError(
             f"hidden_BTD: expected shape {(B, T, D)} (D from unembed_VD of shape "
             f"{tuple(unembed_VD.shape)}), got {tuple(hidden_BTD.shape)}"
         )
-    check_shape("old_logp_BT", old_logp_BT, (B, T))
+    check.shape("old_logp_BT", old_logp_BT, (B, T))
     if tokens_BT.dtype.is_floating_point or tokens_BT.dtype.is_complex or tokens_BT.dtype == torch.bool:
         raise ValueError(f"tokens_BT: expected an integer dtype (int64), got {tokens_BT.dtype}")
     for name, t in (("hidden_BTD", hidden_BTD), ("unembed_VD", unembed_VD), ("old_logp_BT", old_logp_BT)):
         if not t.dtype.is_floating_point:
             raise ValueError(f"{name}: expected a floating dtype, got {t.dtype}")
     if unembed_bias_V is not None:
-        check_ndim("unembed_bias_V", unembed_bias_V, 1, "V")
-        check_shape("unembed_bias_V", unembed_bias_V, (V,))
+        check.ndim("unembed_bias_V", unembed_bias_V, 1, "V")
+        check.shape("unembed_bias_V", unembed_bias_V, (V,))
         if not unembed_bias_V.dtype.is_floating_point:
             raise ValueError(f"unembed_bias_V: expected a floating dtype, got {unembed_bias_V.dtype}")
-    check_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
+    check.in_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
 
     if response_mask_BT.dtype == torch.bool:
         mask_BT = response_mask_BT.detach()
@@ -271,17 +266,17 @@ def _validate_token_inputs(
             raise ValueError(
                 f"tokens_BT: token ids at valid positions must be in [0, {V}) (V = unembed_VD.shape[0]), found {bad}"
             )
-    check_finite("old_logp_BT", old_logp_BT.detach(), mask_BT)
-    check_finite("hidden_BTD", hidden_BTD.detach(), mask_BT)
+    check.finite("old_logp_BT", old_logp_BT.detach(), mask_BT)
+    check.finite("hidden_BTD", hidden_BTD.detach(), mask_BT)
     if unembed_bias_V is not None:
-        check_finite("unembed_bias_V", unembed_bias_V.detach())
+        check.finite("unembed_bias_V", unembed_bias_V.detach())
     return mask_BT
 
 
 def _validate_rows(name: str, rows: Tensor, B: int) -> Tensor:
     if not isinstance(rows, Tensor):
         raise ValueError(f"{name}: expected a 1-d int64 tensor of row indices, got {type(rows).__name__}")
-    check_ndim(name, rows, 1, "R")
+    check.ndim(name, rows, 1, "R")
     if rows.dtype.is_floating_point or rows.dtype.is_complex or rows.dtype == torch.bool:
         raise ValueError(f"{name}: expected an integer dtype of row indices, got {rows.dtype}")
     if rows.numel():
@@ -327,7 +322,7 @@ class _Scorer:
         else:
             self.W_SD = unembed_VD[vocab_S].to(self.dtype)
             self.b_S = None if bias_V is None else bias_V[vocab_S].to(self.dtype)
-        check_finite("unembed_VD", self.W_SD)  # only the rows actually used
+        check.finite("unembed_VD", self.W_SD)  # only the rows actually used
         self.S = self.W_SD.shape[0]
 
     def positions(self, rows_R: Tensor) -> tuple[Tensor, Tensor]:
@@ -480,8 +475,8 @@ def nthr_token_scores(
         raise ValueError(f"chunk_tokens: must be an int >= 1, got {chunk_tokens!r}")
     exclude = None
     if exclude_rows_from_matrix is not None:
-        check_ndim("exclude_rows_from_matrix", exclude_rows_from_matrix, 1, "R")
-        check_shape("exclude_rows_from_matrix", exclude_rows_from_matrix, (rows.numel(),))
+        check.ndim("exclude_rows_from_matrix", exclude_rows_from_matrix, 1, "R")
+        check.shape("exclude_rows_from_matrix", exclude_rows_from_matrix, (rows.numel(),))
         exclude = exclude_rows_from_matrix.detach().long()
         members = set(positive_rows.tolist())
         bad = [e for e in exclude.tolist() if e != -1 and e not in members]
@@ -492,7 +487,7 @@ def nthr_token_scores(
     tokens, hidden, old_logp = _sanitise(tokens_BT, mask_BT, hidden_BTD, old_logp_BT)
     V = unembed_VD.shape[0]
     if isinstance(vocab, Tensor):
-        check_ndim("vocab", vocab, 1, "S")
+        check.ndim("vocab", vocab, 1, "S")
         vocab_S = vocab.detach().long()
         if vocab_S.numel() == 0 or int(vocab_S.min()) < 0 or int(vocab_S.max()) >= V:
             raise ValueError(f"vocab: token ids must be non-empty and in [0, {V}), got {vocab_S.tolist()[:8]}")
@@ -501,7 +496,7 @@ def nthr_token_scores(
     else:
         if not isinstance(vocab, str):
             raise ValueError(f"vocab: must be 'group', 'full' or a tensor of token ids, got {vocab!r}")
-        check_choice("vocab", vocab, VOCAB_MODES)
+        check.choice("vocab", vocab, VOCAB_MODES)
         if vocab == "full":
             vocab_S = None
         else:
@@ -537,20 +532,20 @@ def nthr_restricted_probs(
     Z_n), log Z_n = z_n[tokens_N[n]] - old_logp_N[n] (the log-Z trick; exact when ``old_logp_N`` came from the same
     weights and temperature; not renormalised). Inputs: valid tokens only; dtypes as :func:`nthr_token_scores`; no
     gradient."""
-    check_ndim("hidden_ND", hidden_ND, 2, "ND")
+    check.ndim("hidden_ND", hidden_ND, 2, "ND")
     N, D = hidden_ND.shape
-    check_ndim("unembed_VD", unembed_VD, 2, "VD")
+    check.ndim("unembed_VD", unembed_VD, 2, "VD")
     V = unembed_VD.shape[0]
-    check_shape("unembed_VD", unembed_VD, (V, D))
-    check_shape("tokens_N", tokens_N, (N,))
-    check_shape("old_logp_N", old_logp_N, (N,))
+    check.shape("unembed_VD", unembed_VD, (V, D))
+    check.shape("tokens_N", tokens_N, (N,))
+    check.shape("old_logp_N", old_logp_N, (N,))
     if unembed_bias_V is not None:
-        check_shape("unembed_bias_V", unembed_bias_V, (V,))
-    check_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
+        check.shape("unembed_bias_V", unembed_bias_V, (V,))
+    check.in_range("temperature", temperature, 0.0, math.inf, low_open=True, high_open=True)
     if N and (int(tokens_N.min()) < 0 or int(tokens_N.max()) >= V):
         raise ValueError(f"tokens_N: token ids must be in [0, {V}), got {tokens_N.tolist()[:8]}")
-    check_finite("hidden_ND", hidden_ND.detach())
-    check_finite("old_logp_N", old_logp_N.detach())
+    check.finite("hidden_ND", hidden_ND.detach())
+    check.finite("old_logp_N", old_logp_N.detach())
     dtype = torch.float64 if torch.float64 in (hidden_ND.dtype, unembed_VD.dtype) else torch.float32
     W = unembed_VD.detach()
     b = None if unembed_bias_V is None else unembed_bias_V.detach()
@@ -558,7 +553,7 @@ def nthr_restricted_probs(
     if vocab_S is None:
         col = y
     else:
-        check_ndim("vocab_S", vocab_S, 1, "S")
+        check.ndim("vocab_S", vocab_S, 1, "S")
         vocab_S = vocab_S.detach().long()
         col = torch.searchsorted(vocab_S, y).clamp_max(max(vocab_S.numel() - 1, 0))
         if vocab_S.numel() == 0 or not bool((vocab_S[col] == y).all()):
@@ -621,11 +616,11 @@ def nthr_token_weights(
         applies."""
     if not isinstance(config, NTHRConfig):
         raise ValueError(f"config: expected an NTHRConfig, got {type(config).__name__}")
-    check_ndim("advantages_BT", advantages_BT, 2, "BT")
+    check.ndim("advantages_BT", advantages_BT, 2, "BT")
     B, T = advantages_BT.shape
-    check_shape("tokens_BT", tokens_BT, (B, T))
-    check_ndim("group_ids_B", group_ids_B, 1, "B")
-    check_shape("group_ids_B", group_ids_B, (B,))
+    check.shape("tokens_BT", tokens_BT, (B, T))
+    check.ndim("group_ids_B", group_ids_B, 1, "B")
+    check.shape("group_ids_B", group_ids_B, (B,))
     if group_ids_B.dtype.is_floating_point or group_ids_B.dtype.is_complex or group_ids_B.dtype == torch.bool:
         raise ValueError(f"group_ids_B: expected an integer dtype (int64), got {group_ids_B.dtype}")
     if not advantages_BT.dtype.is_floating_point:
@@ -633,7 +628,7 @@ def nthr_token_weights(
     mask_BT = _validate_token_inputs(
         tokens_BT, response_mask_BT, hidden_BTD, unembed_VD, old_logp_BT, temperature, unembed_bias_V
     )
-    check_finite("advantages_BT", advantages_BT.detach(), mask_BT)
+    check.finite("advantages_BT", advantages_BT.detach(), mask_BT)
     groups = nthr_groups(advantages_BT, mask_BT, group_ids_B, config, correct_B)
 
     tokens, hidden, old_logp = _sanitise(tokens_BT, mask_BT, hidden_BTD, old_logp_BT)

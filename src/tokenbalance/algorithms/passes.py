@@ -11,15 +11,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-    param,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid, param
 from tokenbalance.types import UpdatePass
 
 LOPTI_ORDERS = ("low_first", "high_first")
@@ -54,13 +47,13 @@ class LoptiConfig:
     strict_less: bool = param(True, "``p < eta`` (reference) or ``p <= eta`` (the paper's I(pi <= eta)).")
 
     def __post_init__(self) -> None:
-        check_range("lopti.eta", self.eta, 0.0, 1.0, low_open=True, high_open=True)
-        check_choice("lopti.order", self.order, LOPTI_ORDERS)
-        check_choice("lopti.threshold_mode", self.threshold_mode, LOPTI_THRESHOLD_MODES)
+        check.in_range("lopti.eta", self.eta, 0.0, 1.0, low_open=True, high_open=True)
+        check.choice("lopti.order", self.order, LOPTI_ORDERS)
+        check.choice("lopti.threshold_mode", self.threshold_mode, LOPTI_THRESHOLD_MODES)
         if self.threshold_mode == "quantile":
             if self.portion is None:
                 raise ValueError("lopti.portion: required (in (0, 1)) when threshold_mode='quantile'")
-            check_range("lopti.portion", self.portion, 0.0, 1.0, low_open=True, high_open=True)
+            check.in_range("lopti.portion", self.portion, 0.0, 1.0, low_open=True, high_open=True)
 
 
 SINGLE_PASS_NAME = "all"
@@ -72,9 +65,9 @@ def lopti_pass_names(config: LoptiConfig) -> tuple[str, str]:
 
 
 def _check_pass_inputs(advantages_BT: torch.Tensor, response_mask_BT: torch.Tensor) -> torch.Tensor:
-    check_ndim("advantages_BT", advantages_BT, 2, "BT")
-    check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
-    check_finite("advantages_BT", advantages_BT, response_mask_BT)
+    check.ndim("advantages_BT", advantages_BT, 2, "BT")
+    check.shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
+    check.finite("advantages_BT", advantages_BT, response_mask_BT)
     return response_mask_BT.bool()
 
 
@@ -104,7 +97,7 @@ def split_passes(
     a token rule's split). Each pass masks its advantages and its KL / entropy terms; the denominators count all valid
     tokens unless ``renormalize_per_pass``."""
     mask_BT = _check_pass_inputs(advantages_BT, response_mask_BT)
-    check_shape("first_BT", first_BT, tuple(mask_BT.shape))
+    check.shape("first_BT", first_BT, tuple(mask_BT.shape))
     first_BT = first_BT.bool() & mask_BT
     adv_BT = masked_fill_invalid(advantages_BT.detach(), mask_BT)
     passes = []
@@ -126,8 +119,8 @@ def lopti_low_mask(
 ) -> tuple[torch.Tensor, float]:
     """The low-probability indicator (valid tokens only) and the threshold used."""
     mask_BT = response_mask_BT.bool()
-    check_shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
-    check_finite("old_logp_BT", old_logp_BT, mask_BT)
+    check.shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    check.finite("old_logp_BT", old_logp_BT, mask_BT)
     prob_BT = torch.exp(masked_fill_invalid(old_logp_BT.detach(), mask_BT))
     threshold = config.eta
     if config.threshold_mode == "quantile":

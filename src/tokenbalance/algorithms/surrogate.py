@@ -12,15 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-    param,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid, param
 
 IMPORTANCE_SAMPLING_MODES = ("on", "off", "off_for_pos")
 
@@ -58,13 +51,13 @@ class ClipConfig:
     log_ratio_clamp: float | None = param(20.0, "clamp on ``logp - old_logp`` before ``exp``; ``None`` for none.")
 
     def __post_init__(self) -> None:
-        check_range("clip.eps_low", self.eps_low, 0.0, 1.0, high_open=True)
-        check_range("clip.eps_high", self.eps_high, 0.0, float("inf"))
+        check.in_range("clip.eps_low", self.eps_low, 0.0, 1.0, high_open=True)
+        check.in_range("clip.eps_high", self.eps_high, 0.0, float("inf"))
         if self.dual_clip_c is not None:
-            check_range("clip.dual_clip_c", self.dual_clip_c, 1.0, float("inf"), low_open=True)
-        check_choice("clip.importance_sampling", self.importance_sampling, IMPORTANCE_SAMPLING_MODES)
+            check.in_range("clip.dual_clip_c", self.dual_clip_c, 1.0, float("inf"), low_open=True)
+        check.choice("clip.importance_sampling", self.importance_sampling, IMPORTANCE_SAMPLING_MODES)
         if self.log_ratio_clamp is not None:
-            check_range("clip.log_ratio_clamp", self.log_ratio_clamp, 0.0, float("inf"), low_open=True)
+            check.in_range("clip.log_ratio_clamp", self.log_ratio_clamp, 0.0, float("inf"), low_open=True)
 
 
 @dataclass(frozen=True)
@@ -103,15 +96,15 @@ def clipped_surrogate(
         response_mask_BT: [B, T] valid-token mask; other positions may hold anything.
         config: :class:`ClipConfig`.
         ratio_weight_BT: optional [B, T] positive weights multiplying the ratio (no gradient)."""
-    check_ndim("logp_BT", logp_BT, 2, "BT")
+    check.ndim("logp_BT", logp_BT, 2, "BT")
     shape = tuple(logp_BT.shape)
-    check_shape("old_logp_BT", old_logp_BT, shape)
-    check_shape("advantages_BT", advantages_BT, shape)
-    check_shape("response_mask_BT", response_mask_BT, shape)
+    check.shape("old_logp_BT", old_logp_BT, shape)
+    check.shape("advantages_BT", advantages_BT, shape)
+    check.shape("response_mask_BT", response_mask_BT, shape)
     mask_BT = response_mask_BT.bool()
-    check_finite("logp_BT", logp_BT.detach(), mask_BT)
-    check_finite("old_logp_BT", old_logp_BT, mask_BT)
-    check_finite("advantages_BT", advantages_BT, mask_BT)
+    check.finite("logp_BT", logp_BT.detach(), mask_BT)
+    check.finite("old_logp_BT", old_logp_BT, mask_BT)
+    check.finite("advantages_BT", advantages_BT, mask_BT)
 
     logp_BT = masked_fill_invalid(logp_BT, mask_BT)
     old_logp_BT = masked_fill_invalid(old_logp_BT.detach(), mask_BT)
@@ -127,7 +120,7 @@ def clipped_surrogate(
     ratio_BT = torch.exp(log_ratio_BT)
     weighted_ratio_BT = ratio_BT
     if ratio_weight_BT is not None:
-        check_shape("ratio_weight_BT", ratio_weight_BT, shape)
+        check.shape("ratio_weight_BT", ratio_weight_BT, shape)
         weighted_ratio_BT = ratio_BT * masked_fill_invalid(ratio_weight_BT.detach(), mask_BT, 1.0)
 
     unclipped_BT = -adv_BT * weighted_ratio_BT
@@ -170,15 +163,15 @@ def kl_penalty(
             "estimator: 'full' needs whole-vocabulary logits and is not implemented (as in the "
             f"reference); valid: {', '.join(KL_ESTIMATORS)}"
         )
-    check_choice("estimator", estimator, KL_ESTIMATORS)
-    check_ndim("logp_BT", logp_BT, 2, "BT")
+    check.choice("estimator", estimator, KL_ESTIMATORS)
+    check.ndim("logp_BT", logp_BT, 2, "BT")
     shape = tuple(logp_BT.shape)
-    check_shape("ref_logp_BT", ref_logp_BT, shape)
-    check_shape("response_mask_BT", response_mask_BT, shape)
-    check_range("log_ratio_clamp", log_ratio_clamp, 0.0, float("inf"), low_open=True)
+    check.shape("ref_logp_BT", ref_logp_BT, shape)
+    check.shape("response_mask_BT", response_mask_BT, shape)
+    check.in_range("log_ratio_clamp", log_ratio_clamp, 0.0, float("inf"), low_open=True)
     mask_BT = response_mask_BT.bool()
-    check_finite("logp_BT", logp_BT.detach(), mask_BT)
-    check_finite("ref_logp_BT", ref_logp_BT, mask_BT)
+    check.finite("logp_BT", logp_BT.detach(), mask_BT)
+    check.finite("ref_logp_BT", ref_logp_BT, mask_BT)
 
     straight_through = estimator.endswith("+")
     kind = KL_ESTIMATOR_ALIASES[estimator.rstrip("+")]
@@ -195,7 +188,7 @@ def kl_penalty(
     else:
         x_BT = -delta_BT
         if ref_weight_BT is not None:
-            check_shape("ref_weight_BT", ref_weight_BT, shape)
+            check.shape("ref_weight_BT", ref_weight_BT, shape)
             weight_BT = masked_fill_invalid(ref_weight_BT.detach(), mask_BT, 1.0)
             x_BT = x_BT + torch.log(weight_BT)
         x_BT = x_BT.clamp(-log_ratio_clamp, log_ratio_clamp)
@@ -232,7 +225,7 @@ def _softmax_stats(
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     if logits_BTV.dim() < 1 or logits_BTV.shape[-1] < 1:
         raise ValueError(f"logits_BTV: expected a [..., V] tensor with V >= 1, got {tuple(logits_BTV.shape)}")
-    check_range("chunk_rows", chunk_rows, 1, math.inf)
+    check.in_range("chunk_rows", chunk_rows, 1, math.inf)
     flat_NV = logits_BTV.reshape(-1, logits_BTV.shape[-1])
     pieces, sum_sq = [], []
     for start in range(0, flat_NV.shape[0], chunk_rows):

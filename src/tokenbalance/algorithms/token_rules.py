@@ -13,7 +13,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from tokenbalance.algorithms._checks import check_choice, masked_fill_invalid
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid
 from tokenbalance.algorithms.registry import Registry
 from tokenbalance.user_code import first_line, shown
 
@@ -88,8 +89,8 @@ class TokenRule:
             raise ValueError(f"token rule name: expected letters, digits, '_', '.', '-', got {shown(self.name)}")
         if not callable(self.function):
             raise ValueError(f"token rule {self.name!r}: expected a function, got {shown(self.function)}")
-        check_choice(f"token rule {self.name!r}: stage", self.stage, RULE_STAGES)
-        check_choice(f"token rule {self.name!r}: output", self.output, RULE_OUTPUTS)
+        check.choice(f"token rule {self.name!r}: stage", self.stage, RULE_STAGES)
+        check.choice(f"token rule {self.name!r}: output", self.output, RULE_OUTPUTS)
         if self.output == "split" and self.stage != "passes":
             raise ValueError(
                 f"token rule {self.name!r}: a split chooses the update passes, which are fixed before the "

@@ -12,15 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from tokenbalance.algorithms._checks import (
-    check_choice,
-    check_finite,
-    check_ndim,
-    check_range,
-    check_shape,
-    masked_fill_invalid,
-    param,
-)
+from tokenbalance.algorithms import _checks as check
+from tokenbalance.algorithms._checks import masked_fill_invalid, param
 
 PROB_SOURCES_AR = ("old", "current_detached")
 TR_SHAPES = ("sigmoid_shift", "sigmoid_mul")
@@ -63,11 +56,11 @@ class ARConfig:
     )
 
     def __post_init__(self) -> None:
-        check_range("ar.alpha", self.alpha, 0.0, 1.0)
+        check.in_range("ar.alpha", self.alpha, 0.0, 1.0)
         if self.tau is not None:
-            check_range("ar.tau", self.tau, 0.0, float("inf"))
-        check_range("ar.neg_adv_weight", self.neg_adv_weight, 0.0, float("inf"))
-        check_choice("ar.prob_source", self.prob_source, PROB_SOURCES_AR)
+            check.in_range("ar.tau", self.tau, 0.0, float("inf"))
+        check.in_range("ar.neg_adv_weight", self.neg_adv_weight, 0.0, float("inf"))
+        check.choice("ar.prob_source", self.prob_source, PROB_SOURCES_AR)
         if self.alpha + self.intercept <= 0:
             raise ValueError(f"ar: alpha + tau must be > 0, got alpha={self.alpha}, tau={self.tau}")
 
@@ -78,9 +71,9 @@ class ARConfig:
 
 def ar_token_weights(logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: ARConfig) -> torch.Tensor:
     """AR weights ``alpha * exp(logp) + tau`` ([B, T], 1 at padding, no gradient)."""
-    check_ndim("logp_BT", logp_BT, 2, "BT")
-    check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
-    check_finite("logp_BT", logp_BT.detach(), response_mask_BT)
+    check.ndim("logp_BT", logp_BT, 2, "BT")
+    check.shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
+    check.finite("logp_BT", logp_BT.detach(), response_mask_BT)
     prob_BT = torch.exp(masked_fill_invalid(logp_BT.detach(), response_mask_BT))
     weights_BT = config.alpha * prob_BT + config.intercept
     return masked_fill_invalid(weights_BT, response_mask_BT, 1.0)
@@ -94,7 +87,7 @@ def advantage_reweight(
 ) -> torch.Tensor:
     """AR (Eq. 4): ``(alpha * pi + tau) * A``, then negatives times ``neg_adv_weight``; [B, T], 0 at padding, no
     gradient. ``logp_BT`` gives pi (the old policy's for ``prob_source="old"``)."""
-    check_shape("advantages_BT", advantages_BT, tuple(logp_BT.shape))
+    check.shape("advantages_BT", advantages_BT, tuple(logp_BT.shape))
     weights_BT = ar_token_weights(logp_BT, response_mask_BT, config)
     adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
     out_BT = weights_BT * adv_BT
@@ -108,8 +101,8 @@ def scale_negative_advantages(
 ) -> torch.Tensor:
     """AR's ``neg_adv_weight`` alone (advantages <= 0 times the factor; [B, T], 0 at padding, no gradient): the end of
     :func:`advantage_reweight` for ``prob_source="current_detached"``, whose weight (>= 0) is applied in the loss."""
-    check_shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
-    check_range("ar.neg_adv_weight", neg_adv_weight, 0.0, float("inf"))
+    check.shape("response_mask_BT", response_mask_BT, tuple(advantages_BT.shape))
+    check.in_range("ar.neg_adv_weight", neg_adv_weight, 0.0, float("inf"))
     adv_BT = masked_fill_invalid(advantages_BT.detach(), response_mask_BT)
     if neg_adv_weight == 1.0:
         return adv_BT
@@ -144,14 +137,14 @@ class TRGRPOConfig:
     def __post_init__(self) -> None:
         if self.shape in DROPPED_TR_SHAPES:
             raise ValueError(f"tr_grpo.shape: {self.shape!r}: {DROPPED_TR_SHAPES[self.shape]}")
-        check_choice("tr_grpo.shape", self.shape, TR_SHAPES)
-        check_range("tr_grpo.alpha", self.alpha, 0.0, float("inf"), low_open=True)
-        check_range("tr_grpo.tau", self.tau, 0.0, float("inf"), low_open=True)
-        check_range("tr_grpo.mu", self.mu, -float("inf"), float("inf"), low_open=True, high_open=True)
-        check_range("tr_grpo.lower", self.lower, 0.0, float("inf"), low_open=True)
-        check_range("tr_grpo.upper", self.upper, self.lower, float("inf"))
-        check_choice("tr_grpo.prob_source", self.prob_source, TR_PROB_SOURCES)
-        check_choice("tr_grpo.placement", self.placement, TR_PLACEMENTS)
+        check.choice("tr_grpo.shape", self.shape, TR_SHAPES)
+        check.in_range("tr_grpo.alpha", self.alpha, 0.0, float("inf"), low_open=True)
+        check.in_range("tr_grpo.tau", self.tau, 0.0, float("inf"), low_open=True)
+        check.in_range("tr_grpo.mu", self.mu, -float("inf"), float("inf"), low_open=True, high_open=True)
+        check.in_range("tr_grpo.lower", self.lower, 0.0, float("inf"), low_open=True)
+        check.in_range("tr_grpo.upper", self.upper, self.lower, float("inf"))
+        check.choice("tr_grpo.prob_source", self.prob_source, TR_PROB_SOURCES)
+        check.choice("tr_grpo.placement", self.placement, TR_PLACEMENTS)
         if self.warn_degenerate:
             low, high = tr_grpo_weight_range(self)
             if high - low < DEGENERATE_WEIGHT_SPREAD:
@@ -183,8 +176,8 @@ def tr_grpo_token_weights(logp_BT: torch.Tensor, response_mask_BT: torch.Tensor,
     """TR-GRPO weights from log-probs ([B, T], 1 at padding, no gradient).
 
     Pass the current log-probs (detached here) for ``prob_source="current"``, the old ones for ``"old"``."""
-    check_ndim("logp_BT", logp_BT, 2, "BT")
-    check_shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
-    check_finite("logp_BT", logp_BT.detach(), response_mask_BT)
+    check.ndim("logp_BT", logp_BT, 2, "BT")
+    check.shape("response_mask_BT", response_mask_BT, tuple(logp_BT.shape))
+    check.finite("logp_BT", logp_BT.detach(), response_mask_BT)
     prob_BT = torch.exp(masked_fill_invalid(logp_BT.detach(), response_mask_BT))
     return masked_fill_invalid(tr_grpo_weights_from_prob(prob_BT, config), response_mask_BT, 1.0)
