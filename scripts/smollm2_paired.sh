@@ -8,8 +8,12 @@
 # last checkpoint (sft.save_every), the grid skips finished cells, restores them from RECORDS on a
 # new machine and resumes started ones.
 #
+# STOP_AFTER=warm stops after the warm start (to build it while another job holds the other CPU);
+# JOBS sets the cells run at once (default: the grid's, one per CPU).
+#
 #   bash scripts/smollm2_paired.sh                      # D=runs/smollm2, RECORDS=docs/results/smollm2-paired/records
 #   TOKENBALANCE=".venv/bin/tokenbalance" D=/scratch/smollm2 bash scripts/smollm2_paired.sh
+#   STOP_AFTER=warm bash scripts/smollm2_paired.sh      # only the model and its warm start
 set -euo pipefail
 D=${D:-runs/smollm2}
 RECORDS=${RECORDS:-docs/results/smollm2-paired/records}
@@ -17,6 +21,9 @@ TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
 # COMPUTE="--set model.autocast=bfloat16": bfloat16 compute with float32 weights, for the RL cells only
 # (sft refuses it); faster only on a CPU with native bfloat16 (AVX-512 BF16 / AMX) or a GPU (docs/training.md)
 COMPUTE=${COMPUTE:-}
+STOP_AFTER=${STOP_AFTER:-}
+JOBS=${JOBS:-}
+case "$STOP_AFTER" in "" | warm) ;; *) echo "STOP_AFTER: unknown value '$STOP_AFTER'; valid: warm" >&2; exit 2 ;; esac
 mkdir -p "$D"
 
 [ -f "$D/model/config.json" ] || $TOKENBALANCE build-model smollm2-135m-instruct --out "$D/model"
@@ -26,5 +33,7 @@ if [ ! -f "$D/warm/tokenbalance_sft.json" ]; then
         --set sft.train_count=1000 --set sft.steps=70 --set sft.batch_size=8 --set sft.lr=2e-5 \
         --set sft.warmup_steps=10 --set sft.save_every=5
 fi
+[ "$STOP_AFTER" = warm ] && exit 0
 # shellcheck disable=SC2086
-$TOKENBALANCE ablate --preset smollm2-kk --model "$D/warm" --out "$D/grid" --records "$RECORDS" --no-figure $COMPUTE
+$TOKENBALANCE ablate --preset smollm2-kk --model "$D/warm" --out "$D/grid" --records "$RECORDS" --no-figure \
+    ${JOBS:+--jobs "$JOBS"} $COMPUTE
