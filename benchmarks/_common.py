@@ -13,6 +13,7 @@ import statistics
 import time
 from collections.abc import Callable
 from importlib.metadata import version
+from typing import TypeVar
 
 import _before_torch  # noqa: F401  (the threading environment, before torch loads)
 
@@ -20,6 +21,8 @@ import torch
 
 from tokenbalance.models import TinyModelConfig, train_tokenizer
 from tokenbalance.tasks.kk import tokenizer_corpus
+
+Result = TypeVar("Result")
 
 # The issue's reference size: a Qwen2-style model of about 1.1M parameters (hidden 128, 4 layers).
 BENCH_MODEL = TinyModelConfig(
@@ -39,18 +42,18 @@ def random_prompts(count: int, length: int, vocab_low: int, vocab_high: int, see
 
 
 def interleaved_medians(
-    contenders: dict[str, Callable[[], object]],
+    contenders: dict[str, Callable[[], Result]],
     repeats: int,
     warmup: int = 1,
     sync: Callable[[], None] = lambda: None,
-) -> tuple[dict[str, float], dict[str, object]]:
+) -> tuple[dict[str, float], dict[str, Result]]:
     """Median wall time of each contender over ``repeats`` rounds, and each one's last result.
 
     Every round runs all contenders once, in turn, after ``warmup`` untimed rounds: a slow spell of
     the machine then hits every contender alike instead of whichever happened to run during it.
     ``sync`` runs before the clock starts and before it stops (on a GPU: wait for queued work).
     """
-    results: dict[str, object] = {}
+    results: dict[str, Result] = {}
     for _ in range(warmup):
         for label, fn in contenders.items():
             results[label] = fn()

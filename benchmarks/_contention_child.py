@@ -12,6 +12,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
 
 from tokenbalance.threads import prepare_process
 
@@ -29,13 +30,15 @@ def main() -> None:
     from tokenbalance.threads import use_threads
 
     threads = use_threads(args.threads) if args.policy == "tokenbalance" else torch.get_num_threads()
+    work: Callable[[int], object]
     if args.work == "product":  # the loop: the tiny model's shapes, 64 x 128 by 128 x 512
         a, b = torch.randn(64, 128), torch.randn(128, 512)
 
-        def work(_: int) -> None:
+        def products(_: int) -> None:
             for _ in range(200):
                 a @ b
 
+        work = products
     else:
         from _rl_batch import embedded_batch
         from tokenbalance.trainer.loop import rl_step, rollout

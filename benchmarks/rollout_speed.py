@@ -21,6 +21,7 @@ generation is reported too.
 from __future__ import annotations
 
 import argparse
+import functools
 
 import _before_torch  # noqa: F401  (the threading environment, before torch loads)
 
@@ -100,7 +101,10 @@ def main(argv: list[str] | None = None) -> None:
     distinct = random_prompts(args.batch // args.group_size, args.prompt_len, 10, len(tokenizer) - 8)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, seed=0)
     seconds, generations = interleaved_medians(
-        {label: (lambda e=engine: e.generate(distinct, params, n=args.group_size)) for label, engine in contenders},
+        {
+            label: functools.partial(engine.generate, distinct, params, n=args.group_size)
+            for label, engine in contenders
+        },
         args.repeats,
         sync=lambda: synchronize(device),
     )

@@ -63,6 +63,7 @@ def prepare(batch: RLBatch, method, ref_logp_BT: torch.Tensor):
     nthr_inputs = None
     if method.needs_hidden_states:
         head = policy.get_output_embeddings()
+        assert old.hidden_BTD is not None  # asked for with with_hidden
         nthr_inputs = NTHRInputs.from_output_layer(
             head,
             packed.input_ids_BL[:, packed.prompt_len :],
@@ -152,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         micro_batch=cfg.optim.micro_batch_size,
     ).logp_BT
     methods = {name: get_method(name) for name in names}
-    prepared = {}
+    prepared: dict[str, tuple[list, torch.Tensor]] = {}
 
     def prepare_fn(name):
         def run():
@@ -164,7 +165,8 @@ def main(argv: list[str] | None = None) -> None:
     def update_fn(name):
         def run():
             batch.parts.state.policy.load_state_dict(batch.initial_state)
-            return update(batch, methods[name], *prepared[name], ref_logp_BT)
+            passes, old_logp_BT = prepared[name]
+            return update(batch, methods[name], passes, old_logp_BT, ref_logp_BT)
 
         return run
 
