@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tokenbalance.ablate.testbeds import gain_points, read_manifest
+from tokenbalance.ablate.testbeds import gain_points, read_manifest, caption_for
 from tokenbalance.cli import main
 
 FIELDS = [
@@ -61,6 +61,7 @@ def test_points_are_the_rows_compared_with_grpo_on_the_average(tmp_path):
         ("lopti", -0.02, -0.04, 0.0, 8),
     ]
     assert {(p.low_share, p.decision_share, p.testbed) for p in points} == {(0.1, 0.6, "a")}
+    assert caption_for(points[0]) == "a\n10.0% of tokens < 0.25"
 
 
 def test_the_manifest_is_checked_before_anything_is_drawn(tmp_path):

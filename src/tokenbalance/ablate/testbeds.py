@@ -101,6 +101,11 @@ def testbed_points(manifest: Path, mode: str = "greedy") -> list[GainPoint]:
     return points
 
 
+def caption_for(point: GainPoint) -> str:
+    """A testbed's name and how many of its start policy's sampled tokens are low-probability, under its bars."""
+    return f"{point.testbed}\n{100 * point.low_share:.1f}% of tokens < 0.25"
+
+
 def gains_figure(points: list[GainPoint], mode: str = "greedy"):
     """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in the row's colour
     of the grid figures; the methods are spread a little along x so that their bars do not hide each other, the
@@ -121,10 +126,15 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         mine = [p for p in points if p.testbed == name]
         lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in mine)
         ax.annotate(
-            name, (mine[0].decision_share, lowest), textcoords="offset points", xytext=(0, -10), ha="center", fontsize=7
+            caption_for(mine[0]),
+            (mine[0].decision_share, lowest),
+            textcoords="offset points",
+            xytext=(0, -16),
+            ha="center",
+            fontsize=7,
         )
     ax.axhline(0, color="0.6", lw=0.8)
-    ax.margins(y=0.1)  # room for the names under the lowest bars
+    ax.margins(y=0.15)  # room for the captions under the lowest bars
     ax.set_xlim(-0.05, 1.05)
     ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy", fontsize=8)
     ax.set_ylabel(f"paired gain over GRPO,\n{mode} accuracy (points)", fontsize=8)
