@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tokenbalance.ablate.testbeds import gain_points, read_manifest, caption_for
+from tokenbalance.ablate.testbeds import caption_for, gain_points, read_manifest
 from tokenbalance.cli import main
 
 FIELDS = [
