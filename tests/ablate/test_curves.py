@@ -80,3 +80,14 @@ def test_every_non_baseline_row_is_drawn_against_its_baseline(tmp_path):
     results = [cell_result("grpo", 0, [0.1, 0.2], [0.3, 0.4]), cell_result("ar_lopti", 0, [0.1, 0.3], [0.3, 0.5])]
     path = reward_curves(plan, results, tmp_path / "curves.png")  # rpp rows have no data: drawn as such
     assert path.read_bytes().startswith(b"\x89PNG") and len(METRICS) == 6
+
+
+@pytest.mark.parametrize("rows", [("grpo", "ar_lopti"), ("grpo", "ar", "lopti", "ar_lopti")])
+def test_the_key_fits_inside_a_narrow_figure(rows):
+    plan = GridPlan(grid_preset("kk-smoke"), tuple(grid_method(k) for k in rows), (0,), 4, ())
+    results = [cell_result(k, 0, [0.1, 0.2], [0.3, 0.4]) for k in rows]
+    fig = curves_figure(plan, results)
+    fig.canvas.draw()
+    key = fig.legends[0].get_window_extent()
+    assert fig.get_figwidth() >= 4.5
+    assert 0 <= key.x0 and key.x1 <= fig.bbox.width  # nothing of the key cut off at either side

@@ -23,6 +23,9 @@ from tokenbalance.diagnostics.plotted import save_png
 EMA = 0.8  # the paper's Figure 4 uses 0.95 over hundreds of steps; a grid has tens to hundreds
 BASELINE_COLOUR = "0.45"
 LEVEL = 0.95
+PANEL_WIDTH = 1.5  # inches per column
+MIN_WIDTH = 4.5  # inches: a grid of one or two columns is widened to this, room for its key in lines
+KEY_LINE_WIDTH = 7.5  # inches the key needs on one line (five columns); a narrower figure wraps it
 
 
 @dataclass(frozen=True)
@@ -126,14 +129,18 @@ def _key(fig: Figure, plan: GridPlan, results: list[CellResult], baselines: set[
         Patch(color="black", alpha=0.18, linewidth=0, label=f"band: {LEVEL:.0%} t interval of the mean"),
         Line2D([], [], color=BASELINE_COLOUR, linewidth=1.1, label=grey),
     ]
+    title = (
+        f"grid {plan.preset.name}: each row (colour) against its baseline; training metrics smoothed "
+        f"per seed (EMA {EMA}), held-out accuracy as evaluated"
+    )
+    wide = fig.get_figwidth() >= KEY_LINE_WIDTH
     fig.legend(
         handles=handles,
         loc="outside upper center",
-        ncols=3,
+        ncols=3 if wide else 1,
         fontsize=7,
         frameon=False,
-        title=f"grid {plan.preset.name}: each row (colour) against its baseline; training metrics smoothed "
-        f"per seed (EMA {EMA}), held-out accuracy as evaluated",
+        title=title if wide else "\n".join(textwrap.wrap(title, int(12 * fig.get_figwidth()))),
         title_fontsize=8,
     )
 
@@ -143,7 +150,7 @@ def curves_figure(plan: GridPlan, results: list[CellResult]) -> Figure:
     data" in its panel."""
     columns = compared_rows(plan) or [(row_colour(m.key, i), m, None) for i, m in enumerate(plan.methods)]
     baselines = {base for _, _, base in columns if base is not None}
-    fig = new_figure(len(METRICS), len(columns), 1.5, 1.15)
+    fig = new_figure(len(METRICS), len(columns), max(PANEL_WIDTH, MIN_WIDTH / len(columns)), 1.15)
     axes = fig.subplots(len(METRICS), len(columns), sharex=True, sharey="row", squeeze=False)
     for c, (hue, row, baseline) in enumerate(columns):
         title = "\n".join(textwrap.wrap(row.label, 22)) + f"\n({_seeds(results, row.key)})"
