@@ -419,6 +419,8 @@ def test_report_only_with_records_restores_the_finished_cells_and_runs_none(grid
     report_text = (elsewhere / "results.md").read_text()
     assert "not complete: ar_lopti-seed0 (not started)" in report_text
     assert "3 cell(s) restored from records ran elsewhere, not counted" in report_text
+    assert "the cells were restored from records and ran elsewhere, how many at a time not known here" in report_text
+    assert "at a time on this machine" not in report_text
     with open(elsewhere / "cells.csv", newline="") as f:
         status = {row["cell"]: row["complete"] for row in csv.DictReader(f)}
     assert status["grpo-seed0"] == "True" and status.get("ar_lopti-seed0") != "True"

@@ -56,11 +56,18 @@ STATISTICS_NOTE = (
     "freedom) × sd / √n; a smaller effect may exist unseen. Beside it, the same with sd at the upper end of "
     "its 95% interval, sd × √((n - 1) / χ²_0.025, n - 1), since few seeds estimate the spread loosely."
 )
-LOCAL_COST_NOTE = (
-    "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
-    "over seeds); cells ran {jobs} at a time on this machine (`grid_log.jsonl`), so a busy machine "
-    "inflates them all."
-)
+
+
+def local_cost_note(jobs: list[int]) -> str:
+    """The cost table's note: how many cells ran at once (``jobs``, from grid_log.jsonl; none: all restored)."""
+    if jobs:
+        where = f"cells ran {' or '.join(map(str, jobs)) if jobs != [1] else 'one'} at a time on this machine (`grid_log.jsonl`)"
+    else:
+        where = "the cells were restored from records and ran elsewhere, how many at a time not known here"
+    return (
+        "Seconds per RL step from each cell's `timing/*` records (mean over its steps, then mean ± 95% CI "
+        f"over seeds); {where}, so a busy machine inflates them all."
+    )
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,7 @@ class ReportSource:
 
     summary: tuple[str, ...]
     accuracy_note: str = LOCAL_ACCURACY_NOTE
-    cost_note: str = LOCAL_COST_NOTE.format(jobs="one")
+    cost_note: str = local_cost_note([1])
     modes: tuple[str, ...] = MODES
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
 
@@ -422,8 +429,7 @@ def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> Re
     log = read_log(out_dir)
     jobs = sorted({int(r.get("jobs", 1)) for r in cell_runs(log, results)})
     return ReportSource(
-        (cell_time_summary(log, results), start_policy_summary(out_dir, plan)),
-        cost_note=LOCAL_COST_NOTE.format(jobs=" or ".join(map(str, jobs)) if jobs != [1] and jobs else "one"),
+        (cell_time_summary(log, results), start_policy_summary(out_dir, plan)), cost_note=local_cost_note(jobs)
     )
 
 
