@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from tokenbalance.ablate.testbeds import caption_for, gain_points, read_manifest
+from tokenbalance.ablate.testbeds import caption_for, gain_points, gains_figure, read_manifest
 from tokenbalance.cli import main
 
 FIELDS = [
@@ -90,3 +90,12 @@ def test_plot_testbeds_writes_the_figure_and_never_replaces_a_users_file(tmp_pat
     assert main(["plot", "--testbeds", str(manifest), "--out", str(tmp_path / "mine"), "--format", "png"]) != 0
     assert (tmp_path / "mine" / "testbeds_greedy.png").read_bytes() == b"user"
     assert "tokenbalance did not write them" in capsys.readouterr().err
+
+
+def test_captions_of_testbeds_close_on_the_axis_do_not_overlap(tmp_path):
+    for name, share in (("a", 0.08), ("b", 0.12), ("c", 0.9)):
+        write_testbed(tmp_path / name, {"ar": (0.01, 0.0, 0.02)}, decision_share=share)
+    points = [p for n in "abc" for p in gain_points(n, tmp_path / n / "accuracy.csv", tmp_path / n / "profile.json")]
+    ax = gains_figure(points).axes[0]
+    offsets = {a.get_text().split("\n")[0]: a.xyann[1] for a in ax.texts}
+    assert offsets["a"] == offsets["c"] and offsets["b"] < offsets["a"]  # b sits a caption lower than a, c apart

@@ -14,6 +14,7 @@ from tokenbalance.ablate.curves import row_colour
 from tokenbalance.diagnostics.plots import new_figure
 
 BASELINE_ROW = "grpo"
+CAPTION_SPAN = 0.2  # decision shares closer than this would print their captions over each other
 
 
 @dataclass(frozen=True)
@@ -122,19 +123,23 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         ax.errorbar(
             xs, ys, yerr=[below, above], fmt="o", markersize=4, color=row_colour(row, i), capsize=2, label=mine[0].label
         )
+    placed: list[float] = []  # the x of the captions so far: a testbed near one of them goes a caption lower
     for name in dict.fromkeys(p.testbed for p in points):
         mine = [p for p in points if p.testbed == name]
         lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in mine)
+        x = mine[0].decision_share
+        below = sum(1 for other in placed if abs(other - x) < CAPTION_SPAN)
+        placed.append(x)
         ax.annotate(
             caption_for(mine[0]),
-            (mine[0].decision_share, lowest),
+            (x, lowest),
             textcoords="offset points",
-            xytext=(0, -16),
+            xytext=(0, -16 - 22 * below),
             ha="center",
             fontsize=7,
         )
     ax.axhline(0, color="0.6", lw=0.8)
-    ax.margins(y=0.15)  # room for the captions under the lowest bars
+    ax.margins(y=0.2)  # room for the captions under the lowest bars
     ax.set_xlim(-0.05, 1.05)
     ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy", fontsize=8)
     ax.set_ylabel(f"paired gain over GRPO,\n{mode} accuracy (points)", fontsize=8)
