@@ -61,7 +61,8 @@ STATISTICS_NOTE = (
 def local_cost_note(jobs: list[int]) -> str:
     """The cost table's note: how many cells ran at once (``jobs``, from grid_log.jsonl; none: all restored)."""
     if jobs:
-        where = f"cells ran {' or '.join(map(str, jobs)) if jobs != [1] else 'one'} at a time on this machine (`grid_log.jsonl`)"
+        count = " or ".join(map(str, jobs)) if jobs != [1] else "one"
+        where = f"cells ran {count} at a time on this machine (`grid_log.jsonl`)"
     else:
         where = "the cells were restored from records and ran elsewhere, how many at a time not known here"
     return (
