@@ -128,13 +128,13 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         mine = [p for p in points if p.testbed == name]
         lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in mine)
         x = mine[0].decision_share
-        below = sum(1 for other in placed if abs(other - x) < CAPTION_SPAN)
+        stacked = sum(1 for other in placed if abs(other - x) < CAPTION_SPAN)
         placed.append(x)
         ax.annotate(
             caption_for(mine[0]),
             (x, lowest),
             textcoords="offset points",
-            xytext=(0, -16 - 22 * below),
+            xytext=(0, -16 - 22 * stacked),
             ha="center",
             fontsize=7,
         )
