@@ -200,17 +200,20 @@ def main(argv: list[str] | None = None) -> None:
     where = dict(device=device, dtype=args.dtype, max_new_tokens=args.max_new_tokens)
     ours = dict(where, data_count=args.data_count)
     sampler = "ours, fast engine, sampler log-probs"
+
+    def float32_master(overrides: tuple[str, ...]) -> Callable[[int, int, int], list[tuple[float, int]]]:
+        # float32 storage whatever --dtype says: the overrides choose the compute (autocast, checkpointing)
+        return lambda steps, first, seed: our_steps(
+            policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=overrides
+        )
+
     contenders = {
         "TRL GRPOTrainer": lambda steps, first, seed: trl_steps(policy_dir, steps, seed, **where),
         "ours, HF generate": lambda steps, first, seed: our_steps(policy_dir, "hf", steps, first, **ours),
         "ours, fast engine": lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, **ours),
         sampler: lambda steps, first, seed: our_steps(policy_dir, "fast", steps, first, "sampler", **ours),
-        MIXED: lambda steps, first, seed: our_steps(
-            policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=MIXED_OVERRIDES
-        ),
-        CHECKPOINTED: lambda steps, first, seed: our_steps(
-            policy_dir, "fast", steps, first, **dict(ours, dtype="float32"), overrides=CHECKPOINTED_OVERRIDES
-        ),
+        MIXED: float32_master(MIXED_OVERRIDES),
+        CHECKPOINTED: float32_master(CHECKPOINTED_OVERRIDES),
     }
     runs: dict[str, list[tuple[float, int]]] = {label: [] for label in contenders}
     peaks = dict.fromkeys(contenders, 0)
