@@ -24,7 +24,8 @@
 #   KEEP_CHECKPOINTS=1   the newest checkpoints verl keeps (ours: verl's default keeps all, ~37 GB each at 3B)
 #   DRY_RUN=1            check and print the composed config instead of training (writes nothing here);
 #                        1/true/yes/on: a dry run; unset/empty/0/false/no/off: train; anything else is refused
-#   extra hydra overrides can be appended to any kk_*.sh command line.
+#   extra hydra overrides can be appended to any kk_*.sh command line; a "+KEY=..." for a key these scripts
+#   already add (the loss normaliser, the method) replaces theirs.
 set -euo pipefail
 
 MODEL="${MODEL:-7b}"
@@ -148,7 +149,16 @@ COMMON_OVERRIDES=(
 # composed config with ours and verl's own validate_config, then stops).
 run_preset() {
   local name="$1"; shift
-  local overrides=("${COMMON_OVERRIDES[@]}" "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@")
+  local overrides=() arg
+  local -A appended=()
+  # a second "+KEY=..." (yours, appended to a kk_*.sh line, for a key this script already adds: the loss
+  # normaliser, the method) would make hydra refuse the run; it is passed as "KEY=...", which replaces ours
+  for arg in "${COMMON_OVERRIDES[@]}" "trainer.experiment_name=kk_${name}_${ESTIMATOR}_${MODEL}" "$@"; do
+    if [[ "$arg" == +* && "$arg" != ++* ]]; then
+      if [[ -n "${appended[${arg%%=*}]:-}" ]]; then arg="${arg#+}"; else appended[${arg%%=*}]=1; fi
+    fi
+    overrides+=("$arg")
+  done
   TOKENBALANCE_VERL_DRY_RUN="$DRY_RUN" python -m tokenbalance.integrations.verl.main "${overrides[@]}"
 }
 

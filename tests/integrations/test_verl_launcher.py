@@ -101,3 +101,25 @@ def test_the_preset_scripts_refuse_an_unknown_parity_switch(name, value, refusal
     assert done.returncode == 2 and refusal in done.stderr and done.stdout == ""
     unset = {k: v for k, v in os.environ.items() if k != name}
     assert subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=unset).stdout == "composed\n"
+
+
+def test_an_appended_plus_key_the_scripts_already_add_replaces_theirs():
+    """``+...token_mean_scope=micro_batch`` appended to a kk_*.sh line (docs/verl.md shows it) would be a
+    second ``+`` for a key the scripts add, which hydra refuses; it reaches verl as a plain override, after
+    the scripts' own, and a ``+`` for a new key stays as written."""
+    scope = "actor_rollout_ref.actor.policy_loss.token_mean_scope"
+    script = (
+        f'source {REPO / "examples/verl/common.sh"} && python() {{ printf "%s\\n" "$@"; }} && '
+        f'METHOD=ar run_method ar sync "+{scope}=micro_batch" "+actor_rollout_ref.actor.policy_loss.method=lopti" '
+        '"+trainer.extra=1"'
+    )
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env={**os.environ, "DRY_RUN": "1"})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[:2] == ["-m", "tokenbalance.integrations.verl.main"]
+    assert [line for line in lines if scope in line] == [f"+{scope}=mini_batch", f"{scope}=micro_batch"]
+    assert [line for line in lines if "policy_loss.method=" in line] == [
+        "+actor_rollout_ref.actor.policy_loss.method=ar",
+        "actor_rollout_ref.actor.policy_loss.method=lopti",
+    ]
+    assert lines[-1] == "+trainer.extra=1"
