@@ -4,7 +4,8 @@ Argument parsing, rendering and the ``--json`` file only; the measurements are t
 (:mod:`tokenbalance.analysis.experiments` says how each differs from the paper), on a
 :func:`~tokenbalance.analysis.probe.probe_batch` of ``--prompts`` x ``--group-size`` responses with the advantages of
 ``--method``: ``buckets`` (AR-Lopti Figures 1 and 3), ``lld`` (the NTHR paper's LLD protocol), ``nthr`` (the tokens
-NTHR protects, in context). Each: docs/metrics.md ("Offline diagnostics")."""
+NTHR protects, in context); ``summary`` reads ``buckets --json`` files of several policies (Figure 1 by class over
+them). Each: docs/metrics.md ("Offline diagnostics")."""
 
 from __future__ import annotations
 
@@ -19,7 +20,9 @@ from tokenbalance.outputs import check_output_file, json_written_by, write_text_
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("diagnose", help="the papers' diagnostics on a checkpoint (buckets, lld, nthr)")
+    parser = subparsers.add_parser(
+        "diagnose", help="the papers' diagnostics on a checkpoint (buckets, lld, nthr) and over buckets files (summary)"
+    )
     inner = parser.add_subparsers(dest="diagnostic", metavar="DIAGNOSTIC")
 
     def common(name: str, help_text: str, prompts: int, method: str):
@@ -75,6 +78,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     style.add_argument("--plain", action="store_true", help="[brackets] instead of colours")
     style.add_argument("--color", action="store_true", help="colours even when not writing to a terminal")
     sub.set_defaults(func=run_nthr)
+
+    help_text = (
+        "Figure 1 by class over policies: from diagnose buckets --json files (one per policy), how far the "
+        "high-probability decision tokens move with every token in the update against the highest bucket alone"
+    )
+    sub = inner.add_parser("summary", help=help_text, description=help_text)
+    sub.add_argument("files", nargs="+", type=nonempty, metavar="JSON", help="diagnose buckets --json files")
+    sub.set_defaults(func=run_summary)
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
 
@@ -205,6 +216,23 @@ def print_logp_changes(results: dict) -> None:
                     f"  {row['class']:<10}{row['interval']:<14}{row['sign']:<5}"
                     f"{_fmt(row['dlogp_mean'], '+.2e'):>11} ({row['tokens']})"
                 )
+
+
+def run_summary(args: argparse.Namespace) -> int:
+    from tokenbalance.ablate.class_moves import decision_moves, read_profile, summary_table
+
+    paths = [Path(f) for f in args.files]
+    names = [path.stem for path in paths]
+    if len(set(names)) < len(names):
+        names = [str(path) for path in paths]  # the same stem in two folders: the paths tell them apart
+    policies = [decision_moves(read_profile(path), name) for path, name in zip(paths, names, strict=True)]
+    print(
+        "high-probability decision tokens (decision classes, highest non-saturated bucket of the old probability): "
+        "mean change of log p the advantage's way after one SGD step with every token in the update (all) and with "
+        "the highest bucket's tokens only (high only)\n"
+    )
+    print(summary_table(policies))
+    return 0
 
 
 # --------------------------------------------------------------------------------------------- lld
