@@ -55,7 +55,7 @@ def write_testbed(directory, diffs: dict[str, tuple[float, float, float]], low_s
 
 def test_points_are_the_rows_compared_with_grpo_on_the_average(tmp_path):
     write_testbed(tmp_path / "a", {"ar": (0.01, -0.005, 0.025), "lopti": (-0.02, -0.04, 0.0)})
-    points = gain_points("a", tmp_path / "a" / "accuracy.csv", tmp_path / "a" / "profile.json")
+    points = gain_points("a", tmp_path / "a" / "accuracy.csv", [tmp_path / "a" / "profile.json"])
     assert [(p.row, p.gain, p.ci_low, p.ci_high, p.seeds) for p in points] == [
         ("ar", 0.01, -0.005, 0.025, 8),
         ("lopti", -0.02, -0.04, 0.0, 8),
@@ -73,6 +73,22 @@ def test_the_manifest_is_checked_before_anything_is_drawn(tmp_path):
     manifest.write_text(json.dumps([{"name": "a", "accuracy": "a/accuracy.csv"}]))
     with pytest.raises(ValueError, match="entry 0 lacks profile"):
         read_manifest(manifest)
+    manifest.write_text(json.dumps([{"name": "a", "accuracy": "a/accuracy.csv", "profile": []}]))
+    with pytest.raises(ValueError, match="entry 'a': profile is a path or a non-empty list of paths"):
+        read_manifest(manifest)
+
+
+def test_a_list_of_start_policy_profiles_puts_the_testbed_at_their_mean(tmp_path):
+    write_testbed(tmp_path / "a", {"ar": (0.01, 0.0, 0.02)}, low_share=0.1, decision_share=0.6)
+    other = {"class_profile": {"low_share": 0.2, "low_decision_share": 0.9}}
+    (tmp_path / "a" / "start1.json").write_text(json.dumps(other))
+    manifest = tmp_path / "m.json"
+    entry = {"name": "a", "accuracy": "a/accuracy.csv", "profile": ["a/profile.json", "a/start1.json"]}
+    manifest.write_text(json.dumps([entry]))
+    ((name, accuracy, profiles),) = read_manifest(manifest)
+    assert profiles == [tmp_path / "a" / "profile.json", tmp_path / "a" / "start1.json"]
+    (point,) = gain_points(name, accuracy, profiles)
+    assert point.low_share == pytest.approx(0.15, rel=1e-12) and point.decision_share == pytest.approx(0.75, rel=1e-12)
 
 
 def test_plot_testbeds_writes_the_figure_and_never_replaces_a_users_file(tmp_path, capsys):
@@ -93,9 +109,11 @@ def test_plot_testbeds_writes_the_figure_and_never_replaces_a_users_file(tmp_pat
 
 
 def test_captions_of_testbeds_close_on_the_axis_do_not_overlap(tmp_path):
-    for name, share in (("a", 0.08), ("b", 0.12), ("c", 0.9)):
-        write_testbed(tmp_path / name, {"ar": (0.01, 0.0, 0.02)}, decision_share=share)
-    points = [p for n in "abc" for p in gain_points(n, tmp_path / n / "accuracy.csv", tmp_path / n / "profile.json")]
+    for name, share, low in (("a", 0.08, 0.0), ("b", 0.12, -0.03), ("c", 0.9, 0.0)):
+        write_testbed(tmp_path / name, {"ar": (0.01, low, 0.02)}, decision_share=share)
+    points = [p for n in "abc" for p in gain_points(n, tmp_path / n / "accuracy.csv", [tmp_path / n / "profile.json"])]
     ax = gains_figure(points).axes[0]
     offsets = {a.get_text().split("\n")[0]: a.xyann[1] for a in ax.texts}
+    anchors = {a.get_text().split("\n")[0]: a.xy[1] for a in ax.texts}
     assert offsets["a"] == offsets["c"] and offsets["b"] < offsets["a"]  # b sits a caption lower than a, c apart
+    assert anchors["a"] == anchors["b"]  # from one height: a lower bar of b cannot lift a's caption into b's

@@ -1,6 +1,7 @@
 """Across testbeds: each method's paired gain over GRPO against the share of low-probability tokens that are decisions
 (docs/results.md, "Across testbeds"), from a manifest of grids' ``accuracy.csv`` and their start policies' ``diagnose
-buckets --json`` profiles (paths relative to it)."""
+buckets --json`` profiles (paths relative to it; one file, or a list of one per start policy, whose shares are
+averaged)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ class GainPoint:
     testbed: str
     row: str
     label: str
-    low_share: float  # share of sampled tokens below the lowest bucket edge
-    decision_share: float  # share of those that are decision tokens
+    low_share: float  # share of sampled tokens below the lowest bucket edge (mean over the start policies' profiles)
+    decision_share: float  # share of those that are decision tokens (the same mean)
     gain: float
     ci_low: float
     ci_high: float
@@ -44,19 +45,22 @@ def read_json_list(path: Path, kind: str, shape: str) -> list:
     return entries
 
 
-def read_manifest(path: Path) -> list[tuple[str, Path, Path]]:
-    """``(name, accuracy.csv, profile.json)`` per testbed; one-line ``ValueError`` naming what is wrong."""
+def read_manifest(path: Path) -> list[tuple[str, Path, list[Path]]]:
+    """``(name, accuracy.csv, profile files)`` per testbed; one-line ``ValueError`` naming what is wrong."""
     entries = read_json_list(path, "testbed", "{name, accuracy, profile}")
     out = []
     for i, entry in enumerate(entries):
         missing = {"name", "accuracy", "profile"} - set(entry if isinstance(entry, dict) else ())
         if missing:
             raise ValueError(f"{path}: entry {i} lacks {', '.join(sorted(missing))}")
-        accuracy, profile = path.parent / entry["accuracy"], path.parent / entry["profile"]
-        for file in (accuracy, profile):
+        named = entry["profile"] if isinstance(entry["profile"], list) else [entry["profile"]]
+        if not named or not all(isinstance(name, str) for name in named):
+            raise ValueError(f"{path}: entry {entry['name']!r}: profile is a path or a non-empty list of paths")
+        accuracy, profiles = path.parent / entry["accuracy"], [path.parent / name for name in named]
+        for file in (accuracy, *profiles):
             if not file.is_file():
                 raise ValueError(f"{path}: entry {entry['name']!r}: no file {file}")
-        out.append((str(entry["name"]), accuracy, profile))
+        out.append((str(entry["name"]), accuracy, profiles))
     return out
 
 
@@ -68,9 +72,15 @@ def class_shares(profile_path: Path) -> tuple[float, float]:
     return float(profile["low_share"]), float(profile["low_decision_share"])
 
 
-def gain_points(name: str, accuracy: Path, profile: Path, mode: str = "greedy") -> list[GainPoint]:
+def mean_shares(profiles: list[Path]) -> tuple[float, float]:
+    """:func:`class_shares` averaged over the start policies' profiles, each policy weighing the same."""
+    shares = [class_shares(path) for path in profiles]
+    return math.fsum(s[0] for s in shares) / len(shares), math.fsum(s[1] for s in shares) / len(shares)
+
+
+def gain_points(name: str, accuracy: Path, profiles: list[Path], mode: str = "greedy") -> list[GainPoint]:
     """The rows of ``accuracy.csv`` compared with GRPO on the difficulty average, for ``mode``."""
-    low_share, decision_share = class_shares(profile)
+    low_share, decision_share = mean_shares(profiles)
     points = []
     with accuracy.open(newline="") as f:
         for row in csv.DictReader(f):
@@ -107,6 +117,18 @@ def caption_for(point: GainPoint) -> str:
     return f"{point.testbed}\n{100 * point.low_share:.1f}% of tokens < 0.25"
 
 
+def caption_clusters(points: list[GainPoint]) -> list[list[str]]:
+    """The testbeds in order of their decision share, grouped where neighbours are closer than ``CAPTION_SPAN``."""
+    shares = {p.testbed: p.decision_share for p in points}
+    clusters: list[list[str]] = []
+    for name in sorted(shares, key=shares.__getitem__):
+        if clusters and shares[name] - shares[clusters[-1][-1]] < CAPTION_SPAN:
+            clusters[-1].append(name)
+        else:
+            clusters.append([name])
+    return clusters
+
+
 def gains_figure(points: list[GainPoint], mode: str = "greedy"):
     """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in the row's colour
     of the grid figures; the methods are spread a little along x so that their bars do not hide each other, the
@@ -123,21 +145,19 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         ax.errorbar(
             xs, ys, yerr=[below, above], fmt="o", markersize=4, color=row_colour(row, i), capsize=2, label=mine[0].label
         )
-    placed: list[float] = []  # the x of the captions so far: a testbed near one of them goes a caption lower
-    for name in dict.fromkeys(p.testbed for p in points):
-        mine = [p for p in points if p.testbed == name]
-        lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in mine)
-        x = mine[0].decision_share
-        stacked = sum(1 for other in placed if abs(other - x) < CAPTION_SPAN)
-        placed.append(x)
-        ax.annotate(
-            caption_for(mine[0]),
-            (x, lowest),
-            textcoords="offset points",
-            xytext=(0, -16 - 22 * stacked),
-            ha="center",
-            fontsize=7,
-        )
+    for cluster in caption_clusters(points):
+        # testbeds close on the axis: their captions hang one under another from the cluster's lowest bar
+        lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in points if p.testbed in cluster)
+        for stacked, name in enumerate(cluster):
+            first = next(p for p in points if p.testbed == name)
+            ax.annotate(
+                caption_for(first),
+                (first.decision_share, lowest),
+                textcoords="offset points",
+                xytext=(0, -16 - 22 * stacked),
+                ha="center",
+                fontsize=7,
+            )
     ax.axhline(0, color="0.6", lw=0.8)
     ax.margins(y=0.2)  # room for the captions under the lowest bars
     ax.set_xlim(-0.05, 1.05)
