@@ -22,8 +22,8 @@ if importlib.util.find_spec("verl") is None:
     pytest.skip("verl not installed", allow_module_level=True)
 
 from tests.integrations.verl_cpu.launch import REPO_ROOT
+from tokenbalance.ablate.verl.check_config import composed_config, verl_config_problem
 from tokenbalance.ablate.verl.check_config import main as check_main
-from tokenbalance.ablate.verl.check_config import verl_config_problem
 from tokenbalance.cli import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("online")]
@@ -117,15 +117,8 @@ def test_a_dry_run_stops_at_verls_validate_config(tmp_path, capsys):
 def test_an_appended_plus_key_the_scripts_add_composes_with_the_users_value(tmp_path):
     """docs/verl.md's ``+...token_mean_scope=micro_batch`` appended to a kk_*.sh line: verl composes it (no
     second ``+`` for hydra to refuse) and the user's value wins over the script's ``mini_batch``."""
-    from hydra import compose, initialize_config_module
-
-    from tokenbalance.run.cell_launch import is_hydra_key, override_key
-
     scope = "actor_rollout_ref.actor.policy_loss.token_mean_scope"
     command = ["bash", "examples/verl/kk_ar_lopti.sh", f"+{scope}=micro_batch"]
     (overrides,) = run_recorded(tmp_path, command, {"DRY_RUN": "1", "N_GPUS": "1", "MODEL": "3b"})
     assert verl_config_problem(overrides) is None
-    kept = [word for word in overrides if not is_hydra_key(override_key(word))]
-    with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        config = compose("ppo_trainer", overrides=kept)
-    assert config.actor_rollout_ref.actor.policy_loss.token_mean_scope == "micro_batch"
+    assert composed_config(overrides).actor_rollout_ref.actor.policy_loss.token_mean_scope == "micro_batch"

@@ -14,17 +14,22 @@ import sys
 from tokenbalance.run.cell_launch import is_hydra_key, override_key
 
 
-def verl_config_problem(overrides: list[str]) -> str | None:
-    """Why verl's ``validate_config`` rejects the config ``overrides`` compose; None when it accepts it."""
+def composed_config(overrides: list[str]):
+    """verl's ``ppo_trainer`` config as ``overrides`` compose it (``hydra.*`` keys and ``hydra/`` groups left out)."""
     from hydra import compose, initialize_config_module
 
     import tokenbalance.integrations.verl.plugin  # noqa: F401  (our config classes, as in a launch)
-    from tokenbalance.integrations.verl.validation import verl_rejection
 
     kept = [word for word in overrides if not is_hydra_key(override_key(word))]
     with initialize_config_module(config_module="verl.trainer.config", version_base=None):
-        config = compose("ppo_trainer", overrides=kept)
-    return verl_rejection(config)
+        return compose("ppo_trainer", overrides=kept)
+
+
+def verl_config_problem(overrides: list[str]) -> str | None:
+    """Why verl's ``validate_config`` rejects the config ``overrides`` compose; None when it accepts it."""
+    from tokenbalance.integrations.verl.validation import verl_rejection
+
+    return verl_rejection(composed_config(overrides))
 
 
 def main(argv: list[str] | None = None) -> int:
