@@ -365,6 +365,14 @@ class TrainConfig:
     steps: int = option(150, "RL steps", low=0, high=10**7)
     seed: int = option(0, "seed of everything (data order, init, sampling)", low=0, high=2**31 - 1)
     eval_every: int = option(50, "evaluate every k steps (0 = only before and after)", low=0, high=10**7)
+    start_eval_cache: str | None = option(
+        None,
+        "a directory where runs share the step-0 evaluation's responses: a run whose start policy, evaluation "
+        "prompts and generation settings match another's reads its greedy responses (and its sampled ones at the "
+        "same seed) instead of generating them; tokenbalance ablate sets it for its cells (docs/ablate.md)",
+        nullable=True,
+        path=True,
+    )
     save_every: int = option(10, "checkpoint every k steps (0 = only at the end)", low=0, high=10**7)
     keep_checkpoints: int = option(
         0,

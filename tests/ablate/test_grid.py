@@ -150,6 +150,18 @@ def test_table_numbers_are_the_cells_own_metrics(grid):
     assert float(cost["grpo"]["timing/step_s_mean"]) == pytest.approx(sum(per_cell) / 2, rel=1e-12)
 
 
+def test_cells_share_their_start_policy_evaluation(grid):
+    # one greedy generation for both seeds' four cells, one sampled per seed; each run scored them itself
+    entries = sorted(p.name.split("-")[0] for p in (grid / "start_evals").iterdir())
+    assert entries == ["greedy", "sample", "sample"]
+    logs = "".join((grid / "cells" / name / "train.log").read_text() for name in CELLS)
+    assert logs.count("responses generated and shared") == 3 and logs.count("responses read from") == 5
+    assert all(
+        load_config(grid / "configs" / f"{name}.yaml").train.start_eval_cache == str(grid / "start_evals")
+        for name in CELLS
+    )
+
+
 def test_figures_are_written(grid):
     assert (grid / "reward_curves.png").stat().st_size > 1000
     assert (grid / "figure1_buckets.png").stat().st_size > 1000

@@ -32,11 +32,15 @@ def base_config(
     return config
 
 
-def cell_config(base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir: Path) -> RunConfig:
-    """The run config of ``cell``: the shared settings with its method, seed, steps, start policy and run directory."""
+def cell_config(
+    base: RunConfig, cell: Cell, *, steps: int, policy: str, run_dir: Path, start_evals: Path | None = None
+) -> RunConfig:
+    """The run config of ``cell``: the shared settings with its method, seed, steps, start policy and run directory;
+    ``start_evals``: where the cells share their start policy's step-0 evaluation (``train.start_eval_cache``)."""
+    shared = {"start_eval_cache": str(start_evals.resolve())} if start_evals is not None else {}
     return replace_sections(
         base,
-        train={"method": cell.method.preset, "seed": cell.seed, "steps": steps},
+        train={"method": cell.method.preset, "seed": cell.seed, "steps": steps, **shared},
         model={"path": policy},
         output={"run_dir": str(run_dir.resolve()), "progress": False},
     )

@@ -1,5 +1,5 @@
 """Run a grid cell by cell, resumably, into ``OUT/`` (``grid.json``, ``grid_log.jsonl``, ``configs/``,
-``cells/<cell>/`` each a normal ``train`` run, ``logs/``): each cell in a child process by default, a killed grid
+``cells/<cell>/`` each a normal ``train`` run, ``logs/``, ``start_evals/`` the step-0 evaluations its cells share): each cell in a child process by default, a killed grid
 continues (:func:`tokenbalance.run.plan.cell_action`), the run lock keeps a second grid out. docs/ablate.md ("How a
 grid runs")."""
 
@@ -29,7 +29,7 @@ ISOLATIONS = ("subprocess", "inprocess")
 # Every name the grid writes in OUT (recorded in OUT's manifest, tokenbalance/outputs.py, as it writes them): anything
 # else there is the user's and is never replaced; a name here that exists in OUT but is not in the manifest is refused
 # before any work.
-RUN_FILES = ("grid.json", "grid_log.jsonl", "configs", "cells", "logs")
+RUN_FILES = ("grid.json", "grid_log.jsonl", "configs", "cells", "logs", "start_evals")
 REPORT_FILES = (
     "results.md",
     "accuracy.csv",
@@ -224,7 +224,14 @@ def planned_configs(plan: GridPlan, base: RunConfig, out_dir: Path) -> dict[str,
         else:
             seeded = replace_sections(base, train={"seed": plan.preset.policy_seed(cell.seed)})
             policy = str((Path(base.model.cache_dir) / embedded_key(seeded)).resolve())
-        configs[cell.name] = cell_config(base, cell, steps=plan.steps, policy=policy, run_dir=cell_dir(out_dir, cell))
+        configs[cell.name] = cell_config(
+            base,
+            cell,
+            steps=plan.steps,
+            policy=policy,
+            run_dir=cell_dir(out_dir, cell),
+            start_evals=out_dir / "start_evals",
+        )
     return configs
 
 
@@ -294,7 +301,7 @@ def run_grid(
             actions |= {name: CellAction(Action.DONE, plan.steps) for name in restored}
         check_files_replaceable(out_dir, RUN_FILES, "--out")
         record_written(out_dir, RUN_FILES)
-        for sub in ("configs", "cells", "logs"):
+        for sub in ("configs", "cells", "logs", "start_evals"):
             (out_dir / sub).mkdir(exist_ok=True)
         write_plan(out_dir, plan)
         for cell in plan.cells:

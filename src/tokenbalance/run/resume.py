@@ -10,6 +10,7 @@ from tokenbalance.config import RunConfig, absolute_paths, to_dict
 RESUMABLE_KEYS = (
     "train.steps",
     "train.eval_every",
+    "train.start_eval_cache",
     "train.save_every",
     "train.keep_checkpoints",
     "train.device",

@@ -12,12 +12,14 @@ import copy
 import hashlib
 import sys
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
+from tokenbalance import __version__
 from tokenbalance.algorithms.filtering import (
     dynamic_sampling_metrics,
     filter_values,
@@ -31,6 +33,7 @@ from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.run.checkpoints import latest_checkpoint, prune_checkpoints, pruned_note
+from tokenbalance.run.examples import encode_prompts
 from tokenbalance.run.setup import RunSetup, prepare
 from tokenbalance.run.state import RunStatus, has_final_eval, write_end_status, write_run_state
 from tokenbalance.tasks.base import Task, TaskExample
@@ -48,6 +51,7 @@ from tokenbalance.trainer.precision import (
     typical_weight_magnitude,
 )
 from tokenbalance.trainer.progress import StepProgress, StepTimer
+from tokenbalance.trainer.shared_eval import SharedEvaluation, generation_key, policy_digest
 from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateSettings, UpdateSpec, reusable_first_forward, run_update, update_forward
 
@@ -313,12 +317,39 @@ def first_update_forward(parts: TrainerParts, batch: RolloutBatch) -> ResponseLo
     return update_forward(policy, batch.packed, method, s, with_hidden=method.needs_hidden_states)
 
 
-def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
+def shared_start_evaluation(parts: TrainerParts, note: Callable[[str], None]) -> SharedEvaluation | None:
+    """Where the step-0 evaluation's responses are shared with other runs (``train.start_eval_cache``), keyed by
+    everything that decides them; None when unset or with several ranks."""
+    cfg, rt = parts.config, parts.runtime
+    if not cfg.train.start_eval_cache or rt.ctx.enabled:
+        return None
+    sections = to_dict(cfg)
+    settings = {
+        "engine": type(rt.engine).__name__,
+        "rollout": sections["rollout"],
+        "model": {k: v for k, v in sections["model"].items() if k != "path"},  # the weights are in the digest
+        "compute_dtype": str(parts.settings.forward_settings.compute_dtype),
+        "device": rt.device.type,
+        "eos": sorted(rt.eos_token_ids),
+        "max_new_tokens": parts.settings.max_new_tokens,
+        "versions": [torch.__version__, __version__],
+    }
+    prompts = (
+        rt.eval_prompt_ids
+        if rt.eval_prompt_ids is not None
+        else encode_prompts(rt.tokenizer, rt.eval_examples, cfg.data.max_prompt_tokens)
+    )
+    key = generation_key(policy_digest(parts.state.policy), prompts, settings)
+    return SharedEvaluation(Path(cfg.train.start_eval_cache), key, parts.settings.seed, note=note)
+
+
+def run_evaluation(parts: TrainerParts, step: int, note: Callable[[str], None] = print) -> dict[str, float]:
     """The held-out metrics at ``step``; the main rank appends the per-example outcomes to the run directory
-    (``eval_outcomes.jsonl``)."""
+    (``eval_outcomes.jsonl``). Step 0's responses may be shared with other runs (:func:`shared_start_evaluation`)."""
     rt = parts.runtime
     rt.adapt_threads()
     responses: list[dict] = []
+    shared = shared_start_evaluation(parts, note) if step == 0 else None
     # every rank evaluates the same examples; only the main rank's numbers are logged
     with forward_precision(parts.state.policy, parts.settings.forward_settings.compute_dtype):
         metrics = evaluate(
@@ -332,6 +363,7 @@ def run_evaluation(parts: TrainerParts, step: int) -> dict[str, float]:
             seed=parts.settings.seed,
             responses=responses,
             prompt_ids=rt.eval_prompt_ids,
+            shared=shared,
         )
     if rt.ctx.is_main:
         append_outcomes(parts.run_dir, step, responses)
@@ -380,7 +412,7 @@ def train(parts: TrainerParts) -> dict:
     try:
         with progress:
             if parts.start_step == 0:
-                before = run_evaluation(parts, 0)
+                before = run_evaluation(parts, 0, note=progress.line)
                 evaluations[0] = before
                 if log is not None:
                     log.log(0, "eval", before)

@@ -13,11 +13,15 @@ def decode_responses(
     tokenizer, response_ids_BT: torch.Tensor, response_mask_BT: torch.Tensor, eos_token_ids: set[int]
 ) -> list[str]:
     """Response text up to (not including) the EOS token, special tokens kept (the reward reads tags)."""
-    texts = []
-    for ids, mask in zip(response_ids_BT.tolist(), response_mask_BT.tolist()):
-        kept = [t for t, m in zip(ids, mask) if m and t not in eos_token_ids]
-        texts.append(tokenizer.decode(kept, skip_special_tokens=False))
-    return texts
+    return [
+        response_text(tokenizer, [t for t, m in zip(ids, mask) if m], eos_token_ids)
+        for ids, mask in zip(response_ids_BT.tolist(), response_mask_BT.tolist())
+    ]
+
+
+def response_text(tokenizer, response_ids: list[int], eos_token_ids: set[int]) -> str:
+    """One response's text from its generated ids (the mask's ones): EOS dropped, special tokens kept."""
+    return tokenizer.decode([t for t in response_ids if t not in eos_token_ids], skip_special_tokens=False)
 
 
 def score_responses(task: Task, responses: list[str], examples: Sequence[TaskExample]) -> list[ScoreResult]:
