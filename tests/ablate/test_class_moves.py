@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from tokenbalance.ablate.class_moves import decision_moves, pooled_difference, read_profile
+from tokenbalance.ablate.class_moves import decision_moves, pooled_difference, pooled_text, read_profile
 from tokenbalance.cli import main
 
 HIGH = "[0.75, 1]"
@@ -97,3 +97,14 @@ def test_diagnose_summary_prints_one_row_per_file_and_the_mean(tmp_path, capsys)
     assert rows[0].split(" | ")[:7] == ["| start0", "5.0%", "50%", "4", "+5.00e-04", "+2.00e-04", "+3.00e-04"]
     assert rows[1].split(" | ")[6] == "+8.00e-04"
     assert "+5.50e-04 [" in rows[2] and "(n = 2)" in rows[2]
+
+
+def test_the_pooled_text_gives_an_interval_only_from_two_policies():
+    one = [decision_moves(batch(1.0), "p1")]
+    assert pooled_text(pooled_difference(one, "A>0")) == "+3.00e-04 (n = 1: no interval)"
+    none = [decision_moves(profile([], []), "none")]
+    assert pooled_text(pooled_difference(none, "A>0")) == "no policy has such tokens"
+    two = [decision_moves(batch(s), f"p{s}") for s in (1.0, 2.0)]
+    assert pooled_text(pooled_difference(two, "A>0")).startswith("+5.50e-04 [") and "nan" not in pooled_text(
+        pooled_difference(two, "A>0")
+    )

@@ -76,6 +76,15 @@ def pooled_difference(policies: list[DecisionMoves], sign: str) -> Estimate:
     return mean_ci([d for p in policies if math.isfinite(d := p.difference(sign))])
 
 
+def pooled_text(e: Estimate) -> str:
+    """The pooled difference as the table shows it: with its interval from two policies on."""
+    if e.n == 0:
+        return "no policy has such tokens"
+    if e.n == 1:
+        return f"{e.mean:+.2e} (n = 1: no interval)"
+    return f"{e.mean:+.2e} [{e.low:+.2e}, {e.high:+.2e}] (n = {e.n})"
+
+
 def summary_table(policies: list[DecisionMoves]) -> str:
     """A markdown table: per policy the profile and, for each sign, the moves and their difference; then the mean
     difference over policies."""
@@ -95,7 +104,6 @@ def summary_table(policies: list[DecisionMoves]) -> str:
         lines.append("| " + " | ".join(cells) + " |")
     pooled = ["mean over policies [95% CI]", "", ""]
     for sign in SIGNS:
-        e = pooled_difference(policies, sign)
-        pooled += ["", "", "", f"{e.mean:+.2e} [{e.low:+.2e}, {e.high:+.2e}] (n = {e.n})"]
+        pooled += ["", "", "", pooled_text(pooled_difference(policies, sign))]
     lines.append("| " + " | ".join(pooled) + " |")
     return "\n".join(lines)
