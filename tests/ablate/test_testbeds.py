@@ -78,6 +78,17 @@ def test_the_manifest_is_checked_before_anything_is_drawn(tmp_path):
         read_manifest(manifest)
 
 
+def test_a_profile_without_classes_or_unreadable_is_refused_in_one_line_naming_it(tmp_path):
+    write_testbed(tmp_path / "a", {"ar": (0.01, 0.0, 0.02)})
+    bare = tmp_path / "a" / "bare.json"
+    bare.write_text(json.dumps({"buckets": []}))
+    with pytest.raises(ValueError, match=r"bare\.json: no class_profile"):
+        gain_points("a", tmp_path / "a" / "accuracy.csv", [bare])
+    bare.write_text("{")
+    with pytest.raises(ValueError, match=r"bare\.json: cannot read a diagnose buckets --json file"):
+        gain_points("a", tmp_path / "a" / "accuracy.csv", [bare])
+
+
 def test_a_list_of_start_policy_profiles_puts_the_testbed_at_their_mean(tmp_path):
     write_testbed(tmp_path / "a", {"ar": (0.01, 0.0, 0.02)}, low_share=0.1, decision_share=0.6)
     other = {"class_profile": {"low_share": 0.2, "low_decision_share": 0.9}}

@@ -34,14 +34,20 @@ class DecisionMoves:
         return self.moves[sign][ALL] - self.moves[sign][HIGHEST]
 
 
-def read_profile(path: Path) -> dict:
-    """A ``diagnose buckets --json`` file with a class profile and both updates; one-line ``ValueError`` otherwise."""
+def read_class_profile(path: Path) -> dict:
+    """A ``diagnose buckets --json`` file with a class profile; one-line ``ValueError`` otherwise."""
     try:
-        data = json.loads(path.read_text())
+        data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as error:
         raise ValueError(f"{path}: cannot read a diagnose buckets --json file ({error})") from None
-    if not isinstance(data, dict) or "class_profile" not in data:
+    if not isinstance(data, dict) or not data.get("class_profile"):
         raise ValueError(f"{path}: no class_profile (diagnose buckets --json on a task with token classes)")
+    return data
+
+
+def read_profile(path: Path) -> dict:
+    """A ``diagnose buckets --json`` file with a class profile and both updates; one-line ``ValueError`` otherwise."""
+    data = read_class_profile(path)
     missing = [u for u in (ALL, HIGHEST) if u not in data.get("updates", {})]
     if missing:
         raise ValueError(f"{path}: no {' or '.join(missing)} update")

@@ -11,6 +11,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from tokenbalance.ablate.class_moves import read_class_profile
 from tokenbalance.ablate.curves import row_colour
 from tokenbalance.diagnostics.plots import new_figure
 
@@ -66,9 +67,7 @@ def read_manifest(path: Path) -> list[tuple[str, Path, list[Path]]]:
 
 def class_shares(profile_path: Path) -> tuple[float, float]:
     """``(low_share, decision_share)`` of a ``diagnose buckets --json`` file's class profile."""
-    profile = json.loads(profile_path.read_text()).get("class_profile")
-    if not profile:
-        raise ValueError(f"{profile_path}: no class_profile (diagnose buckets on a task with token classes)")
+    profile = read_class_profile(profile_path)["class_profile"]
     return float(profile["low_share"]), float(profile["low_decision_share"])
 
 
