@@ -1,5 +1,6 @@
-"""The grid's progress display (cells done / running with their step / left, time left from the finished cells'
-seconds per step): rich on a terminal, one line per cell event either way. docs/ablate.md ("How a grid runs")."""
+"""The grid's progress display (cells done / running with their step / left, time left from the seconds per step of
+the finished cells, or of the running ones until a cell has finished): rich on a terminal, one line per cell event
+either way. docs/ablate.md ("How a grid runs")."""
 
 from __future__ import annotations
 
@@ -14,20 +15,39 @@ from tokenbalance.trainer.progress import Cadence, format_seconds, is_terminal
 
 
 class StepRates:
-    """Seconds per RL step of each row, from finished cells (wall time / steps run)."""
+    """Seconds per RL step of each row: from finished cells (wall time / steps run, evaluations included) and, until a
+    row has one, from its running cells (wall time so far / steps they advanced in this sitting)."""
 
     def __init__(self) -> None:
         self.samples: dict[str, list[float]] = {}
+        self.running: dict[str, tuple[str, float]] = {}  # running cell -> (row, seconds per step so far)
 
     def add(self, row: str, wall_s: float, steps: int) -> None:
         if steps > 0 and wall_s > 0:
             self.samples.setdefault(row, []).append(wall_s / steps)
 
+    def note_running(self, cell: str, row: str, wall_s: float, steps: int) -> None:
+        """A running cell's wall time since it started and the steps it advanced since (none yet: nothing noted)."""
+        if steps > 0 and wall_s > 0:
+            self.running[cell] = (row, wall_s / steps)
+
+    def forget_running(self, cell: str) -> None:
+        self.running.pop(cell, None)
+
     def rate(self, row: str) -> float | None:
-        if self.samples.get(row):
-            return sum(self.samples[row]) / len(self.samples[row])
-        means = [sum(v) / len(v) for v in self.samples.values() if v]
-        return sum(means) / len(means) if means else None
+        """The row's finished cells' mean, else its running cells', else the mean over rows of the finished, else of
+        the running; None before any cell advanced a step."""
+        running: dict[str, list[float]] = {}
+        for r, rate in self.running.values():
+            running.setdefault(r, []).append(rate)
+        for samples in (self.samples, running):
+            if samples.get(row):
+                return sum(samples[row]) / len(samples[row])
+        for samples in (self.samples, running):
+            means = [sum(v) / len(v) for v in samples.values() if v]
+            if means:
+                return sum(means) / len(means)
+        return None
 
     def seconds_left(self, work: list[tuple[str, int]]) -> float | None:
         """Estimated seconds for ``(row, steps to run)`` pairs; None when nothing is measured yet."""

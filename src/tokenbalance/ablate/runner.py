@@ -358,6 +358,7 @@ def run_grid(
                 action, from_step, started = starts[cell.name]
                 wall = time.perf_counter() - started
                 work.pop(cell.name)
+                rates.forget_running(cell.name)
                 if status == RunStatus.COMPLETED:
                     rates.add(cell.method.key, wall, plan.steps - from_step)
                     if records is not None:
@@ -404,6 +405,8 @@ def run_grid(
                         if status is None:
                             step = last_logged_step(process.run_dir)
                             work[name] = (cell.method.key, plan.steps - step)
+                            _, from_step, started = starts[name]
+                            rates.note_running(name, cell.method.key, time.perf_counter() - started, step - from_step)
                             display.cell_step(name, step, plan.steps, seconds_left())
                         else:
                             del running[name]
