@@ -55,6 +55,7 @@ def test_a_grid_from_before_the_manifest_is_adopted(tmp_path):
         (["--set", "train.seed=4"], "use --seeds"),
         (["--set", "train.method=grpo"], "use --methods"),
         (["--set", "output.run_dir=x"], "use --out"),
+        (["--set", "train.start_eval_cache=x"], "use --out (the cells share OUT/start_evals/)"),
         (["--runner", "verl", "--set", "optim.lr=0.1"], "--runner verl: --set apply to the local grid only"),
         (["--runner", "verl", "--model", "m", "--device", "cpu"], "--runner verl: --model, --device apply"),
         (["--runner", "verl", "--verl-models", ""], "--verl-models: empty value"),

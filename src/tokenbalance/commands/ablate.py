@@ -117,6 +117,7 @@ GRID_KEYS = {
     "train.seed": "--seeds",
     "train.steps": "--steps",
     "output.run_dir": "--out",
+    "train.start_eval_cache": "--out (the cells share OUT/start_evals/)",
     "output.progress": "--no-progress",
 }
 # Flags that only the local grid uses: refused with --runner verl instead of being listed as if used.
