@@ -26,6 +26,11 @@ def test_seeds_sharing_a_start_policy_are_listed_together(tmp_path):
     assert start_policy_summary(tmp_path, plan) == (
         "- start policies: seeds 0, 1: `shared`, SFT built in 500 s; seed 2: `own`"
     )
+    # a warm start `tokenbalance sft` wrote (given with --model) records its final loss, not a build time
+    (tmp_path / "own" / "tokenbalance_sft.json").write_text('{"sft_final_loss": 0.07626, "built_with": {}}')
+    assert start_policy_summary(tmp_path, plan).endswith("seed 2: `own`, SFT final loss 0.076")
+    (tmp_path / "own" / "tokenbalance_sft.json").write_text("{")  # damaged: the report is still written
+    assert start_policy_summary(tmp_path, plan).endswith("seed 2: `own`")
 
 
 def test_several_compared_rows_carry_the_chance_that_one_interval_excludes_zero():

@@ -408,6 +408,22 @@ def cell_time_summary(log: list[dict], results: list[CellResult]) -> str:
     )
 
 
+def sft_note(policy: Path) -> str:
+    """What a start policy's ``tokenbalance_sft.json`` says of its SFT: the build time of an embedded policy, the final
+    loss of one ``tokenbalance sft`` wrote (no build time); empty without a readable summary."""
+    try:
+        summary = json.loads((policy / "tokenbalance_sft.json").read_text())
+    except (OSError, ValueError):
+        return ""
+    if not isinstance(summary, dict):
+        return ""
+    if isinstance(summary.get("sft_seconds"), (int, float)):
+        return f", SFT built in {summary['sft_seconds']:.0f} s"
+    if isinstance(summary.get("sft_final_loss"), (int, float)):
+        return f", SFT final loss {summary['sft_final_loss']:.3f}"
+    return ""
+
+
 def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
     """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and, for an embedded
     one, its one-time SFT build time."""
@@ -418,9 +434,9 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
             seeds_of.setdefault(Path(load_config(config_file).model.path or ""), []).append(seed)
     parts = []
     for policy, seeds in seeds_of.items():
-        summary = policy / "tokenbalance_sft.json"
-        built = f", SFT built in {json.loads(summary.read_text())['sft_seconds']:.0f} s" if summary.is_file() else ""
-        parts.append(f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: `{policy.name}`{built}")
+        parts.append(
+            f"seed{'s' if len(seeds) > 1 else ''} {', '.join(map(str, seeds))}: `{policy.name}`{sft_note(policy)}"
+        )
     return "- start policies: " + ("; ".join(parts) or "not built yet")
 
 
