@@ -89,6 +89,7 @@ def test_policy_digest_follows_every_weight():
 
 def test_runs_sharing_the_start_evaluation_log_what_they_would_alone(small_config, tmp_path):
     replace_section(small_config, "train", steps=1)
+    alone_method = small_config.train.method
     alone = run_training(small_config, log=lambda *_: None)
     replace_section(small_config, "train", start_eval_cache=str(tmp_path / "shared"))
     small_config.output.run_dir = str(tmp_path / "first")
@@ -108,6 +109,10 @@ def test_runs_sharing_the_start_evaluation_log_what_they_would_alone(small_confi
     assert evals[0] == evals[1] == evals[2] and len(evals[0]) == 1
     step0 = [{k: v for k, v in read_outcomes(run).items() if k[0] == 0} for run in (alone, first, second)]
     assert step0[0] == step0[1] == step0[2] and len(step0[0]) == 2
-    # the shared evaluation changes nothing the run trains on
-    trained = [without_timing(read_metrics(run / "metrics.jsonl")) for run in (alone, first)]
-    assert trained[0] == trained[1]
+    # the shared evaluation changes nothing the run trains on, whether it generated the responses or read them
+    replace_section(small_config, "train", method=alone_method)
+    small_config.output.run_dir = str(tmp_path / "third")
+    third = run_training(small_config, log=lambda *_: None)
+    assert "responses generated" not in (third / "train.log").read_text()
+    trained = [without_timing(read_metrics(run / "metrics.jsonl")) for run in (alone, first, third)]
+    assert trained[0] == trained[1] == trained[2] and len(trained[0]) == 3
