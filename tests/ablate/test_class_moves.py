@@ -3,6 +3,7 @@ hand-made ``diagnose buckets --json`` files."""
 
 import json
 import math
+import re
 
 import pytest
 
@@ -108,3 +109,36 @@ def test_the_pooled_text_gives_an_interval_only_from_two_policies():
     assert pooled_text(pooled_difference(two, "A>0")).startswith("+5.50e-04 [") and "nan" not in pooled_text(
         pooled_difference(two, "A>0")
     )
+
+
+def test_against_pairs_the_files_in_order_and_gives_each_measures_paired_difference(tmp_path, capsys):
+    shares = {"m0": (0.04, 0.5), "m1": (0.02, 0.25), "g0": (0.05, 0.6), "g1": (0.03, 0.5)}
+    for name, (low, decisions) in shares.items():
+        data = batch(1.0 if name.endswith("0") else 2.0)
+        data["class_profile"] |= {"low_share": low, "low_decision_share": decisions}
+        (tmp_path / f"{name}.json").write_text(json.dumps(data))
+    files = [str(tmp_path / f"{n}.json") for n in ("m0", "m1")]
+    against = [str(tmp_path / f"{n}.json") for n in ("g0", "g1")]
+    assert main(["diagnose", "summary", *files, "--against", *against]) == 0
+    table = capsys.readouterr().out.split("paired in order with --against")[1]
+    cells = {
+        line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[1:]
+        for line in table.splitlines()
+        if line.startswith("| ") and not line.startswith("| measure")
+    }
+
+    def difference(measure):  # the mean difference and its interval, as numbers
+        text = cells[measure][2]
+        mean, low, high = re.match(r"(\S+) \[(\S+), (\S+)\] \(n = 2\)", text).groups()
+        return float(mean), float(low), float(high)
+
+    # tokens below the edge: 0.04 - 0.05 and 0.02 - 0.03, both -0.01: an interval of no width
+    assert [float(v) for v in cells["tokens < lowest edge"][:2]] == pytest.approx([0.03, 0.04], rel=1e-12)
+    assert difference("tokens < lowest edge") == pytest.approx((-0.01, -0.01, -0.01), rel=1e-9)
+    # decisions below it, of all tokens: 0.02 - 0.03 and 0.005 - 0.015; the other classes: 0.02 - 0.02, 0.015 - 0.015
+    assert difference("decisions < lowest edge (of all tokens)") == pytest.approx((-0.01, -0.01, -0.01), rel=1e-9)
+    assert difference("other classes < lowest edge (of all tokens)") == pytest.approx((0, 0, 0), abs=1e-15)
+    # the moves: each pair has the same batch on both sides
+    assert difference("A>0: all - high only") == pytest.approx((0, 0, 0), abs=1e-15)
+    assert main(["diagnose", "summary", *files, "--against", against[0]]) == 2
+    assert "--against: 1 file(s) for 2; give one to pair with each file" in capsys.readouterr().err

@@ -113,3 +113,29 @@ def summary_table(policies: list[DecisionMoves]) -> str:
         pooled += ["", "", "", pooled_text(pooled_difference(policies, sign))]
     lines.append("| " + " | ".join(pooled) + " |")
     return "\n".join(lines)
+
+
+PAIRED_MEASURES = (
+    ("tokens < lowest edge", lambda p: p.low_share),
+    ("decisions < lowest edge (of all tokens)", lambda p: p.low_share * p.decision_share),
+    ("other classes < lowest edge (of all tokens)", lambda p: p.low_share * (1.0 - p.decision_share)),
+    ("A>0: all - high only", lambda p: p.difference("A>0")),
+    ("A<0: all - high only", lambda p: p.difference("A<0")),
+)
+
+
+def paired_table(policies: list[DecisionMoves], against: list[DecisionMoves]) -> str:
+    """A markdown table of each measure's difference policy minus its pair in ``against`` (paired in order, e.g. two
+    methods' checkpoints of the same seeds): the mean over pairs with its 95% t interval, pairs where the measure is
+    undefined (no such tokens) left out."""
+    if len(policies) != len(against):
+        raise ValueError(f"--against: {len(against)} file(s) for {len(policies)}; give one to pair with each file")
+    lines = ["| measure | mean of the policies | mean of --against | difference [95% CI] |", "|---|---|---|---|"]
+    for label, measure in PAIRED_MEASURES:
+        pairs = [(measure(p), measure(a)) for p, a in zip(policies, against, strict=True)]
+        pairs = [(x, y) for x, y in pairs if math.isfinite(x) and math.isfinite(y)]
+        mine, theirs = mean_ci([x for x, _ in pairs]), mean_ci([y for _, y in pairs])
+        lines.append(
+            f"| {label} | {mine.mean:+.3e} | {theirs.mean:+.3e} | {pooled_text(mean_ci([x - y for x, y in pairs]))} |"
+        )
+    return "\n".join(lines)

@@ -85,6 +85,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     )
     sub = inner.add_parser("summary", help=help_text, description=help_text)
     sub.add_argument("files", nargs="+", type=nonempty, metavar="JSON", help="diagnose buckets --json files")
+    sub.add_argument(
+        "--against",
+        nargs="+",
+        type=nonempty,
+        metavar="JSON",
+        help="as many files to pair with them in order (e.g. another method's checkpoints of the same seeds): adds "
+        "each measure's paired difference with its 95%% t interval",
+    )
     sub.set_defaults(func=run_summary)
 
     parser.set_defaults(func=lambda args: (parser.print_help(), 2)[1])
@@ -219,20 +227,32 @@ def print_logp_changes(results: dict) -> None:
 
 
 def run_summary(args: argparse.Namespace) -> int:
-    from tokenbalance.ablate.class_moves import decision_moves, read_profile, summary_table
+    from tokenbalance.ablate.class_moves import paired_table, summary_table
 
-    paths = [Path(f) for f in args.files]
-    names = [path.stem for path in paths]
-    if len(set(names)) < len(names):
-        names = [str(path) for path in paths]  # the same stem in two folders: the paths tell them apart
-    policies = [decision_moves(read_profile(path), name) for path, name in zip(paths, names, strict=True)]
+    policies = read_policies(args.files)
+    paired = paired_table(policies, read_policies(args.against)) if args.against else None  # checked before printing
     print(
         "high-probability decision tokens (decision classes, highest non-saturated bucket of the old probability): "
         "mean change of log p the advantage's way after one SGD step with every token in the update (all) and with "
         "the highest bucket's tokens only (high only)\n"
     )
     print(summary_table(policies))
+    if paired is not None:
+        print("\npaired in order with --against (each file minus its pair), mean over pairs:\n")
+        print(paired)
     return 0
+
+
+def read_policies(files: list[str]):
+    """Each ``diagnose buckets --json`` file's :class:`~tokenbalance.ablate.class_moves.DecisionMoves`, named by its
+    stem (by its path where two stems agree); every file is read before anything is printed."""
+    from tokenbalance.ablate.class_moves import decision_moves, read_profile
+
+    paths = [Path(f) for f in files]
+    names = [path.stem for path in paths]
+    if len(set(names)) < len(names):
+        names = [str(path) for path in paths]  # the same stem in two folders: the paths tell them apart
+    return [decision_moves(read_profile(path), name) for path, name in zip(paths, names, strict=True)]
 
 
 # --------------------------------------------------------------------------------------------- lld
