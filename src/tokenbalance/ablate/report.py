@@ -425,8 +425,8 @@ def sft_note(policy: Path) -> str:
 
 
 def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
-    """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and, for an embedded
-    one, its one-time SFT build time."""
+    """Each seed's start policy (seeds sharing one, a preset's ``start_seed``, listed together) and what its SFT
+    summary says (:func:`sft_note`: an embedded one's one-time build time)."""
     seeds_of: dict[Path, list[int]] = {}
     for seed in plan.seeds:
         config_file = out_dir / "configs" / f"{next(c for c in plan.cells if c.seed == seed).name}.yaml"

@@ -1,7 +1,7 @@
 """Run a grid cell by cell, resumably, into ``OUT/`` (``grid.json``, ``grid_log.jsonl``, ``configs/``,
-``cells/<cell>/`` each a normal ``train`` run, ``logs/``, ``start_evals/`` the step-0 evaluations its cells share): each cell in a child process by default, a killed grid
-continues (:func:`tokenbalance.run.plan.cell_action`), the run lock keeps a second grid out. docs/ablate.md ("How a
-grid runs")."""
+``cells/<cell>/`` each a normal ``train`` run, ``logs/``, ``start_evals/`` the step-0 evaluations its cells share):
+each cell in a child process by default, a killed grid continues (:func:`tokenbalance.run.plan.cell_action`), the run
+lock keeps a second grid out. docs/ablate.md ("How a grid runs")."""
 
 from __future__ import annotations
 
