@@ -17,6 +17,8 @@ from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.runner import run_training
 from tokenbalance.trainer.shared_eval import RESPONSES_FILE, SharedEvaluation, policy_digest, read_entry
 
+PROMPTS = [[11, 12], [13]]
+
 
 def counting_generate(calls):
     def generate(mode):
@@ -28,31 +30,39 @@ def counting_generate(calls):
 
 def test_each_mode_generated_once_greedy_across_seeds_sampled_per_seed(tmp_path):
     calls = []
-    first = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(counting_generate(calls))
+    first = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(
+        counting_generate(calls), PROMPTS
+    )
     assert calls == ["greedy", "sample"]
-    again = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(counting_generate(calls))
+    again = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(
+        counting_generate(calls), PROMPTS
+    )
     assert calls == ["greedy", "sample"] and again == first
-    SharedEvaluation(tmp_path, "key", seed=1, note=lambda _: None).generations(counting_generate(calls))
+    SharedEvaluation(tmp_path, "key", seed=1, note=lambda _: None).generations(counting_generate(calls), PROMPTS)
     assert calls == ["greedy", "sample", "sample"]  # greedy read, the seed-1 sample generated
-    SharedEvaluation(tmp_path, "other", seed=0, note=lambda _: None).generations(counting_generate(calls))
+    SharedEvaluation(tmp_path, "other", seed=0, note=lambda _: None).generations(counting_generate(calls), PROMPTS)
     assert calls[3:] == ["greedy", "sample"]  # another key shares nothing
-    assert len(list(tmp_path.iterdir())) == 5  # greedy x 2 keys, sample x (2 seeds + 1)
+    SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(counting_generate(calls), [[11], [13]])
+    assert calls[5:] == ["greedy", "sample"]  # nor do other prompts
+    assert (
+        len(list(tmp_path.iterdir())) == 7
+    )  # greedy: 3 (key, other key, other prompts); sample: 4 (2 seeds, other key, other prompts)
 
 
 def test_an_entry_another_run_is_generating_is_taken_up_after_the_rest(tmp_path):
     shared = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None, poll_s=0.01)
-    busy = RunLock(shared.entry("greedy")).acquire()  # another run is generating greedy
+    busy = RunLock(shared.entry("greedy", PROMPTS)).acquire()  # another run is generating greedy
     calls = []
 
     def finish_the_other_run():
         time.sleep(0.2)
         document = {"responses": [[9], [9, 9]]}
-        (shared.entry("greedy") / RESPONSES_FILE).write_text(json.dumps(document))
+        (shared.entry("greedy", PROMPTS) / RESPONSES_FILE).write_text(json.dumps(document))
         busy.release()
 
     other = threading.Thread(target=finish_the_other_run)
     other.start()
-    found = shared.generations(counting_generate(calls))
+    found = shared.generations(counting_generate(calls), PROMPTS)
     other.join()
     assert calls == ["sample"]  # generated while the other run held greedy, which was then read
     assert found == {"greedy": [[9], [9, 9]], "sample": [[5, 6], [7, 8, 9]]}
@@ -60,9 +70,9 @@ def test_an_entry_another_run_is_generating_is_taken_up_after_the_rest(tmp_path)
 
 def test_an_entry_whose_generator_died_is_generated_again(tmp_path):
     shared = SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None)
-    RunLock(shared.entry("greedy")).acquire().release()  # a run that locked it and ended without a file
+    RunLock(shared.entry("greedy", PROMPTS)).acquire().release()  # a run that locked it and ended without a file
     calls = []
-    shared.generations(counting_generate(calls))
+    shared.generations(counting_generate(calls), PROMPTS)
     assert calls == ["greedy", "sample"]
 
 

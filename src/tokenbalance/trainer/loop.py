@@ -33,7 +33,6 @@ from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.run.checkpoints import latest_checkpoint, prune_checkpoints, pruned_note
-from tokenbalance.run.examples import encode_prompts
 from tokenbalance.run.setup import RunSetup, prepare
 from tokenbalance.run.state import RunStatus, has_final_eval, write_end_status, write_run_state
 from tokenbalance.tasks.base import Task, TaskExample
@@ -334,12 +333,7 @@ def shared_start_evaluation(parts: TrainerParts, note: Callable[[str], None]) ->
         "max_new_tokens": parts.settings.max_new_tokens,
         "versions": [torch.__version__, __version__],
     }
-    prompts = (
-        rt.eval_prompt_ids
-        if rt.eval_prompt_ids is not None
-        else encode_prompts(rt.tokenizer, rt.eval_examples, cfg.data.max_prompt_tokens)
-    )
-    key = generation_key(policy_digest(parts.state.policy), prompts, settings)
+    key = generation_key(policy_digest(parts.state.policy), settings)
     return SharedEvaluation(Path(cfg.train.start_eval_cache), key, parts.settings.seed, note=note)
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,16 +47,16 @@ def policy_digest(model: torch.nn.Module) -> str:
     return digest.hexdigest()
 
 
-def generation_key(policy: str, prompt_ids: Iterable[list[int]], settings: dict) -> str:
-    """The key of every generation setting a mode's responses depend on, but the mode and the seed: the policy's
-    digest, the prompts' ids and ``settings`` (engine, precision, lengths, device, versions; JSON-able)."""
-    prompts = _sha256(json.dumps([list(ids) for ids in prompt_ids]))
-    return _sha256(json.dumps({"policy": policy, "prompts": prompts, **settings}, sort_keys=True, default=str))
+def generation_key(policy: str, settings: dict) -> str:
+    """The key of the run's generation settings a mode's responses depend on (but the prompts, the mode and the seed,
+    which :meth:`SharedEvaluation.entry` adds): the policy's digest and ``settings`` (engine, precision, lengths,
+    device, versions; JSON-able)."""
+    return _sha256(json.dumps({"policy": policy, **settings}, sort_keys=True, default=str))
 
 
 @dataclass(frozen=True)
 class SharedEvaluation:
-    """Where the step-0 responses of one run's policy, prompts and settings (``key``) are shared; ``seed`` is the run's
+    """Where the step-0 responses of one run's policy and settings (``key``) are shared; ``seed`` is the run's
     sampling seed (greedy responses do not depend on it, so they are shared across seeds)."""
 
     directory: Path
@@ -65,22 +65,26 @@ class SharedEvaluation:
     note: Callable[[str], None] = print
     poll_s: float = POLL_S
 
-    def entry(self, mode: str) -> Path:
-        """The entry of ``mode`` (``CACHE/<mode>-<16 hex>``): the key, the mode's temperature and, when it samples, the
-        seed."""
+    def entry(self, mode: str, prompt_ids: Sequence[list[int]]) -> Path:
+        """The entry of ``mode``'s responses to ``prompt_ids`` (``CACHE/<mode>-<16 hex>``): the key, the prompts' ids,
+        the mode's temperature and, when it samples, the seed."""
         temperature = MODES[mode]
         seed = [self.seed] if temperature > 0 else []
-        return Path(self.directory) / f"{mode}-{_sha256(json.dumps([self.key, mode, temperature, *seed]))[:16]}"
+        prompts = _sha256(json.dumps([list(ids) for ids in prompt_ids]))
+        return (
+            Path(self.directory) / f"{mode}-{_sha256(json.dumps([self.key, prompts, mode, temperature, *seed]))[:16]}"
+        )
 
-    def generations(self, generate: Generate) -> dict[str, list[list[int]]]:
-        """Every mode's responses: read from its entry, or generated with ``generate(mode)`` and shared; a mode whose
-        entry another run is generating is taken up after the rest."""
+    def generations(self, generate: Generate, prompt_ids: Sequence[list[int]]) -> dict[str, list[list[int]]]:
+        """Every mode's responses to ``prompt_ids``: read from its entry, or generated with ``generate(mode)`` and
+        shared; a mode whose entry another run is generating is taken up after the rest."""
+        entries = {mode: self.entry(mode, prompt_ids) for mode in MODES}
         found: dict[str, list[list[int]]] = {}
         told = False
         while len(found) < len(MODES):
             progressed = False
             for mode in [m for m in MODES if m not in found]:
-                responses = self._read_or_generate(mode, generate)
+                responses = self._read_or_generate(mode, entries[mode], generate)
                 if responses is not None:
                     found[mode] = responses
                     progressed = True
@@ -94,9 +98,8 @@ class SharedEvaluation:
                 time.sleep(self.poll_s)
         return {mode: found[mode] for mode in MODES}
 
-    def _read_or_generate(self, mode: str, generate: Generate) -> list[list[int]] | None:
-        """``mode``'s responses, or None while another run holds its entry."""
-        entry = self.entry(mode)
+    def _read_or_generate(self, mode: str, entry: Path, generate: Generate) -> list[list[int]] | None:
+        """``mode``'s responses, or None while another run holds its ``entry``."""
         responses = read_entry(entry)
         if responses is not None:
             self.note(
