@@ -84,3 +84,27 @@ def test_the_testbed_benchmarks_run_on_a_tiny_policy(tiny_policy_dir, script):
         for profile in profiles:
             operator_shares = [float(line.split("|")[4].strip(" %")) for line in profile[2:] if line.startswith("| ")]
             assert operator_shares and sum(operator_shares) <= 100 + len(operator_shares)  # rounded percentages
+
+
+@pytest.mark.slow  # a benchmark script end to end (seconds at one repeat, but it multiplies output-layer-sized products)
+def test_the_bfloat16_product_benchmark_reports_every_shape():
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "bf16_products.py"), "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line for line in done.stdout.splitlines() if line.startswith("| ") and "GFLOP/s" not in line]
+    assert [row.split("|")[1].strip().split(" (")[0] for row in rows] == [
+        "attention q/o",
+        "MLP up",
+        "MLP down",
+        "output layer",
+    ]
+    for row in rows:
+        f32, bf16, ratio = (cell.strip() for cell in row.split("|")[2:5])
+        assert float(f32) > 0 and float(bf16) > 0
+        # the ratio is the two rates' (printed to 0.01; each rate rounded to 0.05 GFLOP/s, so within that rounding)
+        rounding = 0.005 + 0.05 / float(f32) + 0.05 * float(bf16) / float(f32) ** 2
+        assert abs(float(ratio.rstrip("x")) - float(bf16) / float(f32)) <= rounding * 1.01
