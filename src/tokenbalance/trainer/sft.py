@@ -52,6 +52,23 @@ def lr_at(step: int, config: SFTConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
+def accumulate_sft_loss(model, prompts, responses, tokenizer, config: SFTConfig, device) -> float:
+    """Backpropagate the batch's mean response-token negative log-likelihood, ``config.micro_batch_size`` examples at a
+    time (0: all at once); each micro-batch's summed loss is divided by the whole batch's token count, so the gradients
+    add up to the whole batch's. Returns the loss."""
+    size = config.micro_batch_size or len(prompts)
+    tokens = sum(len(r) for r in responses)
+    total = 0.0
+    for start in range(0, len(prompts), size):
+        batch = collate(prompts[start : start + size], responses[start : start + size], tokenizer.pad_token_id, device)
+        logp_BT = response_logprobs(model, pack_sequences(*batch), temperature=1.0).logp_BT
+        mask_BT = batch[3]
+        loss = -(logp_BT * mask_BT).sum() / tokens  # the whole batch's mean (a float32 divided as by a tensor)
+        loss.backward()
+        total += float(loss.detach())
+    return total
+
+
 def run_sft(
     model,
     tokenizer,
@@ -84,18 +101,15 @@ def run_sft(
     with bar:
         for step in range(start, config.steps):
             rows = torch.randint(0, len(pairs), (config.batch_size,), generator=generator).tolist()
-            batch = collate([prompts[i] for i in rows], [responses[i] for i in rows], tokenizer.pad_token_id, device)
-            packed = pack_sequences(*batch)
-            logp_BT = response_logprobs(model, packed, temperature=1.0).logp_BT
-            mask_BT = batch[3]
-            loss = -(logp_BT * mask_BT).sum() / mask_BT.sum()
             for group in optimizer.param_groups:
                 group["lr"] = lr_at(step, config)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = accumulate_sft_loss(
+                model, [prompts[i] for i in rows], [responses[i] for i in rows], tokenizer, config, device
+            )
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
-            losses.append(float(loss.detach()))
+            losses.append(loss)
             if checkpoints is not None and (step + 1) % config.save_every == 0 and step + 1 < config.steps:
                 sft_checkpoint.save(checkpoints, step + 1, model, optimizer, generator, losses, key)
             bar.advance(step + 1, {"sft/loss": losses[-1]})
