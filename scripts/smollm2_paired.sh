@@ -14,6 +14,8 @@
 #   bash scripts/smollm2_paired.sh                      # D=runs/smollm2, RECORDS=docs/results/smollm2-paired/records
 #   TOKENBALANCE=".venv/bin/tokenbalance" D=/scratch/smollm2 bash scripts/smollm2_paired.sh
 #   STOP_AFTER=warm bash scripts/smollm2_paired.sh      # only the model and its warm start
+#   COMPUTE="--set model.autocast=bfloat16 --set optim.micro_batch_size=4" bash scripts/smollm2_paired.sh
+#                                                       # the run of 2026-11-28 (docs/results.md), on a CPU with AMX
 set -euo pipefail
 D=${D:-runs/smollm2}
 RECORDS=${RECORDS:-docs/results/smollm2-paired/records}
