@@ -8,13 +8,12 @@ multiplies bfloat16 in hardware; an AVX2-only CPU emulates it (docs/training.md,
 from __future__ import annotations
 
 import argparse
-import time
 
 import _before_torch  # noqa: F401  (the threading environment, before torch loads)
 
 import torch
 
-from _common import markdown_table
+from _common import interleaved_medians, machine_line, markdown_table
 
 SHAPES = {  # (rows, inner, columns): a micro-batch's tokens through one projection
     "attention q/o (2048 x 576 x 576)": (2048, 576, 576),
@@ -22,18 +21,7 @@ SHAPES = {  # (rows, inner, columns): a micro-batch's tokens through one project
     "MLP down (2048 x 1536 x 576)": (2048, 1536, 576),
     "output layer (512 x 576 x 49152)": (512, 576, 49152),
 }
-
-
-def seconds_per_product(rows: int, inner: int, cols: int, dtype: torch.dtype, repeats: int) -> float:
-    a = torch.randn(rows, inner).to(dtype)
-    b = torch.randn(inner, cols).to(dtype)
-    a @ b  # warm-up
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        a @ b
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 
 
 def main() -> None:
@@ -43,12 +31,17 @@ def main() -> None:
     torch.set_num_threads(1)
     rows = []
     for name, (m, k, n) in SHAPES.items():
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        operands = {label: (a.to(dtype), b.to(dtype)) for label, dtype in DTYPES.items()}
+        # the two types alternate round by round, so a slow spell of the machine hits both alike
+        seconds, _ = interleaved_medians(
+            {label: (lambda x=x, y=y: x @ y) for label, (x, y) in operands.items()}, args.repeats
+        )
         flop = 2 * m * k * n
-        f32 = seconds_per_product(m, k, n, torch.float32, args.repeats)
-        bf16 = seconds_per_product(m, k, n, torch.bfloat16, args.repeats)
+        f32, bf16 = seconds["float32"], seconds["bfloat16"]
         rows.append([name, f"{flop / f32 / 1e9:.1f}", f"{flop / bf16 / 1e9:.1f}", f"{f32 / bf16:.2f}x"])
     print(markdown_table(["product", "float32 GFLOP/s", "bfloat16 GFLOP/s", "bfloat16 / float32"], rows))
-    print(f"\ncpu capability {torch.backends.cpu.get_cpu_capability()}; 1 thread; median of {args.repeats}")
+    print(f"\n{machine_line()}; cpu capability {torch.backends.cpu.get_cpu_capability()}; median of {args.repeats}")
 
 
 if __name__ == "__main__":
