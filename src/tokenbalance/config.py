@@ -357,11 +357,10 @@ class SFTConfig:
         """The settings that decide the SFT's numbers: all but ``save_every`` (how, not what), and
         ``micro_batch_size`` only where set (it changes float rounding; unset, the keys of policies built before it
         existed stay as they were)."""
-        return {
-            f.name: getattr(self, f.name)
-            for f in dataclasses.fields(self)
-            if f.name != "save_every" and not (f.name == "micro_batch_size" and not self.micro_batch_size)
-        }
+        settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "save_every"}
+        if not self.micro_batch_size:
+            del settings["micro_batch_size"]
+        return settings
 
 
 @dataclass

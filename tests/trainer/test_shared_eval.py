@@ -44,9 +44,8 @@ def test_each_mode_generated_once_greedy_across_seeds_sampled_per_seed(tmp_path)
     assert calls[3:] == ["greedy", "sample"]  # another key shares nothing
     SharedEvaluation(tmp_path, "key", seed=0, note=lambda _: None).generations(counting_generate(calls), [[11], [13]])
     assert calls[5:] == ["greedy", "sample"]  # nor do other prompts
-    assert (
-        len(list(tmp_path.iterdir())) == 7
-    )  # greedy: 3 (key, other key, other prompts); sample: 4 (2 seeds, other key, other prompts)
+    # greedy: 3 entries (key, other key, other prompts); sample: 4 (2 seeds, other key, other prompts)
+    assert len(list(tmp_path.iterdir())) == 7
 
 
 def test_an_entry_another_run_is_generating_is_taken_up_after_the_rest(tmp_path):

@@ -52,18 +52,17 @@ def lr_at(step: int, config: SFTConfig) -> float:
     return config.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, progress))))
 
 
-def accumulate_sft_loss(model, prompts, responses, tokenizer, config: SFTConfig, device) -> float:
-    """Backpropagate the batch's mean response-token negative log-likelihood, ``config.micro_batch_size`` examples at a
-    time (0: all at once); each micro-batch's summed loss is divided by the whole batch's token count, so the gradients
-    add up to the whole batch's. Returns the loss."""
-    size = config.micro_batch_size or len(prompts)
-    tokens = sum(len(r) for r in responses)
+def accumulate_sft_loss(model, prompts, responses, pad_id: int, micro_batch_size: int, device) -> float:
+    """Backpropagate the batch's mean response-token negative log-likelihood, ``micro_batch_size`` examples at a time
+    (0: all at once); each piece's summed loss is divided by the whole batch's token count, so the gradients add up
+    to the whole batch's. Returns the loss."""
+    size = micro_batch_size or len(prompts)
+    tokens = sum(len(r) for r in responses)  # the whole batch's response mask, summed
     total = 0.0
     for start in range(0, len(prompts), size):
-        batch = collate(prompts[start : start + size], responses[start : start + size], tokenizer.pad_token_id, device)
+        batch = collate(prompts[start : start + size], responses[start : start + size], pad_id, device)
         logp_BT = response_logprobs(model, pack_sequences(*batch), temperature=1.0).logp_BT
-        mask_BT = batch[3]
-        loss = -(logp_BT * mask_BT).sum() / tokens  # the whole batch's mean (a float32 divided as by a tensor)
+        loss = -(logp_BT * batch[3]).sum() / tokens
         loss.backward()
         total += float(loss.detach())
     return total
@@ -105,7 +104,12 @@ def run_sft(
                 group["lr"] = lr_at(step, config)
             optimizer.zero_grad(set_to_none=True)
             loss = accumulate_sft_loss(
-                model, [prompts[i] for i in rows], [responses[i] for i in rows], tokenizer, config, device
+                model,
+                [prompts[i] for i in rows],
+                [responses[i] for i in rows],
+                tokenizer.pad_token_id,
+                config.micro_batch_size,
+                device,
             )
             torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
             optimizer.step()
