@@ -3,6 +3,8 @@ weights), paired in one process: the same policy, batch shape and threads, the t
 alternating step by step for ``--rounds`` rounds, so a slow spell of the machine hits both alike.
 Reports the median seconds of each phase (rollout, log-probs, update, the step) per precision and
 their ratios, the median of the per-round step ratios, and the peak resident memory.
+``--per-forward-casts`` adds a third contender: bfloat16 autocast with every forward converting the
+weights again, as before ``trainer.precision.weight_casts_kept`` (one conversion per optimizer step).
 
 The policy trains as it goes (one AdamW step per step, at the config's lr), so the steps are
 those of a real run; each precision draws the same prompts (the step index is the round's).
@@ -16,6 +18,7 @@ those of a real run; each precision draws the same prompts (the step index is th
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import statistics
 import tempfile
@@ -29,13 +32,31 @@ from _common import markdown_table
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import load_policy
 from tokenbalance.threads import use_threads
+from tokenbalance.trainer import logprobs, update
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import peak_memory_mb, prepare_training, rl_step
 from tokenbalance.trainer.precision import ForwardSettings
 
 PRECISIONS = {"float32": None, "bfloat16 autocast": torch.bfloat16}
+PER_FORWARD = "bfloat16, casts per forward"
 PHASES = ("rollout", "logprob", "update", "step")
+
+
+@contextlib.contextmanager
+def casts_per_forward():
+    """The step as before ``weight_casts_kept``: each forward under autocast converts the weights again."""
+
+    @contextlib.contextmanager
+    def nothing_kept(model, dtype, *, keep=True):
+        yield
+
+    kept = logprobs.weight_casts_kept
+    logprobs.weight_casts_kept = update.weight_casts_kept = nothing_kept
+    try:
+        yield
+    finally:
+        logprobs.weight_casts_kept = update.weight_casts_kept = kept
 
 
 def main() -> None:
@@ -44,6 +65,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (fixed: the count is not adapted)")
     parser.add_argument("--set", action="append", default=[], help="config overrides, as tokenbalance train's")
+    parser.add_argument(
+        "--per-forward-casts", action="store_true", help="also time bfloat16 with the weights converted per forward"
+    )
     args = parser.parse_args()
     config = apply_overrides(RunConfig(), [*args.set, f"train.threads={args.threads}", "output.progress=false"])
     use_threads(args.threads)
@@ -54,18 +78,20 @@ def main() -> None:
     policy, tokenizer = load_policy(path, device=device)
     run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-mixed-"))
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
+    contenders = {**PRECISIONS, **({PER_FORWARD: torch.bfloat16} if args.per_forward_casts else {})}
     settings = {
         name: dataclasses.replace(parts.settings, forward_settings=ForwardSettings(compute_dtype=dtype))
-        for name, dtype in PRECISIONS.items()
+        for name, dtype in contenders.items()
     }
     seconds: dict[tuple[str, str], list[float]] = {}
-    step_ratios = []
+    step_ratios, cast_ratios = [], []
     for round_ in range(args.rounds + 1):  # round 0 warms both up
         step_s = {}
-        for name in PRECISIONS:
+        for name in contenders:
             parts.settings = settings[name]
-            parts.state.data_position = round_ * parts.settings.prompts_per_step  # both draw the same prompts
-            metrics = rl_step(parts, round_)
+            parts.state.data_position = round_ * parts.settings.prompts_per_step  # all draw the same prompts
+            with casts_per_forward() if name == PER_FORWARD else contextlib.nullcontext():
+                metrics = rl_step(parts, round_)
             step_s[name] = metrics["timing/step_s"]
             if round_:
                 for phase in PHASES:
@@ -79,22 +105,26 @@ def main() -> None:
             )
         if round_:
             step_ratios.append(step_s["float32"] / step_s["bfloat16 autocast"])
+            if PER_FORWARD in step_s:
+                cast_ratios.append(step_s[PER_FORWARD] / step_s["bfloat16 autocast"])
     medians = {key: statistics.median(values) for key, values in seconds.items()}
     rows = [
         [
             phase,
-            *(f"{medians[(name, phase)]:.3f}" for name in PRECISIONS),
+            *(f"{medians[(name, phase)]:.3f}" for name in contenders),
             f"{medians[('float32', phase)] / max(medians[('bfloat16 autocast', phase)], 1e-9):.2f}x",
         ]
         for phase in PHASES
     ]
     print()
-    print(markdown_table(["phase", *(f"{name} (s)" for name in PRECISIONS), "float32 / bfloat16"], rows))
+    print(markdown_table(["phase", *(f"{name} (s)" for name in contenders), "float32 / bfloat16"], rows))
     print(
         f"\n{path}; {args.threads} thread(s); medians over {args.rounds} rounds; paired step ratio (median of "
         f"per-round float32 / bfloat16): {statistics.median(step_ratios):.2f}x; "
         f"peak RSS {peak_memory_mb(device)['peak_rss_mb']:.0f} MiB"
     )
+    if cast_ratios:
+        print(f"paired step ratio, casts per forward / kept: {statistics.median(cast_ratios):.2f}x")
 
 
 if __name__ == "__main__":

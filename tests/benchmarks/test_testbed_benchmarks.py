@@ -108,3 +108,32 @@ def test_the_bfloat16_product_benchmark_reports_every_shape():
         # the ratio is the two rates' (printed to 0.01; each rate rounded to 0.05 GFLOP/s, so within that rounding)
         rounding = 0.005 + 0.05 / float(f32) + 0.05 * float(bf16) / float(f32) ** 2
         assert abs(float(ratio.rstrip("x")) - float(bf16) / float(f32)) <= rounding * 1.01
+
+
+@pytest.mark.slow  # a benchmark script end to end: three RL steps of the tiny policy per round, two rounds
+def test_the_mixed_precision_benchmark_times_every_contender(tiny_policy_dir):
+    small = ["rollout.prompts_per_step=2", "rollout.group_size=2", "rollout.max_new_tokens=6", "data.eval_count=2"]
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "mixed_precision.py"), "--model", str(tiny_policy_dir), "--rounds", "1"]
+        + [arg for setting in small for arg in ("--set", setting)]
+        + ["--per-forward-casts"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [cell.strip() for cell in rows[0]] == [
+        "phase",
+        "float32 (s)",
+        "bfloat16 autocast (s)",
+        "bfloat16, casts per forward (s)",
+        "float32 / bfloat16",
+    ]
+    assert [row[0].strip() for row in rows[1:]] == ["rollout", "logprob", "update", "step"]
+    step = [float(cell.strip().rstrip("x")) for cell in rows[-1][1:]]
+    assert all(value > 0 for value in step)
+    ratio = step[0] / step[1]  # the printed ratio is that of the printed seconds, up to their rounding to 0.001 s
+    assert abs(step[3] - ratio) <= 0.005 + 0.0005 * (1 / step[1] + step[0] / step[1] ** 2) * 1.01
+    cast_line = done.stdout.strip().splitlines()[-1]
+    assert cast_line.startswith("paired step ratio, casts per forward / kept: ") and float(cast_line[45:-1]) > 0

@@ -2,14 +2,18 @@
 bfloat16 while the weights, gradients and AdamW state stay float32; log-probs within bfloat16
 rounding of float32's; and the refusal of a bfloat16-stored policy whose updates would round away."""
 
+import contextlib
+import math
+
 import pytest
 import torch
 
-from tests.tolerances import dtype_atol
+from tests.tolerances import assert_close_in, dtype_atol
 from tests.trainer.conftest import SMALL_RUN
 from tokenbalance.config import RunConfig, apply_overrides
-from tokenbalance.models import load_policy
-from tokenbalance.trainer import precision
+from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, save_policy, train_tokenizer
+from tokenbalance.tasks.kk import tokenizer_corpus
+from tokenbalance.trainer import logprobs, precision, update
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
@@ -140,3 +144,109 @@ def test_autocast_warns_where_the_cpu_emulates_bfloat16(monkeypatch):
     assert precision.slow_autocast_warning(None, cpu) is None
     monkeypatch.setattr(precision, "native_bfloat16", lambda device: True)
     assert precision.slow_autocast_warning(torch.bfloat16, cpu) is None
+
+
+@pytest.fixture(scope="module")
+def untied_policy_dir(tmp_path_factory):
+    """The tiny policy with its own output layer: each weight then receives one gradient per backward."""
+    path = tmp_path_factory.mktemp("policy") / "untied"
+    tokenizer = train_tokenizer(list(tokenizer_corpus(people=(2, 3), count=40, template="compact")))
+    config = TinyModelConfig(hidden_size=32, num_layers=2, num_heads=2, intermediate_size=64, tie_word_embeddings=False)
+    save_policy(build_tiny_model(config, tokenizer, seed=0), tokenizer, path)
+    return path
+
+
+def stepped_policy(policy_dir, run_dir, extra: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+    """The weights and metrics after one RL step under bfloat16 autocast: 8 rows in micro-batches of 2; the methods'
+    KL term (0.001, every preset here) runs the reference policy too."""
+    config = apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={policy_dir}", "model.autocast=bfloat16", *extra])
+    policy, tokenizer = load_policy(policy_dir)
+    device = torch.device("cpu")
+    parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
+    metrics = rl_step(parts, 0)
+    return {name: p.detach().clone() for name, p in policy.named_parameters()}, metrics
+
+
+@contextlib.contextmanager
+def every_forward_converts(model, dtype, *, keep=True):
+    """``weight_casts_kept`` undone: each forward converts the weights again, as before it existed."""
+    yield
+
+
+def step_both_ways(policy_dir, tmp_path, monkeypatch, extra: list[str]):
+    """:func:`stepped_policy` with the weight casts kept, then with every forward converting them."""
+    kept = stepped_policy(policy_dir, tmp_path / "kept", extra)
+    for module in (update, logprobs):
+        monkeypatch.setattr(module, "weight_casts_kept", every_forward_converts)
+    return kept, stepped_policy(policy_dir, tmp_path / "each", extra)
+
+
+def same_values(a: dict[str, float], b: dict[str, float], skip: tuple[str, ...]) -> bool:
+    """Equal metrics (NaN equal to NaN), those starting with ``skip`` (wall-clock ones) left out."""
+    keys = [k for k in a if not k.startswith(skip)]
+    return a.keys() == b.keys() and all(a[k] == b[k] or (math.isnan(a[k]) and math.isnan(b[k])) for k in keys)
+
+
+WALL_CLOCK = ("timing/", "throughput/")
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [["train.method=grpo"], ["train.method=lopti"], ["train.method=grpo", "optim.logit_chunk_tokens=5"]],
+    ids=["grpo", "lopti-two-passes", "chunked-output-layer"],
+)
+def test_keeping_the_weight_casts_changes_no_bit_of_a_step(untied_policy_dir, tmp_path, monkeypatch, extra):
+    # mini-batches of 4 rows (Lopti: and a second pass), so several optimizer steps: the forwards after the first
+    # must see the moved weights, not copies kept from before it
+    (kept_weights, kept_metrics), (weights, metrics) = step_both_ways(
+        untied_policy_dir, tmp_path, monkeypatch, ["optim.mini_batch_size=4", *extra]
+    )
+    assert metrics["optim/steps"] >= 2.0
+    assert kept_weights.keys() == weights.keys()
+    changed = [name for name in weights if not torch.equal(kept_weights[name], weights[name])]
+    assert changed == []  # and every weight got its gradient through the kept copy
+    assert same_values(kept_metrics, metrics, WALL_CLOCK)
+
+
+def test_a_tied_output_layer_sums_its_two_gradients_in_another_order(tiny_policy_dir, tmp_path, monkeypatch):
+    # The tied matrix gets a gradient from the embedding lookup (float32) and one through the output layer's kept
+    # copy. That copy's autograd node dates from the first micro-batch, so later backwards reach it after the
+    # embedding's and add the two in the other order: the same sums up to float32 rounding. One optimizer step
+    # (GRPO, one mini-batch), so every forward sees the same weights both ways.
+    (kept_weights, kept_metrics), (weights, metrics) = step_both_ways(
+        tiny_policy_dir, tmp_path, monkeypatch, ["train.method=grpo", "optim.mini_batch_size=8"]
+    )
+    tied = "model.embed_tokens.weight"
+    assert metrics["optim/steps"] == 1.0
+    assert [n for n in weights if n != tied and not torch.equal(kept_weights[n], weights[n])] == []
+    # AdamW's step is lr * m / sqrt(v): a relative rounding change in the gradient moves it by about lr * eps, far
+    # below one spacing of the weight, so the weight lands at most a few spacings of float32 away
+    assert_close_in(kept_weights[tied], weights[tied], torch.float32, ulps=4)
+    assert same_values(kept_metrics, metrics, (*WALL_CLOCK, "optim/grad_norm"))
+
+
+def head_weight_casts(policy, packed, forwards: int, region) -> int:
+    """How many times ``forwards`` no-grad forwards under bfloat16 autocast inside ``region`` convert the output
+    layer's weight (``aten::_to_copy`` of a tensor of its shape)."""
+    head_shape = list(policy.get_output_embeddings().weight.shape)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+        with torch.no_grad(), region:
+            for _ in range(forwards):
+                response_logprobs(policy, packed, temperature=1.0, forward_settings=ForwardSettings(torch.bfloat16))
+    return sum(1 for e in profile.events() if e.name == "aten::_to_copy" and e.input_shapes[:1] == [head_shape])
+
+
+def test_kept_casts_convert_a_weight_once_for_all_forwards_inside(tiny_policy_dir):
+    policy, _ = load_policy(tiny_policy_dir)
+    packed = random_packed(policy.config.vocab_size)
+    assert head_weight_casts(policy, packed, 3, contextlib.nullcontext()) == 3
+    assert head_weight_casts(policy, packed, 3, precision.weight_casts_kept(policy, torch.bfloat16)) == 1
+    # the region's end dropped its copy: the next region converts again
+    assert head_weight_casts(policy, packed, 2, precision.weight_casts_kept(policy, torch.bfloat16)) == 1
+
+
+def test_kept_casts_keep_nothing_off_autocast_or_when_told_not_to(tiny_policy_dir):
+    policy, _ = load_policy(tiny_policy_dir)
+    packed = random_packed(policy.config.vocab_size)
+    assert head_weight_casts(policy, packed, 2, precision.weight_casts_kept(policy, None)) == 2
+    assert head_weight_casts(policy, packed, 2, precision.weight_casts_kept(policy, torch.bfloat16, keep=False)) == 2

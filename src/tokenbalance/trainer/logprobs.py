@@ -6,6 +6,7 @@ layer (plus the last hidden states for NTHR). ``ForwardSettings.share_prompts`` 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -15,7 +16,7 @@ from transformers import DynamicCache
 from tokenbalance.algorithms.logit_grad import sum_sq_probs
 from tokenbalance.algorithms.surrogate import entropy_and_sum_sq_probs, entropy_from_logits
 from tokenbalance.rollout.fast import cache_kwargs
-from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, forward_precision
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, forward_precision, weight_casts_kept
 
 
 @dataclass(frozen=True)
@@ -178,6 +179,7 @@ class HeadOptions:
     with_entropy: bool
     entropy_grad: bool
     with_sum_sq_probs: bool
+    cache_weights: bool = True
 
 
 def head_logprobs(
@@ -186,7 +188,7 @@ def head_logprobs(
     """``(logp_BT, entropy_BT, sum_sq_probs_BT)`` of ``targets_BT`` from the hidden states predicting them: the output
     layer under ``compute_dtype``'s autocast, logits upcast to at least float32 and divided by ``temperature``,
     log-softmax; the entropy and sum_j pi_j^2 when asked. Any leading shape in place of [B, T]."""
-    with forward_precision(head, options.compute_dtype):
+    with forward_precision(head, options.compute_dtype, cache_weights=options.cache_weights):
         logits_BTV = head(hidden_BTD)
     logits_BTV = logits_BTV.to(torch.promote_types(logits_BTV.dtype, torch.float32)) / options.temperature
     logp_BTV = torch.log_softmax(logits_BTV, dim=-1)
@@ -208,7 +210,9 @@ def chunked_head_logprobs(
 ) -> HeadOutputs:
     """:func:`head_logprobs` over ``chunk_tokens`` positions at a time (at most one chunk's [chunk, V] logits exist);
     with a gradient each chunk is checkpointed (logits recomputed in the backward). Equal to the whole up to matmul
-    rounding."""
+    rounding. Under autocast each chunk converts the weight afresh: one copy shared by every chunk would add their
+    gradients in the compute type (:func:`~tokenbalance.trainer.precision.weight_casts_kept`)."""
+    options = dataclasses.replace(options, cache_weights=False)
     B, T, D = hidden_BTD.shape
     hidden_ND, targets_N = hidden_BTD.reshape(B * T, D), targets_BT.reshape(B * T)
     keep = torch.is_grad_enabled() and hidden_ND.requires_grad
@@ -308,18 +312,19 @@ def batched_response_logprobs(
     was_training = model.training
     model.eval()
     try:
-        parts = [
-            response_logprobs(
-                model,
-                packed.rows(chunk),
-                temperature=temperature,
-                with_hidden=with_hidden,
-                with_entropy=with_entropy,
-                trim_padding=group_by_length,
-                forward_settings=forward_settings,
-            )
-            for chunk in chunks
-        ]
+        with weight_casts_kept(model, forward_settings.compute_dtype, keep=not checkpointing(model)):
+            parts = [
+                response_logprobs(
+                    model,
+                    packed.rows(chunk),
+                    temperature=temperature,
+                    with_hidden=with_hidden,
+                    with_entropy=with_entropy,
+                    trim_padding=group_by_length,
+                    forward_settings=forward_settings,
+                )
+                for chunk in chunks
+            ]
     finally:
         model.train(was_training)
     grouped = [chunk for chunk in chunks if isinstance(chunk, torch.Tensor)]  # rows in order of length

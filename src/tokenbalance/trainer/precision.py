@@ -78,12 +78,36 @@ def model_device_type(model) -> str:
 
 
 @contextlib.contextmanager
-def forward_precision(model, dtype: torch.dtype | None) -> Iterator[None]:
-    """``torch.autocast`` to ``dtype`` on ``model``'s device around a forward; nothing with ``None``."""
+def forward_precision(model, dtype: torch.dtype | None, *, cache_weights: bool = True) -> Iterator[None]:
+    """``torch.autocast`` to ``dtype`` on ``model``'s device around a forward; nothing with ``None``.
+    ``cache_weights`` False: each use of a weight converts it afresh, not reusing (or keeping) a copy."""
     if dtype is None:
         yield
         return
-    with torch.autocast(device_type=model_device_type(model), dtype=dtype):
+    with torch.autocast(device_type=model_device_type(model), dtype=dtype, cache_enabled=cache_weights):
+        yield
+
+
+@contextlib.contextmanager
+def weight_casts_kept(model, dtype: torch.dtype | None, *, keep: bool = True) -> Iterator[None]:
+    """Keep ``torch.autocast``'s ``dtype`` copies of ``model``'s float32 weights for every :func:`forward_precision`
+    inside, so that a step's micro-batches convert each weight once, not once per forward. A disabled autocast region
+    around them: autocast drops its weight cache only when the outermost region ends, and a disabled one computes
+    nothing differently (the backwards inside run as they would outside).
+
+    The copies carry the autograd state of the forward that made them, so the forwards inside must all run with
+    gradient or all without, and the weights must not change inside (an optimizer step ends the region first). A
+    backward adds the gradients of all uses of one copy in ``dtype`` before converting the sum: across micro-batches
+    each backward has its own, but within one forward a weight used many times (the output layer's chunks) needs
+    ``forward_precision(..., cache_weights=False)``.
+    Nothing with ``dtype`` ``None``, with ``keep`` False (the caller's: activation checkpointing recomputes forwards
+    in the backward) or inside an enabled autocast region (its cache lives as long as it does). Frozen weights (a
+    reference policy's) are never cached by autocast."""
+    device_type = model_device_type(model)
+    if dtype is None or not keep or torch.is_autocast_enabled(device_type):  # inside a region, the cache lives on
+        yield
+        return
+    with torch.autocast(device_type=device_type, dtype=dtype, enabled=False):
         yield
 
 

@@ -27,7 +27,7 @@ from tokenbalance.trainer.logprobs import (
     response_logprobs,
     row_chunks,
 )
-from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, weight_casts_kept
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -251,40 +251,43 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
             micro_runs = []
-            for rows in micro_slices:
-                micro_pass = update_pass.select_rows(rows)
-                scale = 1.0
-                micro_normaliser = normaliser
-                if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
-                    micro_normaliser = pass_normaliser(method, micro_pass)
-                    scale = 1.0 / len(micro_slices)
-                active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
-                if active is None:
-                    continue  # no token of this pass here: its loss and gradient are zero
-                if first_forward is not None and isinstance(active, slice) and active == slice(0, num_rows):
-                    current = first_forward  # the old policy's forward of these rows, with gradient
-                else:
-                    current = update_forward(
-                        policy, packed.rows(active), method, settings, trim_padding=settings.group_by_length
+            forward_dtype = settings.forward_settings.compute_dtype
+            # one conversion of the weights for all micro-batches; the region ends before the optimizer step
+            with weight_casts_kept(policy, forward_dtype, keep=not checkpointing(policy)):
+                for rows in micro_slices:
+                    micro_pass = update_pass.select_rows(rows)
+                    scale = 1.0
+                    micro_normaliser = normaliser
+                    if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
+                        micro_normaliser = pass_normaliser(method, micro_pass)
+                        scale = 1.0 / len(micro_slices)
+                    active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
+                    if active is None:
+                        continue  # no token of this pass here: its loss and gradient are zero
+                    if first_forward is not None and isinstance(active, slice) and active == slice(0, num_rows):
+                        current = first_forward  # the old policy's forward of these rows, with gradient
+                    else:
+                        current = update_forward(
+                            policy, packed.rows(active), method, settings, trim_padding=settings.group_by_length
+                        )
+                    first_forward = None  # only ever the first micro-batch's
+                    if trace is not None and current.logp_BT.requires_grad:
+                        current.logp_BT.retain_grad()
+                    out = pass_loss(
+                        method,
+                        micro_pass,
+                        current.logp_BT,
+                        old_logp_BT[active],
+                        None if ref_logp_BT is None else ref_logp_BT[active],
+                        current.entropy_BT,
+                        normaliser=micro_normaliser,
                     )
-                first_forward = None  # only ever the first micro-batch's
-                if trace is not None and current.logp_BT.requires_grad:
-                    current.logp_BT.retain_grad()
-                out = pass_loss(
-                    method,
-                    micro_pass,
-                    current.logp_BT,
-                    old_logp_BT[active],
-                    None if ref_logp_BT is None else ref_logp_BT[active],
-                    current.entropy_BT,
-                    normaliser=micro_normaliser,
-                )
-                (out.loss * scale).backward()
-                if trace is not None:
-                    trace.add(active, current, micro_pass, method, micro_normaliser, scale)
-                if out.clipped_BT is not None:
-                    clipped_BT[active] |= out.clipped_BT
-                micro_runs.append((out.metrics, scale))
+                    (out.loss * scale).backward()
+                    if trace is not None:
+                        trace.add(active, current, micro_pass, method, micro_normaliser, scale)
+                    if out.clipped_BT is not None:
+                        clipped_BT[active] |= out.clipped_BT
+                    micro_runs.append((out.metrics, scale))
             first_forward = None  # the policy moves now
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)
