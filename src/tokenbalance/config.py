@@ -355,11 +355,12 @@ class SFTConfig:
 
     def result_settings(self) -> dict:
         """The settings that decide the SFT's numbers: all but ``save_every`` (how, not what), and
-        ``micro_batch_size`` only where set (it changes float rounding; unset, the keys of policies built before it
-        existed stay as they were)."""
+        ``micro_batch_size`` (float rounding) and ``error_rate`` only where set: at their defaults they change nothing,
+        and the keys of policies built before they existed (the committed grids' records name them) stay as they were."""
         settings = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "save_every"}
-        if not self.micro_batch_size:
-            del settings["micro_batch_size"]
+        for later in ("micro_batch_size", "error_rate"):  # options added after policies were built and recorded
+            if not settings[later]:
+                del settings[later]
         return settings
 
 

@@ -102,14 +102,14 @@ def json_written_by(writer: str) -> Callable[[Path], bool]:
     return written
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file beside it and a rename, so that ``path`` is always either
-    the old or the new content; the temporary file is removed on any failure. The file gets the usual permissions
-    (0666 less the umask), as a plain write would."""
+def write_text_atomic(path: str | os.PathLike, text: str | bytes) -> None:
+    """Write ``text`` (or bytes) to ``path`` through a temporary file beside it and a rename, so that ``path`` is
+    always either the old or the new content; the temporary file is removed on any failure. The file gets the usual
+    permissions (0666 less the umask), as a plain write would."""
     path = Path(path)
     handle, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     try:
-        with os.fdopen(handle, "w") as out:
+        with os.fdopen(handle, "wb" if isinstance(text, bytes) else "w") as out:
             out.write(text)
         umask_modes(tmp)
         os.replace(tmp, path)

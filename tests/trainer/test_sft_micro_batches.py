@@ -46,3 +46,12 @@ def test_a_micro_batch_size_is_part_of_the_cache_key_only_when_set(setup):
     plain = apply_overrides(RunConfig(), SETTINGS)
     assert embedded_key(pieces) != embedded_key(plain)
     assert embedded_key(plain) == embedded_key(apply_overrides(RunConfig(), [*SETTINGS, "sft.micro_batch_size=0"]))
+
+
+def test_a_noisy_teacher_is_part_of_the_cache_key_only_when_set():
+    plain = apply_overrides(RunConfig(), SETTINGS)
+    assert "error_rate" not in plain.sft.result_settings()  # so the keys of policies built before it stay valid
+    noisy = apply_overrides(RunConfig(), [*SETTINGS, "sft.error_rate=0.25"])
+    assert noisy.sft.result_settings()["error_rate"] == 0.25
+    assert embedded_key(noisy) != embedded_key(plain)
+    assert embedded_key(plain) == embedded_key(apply_overrides(RunConfig(), [*SETTINGS, "sft.error_rate=0.0"]))

@@ -15,7 +15,7 @@ from tokenbalance.ablate.stats import paired_outcomes
 from tokenbalance.diagnostics.plots import load_run
 from tokenbalance.run.checkpoints import checkpoint_step
 from tokenbalance.run.lock import is_locked
-from tokenbalance.run.state import METRICS_FILE, NOT_STARTED, RunStatus, read_run_state
+from tokenbalance.run.state import NOT_STARTED, RunStatus, metrics_path, read_run_state
 from tokenbalance.trainer.evaluate import read_outcomes
 
 MODES = ("greedy", "sample")
@@ -60,7 +60,7 @@ def _series(records: list[dict], key: str) -> tuple[list[int], list[float]]:
 
 
 def read_cell(run_dir: Path, cell: Cell, steps: int) -> CellResult:
-    if not (run_dir / METRICS_FILE).is_file():
+    if not metrics_path(run_dir).is_file():
         return CellResult(cell, NOT_STARTED if not run_dir.exists() else "no metrics")
     try:
         run = load_run(run_dir)

@@ -23,6 +23,7 @@ from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
 from tokenbalance.diagnostics.plotted import save_png
 from tokenbalance.diagnostics.sinks import parse_metrics_lines, restore_non_finite
 from tokenbalance.outputs import check_files_replaceable, record_written
+from tokenbalance.run.state import metrics_path
 
 FORMATS = ("png", "svg")
 NO_DATA = " (no data)"
@@ -75,11 +76,11 @@ def _number(value) -> float | None:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """The records of ``run_dir/metrics.jsonl``; ValueError when there is no such file, or naming the file and the
+    """The records of ``run_dir/metrics.jsonl`` (a kept record's ``metrics.jsonl.gz``); ValueError when there is no such file, or naming the file and the
     line when a line before the last is not a JSON object. A torn last line (a run killed while writing) is left out
     and counted in ``skipped_lines``, as a resume drops it."""
     run_dir = Path(run_dir)
-    path = run_dir / "metrics.jsonl"
+    path = metrics_path(run_dir)
     if not run_dir.is_dir():
         raise ValueError(f"{run_dir}: not a directory (expected a run directory holding metrics.jsonl)")
     if not path.is_file():

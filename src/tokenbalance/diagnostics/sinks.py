@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 from tokenbalance.outputs import write_text_atomic
+from tokenbalance.run.state import read_metrics_text
 from tokenbalance.user_code import first_line
 
 OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
@@ -137,7 +138,8 @@ def parse_metrics_lines(path: Path) -> tuple[list[tuple[str, dict]], str | None]
     """``([(line, record), ...], torn)`` of a ``metrics.jsonl`` file: ``torn`` is an unreadable last line (an append
     cut short), left out of the records; an unreadable line before the last (or a line that is not a JSON object) is a
     ``ValueError`` naming the file and the line."""
-    lines = [(number, line) for number, line in enumerate(Path(path).read_text().splitlines(), 1) if line.strip()]
+    text = read_metrics_text(Path(path))
+    lines = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
     records: list[tuple[str, dict]] = []
     for position, (number, line) in enumerate(lines):
         try:

@@ -1,21 +1,39 @@
-"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``, :data:`RECORD_FILES`, no
-checkpoint), restored into a new cell whose planned config and steps it completed (compared as a resume compares,
-:func:`~tokenbalance.run.resume.changed_setting`); another experiment's record is never replaced. docs/ablate.md
-"Across machines"."""
+"""A finished run kept as a small record (``ablate --records DIR``: ``DIR/<cell>/``, :data:`RECORD_FILES`, the
+metrics gzip-compressed, no checkpoint), restored into a new cell whose planned config and steps it completed
+(compared as a resume compares, :func:`~tokenbalance.run.resume.changed_setting`); another experiment's record is
+never replaced. Records of older versions, with a plain ``metrics.jsonl``, are read and restored alike.
+docs/ablate.md "Across machines"."""
 
 from __future__ import annotations
 
 import copy
+import gzip
 import shutil
 from pathlib import Path
 
 from tokenbalance.config import RunConfig, load_config
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
 from tokenbalance.run.resume import changed_setting
-from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, METRICS_FILE, RUN_STATE_FILE, RunDirState, has_final_eval
+from tokenbalance.run.state import (
+    CONFIG_FILE,
+    EVAL_OUTCOMES,
+    METRICS_FILE,
+    METRICS_RECORD,
+    RUN_STATE_FILE,
+    RunDirState,
+    has_final_eval,
+    metrics_path,
+    read_metrics_text,
+)
 
-RECORD_FILES = (CONFIG_FILE, METRICS_FILE, RUN_STATE_FILE)
+COPIED_FILES = (CONFIG_FILE, RUN_STATE_FILE)  # copied as they are; the metrics are compressed (METRICS_RECORD)
+RECORD_FILES = (CONFIG_FILE, METRICS_RECORD, RUN_STATE_FILE)  # what keep writes
 OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
+
+
+def compressed_metrics(text: str) -> bytes:
+    """``metrics.jsonl``'s text as a record keeps it: gzip with no time stamp, so the same text gives the same bytes."""
+    return gzip.compress(text.encode(), mtime=0)
 
 
 def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:
@@ -30,7 +48,7 @@ def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object
 def record_matches(record_dir: Path, planned: RunConfig) -> bool:
     """Whether ``record_dir`` holds a cell that completed ``planned``'s steps with ``planned``'s config (machine paths
     of the embedded policy aside); False when any file is missing."""
-    if not all((record_dir / name).is_file() for name in RECORD_FILES):
+    if not all((record_dir / name).is_file() for name in COPIED_FILES) or not metrics_path(record_dir).is_file():
         return False
     state = RunDirState.read(record_dir)
     if not (state.completed and state.state_step == planned.train.steps):
@@ -74,15 +92,17 @@ def check_no_conflict(records_dir: Path, planned: dict[str, RunConfig]) -> None:
 def restore(record_dir: Path, run_dir: Path) -> None:
     """Copy the record into the (new or empty) cell directory ``run_dir``."""
     run_dir.mkdir(parents=True, exist_ok=True)
-    for name in (*RECORD_FILES, *OPTIONAL_RECORD_FILES):
-        if name in RECORD_FILES or (record_dir / name).is_file():
+    for name in (*COPIED_FILES, *OPTIONAL_RECORD_FILES):
+        if name in COPIED_FILES or (record_dir / name).is_file():
             shutil.copyfile(record_dir / name, run_dir / name)
+    (run_dir / METRICS_FILE).write_text(read_metrics_text(metrics_path(record_dir)))
 
 
 def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
-    """Copy the completed cell in ``run_dir`` to ``records_dir/cell`` (each file replaced atomically); returns None,
-    or a note when a record of another experiment appeared there meanwhile (another grid sharing the directory): that
-    record is kept and this one is not written."""
+    """Copy the completed cell in ``run_dir`` to ``records_dir/cell``, its metrics compressed (each file replaced
+    atomically; an older record's plain ``metrics.jsonl`` of this experiment is then removed); returns None, or a note
+    when a record of another experiment appeared there meanwhile (another grid sharing the directory): that record is
+    kept and this one is not written."""
     conflict = record_conflict(records_dir / cell, load_config(run_dir / CONFIG_FILE))
     if conflict:
         return f"--records: {conflict}; it is kept and this cell's record is not written there"
@@ -91,7 +111,10 @@ def keep(run_dir: Path, records_dir: Path, cell: str) -> str | None:
     record_written(records_dir, [cell])
     target = records_dir / cell
     target.mkdir(exist_ok=True)
-    for name in (*RECORD_FILES, *OPTIONAL_RECORD_FILES):
-        if name in RECORD_FILES or (run_dir / name).is_file():
+    for name in (CONFIG_FILE, *OPTIONAL_RECORD_FILES):
+        if name == CONFIG_FILE or (run_dir / name).is_file():
             write_text_atomic(target / name, (run_dir / name).read_text())
+    write_text_atomic(target / METRICS_RECORD, compressed_metrics((run_dir / METRICS_FILE).read_text()))
+    (target / METRICS_FILE).unlink(missing_ok=True)  # this experiment's older, uncompressed copy
+    write_text_atomic(target / RUN_STATE_FILE, (run_dir / RUN_STATE_FILE).read_text())  # last: the record is whole
     return None
