@@ -76,9 +76,9 @@ def _number(value) -> float | None:
 
 
 def load_run(run_dir: str | Path) -> Run:
-    """The records of ``run_dir/metrics.jsonl`` (a kept record's ``metrics.jsonl.gz``); ValueError when there is no such file, or naming the file and the
-    line when a line before the last is not a JSON object. A torn last line (a run killed while writing) is left out
-    and counted in ``skipped_lines``, as a resume drops it."""
+    """The records of ``run_dir/metrics.jsonl`` (a kept record's ``metrics.jsonl.gz``); ValueError when there is no
+    such file, or naming the file and the line when a line before the last is not a JSON object. A torn last line (a
+    run killed while writing) is left out and counted in ``skipped_lines``, as a resume drops it."""
     run_dir = Path(run_dir)
     path = metrics_path(run_dir)
     if not run_dir.is_dir():

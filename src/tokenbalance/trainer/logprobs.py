@@ -6,8 +6,7 @@ layer (plus the last hidden states for NTHR). ``ForwardSettings.share_prompts`` 
 
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 from torch.utils.checkpoint import checkpoint
@@ -212,7 +211,7 @@ def chunked_head_logprobs(
     with a gradient each chunk is checkpointed (logits recomputed in the backward). Equal to the whole up to matmul
     rounding. Under autocast each chunk converts the weight afresh: one copy shared by every chunk would add their
     gradients in the compute type (:func:`~tokenbalance.trainer.precision.weight_casts_kept`)."""
-    options = dataclasses.replace(options, cache_weights=False)
+    options = replace(options, cache_weights=False)
     B, T, D = hidden_BTD.shape
     hidden_ND, targets_N = hidden_BTD.reshape(B * T, D), targets_BT.reshape(B * T)
     keep = torch.is_grad_enabled() and hidden_ND.requires_grad
