@@ -9,10 +9,11 @@ import pytest
 
 from tokenbalance.config import RunConfig, apply_overrides, load_config, save_config
 from tokenbalance.diagnostics.plots import load_run
+from tokenbalance.diagnostics.sinks import read_metrics_text
 from tokenbalance.outputs import record_written
 from tokenbalance.run import records
 from tokenbalance.run.records import keep, restore
-from tokenbalance.run.state import EVAL_OUTCOMES, has_final_eval, read_metrics_text
+from tokenbalance.run.state import EVAL_OUTCOMES, has_final_eval
 from tokenbalance.trainer.evaluate import append_outcomes, read_outcomes
 
 

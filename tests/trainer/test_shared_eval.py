@@ -12,6 +12,7 @@ import torch
 from tests.trainer.conftest import replace_section
 from tests.trainer.test_loop import without_timing
 from tokenbalance.diagnostics.sinks import read_metrics
+from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.lock import RunLock
 from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.runner import run_training
@@ -56,7 +57,8 @@ def test_an_entry_another_run_is_generating_is_taken_up_after_the_rest(tmp_path)
     def finish_the_other_run():
         time.sleep(0.2)
         document = {"responses": [[9], [9, 9]]}
-        (shared.entry("greedy", PROMPTS) / RESPONSES_FILE).write_text(json.dumps(document))
+        # atomically, as a run writes it: a plain write could be read half-written by the polling run
+        write_text_atomic(shared.entry("greedy", PROMPTS) / RESPONSES_FILE, json.dumps(document))
         busy.release()
 
     other = threading.Thread(target=finish_the_other_run)

@@ -13,9 +13,10 @@ from tokenbalance.ablate.grid import Cell, GridPlan
 from tokenbalance.ablate.runner import cell_dir
 from tokenbalance.ablate.stats import paired_outcomes
 from tokenbalance.diagnostics.plots import load_run
+from tokenbalance.diagnostics.sinks import metrics_path
 from tokenbalance.run.checkpoints import checkpoint_step
 from tokenbalance.run.lock import is_locked
-from tokenbalance.run.state import NOT_STARTED, RunStatus, metrics_path, read_run_state
+from tokenbalance.run.state import NOT_STARTED, RunStatus, read_run_state
 from tokenbalance.trainer.evaluate import read_outcomes
 
 MODES = ("greedy", "sample")

@@ -21,9 +21,8 @@ from matplotlib.ticker import MaxNLocator
 
 from tokenbalance.diagnostics.edges import DEFAULT_EDGES, interval_label
 from tokenbalance.diagnostics.plotted import save_png
-from tokenbalance.diagnostics.sinks import parse_metrics_lines, restore_non_finite
+from tokenbalance.diagnostics.sinks import metrics_path, parse_metrics_lines, restore_non_finite
 from tokenbalance.outputs import check_files_replaceable, record_written
-from tokenbalance.run.state import metrics_path
 
 FORMATS = ("png", "svg")
 NO_DATA = " (no data)"

@@ -4,15 +4,16 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import math
 import os
 from pathlib import Path
 
 from tokenbalance.outputs import write_text_atomic
-from tokenbalance.run.state import read_metrics_text
 from tokenbalance.user_code import first_line
 
+METRICS_RECORD = "metrics.jsonl.gz"  # a record's metrics (run/records.py), gzip-compressed: a fifth of the bytes
 OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
 
 
@@ -132,6 +133,25 @@ class MetricsLog:
             self._tb.close()
         if self._wandb is not None:
             self._wandb.finish()
+
+
+def metrics_path(run_dir: Path) -> Path:
+    """The metrics of ``run_dir``: its ``metrics.jsonl`` (a run's), else its ``metrics.jsonl.gz`` where that exists (a
+    record's, :data:`METRICS_RECORD`), else the ``metrics.jsonl`` a run would write."""
+    plain, compressed = Path(run_dir) / "metrics.jsonl", Path(run_dir) / METRICS_RECORD
+    return compressed if not plain.exists() and compressed.exists() else plain
+
+
+def read_metrics_text(path: Path) -> str:
+    """The text of a metrics file, decompressed when its name ends in ``.gz`` (``ValueError`` naming it when it does
+    not decompress)."""
+    path = Path(path)
+    if path.suffix != ".gz":
+        return path.read_text()
+    try:
+        return gzip.decompress(path.read_bytes()).decode()
+    except (EOFError, gzip.BadGzipFile) as err:
+        raise ValueError(f"{path}: not a complete gzip file ({err}); the file is damaged") from None
 
 
 def parse_metrics_lines(path: Path) -> tuple[list[tuple[str, dict]], str | None]:

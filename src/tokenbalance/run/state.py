@@ -4,7 +4,6 @@ docs/training.md "The run directory"."""
 
 from __future__ import annotations
 
-import gzip
 import json
 import shlex
 from dataclasses import dataclass
@@ -17,7 +16,6 @@ from tokenbalance.run.lock import LOCK_FILE, is_locked
 
 CONFIG_FILE = "config.yaml"
 METRICS_FILE = "metrics.jsonl"
-METRICS_RECORD = "metrics.jsonl.gz"  # a record's metrics (run/records.py), gzip-compressed: a fifth of the bytes
 RUN_STATE_FILE = "run_state.json"
 # each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the same examples
 # can be compared example by example (McNemar: ablate's paired outcomes)
@@ -85,29 +83,10 @@ def write_end_status(run_dir: Path, err: BaseException) -> None:
         pass
 
 
-def metrics_path(run_dir: Path) -> Path:
-    """The metrics of ``run_dir``: its ``metrics.jsonl`` (a run's), else its ``metrics.jsonl.gz`` where that exists (a
-    record's, :data:`METRICS_RECORD`), else the ``metrics.jsonl`` a run would write."""
-    plain, compressed = Path(run_dir) / METRICS_FILE, Path(run_dir) / METRICS_RECORD
-    return compressed if not plain.exists() and compressed.exists() else plain
-
-
-def read_metrics_text(path: Path) -> str:
-    """The text of a metrics file, decompressed when its name ends in ``.gz`` (``ValueError`` naming it when it does
-    not decompress)."""
-    path = Path(path)
-    if path.suffix != ".gz":
-        return path.read_text()
-    try:
-        return gzip.decompress(path.read_bytes()).decode()
-    except (EOFError, gzip.BadGzipFile) as err:
-        raise ValueError(f"{path}: not a complete gzip file ({err}); the file is damaged") from None
-
-
 def last_logged_step(run_dir: Path) -> int:
     """The step of the last complete record of ``metrics.jsonl`` (0 when there is none, or when the file cannot be
     read: a progress display must not stop on it); a torn last line is passed over."""
-    from tokenbalance.diagnostics.sinks import parse_metrics_lines
+    from tokenbalance.diagnostics.sinks import metrics_path, parse_metrics_lines
 
     try:
         records, _ = parse_metrics_lines(metrics_path(run_dir))
@@ -119,7 +98,7 @@ def last_logged_step(run_dir: Path) -> int:
 def has_final_eval(run_dir: Path, step: int) -> bool:
     """Whether ``metrics.jsonl`` holds the evaluation of step ``step`` (a torn last line does not count: a run killed
     while writing it has not recorded it)."""
-    from tokenbalance.diagnostics.sinks import parse_metrics_lines
+    from tokenbalance.diagnostics.sinks import metrics_path, parse_metrics_lines
 
     path = metrics_path(run_dir)
     if not path.is_file():
