@@ -209,19 +209,26 @@ def print_class_profile(profile: dict) -> None:
         f"{profile['low_share']:.1%} of tokens in {profile['intervals'][0]}, "
         f"{profile['low_decision_share']:.1%} of those decisions"
     )
-    print(f"  {'class':<10}{'tokens':>8}" + "".join(f"{label:>14}" for label in profile["intervals"]))
+    width = class_width(row["class"] for row in profile["classes"])
+    print(f"  {'class':<{width}}{'tokens':>8}" + "".join(f"{label:>14}" for label in profile["intervals"]))
     for row in profile["classes"]:
-        print(f"  {row['class']:<10}{row['tokens']:>8}" + "".join(f"{count:>14}" for count in row["buckets"]))
+        print(f"  {row['class']:<{width}}{row['tokens']:>8}" + "".join(f"{count:>14}" for count in row["buckets"]))
+
+
+def class_width(names) -> int:
+    """The width of a class column: 10, or the longest name and a space."""
+    return max([10, *(len(name) + 1 for name in names)])
 
 
 def print_logp_changes(results: dict) -> None:
     """Per update the mean change of log p by class, bucket (saturated p > 0.999 apart) and sign."""
     for mode, result in results.items():
         print(f"\nupdate on {mode} tokens: mean change of log p by class (tokens)")
+        width = class_width(row["class"] for row in result["by_class"])
         for row in result["by_class"]:
             if row["tokens"]:
                 print(
-                    f"  {row['class']:<10}{row['interval']:<14}{row['sign']:<5}"
+                    f"  {row['class']:<{width}}{row['interval']:<14}{row['sign']:<5}"
                     f"{_fmt(row['dlogp_mean'], '+.2e'):>11} ({row['tokens']})"
                 )
 
