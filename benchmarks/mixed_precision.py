@@ -4,7 +4,8 @@ alternating step by step for ``--rounds`` rounds, so a slow spell of the machine
 Reports the median seconds of each phase (rollout, log-probs, update, the step) per precision and
 their ratios, the median of the per-round step ratios, and the peak resident memory.
 ``--per-forward-casts`` adds a third contender: bfloat16 autocast with every forward converting the
-weights again, as before ``trainer.precision.weight_casts_kept`` (one conversion per optimizer step).
+weights again (``ForwardSettings.keep_weight_casts`` off), as before ``trainer.precision.weight_casts_kept``
+(one conversion per optimizer step).
 
 The policy trains as it goes (one AdamW step per step, at the config's lr), so the steps are
 those of a real run; each precision draws the same prompts (the step index is the round's).
@@ -18,7 +19,6 @@ those of a real run; each precision draws the same prompts (the step index is th
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import statistics
 import tempfile
@@ -32,31 +32,14 @@ from _common import markdown_table
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import load_policy
 from tokenbalance.threads import use_threads
-from tokenbalance.trainer import logprobs, update
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import peak_memory_mb, prepare_training, rl_step
 from tokenbalance.trainer.precision import ForwardSettings
 
-PRECISIONS = {"float32": None, "bfloat16 autocast": torch.bfloat16}
+PRECISIONS = {"float32": ForwardSettings(), "bfloat16 autocast": ForwardSettings(compute_dtype=torch.bfloat16)}
 PER_FORWARD = "bfloat16, casts per forward"
 PHASES = ("rollout", "logprob", "update", "step")
-
-
-@contextlib.contextmanager
-def casts_per_forward():
-    """The step as before ``weight_casts_kept``: each forward under autocast converts the weights again."""
-
-    @contextlib.contextmanager
-    def nothing_kept(model, dtype, *, keep=True):
-        yield
-
-    kept = logprobs.weight_casts_kept
-    logprobs.weight_casts_kept = update.weight_casts_kept = nothing_kept
-    try:
-        yield
-    finally:
-        logprobs.weight_casts_kept = update.weight_casts_kept = kept
 
 
 def main() -> None:
@@ -78,10 +61,10 @@ def main() -> None:
     policy, tokenizer = load_policy(path, device=device)
     run_dir = Path(tempfile.mkdtemp(prefix="tokenbalance-bench-mixed-"))
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
-    contenders = {**PRECISIONS, **({PER_FORWARD: torch.bfloat16} if args.per_forward_casts else {})}
+    per_forward = ForwardSettings(compute_dtype=torch.bfloat16, keep_weight_casts=False)
+    contenders = {**PRECISIONS, **({PER_FORWARD: per_forward} if args.per_forward_casts else {})}
     settings = {
-        name: dataclasses.replace(parts.settings, forward_settings=ForwardSettings(compute_dtype=dtype))
-        for name, dtype in contenders.items()
+        name: dataclasses.replace(parts.settings, forward_settings=forward) for name, forward in contenders.items()
     }
     seconds: dict[tuple[str, str], list[float]] = {}
     step_ratios, cast_ratios = [], []
@@ -90,8 +73,7 @@ def main() -> None:
         for name in contenders:
             parts.settings = settings[name]
             parts.state.data_position = round_ * parts.settings.prompts_per_step  # all draw the same prompts
-            with casts_per_forward() if name == PER_FORWARD else contextlib.nullcontext():
-                metrics = rl_step(parts, round_)
+            metrics = rl_step(parts, round_)
             step_s[name] = metrics["timing/step_s"]
             if round_:
                 for phase in PHASES:

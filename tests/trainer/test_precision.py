@@ -3,6 +3,7 @@ bfloat16 while the weights, gradients and AdamW state stay float32; log-probs wi
 rounding of float32's; and the refusal of a bfloat16-stored policy whose updates would round away."""
 
 import contextlib
+import dataclasses
 import math
 
 import pytest
@@ -13,7 +14,7 @@ from tests.trainer.conftest import SMALL_RUN
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, save_policy, train_tokenizer
 from tokenbalance.tasks.kk import tokenizer_corpus
-from tokenbalance.trainer import logprobs, precision, update
+from tokenbalance.trainer import precision
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
@@ -156,29 +157,26 @@ def untied_policy_dir(tmp_path_factory):
     return path
 
 
-def stepped_policy(policy_dir, run_dir, extra: list[str]) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+def stepped_policy(
+    policy_dir, run_dir, extra: list[str], *, keep_weight_casts: bool
+) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
     """The weights and metrics after one RL step under bfloat16 autocast: 8 rows in micro-batches of 2; the methods'
-    KL term (0.001, every preset here) runs the reference policy too."""
+    KL term (0.001, every preset here) runs the reference policy too. ``keep_weight_casts`` False: every forward
+    converts the weights again, as before :func:`~tokenbalance.trainer.precision.weight_casts_kept` existed."""
     config = apply_overrides(RunConfig(), [*SMALL_RUN, f"model.path={policy_dir}", "model.autocast=bfloat16", *extra])
     policy, tokenizer = load_policy(policy_dir)
     device = torch.device("cpu")
     parts = prepare_training(config, run_dir, policy, tokenizer, device, DistContext(device=device))
+    forward = dataclasses.replace(parts.settings.forward_settings, keep_weight_casts=keep_weight_casts)
+    parts.settings = dataclasses.replace(parts.settings, forward_settings=forward)
     metrics = rl_step(parts, 0)
     return {name: p.detach().clone() for name, p in policy.named_parameters()}, metrics
 
 
-@contextlib.contextmanager
-def every_forward_converts(model, dtype, *, keep=True):
-    """``weight_casts_kept`` undone: each forward converts the weights again, as before it existed."""
-    yield
-
-
-def step_both_ways(policy_dir, tmp_path, monkeypatch, extra: list[str]):
+def step_both_ways(policy_dir, tmp_path, extra: list[str]):
     """:func:`stepped_policy` with the weight casts kept, then with every forward converting them."""
-    kept = stepped_policy(policy_dir, tmp_path / "kept", extra)
-    for module in (update, logprobs):
-        monkeypatch.setattr(module, "weight_casts_kept", every_forward_converts)
-    return kept, stepped_policy(policy_dir, tmp_path / "each", extra)
+    kept = stepped_policy(policy_dir, tmp_path / "kept", extra, keep_weight_casts=True)
+    return kept, stepped_policy(policy_dir, tmp_path / "each", extra, keep_weight_casts=False)
 
 
 def same_values(a: dict[str, float], b: dict[str, float], skip: tuple[str, ...]) -> bool:
@@ -195,11 +193,11 @@ WALL_CLOCK = ("timing/", "throughput/")
     [["train.method=grpo"], ["train.method=lopti"], ["train.method=grpo", "optim.logit_chunk_tokens=5"]],
     ids=["grpo", "lopti-two-passes", "chunked-output-layer"],
 )
-def test_keeping_the_weight_casts_changes_no_bit_of_a_step(untied_policy_dir, tmp_path, monkeypatch, extra):
+def test_keeping_the_weight_casts_changes_no_bit_of_a_step(untied_policy_dir, tmp_path, extra):
     # mini-batches of 4 rows (Lopti: and a second pass), so several optimizer steps: the forwards after the first
     # must see the moved weights, not copies kept from before it
     (kept_weights, kept_metrics), (weights, metrics) = step_both_ways(
-        untied_policy_dir, tmp_path, monkeypatch, ["optim.mini_batch_size=4", *extra]
+        untied_policy_dir, tmp_path, ["optim.mini_batch_size=4", *extra]
     )
     assert metrics["optim/steps"] >= 2.0
     assert kept_weights.keys() == weights.keys()
@@ -208,13 +206,28 @@ def test_keeping_the_weight_casts_changes_no_bit_of_a_step(untied_policy_dir, tm
     assert same_values(kept_metrics, metrics, WALL_CLOCK)
 
 
-def test_a_tied_output_layer_sums_its_two_gradients_in_another_order(tiny_policy_dir, tmp_path, monkeypatch):
+def test_the_setting_reaches_the_log_probs_and_the_update(untied_policy_dir, tmp_path):
+    # the output layer's weight converted in a whole step, kept and not (8 rows in micro-batches of 2): the old
+    # policy's 4 forwards convert it once when kept (3 saved), the update's 2 mini-batches of 2 once each (2 saved);
+    # the rollout and the frozen reference convert it alike both ways
+    head_shape = list(load_policy(untied_policy_dir)[0].get_output_embeddings().weight.shape)
+    counts = {}
+    for keep in (True, False):
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=True) as profile:
+            stepped_policy(untied_policy_dir, tmp_path / str(keep), ["train.method=grpo"], keep_weight_casts=keep)
+        counts[keep] = sum(
+            1 for e in profile.events() if e.name == "aten::_to_copy" and e.input_shapes[:1] == [head_shape]
+        )
+    assert counts[False] - counts[True] == 3 + 2
+
+
+def test_a_tied_output_layer_sums_its_two_gradients_in_another_order(tiny_policy_dir, tmp_path):
     # The tied matrix gets a gradient from the embedding lookup (float32) and one through the output layer's kept
     # copy. That copy's autograd node dates from the first micro-batch, so later backwards reach it after the
     # embedding's and add the two in the other order: the same sums up to float32 rounding. One optimizer step
     # (GRPO, one mini-batch), so every forward sees the same weights both ways.
     (kept_weights, kept_metrics), (weights, metrics) = step_both_ways(
-        tiny_policy_dir, tmp_path, monkeypatch, ["train.method=grpo", "optim.mini_batch_size=8"]
+        tiny_policy_dir, tmp_path, ["train.method=grpo", "optim.mini_batch_size=8"]
     )
     tied = "model.embed_tokens.weight"
     assert metrics["optim/steps"] == 1.0

@@ -142,6 +142,12 @@ def metrics_path(run_dir: Path) -> Path:
     return compressed if not plain.exists() and compressed.exists() else plain
 
 
+def compressed_metrics(text: str) -> bytes:
+    """``metrics.jsonl``'s text as a record keeps it (:data:`METRICS_RECORD`): gzip with no time stamp, so the same
+    text gives the same bytes; :func:`read_metrics_text` reads it back."""
+    return gzip.compress(text.encode(), mtime=0)
+
+
 def read_metrics_text(path: Path) -> str:
     """The text of a metrics file, decompressed when its name ends in ``.gz`` (``ValueError`` naming it when it does
     not decompress)."""

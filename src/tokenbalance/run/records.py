@@ -7,12 +7,11 @@ docs/ablate.md "Across machines"."""
 from __future__ import annotations
 
 import copy
-import gzip
 import shutil
 from pathlib import Path
 
 from tokenbalance.config import RunConfig, load_config
-from tokenbalance.diagnostics.sinks import METRICS_RECORD, metrics_path, read_metrics_text
+from tokenbalance.diagnostics.sinks import METRICS_RECORD, compressed_metrics, metrics_path, read_metrics_text
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
 from tokenbalance.run.resume import changed_setting
 from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, METRICS_FILE, RUN_STATE_FILE, RunDirState, has_final_eval
@@ -20,11 +19,6 @@ from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, METRICS_FILE, RUN
 COPIED_FILES = (CONFIG_FILE, RUN_STATE_FILE)  # copied as they are; the metrics are compressed (METRICS_RECORD)
 RECORD_FILES = (CONFIG_FILE, METRICS_RECORD, RUN_STATE_FILE)  # what keep writes
 OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
-
-
-def compressed_metrics(text: str) -> bytes:
-    """``metrics.jsonl``'s text as a record keeps it: gzip with no time stamp, so the same text gives the same bytes."""
-    return gzip.compress(text.encode(), mtime=0)
 
 
 def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:

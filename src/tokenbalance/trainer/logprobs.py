@@ -311,7 +311,8 @@ def batched_response_logprobs(
     was_training = model.training
     model.eval()
     try:
-        with weight_casts_kept(model, forward_settings.compute_dtype, keep=not checkpointing(model)):
+        keep = forward_settings.keep_weight_casts and not checkpointing(model)
+        with weight_casts_kept(model, forward_settings.compute_dtype, keep=keep):
             parts = [
                 response_logprobs(
                     model,

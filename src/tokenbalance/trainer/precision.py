@@ -31,11 +31,14 @@ def compute_dtype(autocast: str) -> torch.dtype | None:
 class ForwardSettings:
     """How every forward of a run computes: ``compute_dtype`` the ``torch.autocast`` type (``model.autocast``;
     ``None``: the parameters' own), ``chunk_tokens`` positions per output-layer chunk (``optim.logit_chunk_tokens``;
-    0: all at once), ``share_prompts`` each distinct prompt run once (``optim.share_prompts``)."""
+    0: all at once), ``share_prompts`` each distinct prompt run once (``optim.share_prompts``), ``keep_weight_casts``
+    one conversion of the weights per optimizer step under autocast (:func:`weight_casts_kept`; always on in a run,
+    off only to measure what it saves: the same bits either way)."""
 
     compute_dtype: torch.dtype | None = None
     chunk_tokens: int = 0
     share_prompts: bool = True
+    keep_weight_casts: bool = True
 
     @classmethod
     def from_config(cls, config: RunConfig, device: torch.device) -> ForwardSettings:

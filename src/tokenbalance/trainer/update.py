@@ -251,9 +251,11 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
             micro_runs = []
-            forward_dtype = settings.forward_settings.compute_dtype
+            forward = settings.forward_settings
             # one conversion of the weights for all micro-batches; the region ends before the optimizer step
-            with weight_casts_kept(policy, forward_dtype, keep=not checkpointing(policy)):
+            with weight_casts_kept(
+                policy, forward.compute_dtype, keep=forward.keep_weight_casts and not checkpointing(policy)
+            ):
                 for rows in micro_slices:
                     micro_pass = update_pass.select_rows(rows)
                     scale = 1.0
