@@ -4,8 +4,10 @@ alternating step by step for ``--rounds`` rounds, so a slow spell of the machine
 Reports the median seconds of each phase (rollout, log-probs, update, the step) per precision and
 their ratios, the median of the per-round step ratios, and the peak resident memory.
 ``--per-forward-casts`` adds a third contender: bfloat16 autocast with every forward converting the
-weights again (``ForwardSettings.keep_weight_casts`` off), as before ``trainer.precision.weight_casts_kept``
-(one conversion per optimizer step).
+weights again (``ForwardSettings.keep_weight_casts`` off, and a float32 reference policy), as before
+``trainer.precision.weight_casts_kept`` (one conversion per optimizer step) and ``frozen_copy`` (a reference
+stored in the compute type) existed. Under a KL term (every K&K preset) each contender runs its own reference:
+float32 for float32 and the per-forward contender, stored in bfloat16 for bfloat16 autocast.
 
 The policy trains as it goes (one AdamW step per step, at the config's lr), so the steps are
 those of a real run; each precision draws the same prompts (the step index is the round's).
@@ -35,7 +37,7 @@ from tokenbalance.threads import use_threads
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.embedded import ensure_embedded_policy
 from tokenbalance.trainer.loop import peak_memory_mb, prepare_training, rl_step
-from tokenbalance.trainer.precision import ForwardSettings
+from tokenbalance.trainer.precision import ForwardSettings, frozen_copy
 
 PRECISIONS = {"float32": ForwardSettings(), "bfloat16 autocast": ForwardSettings(compute_dtype=torch.bfloat16)}
 PER_FORWARD = "bfloat16, casts per forward"
@@ -66,12 +68,17 @@ def main() -> None:
     settings = {
         name: dataclasses.replace(parts.settings, forward_settings=forward) for name, forward in contenders.items()
     }
+    stored = {
+        name: forward.compute_dtype if forward.keep_weight_casts else None for name, forward in contenders.items()
+    }
+    references = {dtype: frozen_copy(policy, dtype) for dtype in set(stored.values())} if parts.state.reference else {}
     seconds: dict[tuple[str, str], list[float]] = {}
     step_ratios, cast_ratios = [], []
     for round_ in range(args.rounds + 1):  # round 0 warms both up
         step_s = {}
         for name in contenders:
             parts.settings = settings[name]
+            parts.state.reference = references.get(stored[name])
             parts.state.data_position = round_ * parts.settings.prompts_per_step  # all draw the same prompts
             metrics = rl_step(parts, round_)
             step_s[name] = metrics["timing/step_s"]

@@ -16,7 +16,7 @@ from tokenbalance.models import TinyModelConfig, build_tiny_model, load_policy, 
 from tokenbalance.tasks.kk import tokenizer_corpus
 from tokenbalance.trainer import precision
 from tokenbalance.trainer.distributed import DistContext
-from tokenbalance.trainer.logprobs import pack_sequences, response_logprobs
+from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
 from tokenbalance.trainer.precision import ForwardSettings
 
@@ -263,3 +263,33 @@ def test_kept_casts_keep_nothing_off_autocast_or_when_told_not_to(tiny_policy_di
     packed = random_packed(policy.config.vocab_size)
     assert head_weight_casts(policy, packed, 2, precision.weight_casts_kept(policy, None)) == 2
     assert head_weight_casts(policy, packed, 2, precision.weight_casts_kept(policy, torch.bfloat16, keep=False)) == 2
+
+
+@pytest.mark.parametrize("chunk_tokens", [0, 5], ids=["whole-output-layer", "chunked-output-layer"])
+@pytest.mark.parametrize("policy_fixture", ["tiny_policy_dir", "untied_policy_dir"], ids=["tied", "untied"])
+def test_a_reference_stored_in_the_compute_type_gives_the_same_log_probs(policy_fixture, chunk_tokens, request):
+    policy, _ = load_policy(request.getfixturevalue(policy_fixture))
+    packed = random_packed(policy.config.vocab_size, rows=6)
+    settings = ForwardSettings(torch.bfloat16, chunk_tokens=chunk_tokens)
+    converting, stored = precision.frozen_copy(policy, None), precision.frozen_copy(policy, torch.bfloat16)
+    logps = [
+        batched_response_logprobs(model, packed, temperature=0.7, micro_batch=2, forward_settings=settings).logp_BT
+        for model in (converting, stored)
+    ]
+    assert torch.equal(logps[0], logps[1])  # autocast's per-forward conversion is the same rounding, made once
+    assert not stored.training and not any(p.requires_grad for p in stored.parameters())
+    types = {name: p.dtype for name, p in stored.named_parameters(remove_duplicate=False)}
+    assert types["lm_head.weight"] == types["model.layers.0.self_attn.q_proj.weight"] == torch.bfloat16
+    assert types["model.embed_tokens.weight"] == types["model.norm.weight"] == torch.float32
+    assert {p.dtype for p in policy.parameters()} == {torch.float32}  # the policy itself untouched
+    counts = [head_weight_casts(model, packed, 2, contextlib.nullcontext()) for model in (converting, stored)]
+    assert counts == [2, 0]
+
+
+def test_a_reference_off_autocast_is_a_plain_frozen_copy(tiny_policy_dir):
+    policy, _ = load_policy(tiny_policy_dir)
+    copied = precision.frozen_copy(policy, None)
+    assert {p.dtype for p in copied.parameters()} == {torch.float32}
+    assert not copied.training and not any(p.requires_grad for p in copied.parameters())
+    assert all(torch.equal(a, b) for a, b in zip(policy.parameters(), copied.parameters(), strict=True))
+    assert copied.get_output_embeddings().weight is copied.get_input_embeddings().weight  # still tied

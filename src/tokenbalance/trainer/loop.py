@@ -8,7 +8,6 @@ docs/metrics.md (``timing/*``, ``diag/*``). :func:`prepare_training` builds :cla
 
 from __future__ import annotations
 
-import copy
 import hashlib
 import sys
 import warnings
@@ -46,6 +45,7 @@ from tokenbalance.trainer.precision import (
     ForwardSettings,
     check_update_resolution,
     forward_precision,
+    frozen_copy,
     slow_autocast_warning,
     typical_weight_magnitude,
 )
@@ -513,14 +513,11 @@ def prepare_training(
         )
     parameter_dtype = next(policy.parameters()).dtype
     check_update_resolution(parameter_dtype, config.optim.lr, typical_weight_magnitude(policy))
-    slow = slow_autocast_warning(ForwardSettings.from_config(config, device).compute_dtype, device)
+    forward_settings = ForwardSettings.from_config(config, device)
+    slow = slow_autocast_warning(forward_settings.compute_dtype, device)
     if slow is not None:
         warnings.warn(slow, RuntimeWarning, stacklevel=2)
-    reference = None
-    if method.needs_ref_logp:
-        reference = copy.deepcopy(policy).eval()
-        for param in reference.parameters():
-            param.requires_grad_(False)
+    reference = frozen_copy(policy, forward_settings.compute_dtype) if method.needs_ref_logp else None
     if config.optim.activation_checkpointing:  # after the reference's copy, which never runs a backward
         policy.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     if setup is None:

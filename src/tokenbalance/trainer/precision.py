@@ -7,6 +7,7 @@ refused); ``model.dtype=bfloat16`` stores bfloat16 weights, refused when an Adam
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -112,6 +113,24 @@ def weight_casts_kept(model, dtype: torch.dtype | None, *, keep: bool = True) ->
         return
     with torch.autocast(device_type=device_type, dtype=dtype, enabled=False):
         yield
+
+
+def frozen_copy(model, dtype: torch.dtype | None):
+    """A frozen copy of ``model`` (eval mode, no gradients) for forwards under ``dtype``'s autocast only: the reference
+    policy. With ``dtype`` its linear layers' weights and biases are stored in ``dtype``, the copies autocast would
+    make at every forward (a frozen weight is never in its cache) made once: the same bits, no conversion per
+    forward, and those tensors' memory halved. Embeddings and norms keep their type (autocast runs them in it); a
+    tied output layer gets its own copy, the embedding keeps the original."""
+    copied = copy.deepcopy(model).eval()
+    for param in copied.parameters():
+        param.requires_grad_(False)
+    if dtype is not None:
+        for module in copied.modules():
+            if isinstance(module, torch.nn.Linear):
+                for name, tensor in list(module.named_parameters(recurse=False)):
+                    if tensor.is_floating_point() and tensor.dtype != dtype:
+                        setattr(module, name, torch.nn.Parameter(tensor.detach().to(dtype), requires_grad=False))
+    return copied
 
 
 def spacing(dtype: torch.dtype, magnitude: float) -> float:
