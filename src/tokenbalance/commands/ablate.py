@@ -330,6 +330,11 @@ def figure(out: Path, plan, prompts: int) -> Path | None:
             print("figure 1: skipped (the first seed's start policy is not built yet)")
             return None
         rows = [GRID_METHODS["grpo"], GRID_METHODS["ar_lopti"]]
+        print(
+            f"figure 1: measuring GRPO's and + AR + Lopti's single update on {prompts} prompt(s) from {policy} "
+            f"(--no-figure skips it; kept in {data_path.name} for later reports)",
+            flush=True,
+        )
         figure1.write_json(data_path, figure1.measure(config_file, rows, prompts=prompts))
     return figure1.plot(figure1.read_json(data_path), out / "figure1_buckets.png")
 
