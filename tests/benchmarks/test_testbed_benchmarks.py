@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from tests.models.helpers import tiny_model
+from tokenbalance.models import load_policy
 
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
@@ -137,3 +138,29 @@ def test_the_mixed_precision_benchmark_times_every_contender(tiny_policy_dir):
     assert abs(step[3] - ratio) <= 0.005 + 0.0005 * (1 / step[1] + step[0] / step[1] ** 2) * 1.01
     cast_line = done.stdout.strip().splitlines()[-1]
     assert cast_line.startswith("paired step ratio, casts per forward / kept: ") and float(cast_line[45:-1]) > 0
+
+
+@pytest.mark.slow  # a benchmark script end to end: two log-prob passes per copy on a small batch
+def test_the_reference_benchmark_times_both_copies_and_finds_the_same_bits(tiny_policy_dir):
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "reference_forward.py"), "--model", str(tiny_policy_dir), "--rounds", "1"]
+        + ["--rows", "4", "--prompt-tokens", "8", "--response-tokens", "6"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].strip() for row in rows] == ["reference weights", "converted per forward", "stored in bfloat16"]
+    converted_mib, stored_mib = (float(row[2]) for row in rows[1:])
+    policy, _ = load_policy(tiny_policy_dir)
+    total = sum(p.numel() * 4 for p in policy.parameters())
+    head, embedding = policy.get_output_embeddings().weight, policy.get_input_embeddings().weight
+    assert head is embedding  # tied: the fixture's policy
+    linear = [p for m in policy.modules() if isinstance(m, torch.nn.Linear) for p in m.parameters() if p is not head]
+    # every linear layer's tensors in half the bytes; the tied output layer a new bfloat16 copy beside the float32
+    # embedding it shared
+    expected = total - sum(p.numel() * 2 for p in linear) + head.numel() * 2
+    assert converted_mib == pytest.approx(total / 2**20, abs=5e-4)
+    assert stored_mib == pytest.approx(expected / 2**20, abs=5e-4)
+    assert "same bits: yes" in done.stdout
