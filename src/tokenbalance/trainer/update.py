@@ -226,8 +226,7 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
     With several passes each also reports ``pass/<name>/...``; ``loss/*`` are summed over passes (Lopti's passes are
     partial sums of one loss), other metrics averaged weighted by each pass's token count."""
     method, passes, settings = spec.method, spec.passes, spec.settings
-    packed, old_logp_BT, ref_logp_BT = spec.batch.packed, spec.batch.old_logp_BT, spec.batch.ref_logp_BT
-    first_forward = spec.first_forward
+    old_logp_BT, first_forward = spec.batch.old_logp_BT, spec.first_forward
     params = [p for p in policy.parameters() if p.requires_grad]
     num_rows = old_logp_BT.shape[0]
     totals: dict[str, float] = defaultdict(float)
@@ -243,53 +242,13 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
         pass_counts: dict[str, int] = defaultdict(int)
         for mini in row_chunks(num_rows, settings.mini_batch_rows):
             mini_pass = update_pass.select_rows(mini)
-            micro_slices = micro_batches(
-                packed, mini, settings.micro_batch_rows, group_by_length=settings.group_by_length
-            )
             normaliser = None
             if settings.token_mean_scope == "mini_batch":
                 normaliser = sum_normaliser(pass_normaliser(method, mini_pass), ctx)
             optimizer.zero_grad(set_to_none=True)
-            micro_runs = []
-            forward = settings.forward_settings
-            # one conversion of the weights for all micro-batches; the region ends before the optimizer step
-            with weight_casts_kept(
-                policy, forward.compute_dtype, keep=forward.keep_weight_casts and not checkpointing(policy)
-            ):
-                for rows in micro_slices:
-                    micro_pass = update_pass.select_rows(rows)
-                    scale = 1.0
-                    micro_normaliser = normaliser
-                    if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
-                        micro_normaliser = pass_normaliser(method, micro_pass)
-                        scale = 1.0 / len(micro_slices)
-                    active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
-                    if active is None:
-                        continue  # no token of this pass here: its loss and gradient are zero
-                    if first_forward is not None and isinstance(active, slice) and active == slice(0, num_rows):
-                        current = first_forward  # the old policy's forward of these rows, with gradient
-                    else:
-                        current = update_forward(
-                            policy, packed.rows(active), method, settings, trim_padding=settings.group_by_length
-                        )
-                    first_forward = None  # only ever the first micro-batch's
-                    if trace is not None and current.logp_BT.requires_grad:
-                        current.logp_BT.retain_grad()
-                    out = pass_loss(
-                        method,
-                        micro_pass,
-                        current.logp_BT,
-                        old_logp_BT[active],
-                        None if ref_logp_BT is None else ref_logp_BT[active],
-                        current.entropy_BT,
-                        normaliser=micro_normaliser,
-                    )
-                    (out.loss * scale).backward()
-                    if trace is not None:
-                        trace.add(active, current, micro_pass, method, micro_normaliser, scale)
-                    if out.clipped_BT is not None:
-                        clipped_BT[active] |= out.clipped_BT
-                    micro_runs.append((out.metrics, scale))
+            micro_runs = mini_batch_backward(
+                spec, policy, update_pass, mini, normaliser, first_forward, trace, clipped_BT
+            )
             first_forward = None  # the policy moves now
             zero_missing_gradients(params)  # as the backward of a zero loss: AdamW still steps every parameter
             mini_metrics: dict[str, float] = defaultdict(float)
@@ -329,3 +288,64 @@ def run_update(spec: UpdateSpec, policy, optimizer: torch.optim.Optimizer, ctx: 
         logit_grad_sq_BT=None if trace is None else trace.logit_grad_sq_BT,
         unit_logit_grad_sq_BT=None if trace is None else trace.unit_logit_grad_sq_BT,
     )
+
+
+def mini_batch_backward(
+    spec: UpdateSpec,
+    policy,
+    update_pass: UpdatePass,
+    mini: slice,
+    normaliser,
+    first_forward: ResponseLogprobs | None,
+    trace: LogitGradTrace | None,
+    clipped_BT: torch.Tensor,
+) -> list[tuple[dict[str, float], float]]:
+    """The forward and backward of every micro-batch of rows ``mini`` of ``update_pass``: their gradients add up in
+    the parameters' ``.grad``, where the PPO clip acted is or-ed into ``clipped_BT``, and ``trace`` (if any) records
+    the logit gradients. Returns each micro-batch's metrics with its loss scale. ``normaliser``: the mini-batch's
+    token-mean denominator (``None``: each micro-batch's own, its loss scaled by 1 / micro-batches);
+    ``first_forward``: the forward a micro-batch of every row uses instead of its own."""
+    method, settings, batch = spec.method, spec.settings, spec.batch
+    num_rows = batch.old_logp_BT.shape[0]
+    micro_slices = micro_batches(
+        batch.packed, mini, settings.micro_batch_rows, group_by_length=settings.group_by_length
+    )
+    micro_runs = []
+    forward = settings.forward_settings
+    # one conversion of the weights for all micro-batches; the region ends before the optimizer step
+    with weight_casts_kept(policy, forward.compute_dtype, keep=forward.keep_weight_casts and not checkpointing(policy)):
+        for rows in micro_slices:
+            micro_pass = update_pass.select_rows(rows)
+            scale = 1.0
+            micro_normaliser = normaliser
+            if micro_normaliser is None:  # over all rows of the micro-batch, skipped ones included
+                micro_normaliser = pass_normaliser(method, micro_pass)
+                scale = 1.0 / len(micro_slices)
+            active, micro_pass = rows_with_terms(rows, micro_pass, update_pass)
+            if active is None:
+                continue  # no token of this pass here: its loss and gradient are zero
+            if first_forward is not None and isinstance(active, slice) and active == slice(0, num_rows):
+                current = first_forward  # the old policy's forward of these rows, with gradient
+            else:
+                current = update_forward(
+                    policy, batch.packed.rows(active), method, settings, trim_padding=settings.group_by_length
+                )
+            first_forward = None  # only ever the first micro-batch's
+            if trace is not None and current.logp_BT.requires_grad:
+                current.logp_BT.retain_grad()
+            out = pass_loss(
+                method,
+                micro_pass,
+                current.logp_BT,
+                batch.old_logp_BT[active],
+                None if batch.ref_logp_BT is None else batch.ref_logp_BT[active],
+                current.entropy_BT,
+                normaliser=micro_normaliser,
+            )
+            (out.loss * scale).backward()
+            if trace is not None:
+                trace.add(active, current, micro_pass, method, micro_normaliser, scale)
+            if out.clipped_BT is not None:
+                clipped_BT[active] |= out.clipped_BT
+            micro_runs.append((out.metrics, scale))
+    return micro_runs
