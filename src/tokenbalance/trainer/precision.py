@@ -117,8 +117,8 @@ def weight_casts_kept(model, dtype: torch.dtype | None, *, keep: bool = True) ->
 
 def frozen_copy(model, dtype: torch.dtype | None):
     """A frozen copy of ``model`` (eval mode, no gradients) for forwards under ``dtype``'s autocast only: the reference
-    policy. With ``dtype`` its linear layers' weights and biases are stored in ``dtype``, the copies autocast would
-    make at every forward (a frozen weight is never in its cache) made once: the same bits, no conversion per
+    policy. With ``dtype`` its linear layers' float32 weights and biases are stored in ``dtype``, the copies autocast
+    would make at every forward (a frozen weight is never in its cache) made once: the same bits, no conversion per
     forward, and those tensors' memory halved. Embeddings and norms keep their type (autocast runs them in it); a
     tied output layer gets its own copy, the embedding keeps the original."""
     copied = copy.deepcopy(model).eval()
@@ -128,7 +128,7 @@ def frozen_copy(model, dtype: torch.dtype | None):
         for module in copied.modules():
             if isinstance(module, torch.nn.Linear):
                 for name, tensor in list(module.named_parameters(recurse=False)):
-                    if tensor.is_floating_point() and tensor.dtype != dtype:
+                    if tensor.dtype == torch.float32:  # autocast's inputs (it leaves float64 alone)
                         setattr(module, name, torch.nn.Parameter(tensor.detach().to(dtype), requires_grad=False))
     return copied
 
