@@ -291,6 +291,14 @@ def response_logprobs(
     )
 
 
+def step_weight_casts(model, settings: ForwardSettings):
+    """:func:`~tokenbalance.trainer.precision.weight_casts_kept` as ``settings`` ask, off under activation
+    checkpointing (its backward recomputes forwards): the region of one step's micro-batches, the log-probs' or an
+    optimizer step's."""
+    keep = settings.keep_weight_casts and not checkpointing(model)
+    return weight_casts_kept(model, settings.compute_dtype, keep=keep)
+
+
 @torch.no_grad()
 def batched_response_logprobs(
     model,
@@ -311,8 +319,7 @@ def batched_response_logprobs(
     was_training = model.training
     model.eval()
     try:
-        keep = forward_settings.keep_weight_casts and not checkpointing(model)
-        with weight_casts_kept(model, forward_settings.compute_dtype, keep=keep):
+        with step_weight_casts(model, forward_settings):
             parts = [
                 response_logprobs(
                     model,

@@ -26,8 +26,9 @@ from tokenbalance.trainer.logprobs import (
     micro_batches,
     response_logprobs,
     row_chunks,
+    step_weight_casts,
 )
-from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, weight_casts_kept
+from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings
 from tokenbalance.types import LossNormaliser, UpdatePass
 
 
@@ -311,9 +312,8 @@ def mini_batch_backward(
         batch.packed, mini, settings.micro_batch_rows, group_by_length=settings.group_by_length
     )
     micro_runs = []
-    forward = settings.forward_settings
     # one conversion of the weights for all micro-batches; the region ends before the optimizer step
-    with weight_casts_kept(policy, forward.compute_dtype, keep=forward.keep_weight_casts and not checkpointing(policy)):
+    with step_weight_casts(policy, settings.forward_settings):
         for rows in micro_slices:
             micro_pass = update_pass.select_rows(rows)
             scale = 1.0
