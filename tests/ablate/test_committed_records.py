@@ -18,6 +18,8 @@ def test_every_committed_record_reports_with_todays_code(grid, tmp_path, capsys)
     records = MANIFEST.parent / grid["records"]
     command = ["ablate", "--preset", grid["preset"], "--methods", ",".join(grid["methods"])]
     command += ["--seeds", ",".join(map(str, grid["seeds"])), "--steps", str(grid["steps"])]
+    command += ["--model", grid["model"]] if "model" in grid else []  # a real model's grid: not on this machine
+    command += [arg for override in grid.get("set", []) for arg in ("--set", override)]
     assert main([*command, "--report-only", "--records", str(records), "--out", str(out), "--no-figure"]) == 0
     cells = len(grid["methods"]) * len(grid["seeds"])
     report = (out / "results.md").read_text()

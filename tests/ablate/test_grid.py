@@ -416,12 +416,14 @@ def test_finished_cells_are_kept_as_records_and_restored_on_another_machine(grid
 
 def test_report_only_with_records_restores_the_finished_cells_and_runs_none(grid, tiny_policy_dir, tmp_path):
     """``--report-only --records``: on a machine with none of the cells (a fresh clone of committed records), the
-    finished cells are restored and reported, an unfinished one stays missing, and no cell runs."""
+    finished cells are restored and reported, an unfinished one stays missing, and no cell runs; the start policy
+    need not be there (a record names it by its folder's name)."""
     kept = tmp_path / "records"
     assert main(grid_args(tiny_policy_dir, grid, "--records", str(kept))) == 0
     shutil.rmtree(kept / "ar_lopti-seed0")  # a cell not finished anywhere yet
     elsewhere = tmp_path / "fresh-clone"
-    report = grid_args(tiny_policy_dir, elsewhere, "--report-only", "--records", str(kept), "--no-figure")
+    absent_policy = tmp_path / "not-built-here" / Path(tiny_policy_dir).name
+    report = grid_args(absent_policy, elsewhere, "--report-only", "--records", str(kept), "--no-figure")
     del report[report.index("--isolation") : report.index("--isolation") + 2]
     assert main(report) == 0
     log = read_log(elsewhere)

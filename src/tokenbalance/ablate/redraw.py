@@ -14,7 +14,9 @@ from tokenbalance.diagnostics.plots import FIGURES, NotDrawn, load_runs, save_fi
 # what draws a figure, and the keys its entry needs
 KINDS = {
     "runs": ("runs", "labels"),  # a `tokenbalance plot` figure (the file's name) of these run directories
-    "grid": ("preset", "methods", "seeds", "steps", "records"),  # a grid's reward_curves from its --records
+    # a grid's reward_curves from its --records; optional: "model" (the --model its cells started from: nothing loads
+    # it, a record names it by its folder's name) and "set" (the grid's --set overrides), for `ablate --report-only`
+    "grid": ("preset", "methods", "seeds", "steps", "records"),
     "figure1": ("data",),  # the Figure 1 panels from their measurement, figure1_buckets.json
     "testbeds": ("manifest", "mode"),  # `tokenbalance plot --testbeds MANIFEST --mode MODE`
 }

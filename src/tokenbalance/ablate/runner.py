@@ -267,13 +267,17 @@ def run_grid(
     ``run_cells=False`` stops after that: the finished cells restored, none run (``--report-only --records``)."""
     if isolation not in ISOLATIONS:
         raise ValueError(f"--isolation: unknown value {isolation!r}; valid: {', '.join(ISOLATIONS)}")
-    from tokenbalance.run.setup import prepare
+    from tokenbalance.run.setup import check_settings, prepare
 
     out_dir = Path(out_dir).resolve()
     if plan.preset.model is not None and model is None:
         raise ValueError(f"--preset {plan.preset.name}: give its start policy with --model DIR: {plan.preset.model}")
     base = base_config(plan, config_path=config_path, model=model, device=device)
-    setup = prepare(base)  # the checks before work; its task and SFT pairs serve every seed's start policy
+    # the checks before work; its task and SFT pairs serve every seed's start policy. Restoring records runs nothing,
+    # so the settings are checked but the start policy need not be on this machine: a record names it by its folder
+    setup = prepare(base) if run_cells else None
+    if setup is None:
+        check_settings(base)
     jobs = default_jobs(base, isolation) if jobs is None else jobs
     if jobs < 1:
         raise ValueError(f"--jobs: must be >= 1, got {jobs}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.user_code import first_line
 
+METRICS_FILE = "metrics.jsonl"  # a run directory's metrics, one JSON object a line, written only here
 METRICS_RECORD = "metrics.jsonl.gz"  # a record's metrics (run/records.py), gzip-compressed: a fifth of the bytes
 OLD_NON_FINITE = {"nan": math.nan, "inf": math.inf, "-inf": -math.inf}  # how files before null wrote them
 
@@ -64,7 +65,7 @@ class MetricsLog:
     ) -> None:
         """``wandb_options``: ``project``, ``entity``, ``name`` (default ``run_name``) and ``mode`` (default offline;
         ``WANDB_MODE`` in the environment wins) for ``wandb.init``."""
-        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path = Path(run_dir) / METRICS_FILE
         self._tb = None
         self._wandb = None
         if tensorboard:
@@ -138,7 +139,7 @@ class MetricsLog:
 def metrics_path(run_dir: Path) -> Path:
     """The metrics of ``run_dir``: its ``metrics.jsonl`` (a run's), else its ``metrics.jsonl.gz`` where that exists (a
     record's, :data:`METRICS_RECORD`), else the ``metrics.jsonl`` a run would write."""
-    plain, compressed = Path(run_dir) / "metrics.jsonl", Path(run_dir) / METRICS_RECORD
+    plain, compressed = Path(run_dir) / METRICS_FILE, Path(run_dir) / METRICS_RECORD
     return compressed if not plain.exists() and compressed.exists() else plain
 
 

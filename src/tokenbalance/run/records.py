@@ -11,10 +11,16 @@ import shutil
 from pathlib import Path
 
 from tokenbalance.config import RunConfig, load_config
-from tokenbalance.diagnostics.sinks import METRICS_RECORD, compressed_metrics, metrics_path, read_metrics_text
+from tokenbalance.diagnostics.sinks import (
+    METRICS_FILE,
+    METRICS_RECORD,
+    compressed_metrics,
+    metrics_path,
+    read_metrics_text,
+)
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
 from tokenbalance.run.resume import changed_setting
-from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, METRICS_FILE, RUN_STATE_FILE, RunDirState, has_final_eval
+from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, RUN_STATE_FILE, RunDirState, has_final_eval
 
 COPIED_FILES = (CONFIG_FILE, RUN_STATE_FILE)  # copied as they are; the metrics are compressed (METRICS_RECORD)
 RECORD_FILES = (CONFIG_FILE, METRICS_RECORD, RUN_STATE_FILE)  # what keep writes

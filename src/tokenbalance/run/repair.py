@@ -7,9 +7,10 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+from tokenbalance.diagnostics.sinks import METRICS_FILE
 from tokenbalance.outputs import check_writable_dir, write_text_atomic
 from tokenbalance.run.checkpoints import LATEST, TEMP_PREFIX, resume_checkpoint, rl_store
-from tokenbalance.run.state import CONFIG_FILE, METRICS_FILE, NOT_A_RUN, RUN_STATE_FILE
+from tokenbalance.run.state import CONFIG_FILE, NOT_A_RUN, RUN_STATE_FILE
 
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, RUN_STATE_FILE, "checkpoints")  # a run: the first and another
 START_FILES = (CONFIG_FILE, "wandb", "tensorboard")  # what a new run writes before its first status

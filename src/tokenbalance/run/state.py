@@ -15,7 +15,6 @@ from tokenbalance.run.checkpoints import checkpoint_step
 from tokenbalance.run.lock import LOCK_FILE, is_locked
 
 CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
 RUN_STATE_FILE = "run_state.json"
 # each evaluation's per-example outcomes, one line per (step, mode), so that two runs evaluated on the same examples
 # can be compared example by example (McNemar: ablate's paired outcomes)

@@ -12,7 +12,7 @@ from pathlib import Path
 import torch
 
 from tokenbalance.config import RunConfig, absolute_paths, load_config
-from tokenbalance.diagnostics.sinks import parse_metrics_lines, read_metrics
+from tokenbalance.diagnostics.sinks import METRICS_FILE, parse_metrics_lines, read_metrics
 from tokenbalance.run.checkpoints import STATE_FILE, checkpoint_step, latest_checkpoint, verify_checkpoint
 from tokenbalance.run.checks import resolve_device
 from tokenbalance.run.lock import RunLock
@@ -63,7 +63,7 @@ def policy_path(config: RunConfig, device: torch.device, ctx: DistContext, log, 
 def before_after_table(run_dir: Path) -> str:
     """Held-out accuracy per difficulty and mean reward at the first and the last evaluation of a run (the reward is
     what moves on a task of your own whose responses are seldom fully right)."""
-    evals = [r for r in read_metrics(run_dir / "metrics.jsonl") if r.get("kind") == "eval"]
+    evals = [r for r in read_metrics(run_dir / METRICS_FILE) if r.get("kind") == "eval"]
     if not evals:
         return "no evaluation logged"
     first, last = evals[0], evals[-1]
@@ -127,7 +127,7 @@ def repair_for_resume(run_dir: Path, log, config: RunConfig | None = None) -> No
         verify_checkpoint(checkpoint)
         if config is not None:
             check_checkpoint_config(checkpoint, config)
-    metrics = run_dir / "metrics.jsonl"
+    metrics = run_dir / METRICS_FILE
     if metrics.is_file():
         _, torn = parse_metrics_lines(metrics)
         if torn is not None:
