@@ -27,6 +27,7 @@ from tokenbalance.ablate import figure1
 from tokenbalance.ablate.redraw import read_figures
 from tokenbalance.cli import main
 from tokenbalance.diagnostics.plotted import FINGERPRINT_KEY, fingerprint, plotted, png_text
+from tokenbalance.outputs import written_files
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 MANIFEST = DOCS / "results" / "figures.json"
@@ -58,6 +59,28 @@ def test_the_committed_figures_are_what_the_committed_data_draw(tmp_path):
             continue  # another matplotlib renders text and ticks its own way: the fingerprint is the check
         off = np.abs(old_pixels.astype(int) - new_pixels.astype(int)).max(axis=2) > 2
         assert off.mean() <= PIXEL_SHARE, f"{name}: {off.mean():.2%} of the pixels differ"
+
+
+def test_the_documented_redraw_may_replace_every_committed_figure():
+    """``plot --redraw docs/results/figures.json`` without --out replaces the committed figures: each must be listed
+    as tokenbalance's in its folder's manifest, or the documented command refuses (a figure copied in by hand)."""
+    for entry in read_figures(MANIFEST):
+        figure = MANIFEST.parent / entry["figure"]
+        assert figure.name in written_files(figure.parent), f"{entry['figure']}: not in its folder's manifest"
+
+
+def test_redraw_checks_every_folder_before_drawing_any(tmp_path, capsys):
+    """A figure of the user's in the second folder: refused before the first folder's figure is drawn."""
+    data = MANIFEST.parent / "arith-cot-grid" / "figure1_buckets.json"
+    manifest = tmp_path / "figures.json"
+    entries = [{"figure": f"{folder}/figure1_buckets.png", "draw": "figure1", "data": str(data)} for folder in "ab"]
+    manifest.write_text(json.dumps(entries))
+    out = tmp_path / "out"
+    (out / "b").mkdir(parents=True)
+    (out / "b" / "figure1_buckets.png").write_bytes(b"mine")
+    assert main(["plot", "--redraw", str(manifest), "--out", str(out)]) != 0
+    assert "tokenbalance did not write them" in capsys.readouterr().err
+    assert not (out / "a").exists() and (out / "b" / "figure1_buckets.png").read_bytes() == b"mine"
 
 
 def test_the_fingerprint_is_what_the_figure_plots():

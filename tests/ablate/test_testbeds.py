@@ -128,3 +128,22 @@ def test_captions_of_testbeds_close_on_the_axis_do_not_overlap(tmp_path):
     anchors = {a.get_text().split("\n")[0]: a.xy[1] for a in ax.texts}
     assert offsets["a"] == offsets["c"] and offsets["b"] < offsets["a"]  # b sits a caption lower than a, c apart
     assert anchors["a"] == anchors["b"]  # from one height: a lower bar of b cannot lift a's caption into b's
+
+
+def test_stacked_captions_stay_inside_the_axes_whatever_the_bars_span(tmp_path):
+    """Three close testbeds, one with an interval ten times the others': the axis is lowered until the three captions
+    hung under the lowest bar end above the axes' bottom (not over the x label)."""
+    for name, share, (low, high) in (("a", 0.05, (-0.2, 0.2)), ("b", 0.09, (-0.02, 0.0)), ("c", 0.13, (-0.01, 0.01))):
+        write_testbed(tmp_path / name, {"ar": (0.0, low, high)}, decision_share=share)
+    points = [p for n in "abc" for p in gain_points(n, tmp_path / n / "accuracy.csv", [tmp_path / n / "profile.json"])]
+    fig = gains_figure(points)
+    (ax,) = fig.axes
+    fig.draw_without_rendering()
+    renderer = fig.canvas.get_renderer()
+    axes_box = ax.get_window_extent(renderer)
+    captions = [a.get_window_extent(renderer) for a in ax.texts]
+    assert len(captions) == 3
+    assert all(box.y0 >= axes_box.y0 for box in captions)  # inside, above the x axis
+    assert ax.get_ylim()[0] < -20.0  # lowered past the lowest bar (-20 points)
+    bottoms = sorted(box.y0 for box in captions)
+    assert bottoms[0] < bottoms[1] < bottoms[2]  # stacked, one under another

@@ -10,6 +10,7 @@ from matplotlib.figure import Figure
 
 from tokenbalance.ablate.testbeds import read_json_list
 from tokenbalance.diagnostics.plots import FIGURES, NotDrawn, load_runs, save_figures
+from tokenbalance.outputs import check_files_replaceable
 
 # what draws a figure, and the keys its entry needs
 KINDS = {
@@ -77,4 +78,6 @@ def redraw(manifest: Path, out: Path | None = None, *, log: Callable[[str], None
     for entry in entries:
         figure = Path(entry["figure"])
         folders.setdefault(out / figure.parent, {})[figure.stem] = drawer(entry, manifest.parent)
+    for folder, makers in folders.items():  # every folder checked before any figure is drawn
+        check_files_replaceable(folder, [f"{name}.png" for name in makers], "--out")
     return [path for folder, makers in folders.items() for path in save_figures(folder, makers, ("png",), log=log)]

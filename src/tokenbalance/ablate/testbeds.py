@@ -17,6 +17,8 @@ from tokenbalance.diagnostics.plots import new_figure
 
 BASELINE_ROW = "grpo"
 CAPTION_SPAN = 0.2  # decision shares closer than this would print their captions over each other
+CAPTION_PT = 22.0  # the height of one two-line caption at font size 7, in points, with its spacing
+CAPTION_GAP_PT = 4.0  # between a bar's end and the caption under it
 
 
 @dataclass(frozen=True)
@@ -128,10 +130,24 @@ def caption_clusters(points: list[GainPoint]) -> list[list[str]]:
     return clusters
 
 
+def make_room_below(ax, needs: list[tuple[float, float]]) -> None:
+    """Lower the y axis' bottom so that ``need_pt`` points fit under the data height ``y`` for every ``(y, need_pt)``
+    of ``needs`` (the captions under the bars), the top kept; the axes' height in points as laid out (the figure is
+    laid out once first), less a tenth for the layout's change when the ticks change."""
+    ax.figure.draw_without_rendering()
+    bottom, top = ax.get_ylim()
+    height_pt = 0.9 * ax.get_position().height * ax.figure.get_figheight() * 72
+    for y, need_pt in needs:
+        # data per point is (top - bottom) / height_pt; y - need_pt * that >= bottom, solved for bottom
+        if need_pt < height_pt:
+            bottom = min(bottom, (y * height_pt - need_pt * top) / (height_pt - need_pt))
+    ax.set_ylim(bottom, top)
+
+
 def gains_figure(points: list[GainPoint], mode: str = "greedy"):
     """One marker per method and testbed at (decision share, paired gain), 95% interval as a bar, in the row's colour
     of the grid figures; the methods are spread a little along x so that their bars do not hide each other, the
-    testbed's name under its lowest bar."""
+    testbed's name under its lowest bar (the axis lowered to make room)."""
     fig = new_figure(1, 1, 6.0, 3.6)
     ax = fig.subplots()
     rows = list(dict.fromkeys(p.row for p in points))
@@ -144,21 +160,26 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
         ax.errorbar(
             xs, ys, yerr=[below, above], fmt="o", markersize=4, color=row_colour(row, i), capsize=2, label=mine[0].label
         )
-    for cluster in caption_clusters(points):
-        # testbeds close on the axis: their captions hang one under another from the cluster's lowest bar
-        lowest = min(100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in points if p.testbed in cluster)
+    ax.axhline(0, color="0.6", lw=0.8)
+    ax.margins(y=0.05)
+    clusters = caption_clusters(points)
+    lowest = {}  # each cluster's captions hang one under another from its lowest bar, from one height
+    for cluster in clusters:
+        lowest[cluster[0]] = min(
+            100 * (p.ci_low if math.isfinite(p.ci_low) else p.gain) for p in points if p.testbed in cluster
+        )
         for stacked, name in enumerate(cluster):
             first = next(p for p in points if p.testbed == name)
-            ax.annotate(
+            caption = ax.annotate(
                 caption_for(first),
-                (first.decision_share, lowest),
+                (first.decision_share, lowest[cluster[0]]),
                 textcoords="offset points",
-                xytext=(0, -16 - 22 * stacked),
+                xytext=(0, -CAPTION_GAP_PT - CAPTION_PT * stacked),
                 ha="center",
+                va="top",
                 fontsize=7,
             )
-    ax.axhline(0, color="0.6", lw=0.8)
-    ax.margins(y=0.2)  # room for the captions under the lowest bars
+            caption.set_in_layout(False)  # inside the axes, by make_room_below: the layout need not shrink them
     ax.set_xlim(-0.05, 1.05)
     ax.set_xlabel("share of low-probability tokens (p < 0.25) that are decisions, start policy", fontsize=8)
     ax.set_ylabel(f"paired gain over GRPO,\n{mode} accuracy (points)", fontsize=8)
@@ -166,4 +187,5 @@ def gains_figure(points: list[GainPoint], mode: str = "greedy"):
     ax.grid(alpha=0.3)
     ax.set_title("each method's gain over GRPO across testbeds (95% t interval over seeds)", fontsize=9)
     ax.legend(fontsize=7, loc="best")
+    make_room_below(ax, [(lowest[c[0]], CAPTION_GAP_PT + CAPTION_PT * len(c)) for c in clusters])
     return fig
