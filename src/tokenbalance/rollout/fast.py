@@ -147,6 +147,16 @@ def cache_dtype(weight: torch.Tensor) -> torch.dtype:
     return autocast_dtype(weight.device.type) or weight.dtype
 
 
+def empty_cache(
+    rows: int, columns: int, layer: LayerWeights, weight: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One layer's uninitialised K/V buffers, ``[rows, H_kv, columns, Dh]`` each, in :func:`cache_dtype` on
+    ``weight``'s device."""
+    shape = (rows, layer.num_kv_heads, columns, layer.head_dim)
+    dtype = cache_dtype(weight)
+    return torch.empty(shape, dtype=dtype, device=weight.device), torch.empty(shape, dtype=dtype, device=weight.device)
+
+
 def layer_weights(model: PreTrainedModel, dtype: torch.dtype | None = None) -> list[LayerWeights]:
     """Every decoder layer's current weights (fused copies: call again after an optimizer step), the matrices and
     biases cast to ``dtype`` when given (under autocast: cast once per call instead of at every product)."""
@@ -401,17 +411,8 @@ class GroupedCacheDecoder:
         self.prompt_ids_US, self.prompt_mask_US = prompt_ids_BS[self.first_U], prompt_mask_BS[self.first_U]
         weight = model.get_input_embeddings().weight
         groups = self.first_U.shape[0]
-        dtype = cache_dtype(weight)
-
-        def buffers(rows: int, length: int, layer: LayerWeights) -> tuple[torch.Tensor, torch.Tensor]:
-            shape = (rows, layer.num_kv_heads, length, layer.head_dim)
-            return (
-                torch.empty(shape, dtype=dtype, device=weight.device),
-                torch.empty(shape, dtype=dtype, device=weight.device),
-            )
-
-        self.prompt_caches = [buffers(groups, width, layer) for layer in layers]
-        self.response_caches = [buffers(batch, max_new_tokens, layer) for layer in layers]
+        self.prompt_caches = [empty_cache(groups, width, layer, weight) for layer in layers]
+        self.response_caches = [empty_cache(batch, max_new_tokens, layer, weight) for layer in layers]
         self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BS, max_new_tokens)
         self.prompt_bias_U11S = torch.zeros(groups, 1, 1, width, dtype=weight.dtype, device=weight.device).masked_fill(
             ~self.prompt_mask_US[:, None, None, :], float("-inf")
@@ -487,18 +488,11 @@ class StaticCacheDecoder:
         length = width + max_new_tokens
         self.model, self.layers, self.width = model, layers, width
         self.prompt_ids_BS, self.prompt_mask_BS = prompt_ids_BS, prompt_mask_BS
-        embed = model.get_input_embeddings()
-        dtype, device = cache_dtype(embed.weight), embed.weight.device
-        self.caches = [
-            (
-                torch.empty(batch, layer.num_kv_heads, length, layer.head_dim, dtype=dtype, device=device),
-                torch.empty(batch, layer.num_kv_heads, length, layer.head_dim, dtype=dtype, device=device),
-            )
-            for layer in layers
-        ]
+        weight = model.get_input_embeddings().weight
+        self.caches = [empty_cache(batch, length, layer, weight) for layer in layers]
         self.cos_BLD, self.sin_BLD = rope_tables(model, prompt_mask_BS, max_new_tokens)
         self.key_mask_BL = torch.cat(
-            [prompt_mask_BS, torch.ones(batch, max_new_tokens, dtype=torch.bool, device=device)], dim=1
+            [prompt_mask_BS, torch.ones(batch, max_new_tokens, dtype=torch.bool, device=weight.device)], dim=1
         )
 
     def logits(self, hidden_BD: torch.Tensor) -> torch.Tensor:
