@@ -15,7 +15,7 @@ from tests.models.helpers import kk_tokenizer
 from tokenbalance.config import RunConfig, apply_overrides
 from tokenbalance.models import TinyModelConfig, build_tiny_model, save_policy, train_tokenizer
 from tokenbalance.models.tiny import hf_config, special_token_ids
-from tokenbalance.rollout.fast import sample_next
+from tokenbalance.rollout.sampling import sample_next
 from tokenbalance.tasks import ScoreResult, TaskExample, get_task, register_task, unregister_task
 from tokenbalance.tasks.kk import tokenizer_corpus
 

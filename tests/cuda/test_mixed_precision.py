@@ -12,7 +12,7 @@ import torch
 from tests.cuda.helpers import step_config, synchronize
 from tests.tolerances import assert_close_in
 from tokenbalance.models import load_policy
-from tokenbalance.rollout import fast
+from tokenbalance.rollout import layers
 from tokenbalance.trainer.distributed import DistContext
 from tokenbalance.trainer.logprobs import checkpointing, pack_sequences, response_logprobs
 from tokenbalance.trainer.loop import prepare_training, rl_step
@@ -31,13 +31,13 @@ def test_a_mixed_precision_chunked_step_keeps_float32_state(
     parts = prepare_training(config, tmp_path, policy, tokenizer, device, DistContext(device=device))
     before = {key: value.detach().clone() for key, value in policy.named_parameters()}
     caches: list[torch.dtype] = []
-    original = fast.cache_dtype
+    original = layers.cache_dtype
 
     def recorded(weight: torch.Tensor) -> torch.dtype:
         caches.append(original(weight))
         return caches[-1]
 
-    monkeypatch.setattr(fast, "cache_dtype", recorded)
+    monkeypatch.setattr(layers, "cache_dtype", recorded)
     metrics = rl_step(parts, 0)
     synchronize(device)
     assert math.isfinite(metrics["loss/total"]) and metrics["optim/grad_norm"] > 0

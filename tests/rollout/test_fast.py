@@ -8,7 +8,8 @@ import torch
 from tests.models.helpers import kk_tokenizer, tiny_model
 from tests.rollout.test_hf_engine import PROMPTS, assert_prompt_errors, full_forward_logits, random_model
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, RolloutEngine, SamplingParams, fast
-from tokenbalance.rollout.fast import draw, sample_next, static_path_problem, truncate_logits
+from tokenbalance.rollout.layers import autocast_dtype, cache_dtype, layer_weights, static_path_problem
+from tokenbalance.rollout.sampling import draw, sample_next, truncate_logits
 
 NO_EOS = [10**6]
 # float32 cached vs uncached forwards differ by ~1e-6 relative in the logits (HFGenerateEngine's own
@@ -404,10 +405,10 @@ def test_compaction_keeps_the_unfinished_rows_in_order():
 
 def test_under_bfloat16_autocast_the_cache_is_bfloat16(model):
     weight = model.get_input_embeddings().weight
-    assert fast.cache_dtype(weight) == torch.float32
+    assert cache_dtype(weight) == torch.float32
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        assert fast.cache_dtype(weight) == torch.bfloat16
-        layers = fast.layer_weights(model, fast.autocast_dtype("cpu"))
+        assert cache_dtype(weight) == torch.bfloat16
+        layers = layer_weights(model, autocast_dtype("cpu"))
     assert {layer.qkv_weight.dtype for layer in layers} == {torch.bfloat16}
     assert weight.dtype == torch.float32  # the model keeps its float32 weights
 

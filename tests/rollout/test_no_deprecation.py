@@ -15,7 +15,7 @@ from transformers import DynamicCache
 from tests.models.helpers import kk_tokenizer, tiny_model
 from tests.rollout.test_hf_engine import PROMPTS
 from tokenbalance.rollout import FastEngine, HFGenerateEngine, SamplingParams
-from tokenbalance.rollout.fast import cache_kwargs
+from tokenbalance.rollout.decoders import cache_kwargs
 from tokenbalance.trainer.logprobs import batched_response_logprobs, pack_sequences, response_logprobs
 from tokenbalance.trainer.precision import ForwardSettings
 

@@ -8,8 +8,9 @@
 :func:`make_engine` picks one by name, ``auto`` as docs/training.md ("Rollout engines") says."""
 
 from tokenbalance.rollout.base import Generation, RolloutEngine, SamplingParams
-from tokenbalance.rollout.fast import FastEngine, static_path_problem
+from tokenbalance.rollout.fast import FastEngine
 from tokenbalance.rollout.hf import HFGenerateEngine
+from tokenbalance.rollout.layers import static_path_problem
 
 ENGINES = {"hf": HFGenerateEngine, "fast": FastEngine}
 ENGINE_CHOICES = ("auto", *ENGINES)

@@ -14,7 +14,7 @@ from transformers import DynamicCache
 
 from tokenbalance.algorithms.logit_grad import sum_sq_probs
 from tokenbalance.algorithms.surrogate import entropy_and_sum_sq_probs, entropy_from_logits
-from tokenbalance.rollout.fast import cache_kwargs
+from tokenbalance.rollout.decoders import cache_kwargs
 from tokenbalance.trainer.precision import PLAIN_FORWARD, ForwardSettings, forward_precision, weight_casts_kept
 
 
