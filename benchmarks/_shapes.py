@@ -2,7 +2,8 @@
 benchmark scripts, and models of those shapes built locally with random weights (no hub).
 
 Shapes: ``bench`` (the 1.1M-parameter reference model of the CPU tables), ``tiny`` (what
-``scripts/gpu_check.sh --dry-run`` runs on a CPU) and ``qwen2.5-0.5b`` (Qwen2.5-0.5B's
+``scripts/gpu_check.sh --dry-run`` runs on a CPU), ``smollm2-135m`` (SmolLM2-135M's decoder layers with
+the tokenizer's vocabulary) and ``qwen2.5-0.5b`` (Qwen2.5-0.5B's
 architecture: 24 layers, hidden 896, 14 query / 2 key-value heads, MLP 4864, RoPE base 1e6, tied
 embeddings, 151,936-entry vocabulary, about 494M parameters). The tokenizer stays the local K&K
 one: the model's vocabulary is larger than the tokenizer's, as Qwen's is (151,936 vs 151,665),
@@ -30,6 +31,18 @@ SHAPES = {
         arch="qwen2", hidden_size=32, num_layers=2, num_heads=4, num_kv_heads=2, intermediate_size=64
     ),
     "bench": BENCH_MODEL,
+    # SmolLM2-135M's decoder (30 layers, hidden 576, 9 query / 3 key-value heads, MLP 1536, tied
+    # embeddings) with the tokenizer's vocabulary: its attention and MLP products, a small output layer
+    "smollm2-135m": TinyModelConfig(
+        arch="llama",
+        hidden_size=576,
+        num_layers=30,
+        num_heads=9,
+        num_kv_heads=3,
+        intermediate_size=1536,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+    ),
     "qwen2.5-0.5b": TinyModelConfig(
         arch="qwen2",
         hidden_size=896,

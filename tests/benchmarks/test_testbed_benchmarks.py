@@ -164,3 +164,31 @@ def test_the_reference_benchmark_times_both_copies_and_finds_the_same_bits(tiny_
     assert converted_mib == pytest.approx(total / 2**20, abs=5e-4)
     assert stored_mib == pytest.approx(expected / 2**20, abs=5e-4)
     assert "same bits: yes" in done.stdout
+
+
+def test_the_kv_cache_benchmark_decodes_from_the_cache_type_it_names(monkeypatch):
+    """The float32-cache contender's caches are float32 under autocast, the engine's are bfloat16, and the script
+    prints every contender with the ratio of the two caches."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    import kv_cache_precision
+    from tokenbalance.rollout import layers
+
+    weight = torch.zeros(2, 2)
+    layer = layers.LayerWeights(*([None] * 11), num_heads=2, num_kv_heads=1, head_dim=4, scaling=0.5)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert {t.dtype for t in layers.empty_cache(2, 3, layer, weight)} == {torch.bfloat16}
+        with kv_cache_precision.float32_cache():
+            assert {t.dtype for t in layers.empty_cache(2, 3, layer, weight)} == {torch.float32}
+        assert {t.dtype for t in layers.empty_cache(2, 3, layer, weight)} == {torch.bfloat16}  # restored
+    done = subprocess.run(
+        [sys.executable, str(BENCHMARKS / "kv_cache_precision.py"), "--shape", "tiny", "--batch", "4"]
+        + ["--group-size", "2", "--prompt-len", "8", "--new-tokens", "6", "--repeats", "1"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    rows = [line.split("|")[1:-1] for line in done.stdout.splitlines() if line.startswith("| ") and "---" not in line]
+    assert [row[0].strip().split(",")[0] for row in rows[1:]] == ["float32", "bfloat16 autocast", "bfloat16 autocast"]
+    assert all(int(row[1].strip()) == 4 * 6 for row in rows[1:])  # every row decodes the full budget
+    assert done.stdout.strip().splitlines()[-1].startswith("bfloat16 K/V cache / float32 K/V cache under autocast: ")
