@@ -21,6 +21,7 @@ from pathlib import Path
 from tokenbalance.ablate.stats import paired_outcomes
 from tokenbalance.commands.evaluate import WRITTEN_BY
 from tokenbalance.diagnostics.plots import Run, load_run
+from tokenbalance.run.checkpoints import step_of
 from tokenbalance.trainer.evaluate import outcome_lines, read_outcomes
 
 Outcomes = dict[tuple[int, str], dict]
@@ -34,7 +35,7 @@ def evaluation_file(path: Path) -> tuple[Run, Outcomes]:
         raise ValueError(f"{path}: not readable as JSON ({err})") from None
     if not isinstance(document, dict) or document.get("written_by") != WRITTEN_BY:
         raise ValueError(f"{path}: not a file of `{WRITTEN_BY} --responses`")
-    steps = [int(part[5:]) for part in Path(document["model"]).parts if re.fullmatch(r"step_\d+", part)]
+    steps = [step_of(Path(part)) for part in Path(document["model"]).parts if re.fullmatch(r"step_\d+", part)]
     step = steps[-1] if steps else 0
     run = Run(name=path.stem, path=path, eval=[{"step": step, **document["metrics"]}])
     return run, {(line["step"], line["mode"]): line for line in outcome_lines(step, document["responses"])}
@@ -45,11 +46,6 @@ def load(argument: str) -> tuple[Run, Outcomes]:
     if path.suffix == ".json":
         return evaluation_file(path)
     return load_run(path), read_outcomes(path)
-
-
-def mean_over(records: list[dict], key: str) -> float:
-    values = [float(r[key]) for r in records if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
-    return sum(values) / len(values) if values else math.nan
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -75,14 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"| run | train steps | reward/mean, steps {steps} | reward/acc | evaluations: step greedy / sampled |")
     print("|---|---:|---:|---:|---|")
     for run, _ in loaded:
-        train = [r for r in run.train if not args.steps or int(r["step"]) <= args.steps]
+        if args.steps:
+            run.train = [r for r in run.train if int(r["step"]) <= args.steps]
         evals = ", ".join(
             f"{int(e['step'])}: {e.get('eval/greedy/acc', math.nan):.2f} / {e.get('eval/sample/acc', math.nan):.2f}"
             for e in run.eval
         )
-        reward, acc = mean_over(train, "reward/mean"), mean_over(train, "reward/acc")
-        means = f"{reward:+.3f} | {acc:.3f}" if train else "- | -"
-        print(f"| {run.name} | {len(train)} | {means} | {evals} |")
+        means = f"{run.mean('reward/mean'):+.3f} | {run.mean('reward/acc'):.3f}" if run.train else "- | -"
+        print(f"| {run.name} | {len(run.train)} | {means} | {evals} |")
     (base, base_outcomes), others = loaded[0], loaded[1:]
     print(f"\nAgainst {base.name}, per puzzle (right only in the run / right only in {base.name}, exact McNemar p):")
     for run, outcomes in others:
