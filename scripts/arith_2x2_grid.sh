@@ -12,26 +12,31 @@
 #
 # METHODS runs only those rows (comma-separated keys), LANE_A and LANE_B only those conditions, so
 # that a sitting can finish the grid's main comparison first; the full grid later skips those cells.
+# SEED_BASE (default 0) shifts the seeds: start policy p runs seeds SEED_BASE + p and SEED_BASE + p + 4
+# (the step-count control, docs/preregistration/step-count-control.md, runs seeds 8-15: SEED_BASE=8).
 #
 #   bash scripts/arith_2x2_grid.sh                      # OUT=runs/arith-2x2, RECORDS=docs/results/arith-2x2
 #   TOKENBALANCE=".venv/bin/tokenbalance" OUT=/scratch/a2x2 bash scripts/arith_2x2_grid.sh
 #   METHODS=grpo,ar_lopti LANE_A=arith-decisions LANE_B=arith-decisions-wording bash scripts/arith_2x2_grid.sh
+#   SEED_BASE=8 LANE_A=arith-steps LANE_B=arith-steps-wording bash scripts/arith_2x2_grid.sh
 set -euo pipefail
 OUT=${OUT:-runs/arith-2x2}
 RECORDS=${RECORDS:-docs/results/arith-2x2}
 TOKENBALANCE=${TOKENBALANCE:-tokenbalance}
 METHODS=${METHODS:-}
+SEED_BASE=${SEED_BASE:-0}
 LANE_A=${LANE_A:-arith-decisions arith-wording}
 LANE_B=${LANE_B:-arith-decisions-wording arith-clean}
 mkdir -p "$OUT"
 
 lane() {
-    local policy preset
+    local policy preset seeds
     for policy in 0 1 2 3; do
         for preset in "$@"; do
-            echo "$(date -u +%FT%TZ) $preset start policy $policy (seeds $policy,$((policy + 4)))"
+            seeds="$((SEED_BASE + policy)),$((SEED_BASE + policy + 4))"
+            echo "$(date -u +%FT%TZ) $preset start policy $policy (seeds $seeds)"
             # a sitting that leaves failed cells does not stop the lane; the next run of this script resumes them
-            $TOKENBALANCE ablate --preset "$preset" --seeds "$policy,$((policy + 4))" ${METHODS:+--methods "$METHODS"} --jobs 1 --set train.threads=1 \
+            $TOKENBALANCE ablate --preset "$preset" --seeds "$seeds" ${METHODS:+--methods "$METHODS"} --jobs 1 --set train.threads=1 \
                 --no-figure --no-progress --out "$OUT/$preset" --records "$RECORDS/$preset/records" ||
                 echo "sitting of $preset ended with $?"
         done

@@ -20,7 +20,7 @@ from tokenbalance.algorithms.weights import ARConfig, tr_grpo_token_weights
 
 
 def test_every_preset_cites_a_source_for_its_own_values():
-    assert len(METHOD_PRESETS) == 27
+    assert len(METHOD_PRESETS) == 29
     for name in METHOD_PRESETS.names():
         method = get_method(name)
         assert method.name == name and method.description and method.citations
@@ -49,7 +49,7 @@ def test_the_tr_grpo_presets_keep_the_reading_every_published_row_ran():
 
 
 def test_the_sections_are_read_from_the_method_itself():
-    assert OPTIONAL_STAGES == ("ar", "tr_grpo", "nthr", "lopti")
+    assert OPTIONAL_STAGES == ("ar", "tr_grpo", "nthr", "lopti", "random_split")
     assert set(METHOD_SECTIONS) == {"advantage", "clip", "kl", "dynamic_sampling", *OPTIONAL_STAGES}
 
 

@@ -13,10 +13,11 @@ from tests.trainer.conftest import replace_section
 from tests.trainer.test_loop import without_timing
 from tokenbalance.diagnostics.sinks import read_metrics
 from tokenbalance.outputs import write_text_atomic
+from tokenbalance.run.fingerprints import policy_digest
 from tokenbalance.run.lock import RunLock
 from tokenbalance.trainer.evaluate import read_outcomes
 from tokenbalance.trainer.runner import run_training
-from tokenbalance.trainer.shared_eval import RESPONSES_FILE, SharedEvaluation, policy_digest, read_entry
+from tokenbalance.trainer.shared_eval import RESPONSES_FILE, SharedEvaluation, read_entry
 
 PROMPTS = [[11, 12], [13]]
 

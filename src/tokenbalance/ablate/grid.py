@@ -36,9 +36,11 @@ GRID_METHODS: dict[str, GridMethod] = {
         GridMethod("rpp_ar", "REINFORCE++ + AR", "reinforce_pp_ar", "rpp"),
         GridMethod("rpp_lopti", "REINFORCE++ + Lopti", "reinforce_pp_lopti", "rpp"),
         GridMethod("rpp_ar_lopti", "REINFORCE++ + AR + Lopti", "arlopti_kk_tab7_reinforce_pp_ar_lopti", "rpp"),
+        GridMethod("grpo_2step", "GRPO, two steps (random halves)", "arlopti_kk_fig4_grpo_two_step", "grpo"),
     )
 }
-DEFAULT_METHODS = tuple(GRID_METHODS)
+CONTROL_ROWS = ("grpo_2step",)  # rows of a designed experiment (docs/preregistration/), not of the default grid
+DEFAULT_METHODS = tuple(key for key in GRID_METHODS if key not in CONTROL_ROWS)
 ARITH_COT_METHODS = ("grpo", "ar", "lopti", "ar_lopti", "tr_grpo", "nthr")  # the GRPO family and its rivals
 
 
@@ -72,6 +74,7 @@ class GridPreset:
     steps: int = 60
     start_seed: int | None = None
     start_policies: int | None = None
+    start_policy_offset: int = 0  # with start_policies: SFT seeds offset .. offset + k - 1 (fresh policies)
     model: str | None = None  # a preset for a given start policy: what --model must name (else None)
 
     def __post_init__(self) -> None:
@@ -79,13 +82,15 @@ class GridPreset:
             raise ValueError(f"grid preset {self.name!r}: give start_seed or start_policies, not both")
         if self.start_policies is not None and self.start_policies < 1:
             raise ValueError(f"grid preset {self.name!r}: start_policies must be >= 1, got {self.start_policies}")
+        if self.start_policy_offset and self.start_policies is None:
+            raise ValueError(f"grid preset {self.name!r}: start_policy_offset needs start_policies")
 
     def policy_seed(self, seed: int) -> int:
         """The SFT seed of the start policy of a cell trained from ``seed``: its own, ``start_seed``'s for every seed,
-        or with ``start_policies`` = k the seed modulo k (k start policies, seeds s, s + k, ... sharing one), so that
-        the spread over seeds covers the start policy too."""
+        or with ``start_policies`` = k the seed modulo k plus ``start_policy_offset`` (k start policies, seeds s,
+        s + k, ... sharing one), so that the spread over seeds covers the start policy too."""
         if self.start_policies is not None:
-            return seed % self.start_policies
+            return self.start_policy_offset + seed % self.start_policies
         return seed if self.start_seed is None else self.start_seed
 
 
@@ -135,6 +140,28 @@ def arith_2x2_preset(name: str) -> GridPreset:
         seeds=tuple(range(8)),
         steps=100,
         start_policies=4,
+    )
+
+
+# The step-count control (docs/preregistration/step-count-control.md, written before its first cell): GRPO, GRPO with
+# two optimizer steps over random halves, + Lopti and + AR + Lopti in both noisy-teacher conditions, from 4 fresh start
+# policies (SFT seeds 4-7, never built by the 2 x 2) and fresh RL seeds 8-15.
+STEP_CONTROL_METHODS = ("grpo", "grpo_2step", "lopti", "ar_lopti")
+STEP_CONTROL_CONDITIONS = {"arith-steps": "arith-decisions", "arith-steps-wording": "arith-decisions-wording"}
+
+
+def step_control_preset(name: str) -> GridPreset:
+    condition = arith_2x2_preset(STEP_CONTROL_CONDITIONS[name])
+    return dataclasses.replace(
+        condition,
+        name=name,
+        description=f"the step-count control in {condition.name} (docs/preregistration/step-count-control.md): "
+        + condition.description.split(": ", 1)[1].replace(
+            "8 seeds over 4 start policies", "seeds 8-15 over 4 fresh start policies (SFT seeds 4-7)"
+        ),
+        methods=STEP_CONTROL_METHODS,
+        seeds=tuple(range(8, 16)),
+        start_policy_offset=4,
     )
 
 
@@ -201,6 +228,7 @@ GRID_PRESETS: dict[str, GridPreset] = {
             start_seed=0,
         ),
         *(arith_2x2_preset(name) for name in ARITH_2X2_CONDITIONS),
+        *(step_control_preset(name) for name in STEP_CONTROL_CONDITIONS),
         GridPreset(
             "smollm2-kk",
             "a real pretrained model: SmolLM2-135M-Instruct from its K&K chain-of-thought warm start "

@@ -20,6 +20,7 @@ from tokenbalance.ablate.progress import GridProgress, StepRates
 from tokenbalance.config import RunConfig, load_config, replace_sections, save_config
 from tokenbalance.outputs import check_files_replaceable, record_written
 from tokenbalance.run import records as cell_records
+from tokenbalance.run.fingerprints import source_commit
 from tokenbalance.run.lock import RunLock
 from tokenbalance.run.plan import Action, CellAction, cell_action
 from tokenbalance.run.state import RUN_STATE_FILE, RunStatus, last_logged_step, run_status
@@ -71,18 +72,6 @@ class GridOutcome:
     @property
     def failed(self) -> list[str]:
         return [name for name, status in self.ran.items() if status != RunStatus.COMPLETED]
-
-
-def source_commit() -> str | None:
-    """The git commit of the tokenbalance source this process runs (None outside a git checkout), so that a grid's log
-    names the code its cells ran."""
-    try:
-        done = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=Path(__file__).parent, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return done.stdout.strip() or None if done.returncode == 0 else None
 
 
 def cell_dir(out_dir: Path, cell: Cell) -> Path:

@@ -1,7 +1,7 @@
 """A method: a named composition of the stages (the presets are rows of :mod:`.presets`).
 
     advantage estimator -> [NTHR weights] -> [AR weights] -> [token rule, stage "passes"]
-    -> update passes (single, Lopti or the rule's split)
+    -> update passes (single, Lopti, the step-count control's random halves or the rule's split)
     -> per pass: clipped surrogate [x TR-GRPO weights] [x token rule, stage "loss"] + KL + entropy
 
 :func:`build_update_passes` runs the stages up to the passes once per RL step;
@@ -28,10 +28,13 @@ from tokenbalance.algorithms.aggregate import AGG_MODES
 from tokenbalance.algorithms.filtering import DynamicSamplingConfig
 from tokenbalance.algorithms.nthr import NTHRConfig, nthr_correct, nthr_token_weights
 from tokenbalance.algorithms.passes import (
+    RANDOM_SPLIT_PASS_NAMES,
     SINGLE_PASS_NAME,
     LoptiConfig,
+    RandomSplitConfig,
     lopti_pass_names,
     lopti_passes,
+    random_split_passes,
     single_pass,
     split_passes,
 )
@@ -110,6 +113,10 @@ class Method:
     tr_grpo: TRGRPOConfig | None = param(None, "the TR-GRPO probability weight (docs/methods.md §5); ``None``: off.")
     nthr: NTHRConfig | None = param(None, "NTHR negative-token weights (docs/methods.md §6); ``None``: off.")
     lopti: LoptiConfig | None = param(None, "Lopti's two update passes (docs/methods.md §4); ``None``: one pass.")
+    random_split: RandomSplitConfig | None = param(
+        None,
+        "the step-count control: two update passes over randomly halved tokens (docs/methods.md §4.1); ``None``: off.",
+    )
     token_rule: TokenRule | None = param(
         None,
         "your own token-level stage (:class:`~tokenbalance.algorithms.token_rules.TokenRule`, "
@@ -149,6 +156,12 @@ class Method:
             raise ValueError(
                 f"token_rule: {rule.label} splits the tokens into two passes and so does Lopti; switch one off"
             )
+        if self.random_split is not None and self.lopti is not None:
+            raise ValueError("random_split: the step-count control replaces Lopti's split; switch one off")
+        if self.random_split is not None and rule is not None and rule.output == "split":
+            raise ValueError(
+                f"random_split: token_rule {rule.label} splits the tokens into two passes too; switch one off"
+            )
 
     @property
     def policy_agg_mode(self) -> str:
@@ -165,6 +178,8 @@ class Method:
         static property of the method, so runners size their schedules without running it."""
         if self.lopti is not None:
             return lopti_pass_names(self.lopti)
+        if self.random_split is not None:
+            return RANDOM_SPLIT_PASS_NAMES
         if self.token_rule is not None and self.token_rule.output == "split":
             return self.token_rule.pass_names
         return (SINGLE_PASS_NAME,)
@@ -357,6 +372,9 @@ def passes_from_advantages(
     if method.lopti is not None:
         passes, lopti_metrics = lopti_passes(advantages_BT, old_logp_BT, mask_BT, method.lopti)
         metrics.update(lopti_metrics)
+    elif method.random_split is not None:
+        passes, split_metrics = random_split_passes(advantages_BT, old_logp_BT, mask_BT, method.random_split)
+        metrics.update(split_metrics)
     elif split_BT is not None and rule is not None:
         passes = split_passes(advantages_BT, mask_BT, split_BT, rule.pass_names)
     else:

@@ -3,10 +3,13 @@
 :func:`single_pass` (every valid token), :func:`split_passes` (two disjoint token sets) and :func:`lopti_passes` (Yang
 et al. 2025, arXiv 2505.12929, Algorithm 1: low-probability tokens first, then high). Differs from the reference: the
 indicator is ANDed with the response mask explicitly (the reference relies on padding having p = 1), and the order is
-a named option (``high_first``) instead of a negative threshold. docs/methods.md §4 has the rest."""
+a named option (``high_first``) instead of a negative threshold. :func:`random_split_passes` is the step-count
+control: Lopti's two passes over a random halving of the tokens instead of the probability split. docs/methods.md §4
+has the rest."""
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 
 import torch
@@ -156,3 +159,59 @@ def lopti_passes(
         "lopti/low_token_frac": float(low_BT.sum().item()) / valid if valid else 0.0,
     }
     return passes, metrics
+
+
+RANDOM_SPLIT_PASS_NAMES = ("random_first", "random_second")
+
+
+@dataclass(frozen=True)
+class RandomSplitConfig:
+    """The step-count control (docs/methods.md §4.1): two optimizer passes, as Lopti takes, over a random split of the
+    valid tokens that ignores their probability. Not a method of any paper: it separates "a second Adam step per
+    batch" from "isolating the low-probability tokens"."""
+
+    fraction: float = param(
+        0.5, "the probability that a valid token goes to the first pass (0.5: the batch randomly halved)."
+    )
+    seed: int = param(
+        0,
+        "mixed with the batch's own digest (its old log-probs' bytes and mask) into the generator that draws the "
+        "halves: the same batch gets the same halves on every run and runner.",
+    )
+
+    def __post_init__(self) -> None:
+        check.in_range("random_split.fraction", self.fraction, 0.0, 1.0, low_open=True, high_open=True)
+        check.in_range("random_split.seed", self.seed, 0, 2**31 - 1)
+
+
+def random_first_mask(
+    old_logp_BT: torch.Tensor, response_mask_BT: torch.Tensor, config: RandomSplitConfig
+) -> torch.Tensor:
+    """[B, T] bool: each valid token independently in the first pass with probability ``config.fraction``, drawn by a
+    CPU generator seeded from ``config.seed`` and the batch's digest (the bytes of ``old_logp_BT`` at valid positions
+    and of the mask), so the draw is reproducible and independent of each token's probability."""
+    mask_BT = response_mask_BT.bool()
+    check.shape("old_logp_BT", old_logp_BT, tuple(mask_BT.shape))
+    digest = hashlib.sha256(str(config.seed).encode())
+    digest.update(mask_BT.detach().to("cpu").contiguous().numpy().tobytes())
+    valid = old_logp_BT.detach().to("cpu", torch.float32)[mask_BT.to("cpu")].contiguous()
+    digest.update(valid.numpy().tobytes())
+    generator = torch.Generator().manual_seed(int.from_bytes(digest.digest()[:8], "little") & (2**63 - 1))
+    draw_BT = torch.rand(tuple(mask_BT.shape), generator=generator)
+    return (draw_BT < config.fraction).to(mask_BT.device) & mask_BT
+
+
+def random_split_passes(
+    advantages_BT: torch.Tensor,
+    old_logp_BT: torch.Tensor,
+    response_mask_BT: torch.Tensor,
+    config: RandomSplitConfig,
+) -> tuple[list[UpdatePass], dict[str, float]]:
+    """Two passes over a random split of the valid tokens (:func:`random_first_mask`), each normalised by all valid
+    tokens as Lopti's are: together they hold GRPO's one pass, token for token. Returns the passes and
+    ``random_split/first_token_frac``."""
+    mask_BT = response_mask_BT.bool()
+    first_BT = random_first_mask(old_logp_BT, mask_BT, config)
+    passes = split_passes(advantages_BT, mask_BT, first_BT, RANDOM_SPLIT_PASS_NAMES)
+    valid = float(mask_BT.sum().item())
+    return passes, {"random_split/first_token_frac": float(first_BT.sum().item()) / valid if valid else 0.0}

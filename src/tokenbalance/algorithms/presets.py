@@ -15,7 +15,7 @@ from typing import Any
 from tokenbalance.algorithms.filtering import DynamicSamplingConfig
 from tokenbalance.algorithms.methods import AdvantageConfig, KLConfig, Method
 from tokenbalance.algorithms.nthr import NTHRConfig
-from tokenbalance.algorithms.passes import LoptiConfig
+from tokenbalance.algorithms.passes import LoptiConfig, RandomSplitConfig
 from tokenbalance.algorithms.registry import Registry, did_you_mean
 from tokenbalance.algorithms.surrogate import ClipConfig
 from tokenbalance.algorithms.token_rules import TOKEN_RULES, TokenRule, rule_of
@@ -63,6 +63,11 @@ _TR_GRPO_WHAT = (
     "from no primary source (of the paper's text only its abstracts were readable, and no code)"
 )
 _NTHR = ("nthr.beta=1, eta=2|0.5-p|", f"{_NTHR_PAPER}, §7.3 (docs/methods.md §6)")
+_TWO_STEP = (
+    "random_split.fraction=0.5",
+    "not a paper's method: the step-count control for Lopti's second optimizer step (docs/methods.md §4.1)",
+)
+_TWO_STEP_WHAT = ", two optimizer steps per batch over randomly halved tokens (the step-count control of Lopti)"
 _KK_TEMPERATURE = ("recommended_temperature=0.7 (rollout)", f"{_AR_LOPTI}, K&K scripts train_kklogic_*.sh")
 _MATH_BASE = (
     "base (clip, KL, aggregation) = the K&K scripts'",
@@ -157,6 +162,7 @@ PRESET_ROWS: tuple[Method, ...] = (
     kk("ar", "grpo", f"{_G} + Advantage Reweighting", (_GRPO_AR,), ar=_AR3),
     kk("lopti", "grpo", f"{_G} + Low-Probability Token Isolation", (_ETA,), lopti=_ETA5),
     kk("ar_lopti", "grpo", f"{_G} + Advantage Reweighting + Lopti", (_GRPO_AR, _ETA), ar=_AR3, lopti=_ETA5),
+    kk("grpo_two_step", "grpo", _G + _TWO_STEP_WHAT, (_TWO_STEP,), random_split=RandomSplitConfig()),
     kk("tr_grpo", "grpo", _G + _TR_GRPO_WHAT, (_TR_GRPO,), tr_grpo=TRGRPOConfig()),
     kk("nthr", "grpo", f"{_G} + Negative Token Hidden Reward", (_NTHR,), nthr=_NTHR_CONFIG),
     kk(
@@ -193,6 +199,14 @@ PRESET_ROWS: tuple[Method, ...] = (
     ),
     arlopti("arlopti_kk_fig4_lopti", "grpo", "GRPO + Lopti", _KK, None, True, _KK_EXTRA, 0.7),
     arlopti("arlopti_kk_fig4_ar_lopti", "grpo", "GRPO + Reweight + Lopti", _KK, 0.3, True, _KK_EXTRA, 0.7),
+    kk(
+        "arlopti_kk_fig4_grpo_two_step",
+        "grpo",
+        f"AR-Lopti paper, {_KK}: GRPO{_TWO_STEP_WHAT}",
+        (*_KK_EXTRA, _TWO_STEP),
+        0.7,
+        random_split=RandomSplitConfig(),
+    ),
     arlopti("arlopti_kk_tab7_reinforce_pp", "reinforce_pp", "REINFORCE++", _TAB7, None, False, _KK_EXTRA, 0.7),
     arlopti(
         "arlopti_kk_tab7_reinforce_pp_ar_lopti",

@@ -47,6 +47,11 @@ def verl_rule_problem(rule: TokenRule, *, lopti_trainer: bool, needs_spec: bool 
 def verl_method_problem(method: Method, *, lopti_trainer: bool) -> str | None:
     """Why verl cannot run ``method``'s token-level stages (``None`` when it can; its token rule is
     :func:`verl_rule_problem`'s question). ``lopti_trainer``: under the ``tokenbalance_lopti`` trainer."""
+    if method.random_split is not None:
+        return (
+            "random_split (the step-count control) takes two passes over random halves; verl runs only Lopti's "
+            f"passes (the {LOPTI_TRAINER} trainer): run the control on our trainer or TRL"
+        )
     if method.nthr is not None and method.lopti is not None:
         return f"NTHR and Lopti are two verl trainers ({NTHR_TRAINER}, {LOPTI_TRAINER}); a launch runs one"
     lopti = method.lopti

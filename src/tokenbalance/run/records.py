@@ -19,12 +19,13 @@ from tokenbalance.diagnostics.sinks import (
     read_metrics_text,
 )
 from tokenbalance.outputs import check_files_replaceable, record_written, write_text_atomic
+from tokenbalance.run.fingerprints import FINGERPRINTS_FILE
 from tokenbalance.run.resume import changed_setting
 from tokenbalance.run.state import CONFIG_FILE, EVAL_OUTCOMES, RUN_STATE_FILE, RunDirState, has_final_eval
 
 COPIED_FILES = (CONFIG_FILE, RUN_STATE_FILE)  # copied as they are; the metrics are compressed (METRICS_RECORD)
 RECORD_FILES = (CONFIG_FILE, METRICS_RECORD, RUN_STATE_FILE)  # what keep writes
-OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES,)  # kept when the cell wrote it (cells of older code did not)
+OPTIONAL_RECORD_FILES = (EVAL_OUTCOMES, FINGERPRINTS_FILE)  # kept when the cell wrote them (older code did not)
 
 
 def record_difference(record_dir: Path, planned: RunConfig) -> tuple[str, object, object] | None:

@@ -10,10 +10,11 @@ from pathlib import Path
 from tokenbalance.diagnostics.sinks import METRICS_FILE
 from tokenbalance.outputs import check_writable_dir, write_text_atomic
 from tokenbalance.run.checkpoints import LATEST, TEMP_PREFIX, resume_checkpoint, rl_store
+from tokenbalance.run.fingerprints import FINGERPRINTS_FILE
 from tokenbalance.run.state import CONFIG_FILE, NOT_A_RUN, RUN_STATE_FILE
 
 RUN_FILES = (CONFIG_FILE, METRICS_FILE, RUN_STATE_FILE, "checkpoints")  # a run: the first and another
-START_FILES = (CONFIG_FILE, "wandb", "tensorboard")  # what a new run writes before its first status
+START_FILES = (CONFIG_FILE, FINGERPRINTS_FILE, "wandb", "tensorboard")  # what a new run writes before its first status
 
 
 def check_new_run_dir(run_dir: Path) -> None:
@@ -57,10 +58,13 @@ def undo_failed_start(run_dir: Path) -> list[str]:
 
 def clean_interrupted_writes(run_dir: Path) -> list[str]:
     """Remove the temporary files and half-written checkpoint folders an interrupted process left in ``run_dir`` (only
-    names tokenbalance's own atomic writes use: ``.config.yaml.*``, ``.run_state.json.*``, ``checkpoints/.step_*``,
+    names tokenbalance's own atomic writes use: ``.config.yaml.*``, ``.run_state.json.*``, ``.fingerprints.json.*``,
+    ``checkpoints/.step_*``,
     ``checkpoints/.latest.*``); returns what was removed."""
     removed = []
-    candidates = [*run_dir.glob(f".{CONFIG_FILE}.*"), *run_dir.glob(f".{RUN_STATE_FILE}.*")]
+    candidates = [
+        path for name in (CONFIG_FILE, RUN_STATE_FILE, FINGERPRINTS_FILE) for path in run_dir.glob(f".{name}.*")
+    ]
     checkpoints = rl_store(run_dir).root
     if checkpoints.is_dir():
         candidates += [*checkpoints.glob(f"{TEMP_PREFIX}*"), *checkpoints.glob(f".{LATEST}.*")]

@@ -32,6 +32,16 @@ from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.run.checkpoints import latest_checkpoint, prune_checkpoints, pruned_note
+from tokenbalance.run.fingerprints import (
+    FINGERPRINTS_FILE,
+    eval_set_fingerprint,
+    policy_digest,
+    prompt_order_fingerprint,
+    read_fingerprints,
+    source_commit,
+    start_policy_fingerprint,
+    write_fingerprints,
+)
 from tokenbalance.run.setup import RunSetup, prepare
 from tokenbalance.run.state import RunStatus, has_final_eval, write_end_status, write_run_state
 from tokenbalance.tasks.base import Task, TaskExample
@@ -50,7 +60,7 @@ from tokenbalance.trainer.precision import (
     typical_weight_magnitude,
 )
 from tokenbalance.trainer.progress import StepProgress, StepTimer
-from tokenbalance.trainer.shared_eval import SharedEvaluation, generation_key, policy_digest
+from tokenbalance.trainer.shared_eval import SharedEvaluation, generation_key
 from tokenbalance.trainer.step_policy import StepPolicy
 from tokenbalance.trainer.update import UpdateSettings, UpdateSpec, reusable_first_forward, run_update, update_forward
 
@@ -475,6 +485,41 @@ def resume_state(parts: TrainerParts) -> int:
     return step
 
 
+def run_fingerprints(parts: TrainerParts) -> dict:
+    """What decides whether this run pairs with another (:mod:`tokenbalance.run.fingerprints`): the start policy (the
+    policy as loaded, before any checkpoint), the first epoch of its prompt stream and the evaluation set."""
+    rt = parts.runtime
+    order = prompt_order(len(rt.train_prompt_ids), parts.settings.seed, 0) if rt.train_prompt_ids else []
+    return {
+        "start_policy": start_policy_fingerprint(parts.state.policy, rt.tokenizer),
+        "prompt_order": prompt_order_fingerprint([rt.train_prompt_ids[i] for i in order]),
+        "eval_set": eval_set_fingerprint(rt.eval_prompt_ids, [e.ground_truth for e in rt.eval_examples]),
+        "version": __version__,
+        "commit": source_commit(),
+    }
+
+
+def check_or_write_fingerprints(parts: TrainerParts, *, resume: bool) -> None:
+    """Write the run's fingerprints when it starts; on a resume, refuse another start policy, prompt stream or
+    evaluation set than the run started from (a run of older code, with none, gets them now)."""
+    found = read_fingerprints(parts.run_dir) if resume else None
+    now = run_fingerprints(parts)
+    if found is not None:
+        for key, what in (
+            ("start_policy", "start policy"),
+            ("prompt_order", "prompt order"),
+            ("eval_set", "evaluation set"),
+        ):
+            if found[key] != now[key]:
+                raise ValueError(
+                    f"{parts.run_dir / FINGERPRINTS_FILE}: the run started from another {what} ({found[key][:12]}, "
+                    f"now {now[key][:12]}); a resume continues the same experiment: start a new run directory"
+                )
+        return
+    if parts.runtime.ctx.is_main:
+        write_fingerprints(parts.run_dir, now)
+
+
 def thread_adapter(config: RunConfig, device: torch.device, ctx: DistContext) -> ThreadAdapter | None:
     """With ``train.threads=0`` in a single CPU process, a :class:`~tokenbalance.threads.ThreadAdapter` starting from
     torch's current count (ranks of one node would see each other as load: none)."""
@@ -543,6 +588,7 @@ def prepare_training(
         ),
     )
     if resume:
+        check_or_write_fingerprints(parts, resume=True)  # before a checkpoint replaces the start policy's weights
         parts.start_step = resume_state(parts)
         if config.train.steps < parts.start_step:
             raise ValueError(
@@ -554,4 +600,5 @@ def prepare_training(
     elif ctx.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(config, run_dir / "config.yaml")
+        check_or_write_fingerprints(parts, resume=False)
     return parts

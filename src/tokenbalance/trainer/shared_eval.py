@@ -19,8 +19,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.run.lock import RunLock
 from tokenbalance.trainer.evaluate import MODES, Generate
@@ -31,20 +29,6 @@ POLL_S = 5.0  # how often a run waiting for another run's entry looks again
 
 def _sha256(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
-
-
-def policy_digest(model: torch.nn.Module) -> str:
-    """A digest of a model's weights and buffers (names, dtypes, shapes, bytes) and of its config when it has one: two
-    models with the same digest generate the same tokens from the same prompts and settings."""
-    digest = hashlib.sha256()
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "to_json_string"):
-        digest.update(config.to_json_string(use_diff=False).encode())
-    for name, tensor in model.state_dict().items():
-        flat = tensor.detach().to("cpu").contiguous().reshape(-1)
-        digest.update(f"{name}:{flat.dtype}:{tuple(tensor.shape)}\n".encode())
-        digest.update(flat.view(torch.uint8).numpy().tobytes())
-    return digest.hexdigest()
 
 
 def generation_key(policy: str, settings: dict) -> str:
