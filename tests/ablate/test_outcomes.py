@@ -51,13 +51,16 @@ def test_outcome_lines_and_the_last_of_a_redone_evaluation(tmp_path):
     assert read_outcomes(tmp_path / "none") == {}
 
 
-def cell_result(row, seed, final, start="0000"):
+SAME_START = {"start_policy": "a" * 64, "prompt_order": "b" * 64, "eval_set": "c" * 64}
+
+
+def cell_result(row, seed, final, start="0000", fingerprints=SAME_START):
     digest = "d" * 16
     outcomes = {
         (0, "greedy"): {"examples": digest, "correct": start},
         (4, "greedy"): {"examples": digest, "correct": final},
     }
-    return CellResult(Cell(grid_method(row), seed), "completed", True, outcomes=outcomes)
+    return CellResult(Cell(grid_method(row), seed), "completed", True, outcomes=outcomes, fingerprints=fingerprints)
 
 
 def test_the_report_table_of_gained_and_lost_examples():
@@ -76,3 +79,12 @@ def test_the_report_table_of_gained_and_lost_examples():
     table = outcomes_markdown(plan, results, "greedy", "greedy decoding")
     assert "| + AR + Lopti | GRPO | – | 0 / 0 (p = 1) | 0 / 0 |" in table
     assert json.dumps(table)  # plain strings
+
+
+def test_the_gained_and_lost_table_compares_only_cells_from_one_start():
+    plan = GridPlan(grid_preset("kk-smoke"), (grid_method("grpo"), grid_method("ar_lopti")), (0,), 4, ())
+    moved = dict(SAME_START, start_policy="f" * 64)  # a start policy rebuilt elsewhere
+    results = [cell_result("grpo", 0, "1100"), cell_result("ar_lopti", 0, "1011", fingerprints=moved)]
+    table = outcomes_markdown(plan, results, "greedy", "greedy decoding")
+    assert "| GRPO | start policy (step 0) | 2 / 0 (p = 0.5) | 2 / 0 |" in table  # a cell against its own start
+    assert not any(line.startswith("| + AR + Lopti |") for line in table)

@@ -76,6 +76,7 @@ class GridPreset:
     start_policies: int | None = None
     start_policy_offset: int = 0  # with start_policies: SFT seeds offset .. offset + k - 1 (fresh policies)
     model: str | None = None  # a preset for a given start policy: what --model must name (else None)
+    baselines: tuple[tuple[str, str], ...] = ()  # (row, the row it is compared with instead of its own baseline)
 
     def __post_init__(self) -> None:
         if self.start_seed is not None and self.start_policies is not None:
@@ -160,6 +161,7 @@ def step_control_preset(name: str) -> GridPreset:
             "8 seeds over 4 start policies", "seeds 8-15 over 4 fresh start policies (SFT seeds 4-7)"
         ),
         methods=STEP_CONTROL_METHODS,
+        baselines=(("lopti", "grpo_2step"), ("ar_lopti", "grpo_2step")),  # the pre-registered contrasts C2, C3
         seeds=tuple(range(8, 16)),
         start_policy_offset=4,
     )
@@ -314,7 +316,11 @@ def make_plan(
     duplicates = sorted({k for k in keys if keys.count(k) > 1})
     if duplicates:
         raise ValueError(f"--methods: {duplicates[0]!r} is listed twice")
-    rows = tuple(grid_method(k) for k in keys)
+    compared_with = dict(preset.baselines)
+    rows = tuple(
+        dataclasses.replace(row, baseline=compared_with[row.key]) if row.key in compared_with else row
+        for row in (grid_method(k) for k in keys)
+    )
     for row in rows:
         get_method(row.preset)  # every preset exists before any work starts
     chosen_seeds = tuple(seeds) if seeds is not None else preset.seeds

@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from tokenbalance.ablate.grid import GridMethod, GridPlan
 from tokenbalance.ablate.results import (
@@ -22,16 +23,21 @@ from tokenbalance.ablate.results import (
     accuracy_columns,
     paired_cell_outcomes,
     per_seed,
+    row_pairs,
     start_per_seed,
 )
 from tokenbalance.ablate.runner import read_log
 from tokenbalance.ablate.stats import (
     Estimate,
+    cluster_difference,
+    detectable_at_lower_spread,
     detectable_at_upper_spread,
     detectable_difference,
+    holm_adjusted,
     mean_ci,
     paired_difference,
     relative_change,
+    t_test_p,
 )
 from tokenbalance.config import load_config
 from tokenbalance.tasks import DEFAULT_TASK, get_task
@@ -48,14 +54,27 @@ STATISTICS_NOTE = (
     "half-width of its 95% confidence interval (t distribution with n - 1 degrees of freedom, sample "
     "standard deviation). Δ is the mean over seeds of the per-seed difference from the baseline row "
     "(GRPO, or REINFORCE++ for its family; for a baseline row itself, the start policy: what RL did), paired "
-    "by seed (every cell of a seed starts from the same "
-    "policy with the same prompt order and evaluation puzzles), with the 95% t interval of those "
-    "differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
+    "by seed over the seeds whose two cells are a pair (the pairing line above: the same start policy, "
+    "prompt order and evaluation puzzles), with the 95% t interval of those differences; relative is Δ / the baseline's mean over the same seeds (the paper's ↑x%). The "
     "detectable Δ is the true paired difference these seeds would show to be nonzero (two-sided 5%) with "
     "80% probability, given the observed spread of the differences: (t_0.975 + t_0.80, n - 1 degrees of "
-    "freedom) × sd / √n; a smaller effect may exist unseen. Beside it, the same with sd at the upper end of "
-    "its 95% interval, sd × √((n - 1) / χ²_0.025, n - 1), since few seeds estimate the spread loosely."
+    "freedom) × sd / √n; a smaller effect may exist unseen. Beside it, the same with sd at the lower and upper "
+    "ends of its 95% interval, sd × √((n - 1) / χ²_0.975, n - 1) and sd × √((n - 1) / χ²_0.025, n - 1), since "
+    "few seeds estimate the spread loosely. Seeds that share a start policy are not independent replicates of "
+    "it, so beside the per-seed interval stands the interval over start-policy means (each start policy's mean "
+    "paired difference, t with start policies - 1 degrees of freedom; none with one start policy). p is the "
+    "two-sided paired t test of the per-seed Avg difference; Holm p corrects it across the table's contrasts "
+    "(every row against its comparison row, the baseline rows against the start policy excluded) at a "
+    "family-wise 5%. df is written beside every interval."
 )
+PAIRING_NOTES = {
+    "fingerprint": "by fingerprint: two cells of a seed are paired only when their `fingerprints.json` name the same "
+    'start policy, prompt order and evaluation set (docs/ablate.md, "Pairing by fingerprint")',
+    "step0": "by fingerprint, and where a record has none (older code) by its step-0 evaluation: two cells pair when "
+    "every `eval/*` value of their step-0 evaluations agrees (weaker evidence than a fingerprint; `--pairing step0`)",
+    "launch": "by seed: the grid's scripts launch every cell of a seed from the same model and data (its cells "
+    "write no fingerprints)",
+}
 
 
 def local_cost_note(jobs: list[int]) -> str:
@@ -75,13 +94,14 @@ def local_cost_note(jobs: list[int]) -> str:
 class ReportSource:
     """What a report says about where its numbers come from: ``summary`` lines (after the cell count), the
     ``accuracy_note`` (which record is a cell's accuracy), the ``cost_note``, the decoding ``modes`` it has tables for
-    and their titles. :func:`local_source` is the local grid's."""
+    and their titles, the ``pairing`` rule (:data:`~tokenbalance.ablate.results.PAIRING_RULES`). :func:`local_source` is the local grid's."""
 
     summary: tuple[str, ...]
     accuracy_note: str = LOCAL_ACCURACY_NOTE
     cost_note: str = local_cost_note([1])
     modes: tuple[str, ...] = MODES
     mode_titles: Mapping[str, str] = field(default_factory=lambda: dict(MODE_TITLES))
+    pairing: str = "fingerprint"  # results.PAIRING_RULES: how two cells of a seed are found to be a pair
 
 
 def multiplicity_note(plan: GridPlan) -> str:
@@ -131,24 +151,42 @@ def fmt_relative(fraction: float) -> str:
     return f"{arrow}{abs(fraction) * 100:.1f}%"
 
 
-def accuracy_rows(plan: GridPlan, results: list[CellResult], mode: str) -> list[dict]:
-    """One dict per (row, column): the estimate over seeds and the paired difference from its baseline."""
-    rows = []
+def accuracy_rows(plan: GridPlan, results: list[CellResult], mode: str, pairing: str = "fingerprint") -> list[dict]:
+    """One dict per (row, column): the estimate over seeds and the paired difference from its baseline, over the seeds
+    whose cells are a pair (:func:`~tokenbalance.ablate.results.row_pairs`; ``dropped``: the others, with why), per
+    seed and over start-policy means (``cluster_difference``); the Avg columns' ``p`` and ``holm_p``."""
+    rows: list[dict[str, Any]] = []
     for column in accuracy_columns(results, mode):
         start = start_per_seed(results, column)
         rows.append({"row": START_ROW, "column": column, "values": start, "estimate": mean_ci(list(start.values()))})
         for method in plan.methods:
             values = per_seed(results, method.key, column)
-            entry = {"row": method, "column": column, "values": values, "estimate": mean_ci(list(values.values()))}
-            if method.baseline is None:  # a baseline row: what RL did to the start policy
+            entry: dict[str, Any] = {
+                "row": method,
+                "column": column,
+                "values": values,
+                "estimate": mean_ci(list(values.values())),
+            }
+            if method.baseline is None:  # a baseline row: what RL did to the start policy (the same cell)
                 base: dict[int, float] | None = start
+                paired = values
+            elif plan.row(method.baseline):
+                base = per_seed(results, method.baseline, column)
+                pairs = row_pairs(results, method.key, method.baseline, pairing)
+                paired = {seed: values[seed] for seed in pairs.seeds if seed in values}
+                entry["dropped"] = pairs.dropped
             else:
-                base = per_seed(results, method.baseline, column) if plan.row(method.baseline) else None
+                base = None
             if base is not None:
                 entry["baseline"] = method.baseline or START_ROW.key
-                entry["difference"] = paired_difference(values, base)
-                entry["relative"] = relative_change(values, base)
+                entry["difference"] = paired_difference(paired, base)
+                entry["cluster_difference"] = cluster_difference(paired, base, plan.preset.policy_seed)
+                entry["relative"] = relative_change(paired, base)
+                entry["p"] = t_test_p(entry["difference"])
             rows.append(entry)
+    avg = [e for e in rows if e["column"] == f"eval/{mode}/acc" and e.get("baseline") not in (None, START_ROW.key)]
+    for entry, adjusted in zip(avg, holm_adjusted([e["p"] for e in avg])):
+        entry["holm_p"] = adjusted
     return rows
 
 
@@ -161,7 +199,9 @@ def _seeds(values: dict[int, float]) -> str:
     return " ".join(str(s) for s in sorted(values))
 
 
-def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], modes: tuple[str, ...] = MODES) -> None:
+def write_accuracy_csv(
+    path: Path, plan: GridPlan, results: list[CellResult], modes: tuple[str, ...] = MODES, pairing: str = "fingerprint"
+) -> None:
     fields = [
         "mode",
         "row",
@@ -180,14 +220,24 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], mo
         "diff_ci_low",
         "diff_ci_high",
         "diff_detectable_80",
+        "diff_detectable_80_lower_sd",
         "diff_detectable_80_upper_sd",
         "relative_change",
+        "diff_df",
+        "policy_diff_n",
+        "policy_diff_mean",
+        "policy_diff_ci_low",
+        "policy_diff_ci_high",
+        "policy_diff_df",
+        "diff_p",
+        "diff_holm_p",
+        "dropped_pairs",
     ]
     with open(path, "w", newline="") as out:
         writer = csv.DictWriter(out, fieldnames=fields)
         writer.writeheader()
         for mode in modes:
-            for entry in accuracy_rows(plan, results, mode):
+            for entry in accuracy_rows(plan, results, mode, pairing):
                 e: Estimate = entry["estimate"]
                 line = {
                     "mode": mode,
@@ -211,8 +261,18 @@ def write_accuracy_csv(path: Path, plan: GridPlan, results: list[CellResult], mo
                         "diff_ci_low": repr(d.low),
                         "diff_ci_high": repr(d.high),
                         "diff_detectable_80": repr(detectable_difference(d)),
+                        "diff_detectable_80_lower_sd": repr(detectable_at_lower_spread(d)),
                         "diff_detectable_80_upper_sd": repr(detectable_at_upper_spread(d)),
                         "relative_change": repr(entry["relative"]),
+                        "diff_df": d.n - 1 if d.n else "",
+                        "policy_diff_n": (c := entry["cluster_difference"]).n,
+                        "policy_diff_mean": repr(c.mean),
+                        "policy_diff_ci_low": repr(c.low),
+                        "policy_diff_ci_high": repr(c.high),
+                        "policy_diff_df": c.n - 1 if c.n else "",
+                        "diff_p": repr(entry["p"]),
+                        "diff_holm_p": repr(entry["holm_p"]) if "holm_p" in entry else "",
+                        "dropped_pairs": " ".join(f"{seed}" for seed, _ in entry.get("dropped", ())),
                     }
                 writer.writerow(line)
 
@@ -288,8 +348,9 @@ def accuracy_markdown(
     mode: str,
     difficulty_label: Callable[[int], str],
     title: str | None = None,
+    pairing: str = "fingerprint",
 ) -> list[str]:
-    entries = accuracy_rows(plan, results, mode)
+    entries = accuracy_rows(plan, results, mode, pairing)
     columns = accuracy_columns(results, mode)
     table: dict[str, dict[str, dict]] = {}
     for entry in entries:
@@ -313,26 +374,53 @@ def accuracy_markdown(
         )
     lines += ["", f"Paired differences from the baseline row per column ({title or MODE_TITLES[mode]}):", ""]
     lines += [
-        f"| Method | vs | {' | '.join(labels)} | detectable Avg Δ (80% power) | at the upper bound of the spread |",
-        "|---|---|" + "---|" * (len(labels) + 2),
+        f"| Method | vs | {' | '.join(labels)} | Avg over start policies | p | Holm p "
+        "| detectable Avg Δ (80% power) | at the lower / upper bound of the spread |",
+        "|---|---|" + "---|" * (len(labels) + 5),
     ]
     for cells in table.values():
         if "difference" not in cells[avg]:
             continue
-        baseline = compared_row(plan, cells[avg]["baseline"])
+        entry = cells[avg]
+        baseline = compared_row(plan, entry["baseline"])
+        difference = entry["difference"]
         lines.append(
-            f"| {cells[avg]['row'].label} | {baseline.label if baseline else ''} | "
-            + " | ".join(fmt_difference(cells[c]["difference"]) for c in columns)
-            + f" | {fmt(detectable_difference(cells[avg]['difference']))}"
-            + f" | {fmt(detectable_at_upper_spread(cells[avg]['difference']))} |"
+            f"| {entry['row'].label} | {baseline.label if baseline else ''} | "
+            + " | ".join(fmt_difference_df(cells[c]["difference"]) for c in columns)
+            + f" | {fmt_difference_df(entry['cluster_difference'])}"
+            + f" | {fmt(entry['p'])} | {fmt(entry.get('holm_p', math.nan))}"
+            + f" | {fmt(detectable_difference(difference))}"
+            + f" | {fmt(detectable_at_lower_spread(difference))} / {fmt(detectable_at_upper_spread(difference))} |"
         )
     return lines
 
 
-def outcomes_markdown(plan: GridPlan, results: list[CellResult], mode: str, title: str) -> list[str]:
+def fmt_difference_df(e: Estimate, digits: int = 3) -> str:
+    """A difference with its interval and the interval's degrees of freedom."""
+    return fmt_difference(e, digits) + (f" (df {e.n - 1})" if e.n >= 2 else "")
+
+
+def pairing_summary(plan: GridPlan, results: list[CellResult], pairing: str) -> str:
+    """The report's line on pairing: the rule, and per row the seeds dropped from its differences, with why."""
+    dropped = []
+    for method in plan.methods:
+        if method.baseline is None or plan.row(method.baseline) is None:
+            continue
+        pairs = row_pairs(results, method.key, method.baseline, pairing)
+        if pairs.dropped:
+            base = plan.row(method.baseline)
+            seeds = "; ".join(f"seed {seed}: {why}" for seed, why in pairs.dropped)
+            dropped.append(f"{method.label} vs {base.label if base else method.baseline}: {seeds}")
+    tail = ("; pairs dropped from the differences: " + " | ".join(dropped)) if dropped else "; no pair was dropped"
+    return f"- pairing: {PAIRING_NOTES[pairing]}{tail}"
+
+
+def outcomes_markdown(
+    plan: GridPlan, results: list[CellResult], mode: str, title: str, pairing: str = "fingerprint"
+) -> list[str]:
     """Example by example, where the cells wrote their outcomes: per seed the examples the row got right and its
     comparison did not (gained) and the reverse (lost), with the exact McNemar p."""
-    rows = paired_cell_outcomes(results, plan, mode)
+    rows = paired_cell_outcomes(results, plan, mode, pairing)
     if not rows:
         return []
     labels = {m.key: m.label for m in plan.methods} | {"start": "start policy (step 0)"}
@@ -440,13 +528,17 @@ def start_policy_summary(out_dir: Path, plan: GridPlan) -> str:
     return "- start policies: " + ("; ".join(parts) or "not built yet")
 
 
-def local_source(out_dir: Path, plan: GridPlan, results: list[CellResult]) -> ReportSource:
+def local_source(
+    out_dir: Path, plan: GridPlan, results: list[CellResult], pairing: str = "fingerprint"
+) -> ReportSource:
     """The local grid's: its cells' wall time (grid_log.jsonl), start policies, and how many cells ran at once
     (``jobs``; runs logged before the grid recorded it ran one at a time)."""
     log = read_log(out_dir)
     jobs = sorted({int(r.get("jobs", 1)) for r in cell_runs(log, results)})
     return ReportSource(
-        (cell_time_summary(log, results), start_policy_summary(out_dir, plan)), cost_note=local_cost_note(jobs)
+        (cell_time_summary(log, results), start_policy_summary(out_dir, plan)),
+        cost_note=local_cost_note(jobs),
+        pairing=pairing,
     )
 
 
@@ -466,7 +558,7 @@ def write_report(
     out_dir = Path(out_dir)
     difficulty_label = difficulty_label or get_task(DEFAULT_TASK).difficulty_label
     source = source or local_source(out_dir, plan, results)
-    write_accuracy_csv(out_dir / "accuracy.csv", plan, results, source.modes)
+    write_accuracy_csv(out_dir / "accuracy.csv", plan, results, source.modes, source.pairing)
     write_cells_csv(out_dir / "cells.csv", results)
     costs = cost_rows(plan, results)
     write_cost_csv(out_dir / "step_cost.csv", costs)
@@ -484,14 +576,15 @@ def write_report(
         f"- cells complete: {len(complete)} of {len(results)}"
         + (f"; not complete: {', '.join(missing)}" if missing else ""),
         *source.summary,
+        pairing_summary(plan, results, source.pairing),
         "",
         f"{source.accuracy_note} {STATISTICS_NOTE}{multiplicity_note(plan)}",
     ]
     for mode in source.modes:
         title = source.mode_titles[mode]
         lines += ["", f"## Held-out accuracy, {title}", ""]
-        lines += accuracy_markdown(plan, results, mode, difficulty_label, title)
-        lines += outcomes_markdown(plan, results, mode, title)
+        lines += accuracy_markdown(plan, results, mode, difficulty_label, title, source.pairing)
+        lines += outcomes_markdown(plan, results, mode, title, source.pairing)
     lines += [
         "",
         "## Cost per RL step",

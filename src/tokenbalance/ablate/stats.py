@@ -5,7 +5,7 @@ mean
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 _TINY = 1e-300
@@ -247,3 +247,52 @@ def paired_outcomes(first: str, second: str) -> PairedOutcomes:
     gained = sum(a == "0" and b == "1" for a, b in zip(first, second))
     lost = sum(a == "1" and b == "0" for a, b in zip(first, second))
     return PairedOutcomes(len(first), gained, lost)
+
+
+def t_test_p(difference: Estimate) -> float:
+    """The two-sided p-value of the t test that ``difference``'s true mean is 0 (t = mean / (sd / sqrt(n)), n - 1
+    degrees of freedom); NaN with fewer than 2 values, 0 or 1 when the spread is 0."""
+    if difference.n < 2 or not math.isfinite(difference.sd):
+        return math.nan
+    if difference.sd == 0:
+        return 1.0 if difference.mean == 0 else 0.0
+    t = abs(difference.mean) / (difference.sd / math.sqrt(difference.n))
+    return min(1.0, 2.0 * (1.0 - t_cdf(t, difference.n - 1)))
+
+
+def holm_adjusted(p_values: Sequence[float]) -> list[float]:
+    """Holm's step-down adjusted p-values, in the order given: the i-th smallest of m is multiplied by m - i + 1, then
+    made non-decreasing in that order and capped at 1. A contrast is significant at family-wise level a when its
+    adjusted p is at most a. NaN entries stay NaN and do not count in m."""
+    order = sorted((p, i) for i, p in enumerate(p_values) if math.isfinite(p))
+    adjusted = [math.nan] * len(p_values)
+    running = 0.0
+    for rank, (p, i) in enumerate(order):
+        running = max(running, min(1.0, (len(order) - rank) * p))
+        adjusted[i] = running
+    return adjusted
+
+
+def cluster_difference(
+    method: Mapping[int, float],
+    baseline: Mapping[int, float],
+    cluster_of: Callable[[int], int],
+    level: float = 0.95,
+) -> Estimate:
+    """The paired difference over clusters: per cluster (``cluster_of(seed)``, e.g. the seed's start policy) the mean
+    of its seeds' differences, then the mean and t interval over those cluster means (clusters - 1 degrees of
+    freedom). Seeds of one start policy are not independent replicates of the start policy's effect."""
+    by_cluster: dict[int, list[float]] = {}
+    for seed in common_seeds(method, baseline):
+        by_cluster.setdefault(cluster_of(seed), []).append(method[seed] - baseline[seed])
+    return mean_ci([math.fsum(v) / len(v) for _, v in sorted(by_cluster.items())], level)
+
+
+def detectable_at_lower_spread(difference: Estimate, power: float = 0.8) -> float:
+    """:func:`detectable_difference` with the spread at the lower bound of its two-sided ``level`` interval, ``sd *
+    sqrt((n - 1) / chi2_{(1+level)/2, n-1})``: the most optimistic reading. NaN with fewer than 2 values."""
+    if difference.n < 2:
+        return math.nan
+    df = difference.n - 1
+    lower = difference.sd * math.sqrt(df / chi2_quantile((1.0 + difference.level) / 2.0, df))
+    return detectable_difference(replace(difference, sd=lower), power)

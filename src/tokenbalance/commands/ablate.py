@@ -77,6 +77,14 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="only rebuild the tables and figures (--runner verl: from the verl cells' logs in OUT/verl)",
     )
+    parser.add_argument(
+        "--pairing",
+        choices=("fingerprint", "step0"),
+        default="fingerprint",
+        help="which cells of a seed the differences pair: fingerprint (default: their fingerprints.json agree; a "
+        "record without one pairs with nothing) or step0 (also records of older code without fingerprints, when "
+        "their step-0 evaluations agree on every value; weaker, named in the report); docs/ablate.md",
+    )
     parser.add_argument("--no-figure", action="store_true", help="skip the Figure 1 panels (one batch, two rows)")
     parser.add_argument(
         "--figure-prompts",
@@ -183,6 +191,7 @@ def command_line(args: argparse.Namespace, plan, out: Path) -> str:
         parts += ["--runner verl", f"--verl-models {args.verl_models}"]
     else:
         parts += ["--no-figure"] if args.no_figure else []
+        parts += [f"--pairing {args.pairing}"] if getattr(args, "pairing", "fingerprint") != "fingerprint" else []
         parts += [f"--figure-prompts {args.figure_prompts}"] if args.figure_prompts != DEFAULT_FIGURE_PROMPTS else []
     return " ".join(parts)
 
@@ -377,7 +386,7 @@ def run(args: argparse.Namespace) -> int:
     if args.figure_prompts < 1:
         raise ValueError(f"--figure-prompts: must be >= 1, got {args.figure_prompts}")
     from tokenbalance.ablate.curves import reward_curves
-    from tokenbalance.ablate.report import write_report
+    from tokenbalance.ablate.report import local_source, write_report
     from tokenbalance.ablate.results import collect
     from tokenbalance.ablate.runner import REPORT_FILES, run_grid
     from tokenbalance.outputs import record_written
@@ -429,6 +438,7 @@ def run(args: argparse.Namespace) -> int:
         command=command_line(args, plan, out),
         difficulty_label=grid_task(args, plan).difficulty_label,
         figures=tuple(figures),
+        source=local_source(out, plan, results, args.pairing),
     )
     print(report.read_text())
     print(f"written: {report}, accuracy.csv, cells.csv, step_cost.csv, {', '.join(figures)} in {out}")

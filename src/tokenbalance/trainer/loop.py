@@ -32,6 +32,7 @@ from tokenbalance.diagnostics.step import StepDiagnostics
 from tokenbalance.outputs import write_text_atomic
 from tokenbalance.rollout import RolloutEngine, SamplingParams, make_engine
 from tokenbalance.run.checkpoints import latest_checkpoint, prune_checkpoints, pruned_note
+from tokenbalance.run.examples import encode_prompts
 from tokenbalance.run.fingerprints import (
     FINGERPRINTS_FILE,
     eval_set_fingerprint,
@@ -490,10 +491,17 @@ def run_fingerprints(parts: TrainerParts) -> dict:
     policy as loaded, before any checkpoint), the first epoch of its prompt stream and the evaluation set."""
     rt = parts.runtime
     order = prompt_order(len(rt.train_prompt_ids), parts.settings.seed, 0) if rt.train_prompt_ids else []
+    eval_ids = rt.eval_prompt_ids
+    if eval_ids is None:  # encoded at each evaluation: encode them once more for the fingerprint
+        eval_ids = (
+            []
+            if not rt.eval_examples
+            else encode_prompts(rt.tokenizer, rt.eval_examples, parts.config.data.max_prompt_tokens)
+        )
     return {
         "start_policy": start_policy_fingerprint(parts.state.policy, rt.tokenizer),
         "prompt_order": prompt_order_fingerprint([rt.train_prompt_ids[i] for i in order]),
-        "eval_set": eval_set_fingerprint(rt.eval_prompt_ids, [e.ground_truth for e in rt.eval_examples]),
+        "eval_set": eval_set_fingerprint(eval_ids, [e.ground_truth for e in rt.eval_examples]),
         "version": __version__,
         "commit": source_commit(),
     }

@@ -76,7 +76,7 @@ def source(grid_dir: Path, cells: list[VerlCell], results: list[CellResult], not
         summary.append(
             f"- no validation of `{ACCURACY_VARIABLE}` per data source found in any cell (yet): the tables are empty"
         )
-    return ReportSource(tuple(summary), note, COST_NOTE, modes or ("greedy",), MODE_TITLES)
+    return ReportSource(tuple(summary), note, COST_NOTE, modes or ("greedy",), MODE_TITLES, pairing="launch")
 
 
 def write_verl_reports(
