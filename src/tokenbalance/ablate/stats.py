@@ -273,19 +273,26 @@ def holm_adjusted(p_values: Sequence[float]) -> list[float]:
     return adjusted
 
 
+def cluster_means(
+    method: Mapping[int, float], baseline: Mapping[int, float], cluster_of: Callable[[int], int]
+) -> list[float]:
+    """Per cluster (``cluster_of(seed)``, e.g. the seed's start policy; in cluster order) the mean of its seeds' paired
+    differences ``method[s] - baseline[s]`` over the common seeds."""
+    by_cluster: dict[int, list[float]] = {}
+    for seed in common_seeds(method, baseline):
+        by_cluster.setdefault(cluster_of(seed), []).append(method[seed] - baseline[seed])
+    return [math.fsum(v) / len(v) for _, v in sorted(by_cluster.items())]
+
+
 def cluster_difference(
     method: Mapping[int, float],
     baseline: Mapping[int, float],
     cluster_of: Callable[[int], int],
     level: float = 0.95,
 ) -> Estimate:
-    """The paired difference over clusters: per cluster (``cluster_of(seed)``, e.g. the seed's start policy) the mean
-    of its seeds' differences, then the mean and t interval over those cluster means (clusters - 1 degrees of
-    freedom). Seeds of one start policy are not independent replicates of the start policy's effect."""
-    by_cluster: dict[int, list[float]] = {}
-    for seed in common_seeds(method, baseline):
-        by_cluster.setdefault(cluster_of(seed), []).append(method[seed] - baseline[seed])
-    return mean_ci([math.fsum(v) / len(v) for _, v in sorted(by_cluster.items())], level)
+    """The paired difference over clusters: the mean and t interval of the :func:`cluster_means` (clusters - 1 degrees
+    of freedom). Seeds of one start policy are not independent replicates of the start policy's effect."""
+    return mean_ci(cluster_means(method, baseline, cluster_of), level)
 
 
 def detectable_at_lower_spread(difference: Estimate, power: float = 0.8) -> float:
